@@ -1,0 +1,59 @@
+"""Comparing a result with a reference: relative error that understands NaN and infinities.
+
+Every check in the course (unit tests, exercise checkers, notebook cells) compares against a
+float64 reference through these two functions, so "correct" means one thing everywhere.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["relative_error", "describe_mismatch"]
+
+
+def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """Largest absolute difference divided by the largest magnitude of ``ref`` (finite entries).
+
+    NaN in the same places in both counts as agreement, as do equal infinities; a NaN or
+    infinity in one and not the other makes the error ``inf``. Empty tensors give 0.
+
+    Parameters
+    ----------
+    got, ref : torch.Tensor
+        Tensors of one shape (any dtypes, any devices); both are compared in float64 on the CPU.
+    """
+    if got.shape != ref.shape:
+        raise ValueError(f"shapes differ: got {tuple(got.shape)}, reference {tuple(ref.shape)}")
+    g = got.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    if g.numel() == 0:
+        return 0.0
+    special = ~torch.isfinite(r) | ~torch.isfinite(g)
+    same_special = (torch.isnan(g) & torch.isnan(r)) | (torch.isinf(r) & (g == r))
+    if bool((special & ~same_special).any()):
+        return float("inf")
+    finite = ~special
+    if not bool(finite.any()):
+        return 0.0
+    scale = r[finite].abs().max().clamp_min(torch.finfo(torch.float64).tiny)
+    return float((g[finite] - r[finite]).abs().max() / scale)
+
+
+def describe_mismatch(got: torch.Tensor, ref: torch.Tensor, limit: int = 3) -> str:
+    """A few lines saying where ``got`` and ``ref`` differ most, for error messages."""
+    if got.shape != ref.shape:
+        return f"shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    g = got.detach().to("cpu", torch.float64).flatten()
+    r = ref.detach().to("cpu", torch.float64).flatten()
+    nan_bad = torch.isnan(g) != torch.isnan(r)
+    lines = []
+    if bool(nan_bad.any()):
+        idx = torch.nonzero(nan_bad).flatten()[:limit].tolist()
+        where = ", ".join(f"[{i}]: got {g[i].item():.4g}, expected {r[i].item():.4g}" for i in idx)
+        lines.append(f"{int(nan_bad.sum())} NaN mismatch(es), e.g. {where}")
+    diff = (g - r).abs().nan_to_num(nan=0.0, posinf=float("inf"))
+    if diff.numel() and bool((diff > 0).any()):
+        i = int(diff.argmax())
+        lines.append(f"largest difference at flat index {i}: got {g[i].item():.6g}, "
+                     f"expected {r[i].item():.6g}")
+    return "; ".join(lines) if lines else "no difference"

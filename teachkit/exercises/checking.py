@@ -1,0 +1,102 @@
+"""The machinery every exercise checker shares.
+
+A checker calls the learner's function on fresh random inputs (odd sizes, extreme values, masks)
+and compares with a float64 reference. Three outcomes:
+
+* the stub is still unfilled (it raises ``NotImplementedError``): a hint is printed and the
+  checker returns ``False`` without failing the notebook;
+* the answer is wrong: :class:`ExerciseFailed` is raised with an explanation of what is off and
+  what usually causes it;
+* the answer is right: a short confirmation is printed and the checker returns ``True``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from ..compare import describe_mismatch, relative_error
+
+__all__ = ["ExerciseFailed", "exercise", "expect_close", "expect", "fresh_generator"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ExerciseFailed(AssertionError):
+    """A learner's answer is wrong; the message explains what was checked and what is off."""
+
+
+def exercise(title: str, hint: str) -> Callable[[F], F]:
+    """Turn ``checker(fn, ...)`` into an exercise check with the three outcomes above.
+
+    Parameters
+    ----------
+    title : str
+        What the exercise asks, for the messages.
+    hint : str
+        Printed when the learner's function still raises ``NotImplementedError``.
+    """
+
+    def wrap(checker: F) -> F:
+        @functools.wraps(checker)
+        def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+            try:
+                checker(fn, *args, **kwargs)
+            except NotImplementedError:
+                print(f"[not attempted] {title}\n  Hint: {hint}")
+                return False
+            print(f"[correct] {title}")
+            return True
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def expect(condition: bool, message: str) -> None:
+    """Raise :class:`ExerciseFailed` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise ExerciseFailed(message)
+
+
+def expect_close(
+    got: object, ref: torch.Tensor, case: str, rtol: float = 1e-5, advice: str = ""
+) -> None:
+    """Check ``got`` against the reference ``ref`` by relative error, explaining any failure.
+
+    Parameters
+    ----------
+    got
+        What the learner's function returned (checked to be a tensor of ``ref``'s shape).
+    ref : torch.Tensor
+        The float64 (or otherwise trusted) reference.
+    case : str
+        The input it came from, e.g. ``"a row of 37 values times 1000"``.
+    rtol : float
+        Largest relative error accepted (see :func:`teachkit.compare.relative_error`).
+    advice : str
+        What usually causes a failure on this case.
+    """
+    if not isinstance(got, torch.Tensor):
+        raise ExerciseFailed(f"On {case}: expected a torch.Tensor, got {type(got).__name__}.")
+    if got.shape != ref.shape:
+        raise ExerciseFailed(
+            f"On {case}: expected shape {tuple(ref.shape)}, got {tuple(got.shape)}. "
+            "Reduce with keepdim=True (or unsqueeze) so the result keeps the input's shape."
+        )
+    err = relative_error(got, ref)
+    if not err <= rtol:
+        raise ExerciseFailed(
+            f"On {case}: relative error {err:.3g} (allowed {rtol:g}); "
+            f"{describe_mismatch(got, ref)}." + (f"\n  {advice}" if advice else "")
+        )
+
+
+def fresh_generator() -> torch.Generator:
+    """A generator seeded from fresh entropy, so every check sees new random inputs."""
+    g = torch.Generator()
+    g.seed()
+    return g

@@ -1,0 +1,40 @@
+"""Where figures go and how they are labelled: one place for every plot helper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use(matplotlib.get_backend())  # keep Jupyter's inline backend; Agg where headless
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..device import device_name  # noqa: E402
+
+__all__ = ["figures_dir", "save_figure", "new_axes", "label_device"]
+
+
+def figures_dir() -> Path:
+    """The course's ``figures/`` folder (beside ``teachkit/``), else ``./figures``."""
+    repo = Path(__file__).resolve().parents[2] / "figures"
+    return repo if repo.is_dir() else Path.cwd() / "figures"
+
+
+def save_figure(fig: plt.Figure, name: str) -> Path:
+    """Save ``fig`` as ``figures/<name>.png`` (150 dpi, tight) and return the path."""
+    path = figures_dir() / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    return path
+
+
+def new_axes(ncols: int = 1, width: float = 6.0, height: float = 3.6):
+    """A figure with ``ncols`` side-by-side axes of a common size; returns ``(fig, axes)``."""
+    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+    return fig, axes[0] if ncols > 1 else axes[0, 0]
+
+
+def label_device(fig: plt.Figure) -> None:
+    """Write the device's name in the figure's lower-right corner (for measured figures)."""
+    fig.text(0.99, 0.01, device_name(), ha="right", va="bottom", fontsize=7, color="0.4")

@@ -24,7 +24,7 @@ Examples
 >>> import torch, teachkit
 >>> x = torch.tensor([1.0, 3.0, 2.0, 5.0])
 >>> teachkit.online_softmax(x)
-tensor([0.0152, 0.1124, 0.0414, 0.8310])
+tensor([0.0152, 0.1125, 0.0414, 0.8310])
 """
 
 from . import device  # noqa: I001  (first: decides TRITON_INTERPRET before anything imports triton)

@@ -167,7 +167,7 @@ def safe_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Examples
     --------
     >>> safe_softmax(torch.tensor([1.0, 3.0, 2.0, 5.0]))
-    tensor([0.0152, 0.1124, 0.0414, 0.8310])
+    tensor([0.0152, 0.1125, 0.0414, 0.8310])
     """
     m, d = softmax_stats(x, dim)
     return normalize_with_stats(x, m, d, dim)
@@ -232,7 +232,7 @@ def online_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Examples
     --------
     >>> online_softmax(torch.tensor([1.0, 3.0, 2.0, 5.0]))
-    tensor([0.0152, 0.1124, 0.0414, 0.8310])
+    tensor([0.0152, 0.1125, 0.0414, 0.8310])
     """
     m, d = online_stats(x, dim)
     return normalize_with_stats(x, m, d, dim)
@@ -321,7 +321,7 @@ def chunked_softmax(x: torch.Tensor, chunk_size: int, dim: int = -1) -> torch.Te
     Examples
     --------
     >>> chunked_softmax(torch.tensor([1.0, 3.0, 2.0, 5.0]), chunk_size=3)
-    tensor([0.0152, 0.1124, 0.0414, 0.8310])
+    tensor([0.0152, 0.1125, 0.0414, 0.8310])
     """
     y, dim_ = _prepare(x, dim)
     m, d = reduce_stats(*chunk_stats(y, chunk_size, dim_), dim=dim_)

@@ -83,7 +83,7 @@ def naive_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    r"""Attention with the whole ``L x S`` score matrix in memory: :math:`\mathrm{softmax}(qk^T s)v`.
+    r"""Attention with the whole ``L x S`` score matrix in memory, :math:`\mathrm{softmax}(qk^Ts)v`.
 
     The reference the blockwise algorithm and the kernels are checked against (pass float64
     inputs for a float64 reference).

@@ -137,5 +137,6 @@ def simulate_block_reduction(
         shuffle_steps += 1
     warp_m, warp_d = m[..., 0], d[..., 0]
 
-    (block_m, block_d), _ = tree_reduce(list(zip(warp_m.unbind(-1), warp_d.unbind(-1))))
+    shared_memory = list(zip(warp_m.unbind(-1), warp_d.unbind(-1), strict=True))
+    (block_m, block_d), _ = tree_reduce(shared_memory)
     return BlockReduction(thread_m, thread_d, warp_m, warp_d, block_m, block_d, shuffle_steps)

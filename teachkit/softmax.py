@@ -125,7 +125,7 @@ def softmax_stats(x: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.T
 def normalize_with_stats(
     x: torch.Tensor, m: torch.Tensor, d: torch.Tensor, dim: int = -1
 ) -> torch.Tensor:
-    r"""The last pass of every safe softmax: :math:`p_i = e^{x_i - m} / d` with the row's ``(m, d)``.
+    r"""The last pass of every safe softmax: :math:`p_i = e^{x_i - m} / d` from the row's stats.
 
     Plain ``exp``, not :func:`exp_shift`, so an all ``-inf`` row comes out NaN, as in
     ``torch.softmax``.
@@ -260,9 +260,10 @@ def merge_stats(
 
     Examples
     --------
-    >>> m, d = merge_stats(torch.tensor(3.0), torch.tensor(1.1353), torch.tensor(5.0), torch.tensor(1.0))
+    >>> first, last = torch.tensor([1.0, 3.0, 2.0]), torch.tensor([5.0])
+    >>> m, d = merge_stats(*softmax_stats(first), *softmax_stats(last))
     >>> round(m.item(), 4), round(d.item(), 4)
-    (5.0, 1.1536)
+    (5.0, 1.2034)
     """
     require_broadcastable(("m_a", m_a), ("d_a", d_a), ("m_b", m_b), ("d_b", d_b))
     m = torch.maximum(m_a, m_b)
@@ -292,13 +293,15 @@ def chunk_stats(
     return torch.stack([s[0] for s in stats], dim), torch.stack([s[1] for s in stats], dim)
 
 
-def reduce_stats(m: torch.Tensor, d: torch.Tensor, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+def reduce_stats(
+    m: torch.Tensor, d: torch.Tensor, dim: int = -1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Fold :func:`merge_stats` left to right along ``dim``; an empty axis gives ``(-inf, 0)``."""
     require_broadcastable(("m", m), ("d", d))
     dim = normalize_dim(m, dim, "m")
     shape = m.shape[:dim] + m.shape[dim + 1 :]
     acc_m, acc_d = m.new_full(shape, float("-inf")), d.new_zeros(shape)
-    for mc, dc in zip(m.unbind(dim), d.unbind(dim)):
+    for mc, dc in zip(m.unbind(dim), d.unbind(dim), strict=True):
         acc_m, acc_d = merge_stats(acc_m, acc_d, mc, dc)
     return acc_m, acc_d
 

@@ -9,7 +9,7 @@ __all__ = ["SourceCode", "show_source"]
 
 
 class SourceCode:
-    """Source text that renders as a highlighted Python block in Jupyter and as plain text elsewhere.
+    """Source text shown as a highlighted Python block in Jupyter, as plain text elsewhere.
 
     Attributes
     ----------

@@ -1,0 +1,17 @@
+"""Fixtures shared by the unit tests."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    """A generator with a fresh seed: every run checks new inputs."""
+    g = torch.Generator()
+    g.seed()
+    return g

@@ -55,6 +55,8 @@ def configure() -> bool:
                 stacklevel=2,
             )
         os.environ["TRITON_INTERPRET"] = "1"
+    # Keep Triton's long-standing default (fused multiply-add allowed) and its warning quiet.
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     return on_gpu
 
 

@@ -59,8 +59,10 @@ def naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     r"""The definition, :math:`e^{x_i} / \sum_j e^{x_j}`, computed in ``x``'s own dtype.
 
     This is the version that overflows: ``exp`` of anything above about 88.72 is ``inf`` in
-    float32 (about 11.09 in float16), and one ``inf`` makes its whole row NaN. It is here to be
-    broken; use :func:`safe_softmax` for real work.
+    float32 (about 11.09 in float16); an entry whose ``exp`` overflows comes out NaN
+    (``inf / inf``) and every other entry of its row 0 (``finite / inf``), so the row no longer
+    sums to 1 and any product with it (``p @ v``) is NaN. It is here to be broken; use
+    :func:`safe_softmax` for real work.
 
     Parameters
     ----------

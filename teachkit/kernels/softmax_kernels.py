@@ -1,0 +1,378 @@
+r"""Softmax kernels in Triton, from the blog posts' two-pass kernel to split rows.
+
+Every kernel reads a 2-D view ``(rows, n_cols)`` whose columns are contiguous (row stride free),
+computes in float32 whatever the input dtype, and writes the input's dtype. The variants:
+
+``softmax_fused``
+    The whole row (or several short rows) in registers: one read, one write. The fastest
+    while the row fits on chip (up to :data:`FUSED_MAX_COLS` columns).
+``softmax_blog``
+    The two-pass online kernel as the blog posts write it: one program per row, fixed blocks of
+    1024, a scalar running ``(m, d)`` updated once per block. Kept as the baseline.
+``softmax_online``
+    Two passes with a *vector* of running ``(m, d)``, one pair per lane, updated element-wise with
+    no reduction inside the loop; the lanes are merged once at the end by ``tl.reduce`` with the
+    merge rule of notebooks 03-04 as its combine function.
+``softmax_split``
+    Few, very long rows: every row is cut into chunks, one program per (row, chunk) writes the
+    chunk's partial ``(m, d)``; a second launch merges the row's partials and normalises its chunk.
+
+:func:`softmax` picks among them by shape. All follow ``torch.softmax`` semantics: rows with NaN or
+``+inf``, or only ``-inf``, give NaN; ``-inf`` entries give 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from ..device import ON_GPU
+from ..validation import normalize_dim, require_float_tensor
+from .targets import KernelConfig
+
+__all__ = [
+    "FUSED_MAX_COLS",
+    "SPLIT_CHUNK",
+    "softmax",
+    "softmax_fused",
+    "softmax_blog",
+    "softmax_online",
+    "softmax_split",
+    "merge_combine",
+    "fused_config",
+    "launch_configs",
+]
+
+LOG2E = tl.constexpr(1.4426950408889634)
+FUSED_MAX_COLS = 16384
+"""Longest row the fused kernel keeps in registers (float32 values after upcasting)."""
+SPLIT_CHUNK = 16384
+"""Columns per program in the split-row kernels."""
+LANES = 2048 if ON_GPU else 128
+"""Lanes of running ``(m, d)`` in the online and split kernels. Small under the interpreter, whose
+``tl.reduce`` runs the combine function lane after lane in Python."""
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# The merge rule, written once for Triton
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def merge_combine(m_a, d_a, m_b, d_b):
+    """Combine two ``(m, d)`` pairs (base-2 exponent, ``m`` in log2 units): notebook 03's merge.
+
+    ``tl.reduce`` calls it on pairs of lanes in a tree. A side with ``m = -inf`` (nothing seen
+    yet, or everything masked) adds 0 instead of the NaN of ``exp2(-inf - (-inf))``.
+    """
+    m = tl.maximum(m_a, m_b)
+    safe = tl.where(m == float("-inf"), 0.0, m)
+    return m, d_a * tl.exp2(m_a - safe) + d_b * tl.exp2(m_b - safe)
+
+
+@triton.jit
+def _online_update(m, d, x):
+    """Fold one value per lane into running per-lane ``(m, d)`` (base 2, ``x`` pre-scaled)."""
+    m_new = tl.maximum(m, x)
+    safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, d * tl.exp2(m - safe) + tl.exp2(x - safe)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused: whole rows in registers
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _fused_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=float("-inf"))
+    x = x.to(tl.float32) * LOG2E
+    m = tl.max(x, axis=1)
+    e = tl.exp2(x - m[:, None])
+    y = e / tl.sum(e, axis=1)[:, None]
+    tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+
+
+def fused_config(n_cols: int) -> tuple[int, int, int]:
+    """``(BLOCK_M, BLOCK_N, num_warps)`` of the fused kernel for rows of ``n_cols``.
+
+    ``BLOCK_N`` is the next power of two; short rows are packed several to a program so that each
+    program moves at least 4096 elements; warps grow with the tile (16 values a thread at most
+    up to 16 warps).
+    """
+    block_n = triton.next_power_of_2(max(n_cols, 1))
+    block_m = max(1, min(16, 4096 // block_n))
+    tile = block_m * block_n
+    num_warps = max(1, min(16, tile // 512))
+    return block_m, block_n, num_warps
+
+
+def _launch_fused(x2: torch.Tensor, y2: torch.Tensor) -> None:
+    n_rows, n_cols = x2.shape
+    block_m, block_n, num_warps = fused_config(n_cols)
+    grid = (triton.cdiv(n_rows, block_m),)
+    _fused_kernel[grid](x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
+                        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+
+
+# ---------------------------------------------------------------------------------------------
+# The blog posts' two-pass kernel: scalar (m, d) per row, updated once per block
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _blog_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row, y_row = X + row * stride_x, Y + row * stride_y
+    m = float("-inf")
+    d = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        d = d * tl.exp2(m - safe) + tl.sum(tl.exp2(x - safe), axis=0)
+        m = m_new
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        y = tl.exp2(x - m) / d
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+# ---------------------------------------------------------------------------------------------
+# Two passes with per-lane (m, d) merged by tl.reduce
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row, y_row = X + row * stride_x, Y + row * stride_y
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    d = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        m, d = _online_update(m, d, x)
+    m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        y = tl.exp2(x - m_row) / d_row
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+# ---------------------------------------------------------------------------------------------
+# Split rows: partial (m, d) per chunk, then merge and normalise
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    x_row = X + row * stride_x
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    d = tl.zeros([BLOCK], tl.float32)
+    for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        m, d = _online_update(m, d, x)
+    m_c, d_c = tl.reduce((m, d), 0, merge_combine)
+    tl.store(M + row * n_chunks + chunk, m_c)
+    tl.store(D + row * n_chunks + chunk, d_c)
+
+
+@triton.jit
+def _split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
+                            CHUNK: tl.constexpr, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    # Every program merges its row's partials itself: n_chunks pairs, a few KB at most.
+    m = tl.full([BLOCK_P], float("-inf"), tl.float32)
+    d = tl.zeros([BLOCK_P], tl.float32)
+    for start in range(0, n_chunks, BLOCK_P):
+        idx = start + tl.arange(0, BLOCK_P)
+        m_p = tl.load(M + row * n_chunks + idx, mask=idx < n_chunks, other=float("-inf"))
+        d_p = tl.load(D + row * n_chunks + idx, mask=idx < n_chunks, other=0.0)
+        m, d = merge_combine(m, d, m_p, d_p)
+    m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+    x_row, y_row = X + row * stride_x, Y + row * stride_y
+    for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        y = tl.exp2(x - m_row) / d_row
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) -> None:
+    n_rows, n_cols = x2.shape
+    n_chunks = triton.cdiv(n_cols, chunk)
+    m = torch.empty(n_rows, n_chunks, dtype=torch.float32, device=x2.device)
+    d = torch.empty_like(m)
+    grid = (n_rows, n_chunks)
+    _split_stats_kernel[grid](x2, m, d, n_cols, x2.stride(0), n_chunks,
+                              CHUNK=chunk, BLOCK=block, num_warps=8)
+    block_p = min(1024, triton.next_power_of_2(n_chunks))
+    _split_normalize_kernel[grid](x2, y2, m, d, n_cols, x2.stride(0), y2.stride(0), n_chunks,
+                                  CHUNK=chunk, BLOCK=block, BLOCK_P=block_p, num_warps=8)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+# ---------------------------------------------------------------------------------------------
+def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, object]:
+    """Validate; return a 2-D ``(rows, n)`` view with unit column stride, its output, and a
+    function that turns the output back into ``x``'s shape and ``dim``."""
+    require_float_tensor(x)
+    if x.dtype not in _KERNEL_DTYPES:
+        raise TypeError(
+            f"the Triton kernels take float16, bfloat16 or float32, got {x.dtype}; "
+            "use teachkit.softmax.safe_softmax for float64, or convert with x.float()"
+        )
+    if ON_GPU and x.device.type != "cuda":
+        raise ValueError(
+            f"x is on {x.device} but the kernels run on the GPU; move it first: x.cuda()"
+        )
+    if not ON_GPU and x.device.type != "cpu":
+        raise ValueError(f"x is on {x.device}; without a GPU, the kernels take CPU tensors")
+    dim = normalize_dim(x, dim)
+    moved = (x.reshape(1) if x.dim() == 0 else x).movedim(dim, -1)
+    n_cols = moved.shape[-1]
+    n_rows = moved.numel() // n_cols if n_cols else math.prod(moved.shape[:-1])
+    x2 = moved.reshape(n_rows, n_cols) if moved.dim() != 2 else moved
+    if x2.numel() and x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+
+    def restore(y: torch.Tensor) -> torch.Tensor:
+        return y.reshape(moved.shape).movedim(-1, dim).reshape(x.shape)
+
+    return x2, y2, restore
+
+
+def _run(x: torch.Tensor, dim: int, launch) -> torch.Tensor:
+    x2, y2, restore = _as_rows(x, dim)
+    if x2.numel():
+        launch(x2, y2)
+    return restore(y2)
+
+
+def softmax_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax with each row held whole in registers: one read and one write of the tensor.
+
+    Raises ``ValueError`` for rows longer than :data:`FUSED_MAX_COLS`; use :func:`softmax`.
+    """
+    n = x.shape[dim] if isinstance(x, torch.Tensor) and x.dim() else 1
+    if n > FUSED_MAX_COLS:
+        raise ValueError(
+            f"softmax_fused keeps a row in registers, so rows of at most {FUSED_MAX_COLS} "
+            f"elements; got {n}. Use softmax_online, softmax_split or softmax (which picks)."
+        )
+    return _run(x, dim, _launch_fused)
+
+
+def softmax_blog(x: torch.Tensor, dim: int = -1, block: int = 1024) -> torch.Tensor:
+    """The blog posts' two-pass online kernel: one program per row, a scalar ``(m, d)``."""
+    def launch(x2, y2):
+        _blog_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
+                                     BLOCK=block, num_warps=4)
+    return _run(x, dim, launch)
+
+
+def softmax_online(x: torch.Tensor, dim: int = -1, block: int = LANES) -> torch.Tensor:
+    """Two passes, one program per row, per-lane ``(m, d)`` merged once by ``tl.reduce``."""
+    def launch(x2, y2):
+        _online_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
+                                       BLOCK=block, num_warps=8)
+    return _run(x, dim, launch)
+
+
+def softmax_split(x: torch.Tensor, dim: int = -1, chunk: int = SPLIT_CHUNK,
+                  block: int = LANES) -> torch.Tensor:
+    """Split every row into chunks of ``chunk`` columns, one program each; merge; normalise.
+
+    ``chunk`` must be a multiple of ``block`` (both powers of two).
+    """
+    if chunk % block or block & (block - 1):
+        raise ValueError(f"chunk ({chunk}) must be a multiple of block ({block}), a power of two")
+    return _run(x, dim, lambda x2, y2: _launch_split(x2, y2, chunk, block))
+
+
+def _split_chunk(n_rows: int, n_cols: int) -> int:
+    """Chunk size for the split kernels: :data:`SPLIT_CHUNK`, smaller when there are too few
+    rows × chunks to fill the GPU, never below 2048."""
+    chunk = SPLIT_CHUNK
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 8
+    while chunk > max(2048, LANES) and n_rows * math.ceil(n_cols / chunk) < 4 * sms:
+        chunk //= 2
+    return chunk
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax along ``dim`` with the fastest kernel of this module for the shape.
+
+    Rows of up to :data:`FUSED_MAX_COLS` elements go to the fused kernel (one read, one write);
+    longer rows to the split kernels (every row cut into chunks that fill the GPU, partial
+    ``(m, d)`` merged, two reads and one write).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        float16, bfloat16 or float32, any shape and strides; on the GPU when there is one (CPU
+        tensors under Triton's interpreter).
+    dim : int
+        The axis the probabilities sum over.
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape and dtype as ``x``, equal to ``torch.softmax(x, dim)`` within rounding
+        (float32 inside).
+
+    Examples
+    --------
+    >>> import teachkit, teachkit.kernels as K
+    >>> K.softmax(torch.tensor([1.0, 3.0, 2.0, 5.0], device=teachkit.DEVICE)).cpu()
+    tensor([0.0152, 0.1125, 0.0414, 0.8310])
+    """
+    def launch(x2, y2):
+        n_rows, n_cols = x2.shape
+        if n_cols <= FUSED_MAX_COLS:
+            _launch_fused(x2, y2)
+        else:
+            _launch_split(x2, y2, _split_chunk(n_rows, n_cols), LANES)
+    return _run(x, dim, launch)
+
+
+def launch_configs() -> list[KernelConfig]:
+    """Every configuration :func:`softmax` and the named variants can launch, for compile checks."""
+    configs = []
+    for ty in ("fp32", "bf16"):  # fp16 tiles are laid out as bf16 ones: same shared memory
+        ptr = f"*{ty}"
+        for n in (2**i for i in range(15)):
+            block_m, block_n, warps = fused_config(n)
+            configs.append(KernelConfig(
+                f"fused {ty} BLOCK_M={block_m} BLOCK_N={block_n}", _fused_kernel,
+                {"X": ptr, "Y": ptr, "n_rows": "i32", "n_cols": "i32", "stride_x": "i32",
+                 "stride_y": "i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"},
+                {"BLOCK_M": block_m, "BLOCK_N": block_n}, warps))
+        rows = {"X": ptr, "Y": ptr, "n_cols": "i32", "stride_x": "i32", "stride_y": "i32",
+                "BLOCK": "constexpr"}
+        configs.append(KernelConfig(f"blog {ty}", _blog_kernel, rows, {"BLOCK": 1024}, 4))
+        configs.append(KernelConfig(f"online {ty}", _online_kernel, rows, {"BLOCK": 2048}, 8))
+        chunk = SPLIT_CHUNK
+        while chunk >= 2048:
+            configs.append(KernelConfig(
+                f"split stats {ty} CHUNK={chunk}", _split_stats_kernel,
+                {"X": ptr, "M": "*fp32", "D": "*fp32", "n_cols": "i32", "stride_x": "i32",
+                 "n_chunks": "i32", "CHUNK": "constexpr", "BLOCK": "constexpr"},
+                {"CHUNK": chunk, "BLOCK": 2048}, 8))
+            configs.append(KernelConfig(
+                f"split normalize {ty} CHUNK={chunk}", _split_normalize_kernel,
+                {"X": ptr, "Y": ptr, "M": "*fp32", "D": "*fp32", "n_cols": "i32",
+                 "stride_x": "i32", "stride_y": "i32", "n_chunks": "i32", "CHUNK": "constexpr",
+                 "BLOCK": "constexpr", "BLOCK_P": "constexpr"},
+                {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
+            chunk //= 2
+    return configs

@@ -1,0 +1,96 @@
+"""Compile kernels for the GPUs learners use, on any machine, and read their resource use.
+
+``triton.compile`` can target any CUDA architecture without a GPU present, so CI checks that every
+configuration a kernel may launch fits the shared memory of a T4 (sm_75), an A100 (sm_80), an L4
+(sm_89) and an H100 (sm_90).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["SHARED_MEMORY_LIMIT", "KernelConfig", "compile_for"]
+
+SHARED_MEMORY_LIMIT = {75: 64 * 1024, 80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+"""Largest shared memory one program (block) may use, in bytes, per compute capability."""
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One launch configuration of a kernel: what ``triton.compile`` needs to build it.
+
+    Attributes
+    ----------
+    name : str
+        A label for messages, e.g. ``"fused fp16 BLOCK_N=16384"``.
+    kernel : object
+        The ``@triton.jit`` function.
+    signature : dict
+        Argument name to Triton type (``"*fp32"``, ``"i32"``, ``"constexpr"``).
+    constexprs : dict
+        Values of the ``tl.constexpr`` arguments.
+    num_warps : int
+        Warps per program.
+    num_stages : int
+        Software pipelining depth.
+    """
+
+    name: str
+    kernel: object
+    signature: dict = field(hash=False)
+    constexprs: dict = field(hash=False)
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+def compile_for(config: KernelConfig, capability: int) -> int:
+    """Compile ``config`` for ``sm_<capability>`` and return its shared memory in bytes."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(config.kernel, signature=config.signature, constexprs=config.constexprs)
+    compiled = triton.compile(
+        src,
+        target=GPUTarget("cuda", capability, 32),
+        options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+    )
+    return int(compiled.metadata.shared)
+
+
+def all_launch_configs() -> list[KernelConfig]:
+    """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
+    from . import softmax_kernels
+
+    return softmax_kernels.launch_configs()
+
+
+def check_config(config: KernelConfig, capability: int) -> str | None:
+    """Compile one configuration for one capability; return a problem line, or ``None``."""
+    try:
+        shared = compile_for(config, capability)
+    except Exception as err:  # noqa: BLE001 - report every failure, not just the first
+        return f"sm_{capability} {config.name}: does not compile: {err}"
+    if shared > SHARED_MEMORY_LIMIT[capability]:
+        return (f"sm_{capability} {config.name}: {shared} bytes of shared memory, more than "
+                f"the {SHARED_MEMORY_LIMIT[capability]} a block may use")
+    return None
+
+
+def _check_index(job: tuple[int, int]) -> str | None:
+    return check_config(all_launch_configs()[job[0]], job[1])
+
+
+def check_all(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT),
+              workers: int | None = None) -> list[str]:
+    """Compile every configuration for every capability in parallel; return the problems.
+
+    Must run with ``TRITON_INTERPRET=0`` (the compiler needs real ``@triton.jit`` functions);
+    ``python -m teachkit.kernels`` arranges that.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(i, cap) for i in range(len(all_launch_configs())) for cap in capabilities]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return [p for p in pool.map(_check_index, jobs) if p]
+

@@ -1,0 +1,49 @@
+"""Benchmark figures: achieved bandwidth per provider and shape against the copy ceiling."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .figures import label_device
+
+__all__ = ["plot_bandwidth"]
+
+
+def plot_bandwidth(results: list, ceiling: float | None = None,
+                   title: str = "Softmax: achieved bandwidth") -> plt.Figure:
+    """Grouped bars of GB/s per problem (x) and provider (colour), one panel per dtype.
+
+    Parameters
+    ----------
+    results : list of teachkit.bench.Measurement
+        What :func:`teachkit.bench.bench_softmax` returned.
+    ceiling : float, optional
+        The measured copy bandwidth, drawn as a dashed line.
+    title : str
+        Figure title; the device's name is added in the corner.
+    """
+    dtypes = list(dict.fromkeys(r.dtype for r in results))
+    providers = list(dict.fromkeys(r.provider for r in results))
+    problems = list(dict.fromkeys(r.problem for r in results))
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(11, 3.4 * len(dtypes)), squeeze=False)
+    width = 0.8 / max(len(providers), 1)
+    for ax, dt in zip(axes[:, 0], dtypes, strict=True):
+        for j, prov in enumerate(providers):
+            vals = {r.problem: r.value for r in results if r.dtype == dt and r.provider == prov}
+            xs = [i + (j - (len(providers) - 1) / 2) * width for i, p in enumerate(problems)
+                  if p in vals]
+            ax.bar(xs, [vals[p] for p in problems if p in vals], width, label=prov)
+        if ceiling:
+            ax.axhline(ceiling, color="k", ls="--", lw=1)
+            ax.text(len(problems) - 0.5, ceiling, f" copy {ceiling:.0f} GB/s", va="bottom",
+                    ha="right", fontsize=8)
+        ax.set_xticks(np.arange(len(problems)), problems, fontsize=8)
+        ax.set_ylabel(f"{dt}: GB/s")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(fontsize=8, ncol=min(len(providers), 3), loc="upper right")
+    axes[0, 0].set_title(title)
+    axes[-1, 0].set_xlabel("rows x columns")
+    label_device(fig)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,91 @@
+"""The Triton softmax kernels against torch.softmax and float64 (interpreter on CPU, GPU if any)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from inputs import randn
+
+import teachkit
+from teachkit.compare import relative_error
+
+K = pytest.importorskip("teachkit.kernels")
+from teachkit.kernels import softmax_kernels as ks  # noqa: E402
+
+DEV = teachkit.DEVICE
+RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+INF, NAN = float("inf"), float("nan")
+# Small chunks so the split kernels cut short rows into several chunks under the interpreter.
+VARIANTS = {
+    "fused": ks.softmax_fused,
+    "blog": lambda x, dim=-1: ks.softmax_blog(x, dim, block=64),
+    "online": lambda x, dim=-1: ks.softmax_online(x, dim, block=32),
+    "split": lambda x, dim=-1: ks.softmax_split(x, dim, chunk=64, block=32),
+    "entry": ks.softmax,
+}
+
+
+def ref(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.softmax(x.double(), dim=dim)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("dtype", list(RTOL))
+@pytest.mark.parametrize("n", [1, 7, 63, 64, 65, 200])
+def test_rows_of_any_length(name, dtype, n, gen):
+    x = randn(5, n, gen=gen, dtype=dtype, scale=3).to(DEV)
+    y = VARIANTS[name](x)
+    assert y.dtype == dtype and y.shape == x.shape
+    assert relative_error(y, ref(x)) < RTOL[dtype]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_torch_semantics_for_masks_inf_nan_and_huge(name, gen):
+    x = randn(6, 150, gen=gen, scale=1000).to(DEV)  # huge magnitudes
+    x[1] = -INF                 # all masked: NaN
+    x[2, 77] = INF              # +inf: NaN
+    x[3, 5] = NAN               # NaN: NaN
+    x[4, :130] = -INF           # masked prefix longer than a block and a chunk
+    y = VARIANTS[name](x)
+    r = ref(x)
+    assert torch.equal(torch.isnan(y.cpu()), torch.isnan(r.cpu()))
+    assert torch.all(y[4, :130] == 0)
+    assert relative_error(y, r) < RTOL[torch.float32]
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_dims_strides_and_shapes(name, gen):
+    f = VARIANTS[name]
+    x = randn(3, 40, 9, gen=gen).to(DEV)
+    for dim in (0, 1, -1):
+        assert relative_error(f(x, dim=dim), ref(x, dim)) < RTOL[torch.float32]
+    t = randn(70, 33, gen=gen).to(DEV).t()  # non-contiguous rows
+    assert relative_error(f(t), ref(t)) < RTOL[torch.float32]
+    s = x[:, ::3, 2]  # strided both ways
+    assert relative_error(f(s), ref(s)) < RTOL[torch.float32]
+    assert f(torch.tensor(3.0, device=DEV)).item() == 1.0
+    for shape in [(0, 5), (5, 0), (0,)]:
+        assert f(torch.empty(shape, device=DEV)).shape == shape
+
+
+def test_entry_point_picks_split_for_long_rows(gen, monkeypatch):
+    monkeypatch.setattr(ks, "FUSED_MAX_COLS", 64)
+    monkeypatch.setattr(ks, "SPLIT_CHUNK", 128)
+    x = randn(3, 1000, gen=gen, dtype=torch.bfloat16).to(DEV)
+    assert relative_error(ks.softmax(x), ref(x)) < RTOL[torch.bfloat16]
+    with pytest.raises(ValueError, match="softmax_split"):
+        ks.softmax_fused(x)
+
+
+def test_bad_input_says_what_to_pass():
+    with pytest.raises(TypeError, match="floating-point"):
+        ks.softmax(torch.arange(6, device=DEV))
+    with pytest.raises(TypeError, match="float64"):
+        ks.softmax(torch.randn(3, 4, dtype=torch.float64, device=DEV))
+    with pytest.raises(ValueError, match="out of range"):
+        ks.softmax(torch.randn(3, 4, device=DEV), dim=3)
+    with pytest.raises(ValueError, match="multiple of block"):
+        ks.softmax_split(torch.randn(3, 4, device=DEV), chunk=96, block=64)
+    if teachkit.ON_GPU:
+        with pytest.raises(ValueError, match="cuda"):
+            ks.softmax(torch.randn(3, 4))

@@ -1,0 +1,310 @@
+"""Exercises of notebook 02 (the safe softmax): checkers and solutions.
+
+1. :func:`check_safe_softmax` / :func:`solution_safe_softmax`: the safe softmax along any ``dim``.
+2. :func:`check_mean_breaker` / :func:`solution_mean_breaker`: a row for which shifting by the
+   *mean* still overflows in float32, while shifting by the max works.
+3. :func:`check_softmax_stats` / :func:`solution_softmax_stats`: the statistics ``(m, d)`` of
+   every row, including a fully masked one.
+
+Every checker builds fresh random inputs, compares with a float64 reference and, on a wrong answer,
+raises :class:`~teachkit.exercises.checking.ExerciseFailed` naming the case and the likely mistake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ..compare import relative_error
+from ..numerics import overflow_threshold
+from ..softmax import naive_softmax, safe_softmax, softmax_stats
+from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+
+__all__ = [
+    "check_safe_softmax",
+    "solution_safe_softmax",
+    "check_mean_breaker",
+    "solution_mean_breaker",
+    "check_softmax_stats",
+    "solution_softmax_stats",
+]
+
+INF = float("inf")
+LOW = (torch.float16, torch.bfloat16)
+
+# Largest relative error accepted per input dtype: a few roundings of the output dtype, so that an
+# answer computed in float32 inside and one computed in the low-precision dtype both pass.
+RTOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+NO_MAX = ("NaN or inf where the reference is finite: did you subtract the maximum before exp? "
+          "exp(x) overflows above {limit:.2f} in {dtype}.")
+GLOBAL_MAX = ("Rows far below the largest value of the whole tensor came out NaN: with one max "
+              "for the whole tensor, every exp(x - max) of such a row underflows to 0 and 0/0 = "
+              "NaN. Subtract each row's own maximum: m = x.amax(dim, keepdim=True), not x.max().")
+WRONG_DIM = ("Wrong along dim={dim}: take the max and the sum along the dim argument (with "
+             "keepdim=True so they broadcast), not along the last axis.")
+BASICS = ("Compute p = exp(x - m) / sum(exp(x - m)) with m the maximum along dim; every row of "
+          "the result should sum to 1.")
+
+
+def _randn(*shape: int, gen: torch.Generator, dtype: torch.dtype = torch.float32,
+           scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+    """Fresh normal values times ``scale`` plus ``shift``, drawn in float64 and rounded once."""
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift).to(dtype)
+
+
+def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
+    """Call the learner's function; turn any error but NotImplementedError into a clear failure."""
+    try:
+        return fn(*args)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # the learner's code raised: say on which input, keep the traceback
+        raise ExerciseFailed(
+            f"On {case}: your function raised {type(e).__name__}: {e}\n  If shapes do not "
+            "broadcast, keep the reduced axis (keepdim=True) so m has shape (..., 1, ...)."
+        ) from e
+
+
+def _has_bad_nan(got: Any, ref: torch.Tensor) -> bool:
+    """True when ``got`` has NaN or inf where ``ref`` is finite (same shape assumed)."""
+    if not isinstance(got, torch.Tensor) or got.shape != ref.shape:
+        return False
+    g = got.detach().to("cpu", torch.float64)
+    return bool((~torch.isfinite(g) & torch.isfinite(ref)).any())
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 1: safe softmax along any dim
+# --------------------------------------------------------------------------------------------
+
+def _softmax_cases(gen: torch.Generator) -> Iterator[tuple[str, torch.Tensor, int, str, str]]:
+    """(case, input, dim, advice when NaN appears, advice otherwise), easiest first."""
+    no_max32 = NO_MAX.format(limit=overflow_threshold(torch.float32), dtype="float32")
+    yield "a row of 37 random values", _randn(37, gen=gen), -1, BASICS, BASICS
+    yield "a row of 41 random values times 1000", _randn(41, gen=gen, scale=1000), -1, \
+        no_max32, BASICS
+    offsets = torch.tensor([0.0, -150.0, -300.0, 40.0, -1000.0, 7.0])
+    x = _randn(6, 45, gen=gen, scale=3) + offsets[:, None]
+    yield ("6 rows of 45 values at very different heights (row offsets 0, -150, -300, 40, "
+           "-1000, 7)"), x, -1, GLOBAL_MAX, BASICS
+    yield "a (29, 3) tensor along dim=0", _randn(29, 3, gen=gen, scale=5), 0, \
+        WRONG_DIM.format(dim=0), WRONG_DIM.format(dim=0)
+    yield "a (3, 5, 23) tensor times 300 along dim=1", _randn(3, 5, 23, gen=gen, scale=300), 1, \
+        WRONG_DIM.format(dim=1) + " " + no_max32, WRONG_DIM.format(dim=1)
+    no_max16 = NO_MAX.format(limit=overflow_threshold(torch.float16), dtype="float16")
+    yield "float16 logits around 12 (a row of 17)", \
+        _randn(17, gen=gen, dtype=torch.float16, scale=2, shift=11), -1, no_max16, BASICS
+    no_max_bf = NO_MAX.format(limit=overflow_threshold(torch.bfloat16), dtype="bfloat16")
+    yield "bfloat16 values times 100 (4 rows of 31)", \
+        _randn(4, 31, gen=gen, dtype=torch.bfloat16, scale=100), -1, no_max_bf, BASICS
+    x = _randn(19, 19, gen=gen, scale=4)
+    x = x.masked_fill(torch.ones(19, 19, dtype=torch.bool).triu(1), -INF)
+    masked = ("NaN where the reference is finite on a row with -inf entries: exp(-inf - m) is 0 "
+              "when m is finite; m must be the row maximum (each row here has a finite entry).")
+    yield "a 19 x 19 causal mask (-inf above the diagonal)", x, -1, masked, BASICS
+    f64 = "float64 input should be computed in float64 (do not convert it to float32)."
+    yield "float64 rows of 3 values", _randn(7, 3, gen=gen, dtype=torch.float64, scale=50), -1, \
+        NO_MAX.format(limit=overflow_threshold(torch.float64), dtype="float64"), f64
+
+
+@exercise(
+    "safe softmax along any dim",
+    hint="m = x.amax(dim, keepdim=True); e = torch.exp(x - m); return e / e.sum(dim, keepdim=True)"
+         " (for float16/bfloat16, compute in float32 and convert back with .to(x.dtype)).",
+)
+def check_safe_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
+    """Check ``fn(x, dim)`` against the float64 softmax on odd sizes, huge values, masks, dtypes.
+
+    Parameters
+    ----------
+    fn : callable
+        The learner's ``softmax(x, dim)``; called with ``dim`` as the second positional argument.
+
+    Examples
+    --------
+    >>> check_safe_softmax(solution_safe_softmax)
+    [correct] safe softmax along any dim
+    True
+    """
+    gen = fresh_generator()
+    for case, x, dim, nan_advice, advice in _softmax_cases(gen):
+        before = x.clone()
+        got = _call(fn, case, x, dim)
+        expect(torch.equal(x, before), f"On {case}: your function changed its input in place; "
+               "work on new tensors (x - m, not x -= m).")
+        ref = torch.softmax(x.double(), dim=dim)
+        if isinstance(got, torch.Tensor) and got.shape == ref.shape:
+            expect(got.dtype == x.dtype, f"On {case}: returned dtype {got.dtype}, expected "
+                   f"{x.dtype}. Return the input's dtype (compute in float32 inside if you like, "
+                   "then .to(x.dtype)), as torch.softmax does.")
+        expect_close(got, ref, case, RTOL[x.dtype],
+                     nan_advice if _has_bad_nan(got, ref) else advice)
+        if bool(torch.isinf(x).any()):
+            expect(bool((got[torch.isinf(x)] == 0).all()),
+                   f"On {case}: -inf entries must give exactly 0.")
+
+
+def solution_safe_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """The safe softmax along ``dim``: subtract each row's maximum, exponentiate, normalise.
+
+    Every exponent is at most 0, so nothing overflows; the largest term is 1, so the sum is at
+    least 1 (no 0/0). float16 and bfloat16 are computed in float32 and rounded back once.
+    """
+    y = x.float() if x.dtype in LOW else x
+    m = y.amax(dim=dim, keepdim=True)  # pass 1: each row's own maximum
+    e = torch.exp(y - m)  # pass 2: exponents <= 0 ...
+    p = e / e.sum(dim=dim, keepdim=True)  # ... their sum, and pass 3: normalise
+    return p.to(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 2: the mean is not a safe shift
+# --------------------------------------------------------------------------------------------
+
+@exercise(
+    "a row where the mean shift overflows but the max shift does not",
+    hint="the mean sits among the many ordinary values; one value far above them (more than "
+         "88.72 above the mean) makes exp(x - mean) overflow. Try zeros with one large entry.",
+)
+def check_mean_breaker(fn: Callable[[], torch.Tensor]) -> None:
+    """Check that ``fn()`` returns a float32 row whose softmax overflows when shifted by its mean.
+
+    Verified: the row is 1-D float32 with finite entries and a finite mean; ``exp(x - mean)``
+    computed in float32 overflows, so ``softmax(x - mean)`` has NaN or inf; and the max-shifted
+    softmax matches the float64 reference.
+
+    Examples
+    --------
+    >>> check_mean_breaker(solution_mean_breaker)
+    [correct] a row where the mean shift overflows but the max shift does not
+    True
+    """
+    case = "the row you returned"
+    x = _call(fn, case)
+    expect(isinstance(x, torch.Tensor), f"Return a torch.Tensor, got {type(x).__name__}; e.g. "
+           "torch.tensor([...], dtype=torch.float32).")
+    expect(x.dtype == torch.float32, f"Return a float32 row (the exercise is about float32's "
+           f"range), got {x.dtype}; e.g. x.float().")
+    expect(x.dim() == 1 and x.numel() >= 2, f"Return one row: a 1-D tensor of at least two "
+           f"values, got shape {tuple(x.shape)}.")
+    expect(bool(torch.isfinite(x).all()), "Every entry must be finite: with inf or NaN in the row "
+           "no shift helps (torch.softmax gives NaN as well).")
+    mean = x.mean()
+    expect(bool(torch.isfinite(mean)), f"The mean of your row is {mean.item()}: its sum "
+           "overflowed float32. Keep the values small enough that the mean is a number "
+           "(|x| well below 1e36).")
+    limit = overflow_threshold(torch.float32)
+    top = float((x - mean).max())
+    shifted = naive_softmax(x - mean)
+    expect(not bool(torch.isfinite(shifted).all()),
+           f"softmax(x - mean) came out finite: the largest x - mean is {top:.4g}, not above "
+           f"the float32 overflow threshold {limit:.2f}. You need one entry more than {limit:.2f} "
+           "above the mean; since the mean is pulled towards that entry too, put it among many "
+           "small values.")
+    ref = torch.softmax(x.double(), dim=-1)
+    expect_close(safe_softmax(x), ref, "the max-shifted softmax of your row", RTOL[torch.float32])
+
+
+def solution_mean_breaker() -> torch.Tensor:
+    """Zeros with one entry of 100, in a row of 100: the mean is 1, so ``x - mean`` reaches 99.
+
+    ``exp(99)`` overflows float32 (the limit is about 88.72), so ``softmax(x - mean)`` is NaN,
+    while ``x - max`` is at most 0. The mean sits among the many values; the max sits on top of
+    all of them, which is the only shift that bounds every exponent.
+    """
+    x = torch.zeros(100)
+    x[0] = 100.0
+    return x
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 3: the statistics (m, d) of each row
+# --------------------------------------------------------------------------------------------
+
+STATS_BASICS = ("m is the row maximum and d = sum_j exp(x_j - m); d lies between 1 and the row "
+                "length.")
+OWN_MAX = ("Rows far below the largest value of the whole tensor came out wrong: every row needs "
+           "its own maximum (x.amax(-1)), not the maximum of the whole tensor; otherwise all "
+           "exp(x - max) of a low row underflow to 0.")
+ALL_MASKED = ("A row of only -inf holds no probability mass: its statistics are m = -inf and "
+              "d = 0 (what merging chunks in later notebooks relies on). There x - m = -inf - "
+              "(-inf) = NaN; use torch.where(m == -inf, 0, torch.exp(x - m)) for the terms.")
+
+
+def _stats_cases(gen: torch.Generator) -> Iterator[tuple[str, torch.Tensor, str]]:
+    """(case, input, advice), easiest first; the statistics are taken along the last axis."""
+    yield "the by-hand row [1, 3, 2, 5] (m = 5, d = 1.2034)", \
+        torch.tensor([1.0, 3.0, 2.0, 5.0]), STATS_BASICS
+    yield "7 rows of 33 random values", _randn(7, 33, gen=gen, scale=3), STATS_BASICS
+    yield "5 rows of 29 values times 1000", _randn(5, 29, gen=gen, scale=1000), \
+        NO_MAX.format(limit=overflow_threshold(torch.float32), dtype="float32")
+    offsets = torch.tensor([0.0, -200.0, 60.0, -500.0])
+    yield "4 rows of 27 values at very different heights (offsets 0, -200, 60, -500)", \
+        _randn(4, 27, gen=gen, scale=2) + offsets[:, None], OWN_MAX
+    yield "float16 rows (3 of 21) times 8", _randn(3, 21, gen=gen, dtype=torch.float16, scale=8), \
+        NO_MAX.format(limit=overflow_threshold(torch.float16), dtype="float16")
+    x = _randn(6, 15, gen=gen, scale=4)
+    x[:, ::3] = -INF
+    yield "6 rows of 15 with every third entry -inf", x, STATS_BASICS
+    x = _randn(3, 11, gen=gen)
+    x[1] = -INF
+    yield "3 rows of 11 whose middle row is all -inf", x, ALL_MASKED
+
+
+@exercise(
+    "the statistics (m, d) of each row",
+    hint="m = x.amax(-1); d = torch.exp(x - m.unsqueeze(-1)).sum(-1); an all -inf row must give "
+         "(m, d) = (-inf, 0).",
+)
+def check_softmax_stats(
+    fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+) -> None:
+    """Check ``fn(x) -> (m, d)`` (last axis, reduced axis dropped) against float64 statistics.
+
+    Examples
+    --------
+    >>> check_softmax_stats(solution_softmax_stats)
+    [correct] the statistics (m, d) of each row
+    True
+    """
+    gen = fresh_generator()
+    for case, x, advice in _stats_cases(gen):
+        out = _call(fn, case, x)
+        expect(isinstance(out, tuple | list) and len(out) == 2,
+               f"On {case}: return a pair (m, d), got {type(out).__name__}.")
+        m, d = out
+        m_ref, d_ref = softmax_stats(x.double())
+        for name, t in (("m", m), ("d", d)):
+            expect(isinstance(t, torch.Tensor) and t.shape == m_ref.shape,
+                   f"On {case}: {name} should be a tensor of shape {tuple(m_ref.shape)} (one value "
+                   f"per row, the last axis dropped: no keepdim), got "
+                   f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}.")
+        expect_close(m, m_ref, f"{case}, m", 1e-6,
+                     "m is the maximum of each row (x.amax(-1)), with the last axis dropped.")
+        if isinstance(d, torch.Tensor) and d.shape == d_ref.shape and x.dim() == 1:
+            unshifted = torch.exp(x.double()).sum()
+            expect(relative_error(d, unshifted) > 1e-3,
+                   f"On {case}: d = {float(d):.6g} is sum(exp(x)), not shifted: the denominator "
+                   f"in the statistics is sum(exp(x - m)), expected {float(d_ref):.6g}.")
+        small = (d.detach().double().cpu() < 1 - 1e-3) & (m_ref > -INF)
+        expect(not bool(small.any()),
+               f"On {case}: d = {d.flatten()[int(small.flatten().int().argmax())]:.4g} < 1 in "
+               "a row with a finite maximum. With m the row's own maximum the largest term is "
+               "exp(0) = 1, so d >= 1: did you subtract the maximum of the whole tensor?")
+        expect_close(d, d_ref, f"{case}, d", 2e-3 if x.dtype in LOW else 1e-5, advice)
+
+
+def solution_softmax_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The statistics of each row (last axis): ``m = max x`` and ``d = sum exp(x - m)``.
+
+    An all ``-inf`` row gives ``(-inf, 0)``: it holds no mass, and ``x - m`` there would be
+    ``-inf - (-inf) = NaN``, so its terms are replaced by 0. Low precision is computed in float32.
+    """
+    y = x.float() if x.dtype in LOW else x
+    m = y.amax(dim=-1)  # pass 1
+    m_ = m.unsqueeze(-1)
+    terms = torch.where(m_ == -INF, torch.zeros((), dtype=y.dtype), torch.exp(y - m_))
+    return m, terms.sum(dim=-1)  # pass 2

@@ -207,6 +207,9 @@ def merge_partials(
         lse = \log(e^{lse_a} + e^{lse_b}), \qquad
         out = e^{lse_a - lse}\, out_a + e^{lse_b - lse}\, out_b.
 
+    The weights are computed as :math:`\sigma(lse_a - lse_b)` and :math:`\sigma(lse_b - lse_a)`
+    (the same numbers), so a large lse does not cost precision through its rounding.
+
     Each partial is normalised over its own keys; the weights re-normalise them over the union.
     A partial that saw no keys (``lse = -inf``) gets weight 0. This is the update ring attention
     and split-KV decoding apply to every incoming block.
@@ -248,7 +251,10 @@ def merge_partials(
     dtype = torch.promote_types(compute_dtype(lse_a.dtype), compute_dtype(lse_b.dtype))
     lse_a, lse_b = lse_a.to(dtype), lse_b.to(dtype)
     lse = merge_lse(lse_a, lse_b)
-    w_a = exp_shift(lse_a, lse).unsqueeze(-1)
-    w_b = exp_shift(lse_b, lse).unsqueeze(-1)
+    # e^{lse_a - lse} = sigmoid(lse_a - lse_b): from the exact difference, not the rounded lse.
+    diff = lse_a - lse_b
+    empty = (lse_a == float("-inf")) & (lse_b == float("-inf"))
+    w_a = torch.where(empty, 0.0, torch.sigmoid(diff)).unsqueeze(-1)
+    w_b = torch.where(empty, 0.0, torch.sigmoid(-diff)).unsqueeze(-1)
     out = w_a * out_a.to(dtype) + w_b * out_b.to(dtype)
     return out.to(out_a.dtype), lse

@@ -1,0 +1,177 @@
+"""Checkers of notebook 03: they accept the solutions, hint on stubs, and explain wrong answers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from teachkit.exercises import ex03
+from teachkit.exercises.checking import ExerciseFailed
+from teachkit.softmax import exp_shift, merge_stats
+
+NEG_INF = float("-inf")
+
+
+def _stub(*args):
+    raise NotImplementedError
+
+
+# ---------------------------------------------------------------- the online step
+
+
+def test_online_step_accepts_solution(capsys):
+    assert ex03.check_online_step(ex03.solution_online_step) is True
+    assert "[correct]" in capsys.readouterr().out
+
+
+def test_online_step_hints_on_stub(capsys):
+    assert ex03.check_online_step(_stub) is False
+    out = capsys.readouterr().out
+    assert "[not attempted]" in out and "Hint" in out and "exp(m - m_new)" in out
+
+
+def test_online_step_nan_on_masked_prefix():
+    def plain_exp(m, d, x):  # NaN while the row has only seen -inf
+        m_new = torch.maximum(m, x)
+        return m_new, d * torch.exp(m - m_new) + torch.exp(x - m_new)
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)-inf.*NaN.*exp_shift"):
+        ex03.check_online_step(plain_exp)
+
+
+def test_online_step_without_rescale():
+    def no_rescale(m, d, x):
+        m_new = torch.maximum(m, x)
+        return m_new, d + exp_shift(x, m_new)
+
+    with pytest.raises(ExerciseFailed, match="without rescaling the old d"):
+        ex03.check_online_step(no_rescale)
+
+
+def test_online_step_inverted_factor():
+    def inverted(m, d, x):
+        m_new = torch.maximum(m, x)
+        factor = torch.where(m == NEG_INF, 0.0, torch.exp(m_new - m))
+        return m_new, d * factor + exp_shift(x, m_new)
+
+    with pytest.raises(ExerciseFailed, match=r"exp\(m_new - m_old\)"):
+        ex03.check_online_step(inverted)
+
+
+def test_online_step_unshifted_exp():
+    def unshifted(m, d, x):
+        m_new = torch.maximum(m, x)
+        return m_new, d * exp_shift(m, m_new) + torch.exp(x)
+
+    with pytest.raises(ExerciseFailed, match="subtract"):
+        ex03.check_online_step(unshifted)
+
+
+def test_online_step_reducing_over_rows():
+    def reduces(m, d, x):
+        m_new, d_new = ex03.solution_online_step(m, d, x)
+        return m_new.amax(), d_new.sum()
+
+    with pytest.raises(ExerciseFailed, match="one entry per row"):
+        ex03.check_online_step(reduces)
+
+
+# ---------------------------------------------------------------- the merge
+
+
+def test_merge_accepts_solution_and_core(capsys):
+    assert ex03.check_merge(ex03.solution_merge) is True
+    assert ex03.check_merge(merge_stats) is True
+    assert capsys.readouterr().out.count("[correct]") == 2
+
+
+def test_merge_hints_on_stub(capsys):
+    assert ex03.check_merge(_stub) is False
+    assert "Hint" in capsys.readouterr().out
+
+
+def test_merge_adding_ds():
+    def add(m_a, d_a, m_b, d_b):
+        return torch.maximum(m_a, m_b), d_a + d_b
+
+    with pytest.raises(ExerciseFailed, match="d_a \\+ d_b"):
+        ex03.check_merge(add)
+
+
+def test_merge_nan_for_empty_parts():
+    def plain_exp(m_a, d_a, m_b, d_b):
+        m = torch.maximum(m_a, m_b)
+        return m, d_a * torch.exp(m_a - m) + d_b * torch.exp(m_b - m)
+
+    with pytest.raises(ExerciseFailed, match=r"(?s)NaN.*\(-inf, 0\)"):
+        ex03.check_merge(plain_exp)
+
+
+def test_merge_inverted_factor():
+    def inverted(m_a, d_a, m_b, d_b):
+        m = torch.maximum(m_a, m_b)
+        return m, d_a * exp_shift(m, m_a) + d_b * exp_shift(m, m_b)
+
+    with pytest.raises(ExerciseFailed, match=r"exp\(m_part - m\)"):
+        ex03.check_merge(inverted)
+
+
+def test_merge_not_commutative():
+    def lopsided(m_a, d_a, m_b, d_b):  # right when a holds the maximum, not otherwise
+        return m_a, d_a + d_b * exp_shift(m_b, m_a)
+
+    with pytest.raises(ExerciseFailed):
+        ex03.check_merge(lopsided)
+
+
+# ---------------------------------------------------------------- the warp butterfly
+
+
+def test_warp_allreduce_accepts_solution(capsys):
+    assert ex03.check_warp_allreduce(ex03.solution_warp_allreduce) is True
+    assert "[correct]" in capsys.readouterr().out
+
+
+def test_warp_allreduce_hints_on_stub(capsys):
+    assert ex03.check_warp_allreduce(_stub) is False
+    assert "lanes ^ offset" in capsys.readouterr().out
+
+
+def test_warp_allreduce_shuffle_down():
+    def shuffle_down(m, d):
+        n = m.shape[-1]
+        lanes, offset = torch.arange(n), n // 2
+        while offset:
+            partner = lanes + offset
+            inside = partner < n
+            partner = partner.clamp(max=n - 1)
+            m_o = torch.where(inside, m[..., partner], NEG_INF)
+            d_o = torch.where(inside, d[..., partner], 0.0)
+            m, d = merge_stats(m, d, m_o, d_o)
+            offset //= 2
+        return m, d
+
+    with pytest.raises(ExerciseFailed, match="lane 0 holds the right"):
+        ex03.check_warp_allreduce(shuffle_down)
+
+
+def test_warp_allreduce_one_step_only():
+    def one_step(m, d):
+        partner = torch.arange(m.shape[-1]) ^ (m.shape[-1] // 2)
+        return merge_stats(m, d, m[..., partner], d[..., partner])
+
+    with pytest.raises(ExerciseFailed, match="butterfly steps"):
+        ex03.check_warp_allreduce(one_step)
+
+
+def test_warp_allreduce_plain_sum():
+    def plain_sum(m, d):
+        lanes, offset = torch.arange(m.shape[-1]), m.shape[-1] // 2
+        while offset:
+            partner = lanes ^ offset
+            m, d = torch.maximum(m, m[..., partner]), d + d[..., partner]
+            offset //= 2
+        return m, d
+
+    with pytest.raises(ExerciseFailed, match="rescale both d's"):
+        ex03.check_warp_allreduce(plain_sum)

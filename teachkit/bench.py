@@ -16,11 +16,14 @@ say nothing about a GPU; the CLI refuses to run there unless given ``--allow-cpu
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -33,6 +36,8 @@ __all__ = [
     "matmul_tflops",
     "bench_softmax",
     "format_table",
+    "save_results",
+    "load_results",
     "SOFTMAX_SHAPES",
 ]
 
@@ -54,15 +59,24 @@ class Measurement:
     unit: str
 
 
+GRAPH_TIMING = False
+"""Time CUDA-graph replays (``triton.testing.do_bench_cudagraph``) instead of plain launches:
+the GPU's time alone, without Python's launch overhead. Set by ``--graph``."""
+
+
 def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> float:
     """Median time of ``fn()`` in milliseconds: CUDA events on a GPU, a wall clock on a CPU.
 
     ``warmup`` and ``rep`` are milliseconds of warm-up and measurement on a GPU (as
-    ``triton.testing.do_bench`` takes them) and call counts on a CPU.
+    ``triton.testing.do_bench`` takes them) and call counts on a CPU. With
+    :data:`GRAPH_TIMING`, calls are captured in a CUDA graph and its replays are timed.
     """
     if ON_GPU:
         import triton.testing
 
+        if GRAPH_TIMING:
+            fn()  # compile outside the capture
+            return float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
         return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
     fn()
     times = []
@@ -180,6 +194,33 @@ def format_table(results: list[Measurement], ceiling: float | None = None,
     return f"({unit}, {device_name()})\n" + "\n".join(lines)
 
 
+def save_results(path: str | Path, results: list[Measurement], **ceilings: float) -> Path:
+    """Write results, the device's name and measured ceilings (e.g. ``copy_gbps=2998``) as JSON,
+    so a notebook on a machine without that GPU can show the figures measured on it."""
+    import torch as _torch
+    import triton
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "device": device_name(),
+        "torch": _torch.__version__,
+        "triton": triton.__version__,
+        "timing": ("cuda-graph replays" if GRAPH_TIMING else "do_bench median (CUDA events)")
+        if ON_GPU else "wall clock median (CPU)",
+        "ceilings": ceilings,
+        "results": [dataclasses.asdict(r) for r in results],
+    }
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def load_results(path: str | Path) -> tuple[list[Measurement], dict]:
+    """Read what :func:`save_results` wrote: the measurements and the rest of the record."""
+    record = json.loads(Path(path).read_text())
+    return [Measurement(**r) for r in record.pop("results")], record
+
+
 def _parse_shape(text: str) -> tuple[int, int]:
     rows, cols = text.lower().split("x")
     return int(rows), int(cols)
@@ -195,9 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["fp32", "bf16"])
     parser.add_argument("--providers", nargs="+", default=None)
     parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
+    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
+    parser.add_argument("--graph", action="store_true",
+                        help="time CUDA-graph replays (GPU time without launch overhead)")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run on a CPU (interpreter: tiny shapes, meaningless times)")
     args = parser.parse_args(argv)
+    global GRAPH_TIMING
+    GRAPH_TIMING = args.graph and ON_GPU
     if not ON_GPU and not args.allow_cpu:
         print("No CUDA GPU: the kernels would run in Triton's interpreter. Pass --allow-cpu "
               "to run anyway (with small --shapes).", file=sys.stderr)
@@ -206,11 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {device_name()}")
     print(f"copy bandwidth: {copy:.0f} GB/s (read + write)")
     if args.what == "ceilings":
-        print(f"bf16 matmul: {matmul_tflops():.0f} TFLOP/s")
+        flops = matmul_tflops()
+        print(f"bf16 matmul: {flops:.0f} TFLOP/s")
+        if args.json:
+            print(f"results: {save_results(args.json, [], copy_gbps=copy, matmul_tflops=flops)}")
         return 0
     shapes = args.shapes or (SOFTMAX_SHAPES if ON_GPU else [(64, 1000), (4, 20000)])
     results = bench_softmax(shapes, args.dtypes, args.providers)
     print(format_table(results, ceiling=copy))
+    if args.json:
+        print(f"results: {save_results(args.json, results, copy_gbps=copy)}")
     if args.plot:
         from .plots.bench import plot_bandwidth
         from .plots.figures import save_figure

@@ -23,6 +23,7 @@ computes in float32 whatever the input dtype, and writes the input's dtype. The 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -55,6 +56,7 @@ LANES = 2048 if ON_GPU else 128
 """Lanes of running ``(m, d)`` in the online and split kernels. Small under the interpreter, whose
 ``tl.reduce`` runs the combine function lane after lane in Python."""
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,6 +99,7 @@ def _fused_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
+@functools.cache
 def fused_config(n_cols: int) -> tuple[int, int, int]:
     """``(BLOCK_M, BLOCK_N, num_warps)`` of the fused kernel for rows of ``n_cols``.
 
@@ -221,41 +224,41 @@ def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) ->
 # ---------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------
-def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, object]:
-    """Validate; return a 2-D ``(rows, n)`` view with unit column stride, its output, and a
-    function that turns the output back into ``x``'s shape and ``dim``."""
+def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+    """Validate; return a 2-D ``(rows, n)`` view with unit column stride, its output, and what
+    :func:`_restore` needs to give the output ``x``'s shape and ``dim`` (``None``: nothing)."""
     require_float_tensor(x)
     if x.dtype not in _KERNEL_DTYPES:
         raise TypeError(
             f"the Triton kernels take float16, bfloat16 or float32, got {x.dtype}; "
             "use teachkit.softmax.safe_softmax for float64, or convert with x.float()"
         )
-    if ON_GPU and x.device.type != "cuda":
+    if x.device.type != _DEVICE_TYPE:
         raise ValueError(
             f"x is on {x.device} but the kernels run on the GPU; move it first: x.cuda()"
+            if ON_GPU else f"x is on {x.device}; without a GPU, the kernels take CPU tensors"
         )
-    if not ON_GPU and x.device.type != "cpu":
-        raise ValueError(f"x is on {x.device}; without a GPU, the kernels take CPU tensors")
     dim = normalize_dim(x, dim)
+    if x.dim() == 2 and dim == 1 and x.stride(1) == 1:  # the common case: nothing to move
+        return x, torch.empty(x.shape, dtype=x.dtype, device=x.device), None
     moved = (x.reshape(1) if x.dim() == 0 else x).movedim(dim, -1)
     n_cols = moved.shape[-1]
     n_rows = moved.numel() // n_cols if n_cols else math.prod(moved.shape[:-1])
-    x2 = moved.reshape(n_rows, n_cols) if moved.dim() != 2 else moved
+    x2 = moved.reshape(n_rows, n_cols)
     if x2.numel() and x2.stride(-1) != 1:
         x2 = x2.contiguous()
     y2 = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-
-    def restore(y: torch.Tensor) -> torch.Tensor:
-        return y.reshape(moved.shape).movedim(-1, dim).reshape(x.shape)
-
-    return x2, y2, restore
+    return x2, y2, (moved.shape, dim, x.shape)
 
 
 def _run(x: torch.Tensor, dim: int, launch) -> torch.Tensor:
-    x2, y2, restore = _as_rows(x, dim)
+    x2, y2, layout = _as_rows(x, dim)
     if x2.numel():
         launch(x2, y2)
-    return restore(y2)
+    if layout is None:
+        return y2
+    moved_shape, dim, shape = layout
+    return y2.reshape(moved_shape).movedim(-1, dim).reshape(shape)
 
 
 def softmax_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -299,11 +302,16 @@ def softmax_split(x: torch.Tensor, dim: int = -1, chunk: int = SPLIT_CHUNK,
     return _run(x, dim, lambda x2, y2: _launch_split(x2, y2, chunk, block))
 
 
+@functools.cache
+def _sm_count() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 8
+
+
 def _split_chunk(n_rows: int, n_cols: int) -> int:
     """Chunk size for the split kernels: :data:`SPLIT_CHUNK`, smaller when there are too few
     rows × chunks to fill the GPU, never below 2048."""
     chunk = SPLIT_CHUNK
-    sms = torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 8
+    sms = _sm_count()
     while chunk > max(2048, LANES) and n_rows * math.ceil(n_cols / chunk) < 4 * sms:
         chunk //= 2
     return chunk
@@ -341,7 +349,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
         else:
-            _launch_split(x2, y2, _split_chunk(n_rows, n_cols), LANES)
+            chunk = _split_chunk(n_rows, n_cols)
+            _launch_split(x2, y2, chunk, min(LANES, chunk))
     return _run(x, dim, launch)
 
 

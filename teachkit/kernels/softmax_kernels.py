@@ -170,17 +170,27 @@ def _online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 # Split rows: partial (m, d) per chunk, then merge and normalise
 # ---------------------------------------------------------------------------------------------
 @triton.jit
+def _online_update_tile(m, d, x):
+    """Fold a ``[DEPTH, LANES]`` tile into per-lane ``(m, d)``: one max over the tile's column
+    first, so one rescale per lane and tile instead of one per element (fewer exponentials)."""
+    m_new = tl.maximum(m, tl.max(x, axis=0))
+    safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    return m_new, d * tl.exp2(m - safe) + tl.sum(tl.exp2(x - safe[None, :]), axis=0)
+
+
+@triton.jit
 def _split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr,
-                        BLOCK: tl.constexpr):
+                        BLOCK: tl.constexpr, DEPTH: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     x_row = X + row * stride_x
     m = tl.full([BLOCK], float("-inf"), tl.float32)
     d = tl.zeros([BLOCK], tl.float32)
-    for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
+    tile = tl.arange(0, DEPTH)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK * DEPTH):
+        cols = start + tile
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
-        m, d = _online_update(m, d, x)
+        m, d = _online_update_tile(m, d, x)
     m_c, d_c = tl.reduce((m, d), 0, merge_combine)
     tl.store(M + row * n_chunks + chunk, m_c)
     tl.store(D + row * n_chunks + chunk, d_c)
@@ -208,14 +218,23 @@ def _split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 
+def _split_depth(chunk: int, block: int) -> int:
+    """Tile depth of the split stats kernel: 4 rows of ``block`` lanes where the chunk allows."""
+    depth = 4
+    while (chunk // block) % depth:
+        depth //= 2
+    return depth
+
+
 def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) -> None:
     n_rows, n_cols = x2.shape
     n_chunks = triton.cdiv(n_cols, chunk)
     m = torch.empty(n_rows, n_chunks, dtype=torch.float32, device=x2.device)
     d = torch.empty_like(m)
     grid = (n_rows, n_chunks)
+    depth = _split_depth(chunk, block)
     _split_stats_kernel[grid](x2, m, d, n_cols, x2.stride(0), n_chunks,
-                              CHUNK=chunk, BLOCK=block, num_warps=8)
+                              CHUNK=chunk, BLOCK=block, DEPTH=depth, num_warps=8)
     block_p = min(1024, triton.next_power_of_2(n_chunks))
     _split_normalize_kernel[grid](x2, y2, m, d, n_cols, x2.stride(0), y2.stride(0), n_chunks,
                                   CHUNK=chunk, BLOCK=block, BLOCK_P=block_p, num_warps=8)
@@ -375,8 +394,9 @@ def launch_configs() -> list[KernelConfig]:
             configs.append(KernelConfig(
                 f"split stats {ty} CHUNK={chunk}", _split_stats_kernel,
                 {"X": ptr, "M": "*fp32", "D": "*fp32", "n_cols": "i32", "stride_x": "i32",
-                 "n_chunks": "i32", "CHUNK": "constexpr", "BLOCK": "constexpr"},
-                {"CHUNK": chunk, "BLOCK": 2048}, 8))
+                 "n_chunks": "i32", "CHUNK": "constexpr", "BLOCK": "constexpr",
+                 "DEPTH": "constexpr"},
+                {"CHUNK": chunk, "BLOCK": 2048, "DEPTH": _split_depth(chunk, 2048)}, 8))
             configs.append(KernelConfig(
                 f"split normalize {ty} CHUNK={chunk}", _split_normalize_kernel,
                 {"X": ptr, "Y": ptr, "M": "*fp32", "D": "*fp32", "n_cols": "i32",

@@ -98,9 +98,10 @@ def test_merge_partials_with_empty_and_far_apart_parts(gen):
     b = at.blockwise_attention(q, k2[:, 10:], v[:, 10:])
     out, _ = at.merge_partials(*a, *b)
     assert relative_error(out, sdpa64(q, k2, v)) < 1e-5
-    big = [(o, lse + 1000.0) for o, lse in (a, b)]  # lse near 1000: the weights keep precision
-    out, _ = at.merge_partials(*big[0], *big[1])
-    assert relative_error(out, sdpa64(q, k2, v)) < 1e-6
+    # lse near 1000: float32 rounds each lse to about 6e-5; the merge adds no more than that.
+    big = [(o, lse + 1000.0) for o, lse in (a, b)]
+    out_big, _ = at.merge_partials(*big[0], *big[1])
+    assert relative_error(out_big, sdpa64(q, k2, v)) < 2e-4
 
 
 def test_bad_inputs_say_what_to_pass(gen):

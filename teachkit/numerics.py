@@ -13,14 +13,14 @@ import torch
 
 from .validation import FLOAT_DTYPES
 
-__all__ = ["overflow_threshold", "underflow_threshold"]
+__all__ = ["largest_where", "overflow_threshold", "underflow_threshold"]
 
 _INT_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _largest_with(dtype: torch.dtype, ok: Callable[[torch.Tensor], bool]) -> torch.Tensor:
-    """The largest non-negative finite value ``v`` of ``dtype`` with ``ok(v)``; ``ok`` must hold
-    at 0 and be monotone (true, then false)."""
+def largest_where(dtype: torch.dtype, ok: Callable[[torch.Tensor], bool]) -> torch.Tensor:
+    """The largest non-negative finite value ``v`` of ``dtype`` with ``ok(v)``, by bisection over
+    bit patterns; ``ok`` must hold at 0 and be monotone (true, then false)."""
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype must be one of {FLOAT_DTYPES}, got {dtype}")
     ints = _INT_OF[torch.finfo(dtype).bits // 8]
@@ -44,7 +44,7 @@ def overflow_threshold(dtype: torch.dtype) -> float:
     >>> round(overflow_threshold(torch.float32), 2), round(overflow_threshold(torch.float16), 2)
     (88.72, 11.09)
     """
-    return float(_largest_with(dtype, lambda v: bool(torch.isfinite(torch.exp(v)))))
+    return float(largest_where(dtype, lambda v: bool(torch.isfinite(torch.exp(v)))))
 
 
 def underflow_threshold(dtype: torch.dtype) -> float:
@@ -56,4 +56,4 @@ def underflow_threshold(dtype: torch.dtype) -> float:
     >>> round(underflow_threshold(torch.float32), 2)
     -103.97
     """
-    return -float(_largest_with(dtype, lambda v: bool(torch.exp(-v) > 0)))
+    return -float(largest_where(dtype, lambda v: bool(torch.exp(-v) > 0)))

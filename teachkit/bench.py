@@ -5,6 +5,7 @@ Run from a shell::
     python -m teachkit.bench softmax               # the shapes of the course's softmax table
     python -m teachkit.bench softmax --dtypes bf16 --shapes 4x16777216 64x1048576
     python -m teachkit.bench ceilings              # copy bandwidth and bf16 matmul rate only
+    python -m teachkit.bench traffic               # notebook 05: bytes moved per formulation, L2
 
 Each run measures the ceilings first (a large device-to-device copy for bandwidth, a large bf16
 matmul for compute), then every provider on every shape, side by side in one process, and prints
@@ -227,7 +228,12 @@ def _parse_shape(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m teachkit.bench softmax|ceilings``."""
+    """Command-line entry: ``python -m teachkit.bench softmax|ceilings|traffic``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["traffic"]:
+        from .traffic import main as traffic_main
+
+        return traffic_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m teachkit.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["softmax", "ceilings"])

@@ -1,0 +1,331 @@
+r"""Exercises of notebook 06, softmax in Triton: a one-row kernel, the combine of ``tl.reduce``,
+and how many pieces to cut long rows into.
+
+Each exercise has a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+
+* :func:`check_row_softmax` -- a launcher ``fn(x)`` of the learner's one-row softmax kernel (masked
+  load with the right ``other=``, masked store);
+* :func:`check_combine` -- a ``@triton.jit`` combine function ``(m_a, d_a, m_b, d_b) -> (m, d)``
+  that ``tl.reduce`` uses to merge lanes of running statistics;
+* :func:`check_n_splits` -- the number of chunks per row that fills a GPU of ``n_sms`` SMs.
+
+The kernel checkers run on :data:`teachkit.DEVICE` (the interpreter on a CPU) with fresh random
+inputs of odd sizes, values times 1000, ``-inf`` masks and all-``-inf`` rows, and compare with
+float64 references.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import triton
+
+from ..compare import relative_error
+from ..device import DEVICE
+from ..kernels import teaching
+from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+
+__all__ = [
+    "check_row_softmax",
+    "solution_row_softmax",
+    "check_combine",
+    "solution_combine",
+    "check_n_splits",
+    "solution_n_splits",
+    "MIN_CHUNK",
+    "PROGRAMS_PER_SM",
+]
+
+NEG_INF = float("-inf")
+MIN_CHUNK = 2048
+"""Shortest chunk (columns) exercise 3 allows: below it a program's fixed costs dominate."""
+PROGRAMS_PER_SM = 4
+"""Programs per SM exercise 3 aims for, so that every SM has work while others finish."""
+
+
+def _quiet(fn: Callable, *args: object) -> object:
+    """Call ``fn`` with NumPy's and Python's floating-point warnings silenced (the interpreter
+    computes with NumPy, which warns on the NaN a wrong answer produces)."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(*args)
+
+
+def _raise_if_stub(fn: object) -> None:
+    """Raise ``NotImplementedError`` when ``fn``'s source still holds the stub's ``raise`` (a
+    ``@triton.jit`` function cannot raise when compiled, so the checker reads its source)."""
+    try:
+        src = inspect.getsource(getattr(fn, "fn", fn))
+    except (OSError, TypeError):
+        return
+    if "raise NotImplementedError" in src:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 1: a one-row softmax kernel
+# --------------------------------------------------------------------------------------------
+
+
+def solution_row_softmax(x: torch.Tensor) -> torch.Tensor:
+    """Launch :func:`teachkit.kernels.teaching._row_softmax_kernel`: one program per row.
+
+    The block is the next power of two of the row length; lanes past the end are loaded as
+    ``-inf`` (``mask=cols < n_cols, other=float("-inf")``), which neither raises the maximum nor
+    adds to the sum, and the store is masked the same way.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(rows, n_cols)`` on :data:`teachkit.DEVICE`, unit column stride, any row stride.
+
+    Returns
+    -------
+    torch.Tensor
+        The softmax of every row, ``x``'s dtype.
+    """
+    rows, n_cols = x.shape
+    y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
+    block = triton.next_power_of_2(n_cols)
+    teaching._row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block)
+    return y
+
+
+def _row_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, float]]:
+    """``(case, input on DEVICE, rtol)`` for the one-row softmax checker."""
+    n = int(torch.randint(40, 200, (1,), generator=g)) | 1  # odd: never a power of two
+    rows = int(torch.randint(3, 8, (1,), generator=g)) | 1
+    base = torch.randn(rows, n, generator=g)
+    masked = base.clone()
+    masked[:, 1::3] = NEG_INF
+    masked[0] = NEG_INF  # a row with nothing to attend to: NaN, as torch.softmax
+    wide = torch.randn(rows, n + 9, generator=g)
+    return [
+        (f"{rows} random rows of {n} values (float32)", base, 1e-5),
+        (f"{rows} rows of {n} values times 1000 (float32)", base * 1000, 1e-5),
+        (f"{rows} rows of {n} values with every third entry -inf and row 0 all -inf "
+         "(expected NaN there, as torch.softmax)", masked, 1e-5),
+        (f"{rows} rows of {n} values in bfloat16", (base * 4).bfloat16(), 1e-2),
+        (f"{rows} rows of {n} values in float16", (base * 4).half(), 2e-3),
+        (f"{rows} rows of {n} columns cut from rows of {n + 9} (row stride {n + 9})",
+         wide[:, :n], 1e-5),
+    ]
+
+
+@exercise(
+    "a one-row softmax kernel",
+    hint="cols = tl.arange(0, BLOCK); mask = cols < n_cols; load with tl.load(X + row * stride_x "
+    "+ cols, mask=mask, other=float('-inf')), upcast with .to(tl.float32), subtract tl.max, "
+    "exp, divide by tl.sum; store with the same mask. Launch grid (rows,) with "
+    "BLOCK=triton.next_power_of_2(n_cols).",
+)
+def check_row_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Run ``fn(x)`` on rows of odd length (not a power of two), large and masked values, three
+    dtypes and a strided view, and compare with ``torch.softmax`` in float64.
+
+    Parameters
+    ----------
+    fn
+        The learner's launcher: a 2-D tensor on :data:`teachkit.DEVICE` in, its row softmax out.
+    """
+    g = fresh_generator()
+    for case, x, rtol in _row_cases(g):
+        x = x.to(DEVICE)
+        got = _quiet(fn, x)
+        ref = torch.softmax(x.cpu().double(), dim=-1)
+        expect(isinstance(got, torch.Tensor), f"On {case}: expected a tensor, got "
+               f"{type(got).__name__}. Return the output tensor your kernel wrote.")
+        expect(got.dtype == x.dtype, f"On {case}: the result is {got.dtype}, the input "
+               f"{x.dtype}. Cast before the store: y.to(Y.dtype.element_ty).")
+        if got.shape == ref.shape:
+            g64 = got.detach().cpu().double()
+            bad_nan = torch.isnan(g64) & ~torch.isnan(ref)
+            if bool(bad_nan.any()) and "1000" in case:
+                raise ExerciseFailed(
+                    f"On {case}: NaN where the reference is finite. exp(1000 * ...) overflows "
+                    "float32: did you subtract the row maximum (tl.max) before tl.exp?")
+            if bool(bad_nan.any()):
+                raise ExerciseFailed(
+                    f"On {case}: NaN where the reference is finite. Are the padding lanes "
+                    "loaded with other=float('-inf') and is the maximum taken over the "
+                    "loaded block?")
+            padded = torch.cat([x.cpu().double(), torch.zeros(x.shape[0], triton.next_power_of_2(
+                x.shape[1]) - x.shape[1], dtype=torch.float64)], dim=1)
+            wrong = torch.softmax(padded, dim=-1)[:, : x.shape[1]]
+            if relative_error(got, ref) > rtol and relative_error(got, wrong) <= max(rtol, 1e-4):
+                raise ExerciseFailed(
+                    f"On {case}: your probabilities sum to less than 1 per row, as if the "
+                    "padding lanes past n_cols were loaded as 0: each adds exp(0 - m) to the "
+                    "denominator. Load with other=float('-inf'), so they add exp(-inf) = 0.")
+        expect_close(got, ref, case, rtol=rtol,
+                     advice="Check the mask (cols < n_cols), other=float('-inf'), the row "
+                     "offset row * stride_x (the input's row stride, not n_cols), and that the "
+                     "store uses the output's row stride and the same mask.")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 2: the combine function of tl.reduce
+# --------------------------------------------------------------------------------------------
+
+solution_combine = teaching.merge_combine_natural
+"""The solution of exercise 2: :func:`teachkit.kernels.teaching.merge_combine_natural`."""
+
+
+def _lane_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-lane ``(m, d)`` of ``x`` of shape ``(rows, lanes, k)``: max and sum of exp over ``k``
+    (an all ``-inf`` lane gives ``(-inf, 0)``)."""
+    m = x.amax(dim=-1)
+    safe = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(m), m)
+    return m, torch.exp(x - safe[..., None]).sum(dim=-1)
+
+
+def _combine_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor]]:
+    """``(case, x of shape (rows, lanes, k) in float64)``: each lane's values give its stats."""
+    lanes = int(torch.randint(20, 70, (1,), generator=g)) | 1
+    x = torch.randn(5, lanes, 7, generator=g, dtype=torch.float64)
+    holes = x.clone()
+    holes[:, 2::5] = NEG_INF  # lanes that saw only masked entries: (-inf, 0)
+    empty = x.clone()
+    empty[3] = NEG_INF  # a row in which every lane is empty
+    return [
+        (f"5 rows of {lanes} lanes", x),
+        (f"5 rows of {lanes} lanes, values times 1000", x * 1000),
+        (f"5 rows of {lanes} lanes, every fifth lane empty (m = -inf, d = 0)", holes),
+        (f"5 rows of {lanes} lanes, row 3 entirely empty (expected m = -inf, d = 0)", empty),
+        ("3 rows of 1000 lanes (a tree ten levels deep)",
+         torch.randn(3, 1000, 3, generator=g, dtype=torch.float64) * 30),
+    ]
+
+
+@exercise(
+    "the combine function of tl.reduce over (m, d) pairs",
+    hint="m = tl.maximum(m_a, m_b); rescale each side to it: d_a * tl.exp(m_a - m) + "
+    "d_b * tl.exp(m_b - m). When both sides are empty (m = -inf) that is exp(-inf - (-inf)) = "
+    "NaN: subtract safe = tl.where(m == float('-inf'), 0.0, m) instead. Return (m, d).",
+)
+def check_combine(combine: object) -> None:
+    """Reduce lanes of ``(m, d)`` with ``tl.reduce(..., combine)`` in a kernel and compare each
+    row's result with the statistics of all its values, computed in float64.
+
+    Parameters
+    ----------
+    combine
+        The learner's ``@triton.jit`` function ``(m_a, d_a, m_b, d_b) -> (m, d)``, with
+        ``d = sum exp(x - m)`` (natural units).
+    """
+    _raise_if_stub(combine)
+    expect(hasattr(combine, "fn") and callable(getattr(combine, "fn", None)),
+           f"{getattr(combine, '__name__', combine)!r} is not a Triton function: put @triton.jit "
+           "above def, so tl.reduce can call it inside the kernel.")
+    g = fresh_generator()
+    for case, x in _combine_cases(g):
+        m_lane, d_lane = _lane_stats(x)
+        rows = x.shape[0]
+        ref_m, ref_d = _lane_stats(x.reshape(rows, 1, -1))
+        ref_m, ref_d = ref_m[:, 0], ref_d[:, 0]
+        got_m, got_d = _quiet(teaching.reduce_stats, m_lane.float().to(DEVICE),
+                              d_lane.float().to(DEVICE), combine)
+        got_m, got_d = got_m.cpu(), got_d.cpu()
+        bad_nan = torch.isnan(got_d) & ~torch.isnan(ref_d)
+        if bool(bad_nan.any()):
+            both_empty = "empty" in case
+            raise ExerciseFailed(
+                f"On {case}: d is NaN in {int(bad_nan.sum())} row(s) where the reference is a "
+                "number. " + ("When both sides are empty, m_a = m_b = m = -inf and "
+                              "exp(m_a - m) = exp(-inf - (-inf)) = NaN: subtract "
+                              "tl.where(m == float('-inf'), 0.0, m) instead of m."
+                              if both_empty else
+                              "Exponents should be m_side - m <= 0: is the maximum "
+                              "tl.maximum(m_a, m_b)?"))
+        expect_close(got_m, ref_m, f"{case} (the maximum m)", rtol=1e-6,
+                     advice="m is the larger of the two maxima: tl.maximum(m_a, m_b).")
+        finite = torch.isfinite(ref_d) & (ref_d > 0)
+        if bool(finite.any()):
+            ratio = float((got_d[finite].double() / ref_d[finite]).max())
+            if ratio > 1.001:
+                raise ExerciseFailed(
+                    f"On {case}: d is up to {ratio:.3g} times too large. Each side's d was "
+                    "measured against its own maximum: multiply it by exp(m_side - m) <= 1 "
+                    "before adding (not d_a + d_b, and not exp(m - m_side)).")
+        expect_close(got_d, ref_d.float(), f"{case} (the denominator d)", rtol=1e-5,
+                     advice="d = d_a * exp(m_a - m) + d_b * exp(m_b - m) with m the new maximum.")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 3: how many chunks per row
+# --------------------------------------------------------------------------------------------
+
+
+def solution_n_splits(n_rows: int, n_cols: int, n_sms: int) -> int:
+    """Chunks per row for the split kernels: the fewest that give every SM
+    :data:`PROGRAMS_PER_SM` programs, but no chunk shorter than :data:`MIN_CHUNK` columns.
+
+    Parameters
+    ----------
+    n_rows, n_cols : int
+        The shape of the rows to normalise.
+    n_sms : int
+        Streaming multiprocessors of the GPU (132 on an H100 SXM, 108 on an A100).
+
+    Returns
+    -------
+    int
+        ``k >= 1``; the launch has ``n_rows * k`` programs of ``ceil(n_cols / k)`` columns.
+    """
+    wanted = math.ceil(PROGRAMS_PER_SM * n_sms / n_rows)
+    longest_allowed = max(1, n_cols // MIN_CHUNK)
+    return max(1, min(wanted, longest_allowed))
+
+
+@exercise(
+    "chunks per row to fill the GPU",
+    hint=f"you want n_rows * k >= {PROGRAMS_PER_SM} * n_sms, so k = ceil({PROGRAMS_PER_SM} * "
+    f"n_sms / n_rows); but chunks of n_cols / k columns must stay >= {MIN_CHUNK}, so k <= "
+    f"n_cols // {MIN_CHUNK}; and k is at least 1.",
+)
+def check_n_splits(fn: Callable[[int, int, int], int]) -> None:
+    """Compare ``fn(n_rows, n_cols, n_sms)`` with the rule on the benchmark's shapes, tiny and
+    random ones, for an H100 (132 SMs), an A100 (108) and a T4 (40).
+
+    Parameters
+    ----------
+    fn
+        The learner's rule: shape and SM count in, chunks per row out.
+    """
+    g = fresh_generator()
+    shapes = [(16384, 1024), (1024, 65536), (64, 1048576), (4, 16777216), (1, 1_000_001),
+              (2, 10_007), (4, 3000)]
+    shapes += [(int(torch.randint(1, 40, (1,), generator=g)),
+                int(torch.randint(5_000, 3_000_000, (1,), generator=g))) for _ in range(5)]
+    for n_sms in (132, 108, 40):
+        for n_rows, n_cols in shapes:
+            case = f"{n_rows} rows x {n_cols} columns on {n_sms} SMs"
+            k = fn(n_rows, n_cols, n_sms)
+            expect(isinstance(k, int | np.integer) and not isinstance(k, bool) and k >= 1,
+                   f"On {case}: expected a whole number >= 1, got {k!r}. Use math.ceil and //, "
+                   "and return int(...).")
+            k = int(k)
+            want = solution_n_splits(n_rows, n_cols, n_sms)
+            if k == want:
+                continue
+            programs, chunk = n_rows * k, math.ceil(n_cols / k)
+            if k > 1 and n_cols // k < MIN_CHUNK:
+                raise ExerciseFailed(
+                    f"On {case}: {k} chunks are {n_cols // k} columns long, shorter than "
+                    f"{MIN_CHUNK}; cap k at n_cols // {MIN_CHUNK} = {n_cols // MIN_CHUNK} "
+                    f"(expected {want}).")
+            if programs < PROGRAMS_PER_SM * n_sms:
+                raise ExerciseFailed(
+                    f"On {case}: {programs} programs for {n_sms} SMs; aim for "
+                    f"{PROGRAMS_PER_SM} per SM ({PROGRAMS_PER_SM * n_sms}) when chunks of "
+                    f"{MIN_CHUNK}+ columns allow it (expected k = {want}, chunks of "
+                    f"{math.ceil(n_cols / want)}).")
+            raise ExerciseFailed(
+                f"On {case}: k = {k} (chunks of {chunk}) is more than needed: {want} chunks "
+                f"already give {n_rows * want} programs >= {PROGRAMS_PER_SM} x {n_sms}. Every "
+                "extra chunk adds a partial (m, d) to write and merge; take the smallest k.")

@@ -1,0 +1,206 @@
+r"""Small Triton kernels for notebook 06: a first kernel, a one-row softmax, a reduce of ``(m, d)``.
+
+They are teaching code, written to be read beside :mod:`teachkit.kernels.softmax_kernels`:
+
+``row_max``
+    The first kernel: one program per row, a masked load with ``other=-inf``, ``tl.max``.
+``row_softmax``
+    The simplest fused softmax: one program per row, the whole row in one block (exercise 1's
+    solution).
+``merge_combine_natural`` and ``reduce_stats``
+    The merge of two ``(m, d)`` pairs in natural units (``exp``, as in notebooks 03-04) and a
+    kernel that reduces lanes of pairs with ``tl.reduce`` and any such combine (exercise 2).
+``fused_one_row``
+    The course's ``_fused_kernel`` launched for one row of *any* length, past the
+    :data:`~teachkit.kernels.softmax_kernels.FUSED_MAX_COLS` the entry point allows, to see where
+    a row stops fitting in registers (GPU only; under the interpreter it is merely slow).
+
+All take tensors on :data:`teachkit.DEVICE` (CPU tensors under Triton's interpreter).
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import torch
+import triton
+import triton.language as tl
+
+from .softmax_kernels import _fused_kernel
+
+__all__ = [
+    "row_max",
+    "row_softmax",
+    "merge_combine_natural",
+    "reduce_stats",
+    "fused_one_row",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# A first kernel: the maximum of every row
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _row_max_kernel(X, OUT, n_cols, stride_x, BLOCK: tl.constexpr):
+    row = tl.program_id(0)                       # which row this program owns
+    cols = tl.arange(0, BLOCK)                   # BLOCK offsets, a power of two >= n_cols
+    mask = cols < n_cols                         # lanes past the row's end read nothing
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=float("-inf"))
+    tl.store(OUT + row, tl.max(x, axis=0))
+
+
+def row_max(x: torch.Tensor) -> torch.Tensor:
+    """The maximum of every row of a 2-D float tensor, one Triton program per row.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(rows, n_cols)`` on :data:`teachkit.DEVICE`, unit column stride.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(rows,)`` of ``x``'s dtype.
+    """
+    rows, n_cols = x.shape
+    out = torch.empty(rows, dtype=x.dtype, device=x.device)
+    _row_max_kernel[(rows,)](x, out, n_cols, x.stride(0), BLOCK=triton.next_power_of_2(n_cols))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A one-row softmax: the whole row in one block
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _row_softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    # Padding lanes read -inf: they cannot raise the maximum and add exp(-inf) = 0 to the sum.
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, axis=0))
+    y = e / tl.sum(e, axis=0)
+    tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+def row_softmax(x: torch.Tensor) -> torch.Tensor:
+    """Softmax of every row of a 2-D tensor, one program per row holding the whole row.
+
+    Computes in float32 and writes ``x``'s dtype. Rows of at most a few thousand elements
+    (the block is the next power of two of the row length).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, unit
+        column stride (any row stride).
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape and dtype, contiguous.
+
+    Examples
+    --------
+    >>> import teachkit
+    >>> x = torch.tensor([[1.0, 3.0, 2.0, 5.0]], device=teachkit.DEVICE)
+    >>> row_softmax(x).cpu()
+    tensor([[0.0152, 0.1125, 0.0414, 0.8310]])
+    """
+    rows, n_cols = x.shape
+    y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
+    _row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0),
+                                 BLOCK=triton.next_power_of_2(n_cols))
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The merge as a combine function, and a kernel that reduces lanes of (m, d) with any combine
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def merge_combine_natural(m_a, d_a, m_b, d_b):
+    """Merge two ``(m, d)`` pairs with ``d = sum exp(x - m)`` (natural units, notebook 03).
+
+    The new maximum is the larger; each side's ``d`` is rescaled to it. When both sides are
+    empty (``m = -inf``), the shift is taken from 0 so that ``exp(-inf) = 0`` replaces the NaN of
+    ``exp(-inf - (-inf))``.
+    """
+    m = tl.maximum(m_a, m_b)
+    safe = tl.where(m == float("-inf"), 0.0, m)
+    return m, d_a * tl.exp(m_a - safe) + d_b * tl.exp(m_b - safe)
+
+
+def _reduce_stats_template(M, D, OUT_M, OUT_D, n_lanes, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    mask = lanes < n_lanes
+    m = tl.load(M + row * stride + lanes, mask=mask, other=float("-inf"))  # (-inf, 0): empty
+    d = tl.load(D + row * stride + lanes, mask=mask, other=0.0)
+    m_row, d_row = tl.reduce((m, d), 0, COMBINE)  # noqa: F821  (bound by _reduce_stats_kernel)
+    tl.store(OUT_M + row, m_row)
+    tl.store(OUT_D + row, d_row)
+
+
+@functools.cache
+def _reduce_stats_kernel(combine: object) -> object:
+    """The template above compiled with ``COMBINE`` bound to ``combine`` (one kernel each).
+
+    ``tl.reduce`` needs its combine function as a global name of the kernel (a ``tl.constexpr``
+    argument is not unwrapped for it), so every combine function gets its own copy of the
+    template's code with that global set.
+    """
+    code = _reduce_stats_template
+    scope = {**code.__globals__, "COMBINE": combine}
+    return triton.jit(types.FunctionType(code.__code__, scope, code.__name__))
+
+
+def reduce_stats(m: torch.Tensor, d: torch.Tensor,
+                 combine: object = merge_combine_natural) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reduce the lanes (last axis) of ``(m, d)`` pairs to one pair per row with ``tl.reduce``.
+
+    Parameters
+    ----------
+    m, d : torch.Tensor
+        float32 ``(rows, lanes)`` on :data:`teachkit.DEVICE`: per-lane maxima and denominators.
+    combine
+        A ``@triton.jit`` function ``(m_a, d_a, m_b, d_b) -> (m, d)``, passed to the kernel as a
+        ``tl.constexpr`` and used as ``tl.reduce``'s combine function.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        ``(rows,)`` float32 each: the merged statistics of every row.
+    """
+    m = m.float().contiguous()
+    d = d.float().contiguous()
+    rows, lanes = m.shape
+    out_m = torch.empty(rows, dtype=torch.float32, device=m.device)
+    out_d = torch.empty_like(out_m)
+    _reduce_stats_kernel(combine)[(rows,)](m, d, out_m, out_d, lanes, m.stride(0),
+                                           BLOCK=triton.next_power_of_2(lanes))
+    return out_m, out_d
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused kernel past its limit
+# ---------------------------------------------------------------------------------------------
+def fused_one_row(x: torch.Tensor, num_warps: int = 16) -> torch.Tensor:
+    """Launch the course's ``_fused_kernel`` with one row per program and ``BLOCK_N`` the next
+    power of two of the row length, whatever that length.
+
+    :func:`teachkit.kernels.softmax_fused` refuses rows longer than ``FUSED_MAX_COLS``; this
+    wrapper does not, so a GPU can show what happens when a row no longer fits in registers.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``(rows, n_cols)`` float tensor on :data:`teachkit.DEVICE`, unit column stride.
+    num_warps : int
+        Warps per program: each thread holds ``BLOCK_N / (32 * num_warps)`` values of the row.
+    """
+    rows, n_cols = x.shape
+    y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
+    _fused_kernel[(rows,)](x, y, rows, n_cols, x.stride(0), y.stride(0),
+                           BLOCK_M=1, BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps)
+    return y

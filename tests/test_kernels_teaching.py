@@ -1,0 +1,56 @@
+"""The teaching kernels of notebook 06 against float64 references (interpreter on a CPU)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import teachkit
+from teachkit.compare import relative_error
+from teachkit.kernels import teaching
+
+
+def test_row_max(gen):
+    x = torch.randn(7, 37, generator=gen).to(teachkit.DEVICE)
+    x[2, 5:] = -math.inf
+    assert torch.equal(teaching.row_max(x).cpu(), x.cpu().amax(dim=1))
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+def test_row_softmax(gen, dtype, rtol):
+    x = torch.randn(5, 101, generator=gen) * 100
+    x[1, ::2] = -math.inf
+    x[3] = -math.inf
+    x = x.to(teachkit.DEVICE, dtype)
+    got = teaching.row_softmax(x)
+    assert got.dtype == dtype
+    assert relative_error(got, torch.softmax(x.cpu().double(), dim=-1)) <= rtol
+
+
+def test_row_softmax_strided(gen):
+    x = torch.randn(3, 60, generator=gen).to(teachkit.DEVICE)[:, :45]
+    assert relative_error(teaching.row_softmax(x), torch.softmax(x.cpu().double(), -1)) <= 1e-5
+
+
+def test_reduce_stats(gen):
+    x = torch.randn(4, 33, 5, generator=gen, dtype=torch.float64) * 50
+    x[:, ::4] = -math.inf
+    x[2] = -math.inf
+    m_lane = x.amax(-1)
+    safe = torch.where(torch.isinf(m_lane), 0.0, m_lane)
+    d_lane = torch.exp(x - safe[..., None]).sum(-1)
+    m, d = teaching.reduce_stats(m_lane.float().to(teachkit.DEVICE),
+                                 d_lane.float().to(teachkit.DEVICE))
+    ref_m = x.flatten(1).amax(-1)
+    ref_d = torch.exp(x.flatten(1) - torch.where(torch.isinf(ref_m), 0.0, ref_m)[:, None]).sum(-1)
+    assert relative_error(m, ref_m) <= 1e-7
+    assert relative_error(d, ref_d) <= 1e-5
+    assert m[2].item() == -math.inf and d[2].item() == 0.0
+
+
+def test_fused_one_row_beyond_limit(gen):
+    x = torch.randn(2, 17_000, generator=gen).to(teachkit.DEVICE)
+    got = teaching.fused_one_row(x, num_warps=4)
+    assert relative_error(got, torch.softmax(x.cpu().double(), -1)) <= 1e-5

@@ -171,9 +171,10 @@ def bench_softmax(
 
 
 def format_table(results: list[Measurement], ceiling: float | None = None,
-                 baseline: str = "torch") -> str:
-    """A Markdown table: one row per (problem, dtype), one column per provider, then the best
-    teachkit figure's ratio to ``baseline`` and to ``ceiling``."""
+                 baseline: str = "torch", device: str | None = None) -> str:
+    """A Markdown table: one row per (problem, dtype), one column per provider, then the last
+    provider's ratio to ``baseline`` and to ``ceiling``. ``device`` names where the results were
+    measured (default: this machine)."""
     providers = list(dict.fromkeys(r.provider for r in results))
     keys = list(dict.fromkeys((r.problem, r.dtype) for r in results))
     unit = results[0].unit if results else ""
@@ -192,7 +193,7 @@ def format_table(results: list[Measurement], ceiling: float | None = None,
         if ceiling:
             cells.append(f"{got[last] / ceiling:.0%}" if last in got else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    return f"({unit}, {device_name()})\n" + "\n".join(lines)
+    return f"({unit}, {device or device_name()})\n" + "\n".join(lines)
 
 
 def save_results(path: str | Path, results: list[Measurement], **ceilings: float) -> Path:

@@ -95,7 +95,7 @@ def _fused_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
     x = x.to(tl.float32) * LOG2E
     m = tl.max(x, axis=1)
     e = tl.exp2(x - m[:, None])
-    y = e / tl.sum(e, axis=1)[:, None]
+    y = e * (1.0 / tl.sum(e, axis=1))[:, None]  # one division per row, then multiplies
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
 
@@ -159,10 +159,11 @@ def _online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
         m, d = _online_update(m, d, x)
     m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+    inv_d = 1.0 / d_row
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
-        y = tl.exp2(x - m_row) / d_row
+        y = tl.exp2(x - m_row) * inv_d
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 
@@ -210,11 +211,12 @@ def _split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
         d_p = tl.load(D + row * n_chunks + idx, mask=idx < n_chunks, other=0.0)
         m, d = merge_combine(m, d, m_p, d_p)
     m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+    inv_d = 1.0 / d_row
     x_row, y_row = X + row * stride_x, Y + row * stride_y
     for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
-        y = tl.exp2(x - m_row) / d_row
+        y = tl.exp2(x - m_row) * inv_d
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 

@@ -21,7 +21,13 @@ All take tensors on :data:`teachkit.DEVICE` (CPU tensors under Triton's interpre
 from __future__ import annotations
 
 import functools
-import types
+import hashlib
+import importlib.util
+import inspect
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
 
 import torch
 import triton
@@ -131,28 +137,50 @@ def merge_combine_natural(m_a, d_a, m_b, d_b):
     return m, d_a * tl.exp(m_a - safe) + d_b * tl.exp(m_b - safe)
 
 
-def _reduce_stats_template(M, D, OUT_M, OUT_D, n_lanes, stride, BLOCK: tl.constexpr):
+_REDUCE_SOURCE = """\
+import triton
+import triton.language as tl
+from triton import jit
+
+
+{combine}
+
+
+@triton.jit
+def reduce_stats_kernel(M, D, OUT_M, OUT_D, n_lanes, stride, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     lanes = tl.arange(0, BLOCK)
     mask = lanes < n_lanes
     m = tl.load(M + row * stride + lanes, mask=mask, other=float("-inf"))  # (-inf, 0): empty
     d = tl.load(D + row * stride + lanes, mask=mask, other=0.0)
-    m_row, d_row = tl.reduce((m, d), 0, COMBINE)  # noqa: F821  (bound by _reduce_stats_kernel)
+    m_row, d_row = tl.reduce((m, d), 0, {name})
     tl.store(OUT_M + row, m_row)
     tl.store(OUT_D + row, d_row)
+"""
 
 
 @functools.cache
 def _reduce_stats_kernel(combine: object) -> object:
-    """The template above compiled with ``COMBINE`` bound to ``combine`` (one kernel each).
+    """A kernel that reduces lanes with ``tl.reduce`` and ``combine`` as its combine function.
 
-    ``tl.reduce`` needs its combine function as a global name of the kernel (a ``tl.constexpr``
-    argument is not unwrapped for it), so every combine function gets its own copy of the
-    template's code with that global set.
+    ``tl.reduce`` takes its combine function as a global name of the kernel's module (a
+    ``tl.constexpr`` argument is not accepted there by every Triton version), so the combine
+    function's source and a small kernel are written to a module file of their own and imported:
+    Triton then reads both like any other kernel, compiled or interpreted.
     """
-    code = _reduce_stats_template
-    scope = {**code.__globals__, "COMBINE": combine}
-    return triton.jit(types.FunctionType(code.__code__, scope, code.__name__))
+    fn = getattr(combine, "fn", combine)
+    source = _REDUCE_SOURCE.format(combine=textwrap.dedent(inspect.getsource(fn)),
+                                   name=fn.__name__)
+    digest = hashlib.sha1(source.encode()).hexdigest()[:12]
+    name = f"teachkit_reduce_{digest}"
+    path = Path(tempfile.gettempdir()) / "teachkit_kernels" / f"{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module.reduce_stats_kernel
 
 
 def reduce_stats(m: torch.Tensor, d: torch.Tensor,

@@ -11,7 +11,8 @@ __all__ = ["plot_bandwidth"]
 
 
 def plot_bandwidth(results: list, ceiling: float | None = None,
-                   title: str = "Softmax: achieved bandwidth") -> plt.Figure:
+                   title: str = "Softmax: achieved bandwidth",
+                   device: str | None = None) -> plt.Figure:
     """Grouped bars of GB/s per problem (x) and provider (colour), one panel per dtype.
 
     Parameters
@@ -21,7 +22,9 @@ def plot_bandwidth(results: list, ceiling: float | None = None,
     ceiling : float, optional
         The measured copy bandwidth, drawn as a dashed line.
     title : str
-        Figure title; the device's name is added in the corner.
+        Figure title.
+    device : str, optional
+        The device the results were measured on, written in the corner (default: this one).
     """
     dtypes = list(dict.fromkeys(r.dtype for r in results))
     providers = list(dict.fromkeys(r.provider for r in results))
@@ -34,16 +37,18 @@ def plot_bandwidth(results: list, ceiling: float | None = None,
             xs = [i + (j - (len(providers) - 1) / 2) * width for i, p in enumerate(problems)
                   if p in vals]
             ax.bar(xs, [vals[p] for p in problems if p in vals], width, label=prov)
+        top = max([r.value for r in results if r.dtype == dt] + [ceiling or 0])
+        ax.set_ylim(0, top * 1.35)  # headroom for the legend above the bars
         if ceiling:
             ax.axhline(ceiling, color="k", ls="--", lw=1)
-            ax.text(len(problems) - 0.5, ceiling, f" copy {ceiling:.0f} GB/s", va="bottom",
-                    ha="right", fontsize=8)
+            ax.text(-0.5, ceiling, f" copy {ceiling:.0f} GB/s", va="bottom", ha="left",
+                    fontsize=8)
         ax.set_xticks(np.arange(len(problems)), problems, fontsize=8)
         ax.set_ylabel(f"{dt}: GB/s")
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].legend(fontsize=8, ncol=min(len(providers), 3), loc="upper right")
     axes[0, 0].set_title(title)
     axes[-1, 0].set_xlabel("rows x columns")
-    label_device(fig)
+    label_device(fig, device)
     fig.tight_layout()
     return fig

@@ -35,6 +35,10 @@ def new_axes(ncols: int = 1, width: float = 6.0, height: float = 3.6):
     return fig, axes[0] if ncols > 1 else axes[0, 0]
 
 
-def label_device(fig: plt.Figure) -> None:
-    """Write the device's name in the figure's lower-right corner (for measured figures)."""
-    fig.text(0.99, 0.01, device_name(), ha="right", va="bottom", fontsize=7, color="0.4")
+def label_device(fig: plt.Figure, name: str | None = None) -> None:
+    """Write a device's name in the figure's lower-right corner (for measured figures).
+
+    ``name`` defaults to this machine's device; pass the recorded one for figures measured
+    elsewhere.
+    """
+    fig.text(0.99, 0.01, name or device_name(), ha="right", va="bottom", fontsize=7, color="0.4")

@@ -1,0 +1,41 @@
+"""The contract every exercise keeps: its checker accepts the solution, and an unfilled stub gets
+a hint without failing. Each ``check_<name>`` in ``teachkit.exercises.exNN`` has a documented
+``solution_<name>``; the per-notebook test files check the wrong answers."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import teachkit.exercises as exercises
+
+MODULES = sorted(m.name for m in pkgutil.iter_modules(exercises.__path__)
+                 if m.name.startswith("ex"))
+PAIRS = [(mod, name[len("check_"):]) for mod in MODULES
+         for name in dir(importlib.import_module(f"teachkit.exercises.{mod}"))
+         if name.startswith("check_")]
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+def test_every_notebook_has_at_least_two_exercises():
+    assert MODULES == [f"ex{i:02d}" for i in range(1, len(MODULES) + 1)]
+    for mod in MODULES:
+        assert sum(m == mod for m, _ in PAIRS) >= 2, mod
+
+
+@pytest.mark.parametrize(("mod", "name"), PAIRS, ids=[f"{m}.{n}" for m, n in PAIRS])
+def test_checker_accepts_solution_and_hints_on_stub(mod, name, capsys):
+    module = importlib.import_module(f"teachkit.exercises.{mod}")
+    check, solution = getattr(module, f"check_{name}"), getattr(module, f"solution_{name}")
+    doc = getattr(getattr(solution, "fn", solution), "__doc__", None)  # .fn: a Triton function
+    assert doc and len(doc) > 40, f"solution_{name} needs a docstring"
+    assert check(solution) is True
+    assert "[correct]" in capsys.readouterr().out
+    assert check(stub) is False
+    out = capsys.readouterr().out
+    assert "[not attempted]" in out and "Hint:" in out

@@ -12,8 +12,16 @@ attention
     naive and blockwise (FlashAttention-style) attention, merging partial results by lse.
 reduction
     reducing ``(m, d)`` pairs in any order, and a GPU block's thread/warp/block tree simulated.
+numerics
+    where ``exp`` overflows and underflows in each dtype.
 compare
     relative error against a float64 reference.
+traffic
+    bytes moved by each softmax formulation, counted and measured (notebook 05).
+kernels
+    the Triton kernels (imported on demand; needs Triton, Linux only).
+bench
+    ``python -m teachkit.bench``: kernels beside PyTorch and the device's ceilings.
 plots
     matplotlib helpers (imported on demand).
 exercises

@@ -1,0 +1,453 @@
+r"""Exercises of notebook 07, *online attention*.
+
+Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+
+1. :func:`check_tile_kind`: classify one tile ``(i, j)`` of a causal score matrix as skipped,
+   computed in full, or computed with a mask (:mod:`teachkit.tiling`'s codes).
+2. :func:`check_recompute_probs`: recompute a tile of probabilities from ``q``, ``k`` and the
+   rows' log-sum-exp, as the backward pass of FlashAttention does, :math:`P = e^{s - lse}`.
+3. :func:`check_tiled_attention`: the whole forward loop over query blocks and key blocks with
+   the running ``(m, l, acc)``, the causal tile schedule and one division at the end.
+
+Every checker runs the learner's function on fresh random inputs (odd sizes that blocks do not
+divide, ``L != S`` both ways, large scores, several dtypes, batches) and compares with a float64
+reference; a wrong answer raises :class:`~teachkit.exercises.checking.ExerciseFailed` saying
+which case failed and the likely mistake.
+
+Examples
+--------
+>>> check_tile_kind(solution_tile_kind)
+[correct] Classify one tile of the causal score matrix
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..attention import attention_block_update, attention_scores, causal_mask
+from ..compare import relative_error
+from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, schedule_from_mask, tile_schedule
+from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+
+__all__ = [
+    "check_tile_kind",
+    "solution_tile_kind",
+    "check_recompute_probs",
+    "solution_recompute_probs",
+    "check_tiled_attention",
+    "solution_tiled_attention",
+]
+
+NEG_INF = float("-inf")
+_NAN_ADVICE = (
+    "NaN or infinity where the reference is finite: exp of a large score overflowed "
+    "(exp(s) / exp(lse) is inf / inf; exponentiate the difference, exp(s - lse), which is <= 0), "
+    "or a row saw no key at all (l = 0, and 0 / 0 is NaN)."
+)
+
+
+def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
+    """Fresh standard-normal float64 values times ``scale`` (never zeros)."""
+    return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
+
+
+def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
+    """A fresh integer in ``[lo, hi]``."""
+    return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+
+def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
+    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, ExerciseFailed):
+        raise
+    except Exception as err:
+        shapes = ", ".join(
+            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
+            else repr(a) for a in args
+        )
+        raise ExerciseFailed(
+            f"On {case}: your function raised {type(err).__name__}: {err}\n"
+            f"  It was called with: {shapes}.\n"
+            "  Per-row statistics (lse, m, l) have one axis fewer than the score tile: add it "
+            "back with .unsqueeze(-1) before combining them."
+        ) from err
+
+
+def _mismatch_advice(got: object, ref: torch.Tensor, mistakes: dict[str, torch.Tensor],
+                     default: str) -> str:
+    """NaN/inf advice, else the known wrong formula that ``got`` reproduces, else ``default``."""
+    if not isinstance(got, torch.Tensor) or got.shape != ref.shape:
+        return default
+    g, r = got.detach().double(), ref.detach().double()
+    for explanation, wrong in mistakes.items():  # first: a known mistake, NaNs included
+        if wrong.shape == ref.shape and relative_error(g, wrong) < 1e-3:
+            return "Your result matches a common mistake: " + explanation
+    if bool((~torch.isfinite(g) & torch.isfinite(r)).any()):
+        return _NAN_ADVICE
+    return default
+
+
+def _check(
+    got: object, ref: torch.Tensor, case: str, rtol: float,
+    mistakes: Callable[[], dict[str, torch.Tensor]] | None = None, default: str = "",
+) -> None:
+    """:func:`expect_close`, with advice chosen only when the answer is off."""
+    advice = ""
+    if not (isinstance(got, torch.Tensor) and got.shape == ref.shape
+            and relative_error(got, ref) <= rtol):
+        advice = _mismatch_advice(got, ref, mistakes() if mistakes else {}, default)
+    expect_close(got, ref, case, rtol=rtol, advice=advice)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: classify one tile
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_tile_kind(
+    i: int, j: int, L: int, S: int, block_m: int, block_n: int, causal: bool
+) -> int:
+    """Classify tile ``(i, j)``: query block ``i`` against key block ``j``.
+
+    The tile holds queries ``r0 .. r1 - 1`` and keys ``c0 .. c1 - 1``, the last tile of each axis
+    cut at ``L`` or ``S``. Query ``q`` sees key ``k`` iff ``k <= q`` (top-left causal).
+    The tile is skipped when its *last* query cannot see its *first* key, full when its *first*
+    query sees its *last* key, and masked inside otherwise.
+
+    Returns
+    -------
+    int
+        :data:`~teachkit.tiling.SKIP` (0), :data:`~teachkit.tiling.FULL` (1) or
+        :data:`~teachkit.tiling.MASKED` (2).
+    """
+    if not causal:
+        return FULL
+    r0, r1 = i * block_m, min((i + 1) * block_m, L)
+    c0, c1 = j * block_n, min((j + 1) * block_n, S)
+    if c0 > r1 - 1:  # the last query is before the first key: all masked
+        return SKIP
+    if c1 - 1 <= r0:  # the first query already sees the last key: nothing masked
+        return FULL
+    return MASKED
+
+
+def _tile_advice(i: int, j: int, L: int, S: int, bm: int, bn: int, got: int, want: int) -> str:
+    r0, r1 = i * bm, min((i + 1) * bm, L)
+    c0, c1 = j * bn, min((j + 1) * bn, S)
+    visible = int(causal_mask(L, S)[r0:r1, c0:c1].sum())
+    n = (r1 - r0) * (c1 - c0)
+    lines = [f"it holds queries {r0}..{r1 - 1} and keys {c0}..{c1 - 1}, and {visible} of its {n} "
+             f"entries are visible (key <= query)."]
+    unclipped = solution_tile_kind(i, j, 10**9, 10**9, bm, bn, True)
+    if (r1 - r0 < bm or c1 - c0 < bn) and unclipped == got:
+        lines.append("This is a last, shorter tile: cut its end at L (or S), "
+                     "r1 = min((i + 1) * block_m, L), before comparing.")
+    elif want == FULL and got == MASKED and c1 - 1 == r0:
+        lines.append(f"Off by one: query {r0} does see key {r0} (key <= query), so its last key "
+                     f"{c1 - 1} is visible to every query of the tile.")
+    elif want == SKIP and got == MASKED and c0 == r1:
+        lines.append(f"Off by one: ranges are half-open, the tile's last query is {r1 - 1}, "
+                     f"which cannot see key {c0}.")
+    elif want == MASKED:
+        lines.append("Some entries are visible and some are not: the diagonal crosses the tile.")
+    return " ".join(lines)
+
+
+def _random_tile_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, int, bool]]:
+    cases = [
+        ("L = S = 100, blocks 32 x 32 (the last tile holds 4)", 100, 100, 32, 32, True),
+        ("L = 70 < S = 130, blocks 16 x 24", 70, 130, 16, 24, True),
+        ("L = 130 > S = 45, blocks 24 x 16", 130, 45, 24, 16, True),
+        ("L = 37, S = 53, blocks 8 x 5 (block_m != block_n)", 37, 53, 8, 5, True),
+        ("L = 5, S = 9, blocks larger than the matrix, 16 x 16", 5, 9, 16, 16, True),
+        ("L = 33, S = 77 without a causal mask, blocks 16 x 16", 33, 77, 16, 16, False),
+    ]
+    for _ in range(6):
+        L, S = _randint(1, 300, gen), _randint(1, 300, gen)
+        bm, bn = _randint(1, 64, gen), _randint(1, 64, gen)
+        cases.append((f"random L = {L}, S = {S}, blocks {bm} x {bn}", L, S, bm, bn, True))
+    return cases
+
+
+@exercise(
+    "Classify one tile of the causal score matrix",
+    "Tile (i, j) holds queries r0 = i * block_m .. r1 - 1 with r1 = min((i + 1) * block_m, L), "
+    "and keys c0 .. c1 - 1 likewise. Query q sees key k iff k <= q. SKIP if c0 > r1 - 1, FULL if "
+    "c1 - 1 <= r0, MASKED otherwise; without causal every tile is FULL.",
+)
+def check_tile_kind(fn: Callable[..., int]) -> None:
+    """Check ``fn(i, j, L, S, block_m, block_n, causal) -> SKIP | FULL | MASKED`` on every tile.
+
+    Each grid is compared with the classification of the explicit causal mask
+    (:func:`teachkit.tiling.schedule_from_mask`). Cases: ``L = S`` with a short last tile;
+    ``L < S`` and ``L > S``; unequal blocks; blocks larger than the matrix; no mask; and six
+    random grids with ``L, S`` up to 300 and blocks up to 64.
+    """
+    gen = fresh_generator()
+    for case, L, S, bm, bn, causal in _random_tile_cases(gen):
+        mask = causal_mask(L, S) if causal else torch.ones(L, S, dtype=torch.bool)
+        want = schedule_from_mask(mask, bm, bn)
+        for i in range(want.shape[0]):
+            for j in range(want.shape[1]):
+                got = _call(fn, case, i, j, L, S, bm, bn, causal)
+                expect(isinstance(got, int) and got in TILE_NAMES,
+                       f"On {case}, tile ({i}, {j}): return one of the ints SKIP = {SKIP}, "
+                       f"FULL = {FULL}, MASKED = {MASKED} (from teachkit.tiling), got {got!r}.")
+                w = int(want[i, j])
+                if got != w:
+                    advice = ("Without a causal mask every key is visible: every tile is FULL."
+                              if not causal else _tile_advice(i, j, L, S, bm, bn, got, w))
+                    raise ExerciseFailed(
+                        f"On {case}, tile ({i}, {j}): expected {TILE_NAMES[w].upper()} ({w}), "
+                        f"got {TILE_NAMES[got].upper()} ({got}); {advice}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: recompute a tile of probabilities from the lse
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_recompute_probs(
+    q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float
+) -> torch.Tensor:
+    r"""Recompute one tile of attention probabilities from the rows' log-sum-exp.
+
+    The forward pass kept one number per query row, :math:`lse_i = \log \sum_j e^{s_{ij}}` over
+    *all* keys. For any block of keys, the probabilities are then
+
+    .. math::  P_{ij} = e^{s_{ij} - lse_i}, \qquad s_{ij} = scale\; q_i \cdot k_j,
+
+    without revisiting the other keys: the normalisation is inside :math:`lse`.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``(..., Lb, D)``: a block of queries.
+    k : torch.Tensor
+        ``(..., Sb, D)``: a block of keys.
+    lse : torch.Tensor
+        ``(..., Lb)``: the log-sum-exp of each query's full row of scores (float32 or float64).
+    scale : float
+        The factor the forward pass multiplied the scores by.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., Lb, Sb)`` probabilities in ``lse``'s dtype.
+    """
+    s = (q.to(lse.dtype) @ k.to(lse.dtype).transpose(-2, -1)) * scale
+    return torch.exp(s - lse.unsqueeze(-1))
+
+
+def _probs_mistakes(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
+                    scale: float) -> dict[str, torch.Tensor]:
+    s = (q.double() @ k.double().transpose(-2, -1)) * scale
+    lse64 = lse.double()
+    out = {
+        "you left out the scale. The forward pass computed exp(scale * q @ k.T - lse); use the "
+        "same scores.": torch.exp(s / scale - lse64.unsqueeze(-1)),
+        "you normalised over the tile's keys only (a softmax of the tile). The lse covers the "
+        "whole row: exp(s - lse) sums to 1 only over all the keys.": torch.softmax(s, dim=-1),
+    }
+    if s.shape[-1] == s.shape[-2]:  # lse broadcast along the wrong axis
+        out["lse was subtracted along the key axis: (..., Lb) broadcasts against the last axis "
+            "of (..., Lb, Sb). Use lse.unsqueeze(-1), one value per query row."] = torch.exp(
+                s - lse64.unsqueeze(-2))
+    return out
+
+
+@exercise(
+    "Recompute a tile of probabilities from q, k and lse",
+    "s = scale * q @ k.transpose(-2, -1) (in lse's dtype), then P = exp(s - lse.unsqueeze(-1)). "
+    "The lse already holds the whole row's normalisation: no max, no sum over the tile.",
+)
+def check_recompute_probs(fn: Callable[..., torch.Tensor]) -> None:
+    """Check ``fn(q_block, k_block, lse_block, scale)`` on every tile against a float64 softmax.
+
+    Cases: a ``(2, 3)`` batch of 37 queries and 101 keys in tiles of 16 x 32 (edge tiles of
+    5 queries or 5 keys, a 5 x 5 corner); scale 8, scores in the hundreds, where ``exp(s)``
+    overflows float32; float64; bfloat16 ``q`` and ``k`` with a float32 lse.
+    """
+    gen = fresh_generator()
+    D = 16
+    cases = [
+        ("a (2, 3) batch, 37 queries, 101 keys, tiles of 16 x 32, float32",
+         (2, 3), 37, 101, 16, 32, 1 / math.sqrt(D), torch.float32, 1e-5),
+        ("scale 8: scores in the hundreds (exp(s) overflows float32), 29 queries, 70 keys, "
+         "tiles of 8 x 16", (2,), 29, 70, 8, 16, 8.0, torch.float32, 1e-4),
+        ("float64, 23 queries, 45 keys, tiles of 8 x 8", (3,), 23, 45, 8, 8, 0.25,
+         torch.float64, 1e-12),
+        ("bfloat16 q and k with a float32 lse, 33 queries, 50 keys, tiles of 16 x 16",
+         (2,), 33, 50, 16, 16, 0.25, torch.bfloat16, 1e-4),
+    ]
+    for case, batch, L, S, bm, bn, scale, dtype, rtol in cases:
+        q = _randn(*batch, L, D, gen=gen).to(dtype)
+        k = _randn(*batch, S, D, gen=gen).to(dtype)
+        s64 = (q.double() @ k.double().transpose(-2, -1)) * scale
+        p64 = torch.softmax(s64, dim=-1)
+        lse = torch.logsumexp(s64, dim=-1).to(torch.float64 if dtype == torch.float64
+                                               else torch.float32)
+        for r0 in range(0, L, bm):
+            for c0 in range(0, S, bn):
+                qb, kb, lb = q[..., r0:r0 + bm, :], k[..., c0:c0 + bn, :], lse[..., r0:r0 + bm]
+                tile = f"{case}, tile of queries {r0}.. and keys {c0}.."
+                got = _call(fn, tile, qb.clone(), kb.clone(), lb.clone(), scale)
+                ref = p64[..., r0:r0 + bm, c0:c0 + bn]
+                _check(got, ref, tile, rtol, lambda qb=qb, kb=kb, lb=lb, sc=scale: _probs_mistakes(
+                    qb, kb, lb, sc), default="P = exp(scale * q @ k.T - lse[..., None]).")
+                expect(got.dtype == lse.dtype,
+                       f"On {tile}: return the probabilities in lse's dtype ({lse.dtype}), got "
+                       f"{got.dtype}; convert with .to(lse.dtype).")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: the tiled forward loop
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_tiled_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int, block_n: int, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention by tiles: for every query block, walk the key blocks the schedule keeps.
+
+    Each query block starts from ``(m, l, acc) = (-inf, 0, 0)``, folds in each non-skipped key
+    block with :func:`~teachkit.attention.attention_block_update` (diagonal tiles get their
+    ``-inf`` mask first), and divides ``acc`` by ``l`` once at the end; its lse is
+    ``m + log(l)``. The scale is ``1/sqrt(D)``.
+
+    Parameters
+    ----------
+    q, k, v : torch.Tensor
+        ``(..., L, D)``, ``(..., S, D)``, ``(..., S, Dv)``.
+    block_m, block_n : int
+        Queries and keys per tile.
+    causal : bool
+        Top-left causal mask (query ``i`` sees keys ``0..i``).
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``(..., L, Dv)`` in q's dtype.
+    lse : torch.Tensor
+        ``(..., L)`` in float32 (float64 for float64 input).
+    """
+    L, S = q.shape[-2], k.shape[-2]
+    schedule = tile_schedule(L, S, block_m, block_n, causal)
+    outs, lses = [], []
+    for i, r0 in enumerate(range(0, L, block_m)):
+        qb = q[..., r0:r0 + block_m, :]
+        s0 = attention_scores(qb, k[..., :0, :])  # empty: only for the dtype
+        m = torch.full(qb.shape[:-1], NEG_INF, dtype=s0.dtype, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=s0.dtype, device=q.device)
+        for j, c0 in enumerate(range(0, S, block_n)):
+            kind = int(schedule[i, j])
+            if kind == SKIP:
+                continue
+            s = attention_scores(qb, k[..., c0:c0 + block_n, :])
+            if kind == MASKED:
+                rows = torch.arange(r0, r0 + s.shape[-2], device=q.device).unsqueeze(-1)
+                cols = torch.arange(c0, c0 + s.shape[-1], device=q.device)
+                s = s.masked_fill(cols > rows, NEG_INF)
+            m, l, acc = attention_block_update(m, l, acc, s, v[..., c0:c0 + block_n, :])
+        outs.append((acc / l.unsqueeze(-1)).to(q.dtype))  # the one division per row
+        lses.append(m + torch.log(l))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+
+
+def _tiled_wrong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bm: int, bn: int,
+                 causal: bool, mistake: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`solution_tiled_attention` with one typical mistake, in float64."""
+    q, k, v = q.double(), k.double(), v.double()
+    L, S = q.shape[-2], k.shape[-2]
+    sched = tile_schedule(L, S, bm, bn, causal)
+    outs, lses = [], []
+    for i, r0 in enumerate(range(0, L, bm)):
+        qb = q[..., r0:r0 + bm, :]
+        m = torch.full(qb.shape[:-1], NEG_INF, dtype=torch.float64)
+        l, acc = torch.zeros_like(m), torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        for j, c0 in enumerate(range(0, S, bn)):
+            kind = int(sched[i, j])
+            if kind == SKIP or (kind == MASKED and mistake == "skip masked"):
+                continue
+            s = attention_scores(qb, k[..., c0:c0 + bn, :])
+            if kind == MASKED and mistake != "no mask":
+                off = 0 if mistake == "local indices" else 1
+                rows = torch.arange(r0 * off, r0 * off + s.shape[-2]).unsqueeze(-1)
+                cols = torch.arange(c0 * off, c0 * off + s.shape[-1])
+                s = s.masked_fill(cols > rows, NEG_INF)
+            m, l, acc = attention_block_update(m, l, acc, s, v[..., c0:c0 + bn, :])
+            if mistake == "normalise each step":
+                acc = acc / l.unsqueeze(-1)
+        outs.append(acc if mistake == "normalise each step" else acc / l.unsqueeze(-1))
+        lses.append(m if mistake == "lse = m" else m + torch.log(l))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+
+
+_TILED_MISTAKES = {
+    "no mask": "the diagonal tiles were computed without their mask. A MASKED tile holds some "
+               "keys later than some queries: set s to -inf where key > query.",
+    "skip masked": "the diagonal tiles were skipped. Only tiles with every entry masked may be "
+                   "skipped; MASKED tiles are computed and masked inside.",
+    "local indices": "the mask inside a diagonal tile compared local indices. Compare absolute "
+                     "positions: query r0 + a against key c0 + b.",
+    "normalise each step": "acc was divided by l after every key block. Keep acc unnormalised "
+                           "and divide once at the end (the rescale by alpha assumes it).",
+    "lse = m": "the lse is the running maximum alone: lse = m + log(l).",
+}
+
+
+@exercise(
+    "Tiled attention: query blocks, key blocks, the causal schedule, one division",
+    "For each query block: m = -inf, l = 0, acc = 0; for each key block whose tile is not SKIP "
+    "(teachkit.tiling.tile_schedule): s = attention_scores(q_block, k_block), mask key > query "
+    "on MASKED tiles (absolute positions), (m, l, acc) = attention_block_update(m, l, acc, s, "
+    "v_block). Then out = acc / l, lse = m + log(l); concatenate the blocks.",
+)
+def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Check ``fn(q, k, v, block_m, block_n, causal) -> (out, lse)`` against float64 attention.
+
+    Cases: causal, 37 queries and 101 keys in tiles of 16 x 32 for a ``(2, 3)`` batch; causal
+    with more queries than keys (150 x 61, tiles of 32 x 16); no mask, 45 x 70; float64; bfloat16
+    inputs (out in bfloat16, lse in float32).
+    """
+    gen = fresh_generator()
+    D = 16
+    cases = [
+        ("causal, a (2, 3) batch, 37 queries, 101 keys, tiles of 16 x 32, float32",
+         (2, 3), 37, 101, 16, 32, True, torch.float32, 1e-5),
+        ("causal, 150 queries > 61 keys, tiles of 32 x 16, float32",
+         (2,), 150, 61, 32, 16, True, torch.float32, 1e-5),
+        ("no mask, 45 queries, 70 keys, tiles of 16 x 16, float32",
+         (2,), 45, 70, 16, 16, False, torch.float32, 1e-5),
+        ("causal, 29 queries, 53 keys, tiles of 8 x 12, float64",
+         (3,), 29, 53, 8, 12, True, torch.float64, 1e-12),
+        ("causal, bfloat16 inputs, 40 queries, 77 keys, tiles of 16 x 16",
+         (2,), 40, 77, 16, 16, True, torch.bfloat16, 1e-2),
+    ]
+    for case, batch, L, S, bm, bn, causal, dtype, rtol in cases:
+        q, k, v = (_randn(*batch, n, D, gen=gen).to(dtype) for n in (L, S, S))
+        got = _call(fn, case, q.clone(), k.clone(), v.clone(), bm, bn, causal)
+        expect(isinstance(got, tuple) and len(got) == 2,
+               f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
+        out, lse = got
+        s64 = attention_scores(q.double(), k.double(), causal)
+        ref_out = torch.softmax(s64, dim=-1) @ v.double()
+        ref_lse = torch.logsumexp(s64, dim=-1)
+
+        def wrong(index: int, args: tuple = (q, k, v, bm, bn, causal)) -> dict[str, torch.Tensor]:
+            return {e: _tiled_wrong(*args, name)[index] for name, e in _TILED_MISTAKES.items()}
+
+        _check(out, ref_out, case + " (out)", rtol, lambda: wrong(0),
+               default="out = acc / l after the last key block of each query block.")
+        expect(out.dtype == q.dtype,
+               f"On {case}: out should come back in q's dtype {q.dtype}, got {out.dtype}.")
+        _check(lse, ref_lse, case + " (lse)", 1e-5 if dtype != torch.float64 else 1e-12,
+               lambda: wrong(1), default="lse = m + log(l) per query row.")

@@ -1,0 +1,137 @@
+"""Pictures of blocked attention: the causal tile schedule and the memory of the score matrix.
+
+:func:`plot_tile_schedule` draws the ``L x S`` score matrix cut into tiles, coloured by what a
+blocked kernel does with each (skip, compute in full, compute with a mask), with the causal
+diagonal on top. :func:`plot_attention_memory` draws bytes against sequence length on log-log
+axes, with an optional memory budget (a GPU's memory) as a horizontal line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch, Rectangle
+
+from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, tile_bounds, tile_schedule
+from .figures import new_axes
+
+__all__ = ["TILE_COLORS", "plot_tile_schedule", "plot_attention_memory"]
+
+TILE_COLORS: dict[int, str] = {SKIP: "#eeeeee", FULL: "#4c9be8", MASKED: "#f5a142"}
+"""Fill colour of each tile code."""
+
+
+def plot_tile_schedule(
+    L: int, S: int, block_m: int, block_n: int, causal: bool = True,
+    title: str | None = None, ax: plt.Axes | None = None,
+) -> plt.Figure:
+    """Draw the tiles of an ``L x S`` score matrix, coloured by their kind in the schedule.
+
+    Queries run down, keys run right, in element units, so a shorter last tile looks shorter.
+    With ``causal`` the line ``key = query`` is drawn: tiles it crosses are masked inside, tiles
+    wholly above it are skipped. Each tile is labelled ``(r, c)`` when the grid is small enough.
+
+    Parameters
+    ----------
+    L, S : int
+        Queries and keys.
+    block_m, block_n : int
+        Tile size.
+    causal : bool
+        Top-left-aligned causal mask.
+    title : str, optional
+        Axes title; defaults to the sizes and the tile counts.
+    ax : matplotlib.axes.Axes, optional
+        Draw there instead of a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    sched = tile_schedule(L, S, block_m, block_n, causal)
+    if ax is None:
+        width = min(9.0, 2.5 + 5.0 * S / max(L, S, 1))
+        height = min(7.0, 1.5 + 5.0 * L / max(L, S, 1))
+        fig, ax = plt.subplots(figsize=(width, height))
+    else:
+        fig = ax.figure
+    rows, cols = sched.shape
+    label = rows * cols <= 120
+    for r in range(rows):
+        r0, r1 = tile_bounds(r, block_m, L)
+        for c in range(cols):
+            c0, c1 = tile_bounds(c, block_n, S)
+            code = int(sched[r, c])
+            ax.add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, facecolor=TILE_COLORS[code],
+                                   edgecolor="white", lw=1.5))
+            if label:
+                ax.text((c0 + c1) / 2, (r0 + r1) / 2, f"{r},{c}", ha="center", va="center",
+                        fontsize=7, color="0.55" if code == SKIP else "white")
+    if causal and L and S:
+        end = min(L, S)
+        ax.plot([0, end], [0, end], color="crimson", lw=1.5, label="key = query")
+    ax.set_xlim(0, max(S, 1))
+    ax.set_ylim(max(L, 1), 0)
+    ax.set_aspect("equal")
+    ax.set_xlabel(f"key index j (S = {S}, blocks of {block_n})")
+    ax.set_ylabel(f"query index i (L = {L}, blocks of {block_m})")
+    counts = {code: int((sched == code).sum()) for code in (FULL, MASKED, SKIP)}
+    handles = [Patch(facecolor=TILE_COLORS[c], edgecolor="0.6",
+                     label=f"{TILE_NAMES[c]} ({counts[c]})") for c in (FULL, MASKED, SKIP)]
+    if causal and L and S:
+        handles.append(plt.Line2D([], [], color="crimson", label="diagonal j = i"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8,
+              frameon=False)
+    ax.set_title(title or f"{'causal' if causal else 'no mask'}: {rows} x {cols} tiles",
+                 fontsize=10)
+    return fig
+
+
+def plot_attention_memory(
+    lengths: Sequence[int], curves: Mapping[str, Sequence[float]],
+    budget: float | None = None, budget_label: str = "memory budget",
+    measured: Mapping[str, tuple[Sequence[int], Sequence[float]]] | None = None,
+    title: str = "Memory of attention's score matrices",
+) -> plt.Figure:
+    """Bytes against sequence length on log-log axes, one line per computed curve.
+
+    Parameters
+    ----------
+    lengths : sequence of int
+        Sequence lengths (x axis).
+    curves : mapping of str to sequence of float
+        Computed bytes per length, one line each (e.g. materialised fp16 and fp32, blocked).
+    budget : float, optional
+        Bytes of a memory budget (a GPU's memory), drawn as a horizontal dashed line.
+    budget_label : str
+        Its label.
+    measured : mapping of str to (lengths, bytes), optional
+        Measured points, drawn as markers over the lines.
+    title : str
+        Axes title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, ax = new_axes(width=7.0, height=4.2)
+    for i, (name, values) in enumerate(curves.items()):
+        ax.plot(lengths, values, "-", color=f"C{i}", lw=2, label=name)
+    for i, (name, (xs, ys)) in enumerate((measured or {}).items()):
+        ax.plot(xs, ys, "o", color=f"C{i + len(curves)}", ms=7, mfc="none", mew=2, label=name)
+    if budget is not None:
+        ax.axhline(budget, color="crimson", ls="--", lw=1.5, label=budget_label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    lo, hi = ax.get_ylim()
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    powers = [p for p in range(0, 60, 3) if lo <= 2.0**p <= hi]
+    ax.set_yticks([2.0**p for p in powers], [f"{2 ** (p % 10)} {units[p // 10]}" for p in powers])
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("sequence length L = S")
+    ax.set_ylabel("bytes")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title, fontsize=10)
+    return fig

@@ -1,0 +1,147 @@
+"""The checkers of notebook 07 accept their solutions, hint on stubs, and explain wrong answers."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from teachkit.exercises import ex07  # noqa: E402
+from teachkit.exercises.checking import ExerciseFailed  # noqa: E402
+from teachkit.tiling import FULL, MASKED, SKIP  # noqa: E402
+
+CHECKS = [
+    (ex07.check_tile_kind, ex07.solution_tile_kind),
+    (ex07.check_recompute_probs, ex07.solution_recompute_probs),
+    (ex07.check_tiled_attention, ex07.solution_tiled_attention),
+]
+
+
+@pytest.mark.parametrize("check,solution", CHECKS)
+def test_checker_accepts_its_solution(check, solution, capsys):
+    assert check(solution) is True
+    assert capsys.readouterr().out.startswith("[correct]")
+
+
+@pytest.mark.parametrize("check,solution", CHECKS)
+def test_unfilled_stub_prints_the_hint(check, solution, capsys):
+    def stub(*args):
+        # your code here
+        raise NotImplementedError
+
+    assert check(stub) is False
+    out = capsys.readouterr().out
+    assert out.startswith("[not attempted]") and "Hint:" in out
+
+
+@pytest.mark.parametrize("check,solution", CHECKS)
+def test_solutions_have_docstrings(check, solution):
+    assert solution.__doc__ and check.__doc__
+
+
+# --- exercise 1: tile_kind -------------------------------------------------------------------
+
+
+def _kind(clip=True, strict_full=False, half_open_bug=False, ignore_causal=False):
+    def kind(i, j, L, S, bm, bn, causal):
+        if not causal and not ignore_causal:
+            return FULL
+        r0, r1 = i * bm, (min((i + 1) * bm, L) if clip else (i + 1) * bm)
+        c0, c1 = j * bn, (min((j + 1) * bn, S) if clip else (j + 1) * bn)
+        if (c0 > r1) if half_open_bug else (c0 > r1 - 1):
+            return SKIP
+        if (c1 - 1 < r0) if strict_full else (c1 - 1 <= r0):
+            return FULL
+        return MASKED
+
+    return kind
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (_kind(clip=False), "last, shorter tile"),
+    (_kind(strict_full=True), "does see key"),
+    (_kind(half_open_bug=True), "half-open"),
+    (_kind(ignore_causal=True), "every tile is FULL"),
+])
+def test_tile_kind_explains_wrong_answers(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex07.check_tile_kind(wrong)
+    assert "On " in str(info.value) and "expected" in str(info.value)
+
+
+def test_tile_kind_wants_an_int_code():
+    with pytest.raises(ExerciseFailed, match="return one of the ints"):
+        ex07.check_tile_kind(lambda *args: "full")
+
+
+# --- exercise 2: recompute_probs -------------------------------------------------------------
+
+
+def _scores(q, k, lse, scale):
+    return (q.to(lse.dtype) @ k.to(lse.dtype).transpose(-2, -1)) * scale
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda q, k, lse, scale: torch.exp(_scores(q, k, lse, 1.0) - lse.unsqueeze(-1)),
+     "left out the scale"),
+    (lambda q, k, lse, scale: torch.softmax(_scores(q, k, lse, scale), dim=-1),
+     "normalised over the tile"),
+    (lambda q, k, lse, scale: torch.exp(_scores(q, k, lse, scale)) / torch.exp(lse).unsqueeze(-1),
+     "NaN or infinity"),
+])
+def test_recompute_probs_explains_wrong_answers(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex07.check_recompute_probs(wrong)
+    assert "On " in str(info.value)
+
+
+def test_recompute_probs_without_unsqueeze():
+    with pytest.raises(ExerciseFailed, match=r"unsqueeze\(-1\)"):
+        ex07.check_recompute_probs(lambda q, k, lse, scale: torch.exp(_scores(q, k, lse, scale)
+                                                                        - lse))
+
+
+def test_recompute_probs_wants_lse_dtype():
+    def float64_out(q, k, lse, scale):
+        return ex07.solution_recompute_probs(q, k, lse, scale).double()
+
+    with pytest.raises(ExerciseFailed, match="lse's dtype"):
+        ex07.check_recompute_probs(float64_out)
+
+
+# --- exercise 3: tiled_attention -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mistake,message", [
+    ("no mask", "without their mask"),
+    ("skip masked", "diagonal tiles were skipped"),
+    ("local indices", "local indices"),
+    ("normalise each step", "divided by l after every key block"),
+])
+def test_tiled_attention_explains_wrong_answers(mistake, message):
+    def wrong(q, k, v, bm, bn, causal):
+        out, lse = ex07._tiled_wrong(q, k, v, bm, bn, causal, mistake)
+        return out.to(q.dtype), lse.to(torch.float64 if q.dtype == torch.float64
+                                       else torch.float32)
+
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex07.check_tiled_attention(wrong)
+    assert "On " in str(info.value)
+
+
+def test_tiled_attention_names_a_wrong_lse():
+    def lse_is_m(q, k, v, bm, bn, causal):
+        out, _ = ex07.solution_tiled_attention(q, k, v, bm, bn, causal)
+        _, m = ex07._tiled_wrong(q, k, v, bm, bn, causal, "lse = m")
+        return out, m.float()
+
+    with pytest.raises(ExerciseFailed, match=r"m \+ log\(l\)"):
+        ex07.check_tiled_attention(lse_is_m)
+
+
+def test_tiled_attention_asks_for_a_pair():
+    with pytest.raises(ExerciseFailed, match=r"pair \(out, lse\)"):
+        ex07.check_tiled_attention(lambda q, k, v, bm, bn, causal: q)

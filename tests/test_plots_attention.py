@@ -1,0 +1,45 @@
+"""Plot helpers of notebook 07: the tile schedule and the memory of attention."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from teachkit.plots.attention import plot_attention_memory, plot_tile_schedule  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_tile_schedule_figure_has_one_patch_per_tile_and_counts():
+    fig = plot_tile_schedule(200, 300, 64, 48, causal=True)
+    assert isinstance(fig, plt.Figure)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 4 * 7
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(lab.startswith("skip (") for lab in labels)
+    assert "diagonal j = i" in labels
+
+
+def test_tile_schedule_on_given_axes_and_without_mask():
+    fig, ax = plt.subplots()
+    assert plot_tile_schedule(33, 77, 16, 16, causal=False, ax=ax) is fig
+    assert len(ax.lines) == 0  # no diagonal without a mask
+
+
+def test_attention_memory_figure():
+    lengths = [1024, 2048, 4096]
+    fig = plot_attention_memory(
+        lengths, {"fp16": [2.0 * n * n for n in lengths], "blocked": [128.0 * n for n in lengths]},
+        budget=2.0**30, budget_label="1 GiB", measured={"measured": ([1024], [2.0e6])})
+    assert isinstance(fig, plt.Figure)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert "1 GiB" in [t.get_text() for t in ax.get_legend().get_texts()]

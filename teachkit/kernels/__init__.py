@@ -15,6 +15,14 @@ except ImportError as err:  # pragma: no cover - exercised on macOS/Windows only
         "torch references in teachkit.softmax and teachkit.attention, or run on Linux/Colab"
     ) from err
 
+from .flash import flash_attention
 from .softmax_kernels import softmax, softmax_blog, softmax_fused, softmax_online, softmax_split
 
-__all__ = ["softmax", "softmax_blog", "softmax_fused", "softmax_online", "softmax_split"]
+__all__ = [
+    "flash_attention",
+    "softmax",
+    "softmax_blog",
+    "softmax_fused",
+    "softmax_online",
+    "softmax_split",
+]

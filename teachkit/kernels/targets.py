@@ -33,6 +33,9 @@ class KernelConfig:
         Warps per program.
     num_stages : int
         Software pipelining depth.
+    capabilities : tuple of int
+        The compute capabilities (keys of :data:`SHARED_MEMORY_LIMIT`) the kernel launches this
+        configuration on, when it picks configurations by GPU; empty (the default) means all.
     """
 
     name: str
@@ -41,6 +44,7 @@ class KernelConfig:
     constexprs: dict = field(hash=False)
     num_warps: int = 4
     num_stages: int = 3
+    capabilities: tuple[int, ...] = ()
 
 
 def compile_for(config: KernelConfig, capability: int) -> int:
@@ -60,9 +64,9 @@ def compile_for(config: KernelConfig, capability: int) -> int:
 
 def all_launch_configs() -> list[KernelConfig]:
     """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
-    from . import softmax_kernels
+    from . import flash, softmax_kernels
 
-    return softmax_kernels.launch_configs()
+    return softmax_kernels.launch_configs() + flash.launch_configs()
 
 
 def check_config(config: KernelConfig, capability: int) -> str | None:
@@ -90,7 +94,8 @@ def check_all(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT),
     """
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = [(i, cap) for i in range(len(all_launch_configs())) for cap in capabilities]
+    jobs = [(i, cap) for i, config in enumerate(all_launch_configs()) for cap in capabilities
+            if not config.capabilities or cap in config.capabilities]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return [p for p in pool.map(_check_index, jobs) if p]
 

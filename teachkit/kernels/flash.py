@@ -298,6 +298,10 @@ def flash_attention(
     ``input_precision="ieee"`` (true float32, no tf32), so they agree with a float64 reference
     to about 1e-5; float16/bfloat16 use the tensor cores.
 
+    With ``causal=True``, keys above the diagonal are never loaded, so a NaN in ``v`` at key
+    ``j`` reaches only the rows that see key ``j``; ``scaled_dot_product_attention``'s math
+    backend multiplies the masked weights (zeros) by it and spreads NaN to every row.
+
     Examples
     --------
     >>> import torch, teachkit

@@ -64,22 +64,23 @@ _DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def merge_combine(m_a, d_a, m_b, d_b):
-    """Combine two ``(m, d)`` pairs (base-2 exponent, ``m`` in log2 units): notebook 03's merge.
+    """Combine two ``(m, d)`` pairs: notebook 03's merge, with ``exp(t)`` as ``exp2(t * log2 e)``.
 
     ``tl.reduce`` calls it on pairs of lanes in a tree. A side with ``m = -inf`` (nothing seen
-    yet, or everything masked) adds 0 instead of the NaN of ``exp2(-inf - (-inf))``.
+    yet, or everything masked) adds 0 instead of the NaN of ``exp(-inf - (-inf))``. The difference
+    is taken before scaling by log2(e), so it stays exact near the maximum even for huge inputs.
     """
     m = tl.maximum(m_a, m_b)
     safe = tl.where(m == float("-inf"), 0.0, m)
-    return m, d_a * tl.exp2(m_a - safe) + d_b * tl.exp2(m_b - safe)
+    return m, d_a * tl.exp2((m_a - safe) * LOG2E) + d_b * tl.exp2((m_b - safe) * LOG2E)
 
 
 @triton.jit
 def _online_update(m, d, x):
-    """Fold one value per lane into running per-lane ``(m, d)`` (base 2, ``x`` pre-scaled)."""
+    """Fold one value per lane into running per-lane ``(m, d)``."""
     m_new = tl.maximum(m, x)
     safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    return m_new, d * tl.exp2(m - safe) + tl.exp2(x - safe)
+    return m_new, d * tl.exp2((m - safe) * LOG2E) + tl.exp2((x - safe) * LOG2E)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,9 +93,9 @@ def _fused_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
     x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=float("-inf"))
-    x = x.to(tl.float32) * LOG2E
+    x = x.to(tl.float32)
     m = tl.max(x, axis=1)
-    e = tl.exp2(x - m[:, None])
+    e = tl.exp2((x - m[:, None]) * LOG2E)
     y = e * (1.0 / tl.sum(e, axis=1))[:, None]  # one division per row, then multiplies
     tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
 
@@ -133,15 +134,15 @@ def _blog_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     d = 0.0
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, axis=0))
         safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        d = d * tl.exp2(m - safe) + tl.sum(tl.exp2(x - safe), axis=0)
+        d = d * tl.exp2((m - safe) * LOG2E) + tl.sum(tl.exp2((x - safe) * LOG2E), axis=0)
         m = m_new
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
-        y = tl.exp2(x - m) / d
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        y = tl.exp2((x - m) * LOG2E) / d
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 
@@ -156,14 +157,14 @@ def _online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     d = tl.zeros([BLOCK], tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
         m, d = _online_update(m, d, x)
     m_row, d_row = tl.reduce((m, d), 0, merge_combine)
     inv_d = 1.0 / d_row
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
-        y = tl.exp2(x - m_row) * inv_d
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        y = tl.exp2((x - m_row) * LOG2E) * inv_d
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 
@@ -176,7 +177,8 @@ def _online_update_tile(m, d, x):
     first, so one rescale per lane and tile instead of one per element (fewer exponentials)."""
     m_new = tl.maximum(m, tl.max(x, axis=0))
     safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    return m_new, d * tl.exp2(m - safe) + tl.sum(tl.exp2(x - safe[None, :]), axis=0)
+    terms = tl.exp2((x - safe[None, :]) * LOG2E)
+    return m_new, d * tl.exp2((m - safe) * LOG2E) + tl.sum(terms, axis=0)
 
 
 @triton.jit
@@ -190,7 +192,7 @@ def _split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr
     tile = tl.arange(0, DEPTH)[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK * DEPTH):
         cols = start + tile
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
         m, d = _online_update_tile(m, d, x)
     m_c, d_c = tl.reduce((m, d), 0, merge_combine)
     tl.store(M + row * n_chunks + chunk, m_c)
@@ -215,8 +217,8 @@ def _split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
     x_row, y_row = X + row * stride_x, Y + row * stride_y
     for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32) * LOG2E
-        y = tl.exp2(x - m_row) * inv_d
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        y = tl.exp2((x - m_row) * LOG2E) * inv_d
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 

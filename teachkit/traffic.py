@@ -242,7 +242,7 @@ def measure_variants(M: int, N: int, dtype: torch.dtype = torch.float32,
     ``unit="GB/s useful"`` (2 x tensor bytes / time: what one read and one write would need).
     ``include_copy`` adds ``y.copy_(x)`` (2 x tensor bytes) as the reference.
     """
-    from .bench import DTYPES, Measurement, time_ms
+    from .bench.core import DTYPES, Measurement, time_ms
     from .compare import relative_error
 
     dt = next(k for k, v in DTYPES.items() if v == dtype) if dtype in DTYPES.values() \
@@ -279,7 +279,7 @@ def warm_time_ms(fn: Callable[[], object], calls: int = 20, replays: int = 10) -
     fits in L2 is then served from L2. On a CPU: a wall-clock median of back-to-back calls.
     """
     if not ON_GPU:
-        from .bench import time_ms
+        from .bench.core import time_ms
 
         return time_ms(fn, rep=replays)
     stream = torch.cuda.Stream()
@@ -322,7 +322,7 @@ def working_set_sweep(sizes_mib: list[float], cols: int = 4096) -> list[dict]:
     Returns one dict per size with ``working_set_bytes`` and ``copy_cold``, ``copy_warm``,
     ``softmax_cold``, ``softmax_warm`` in GB/s.
     """
-    from .bench import time_ms
+    from .bench.core import time_ms
 
     rows_out = []
     for mib in sizes_mib:
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import triton
 
-    from .bench import copy_bandwidth
+    from .bench.core import copy_bandwidth
 
     parser = argparse.ArgumentParser(prog="python -m teachkit.traffic", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,0 +1,51 @@
+"""Benchmarks of the course's kernels beside PyTorch and the device's own ceilings.
+
+Run from a shell::
+
+    python -m teachkit.bench softmax               # the shapes of the course's softmax table
+    python -m teachkit.bench softmax --dtypes bf16 --shapes 4x16777216 64x1048576
+    python -m teachkit.bench ceilings              # copy bandwidth and bf16 matmul rate only
+    python -m teachkit.bench traffic               # notebook 05: bytes moved per formulation, L2
+    python -m teachkit.bench attention             # FlashAttention beside each SDPA backend
+    python -m teachkit.bench decode                # split-KV and paged decoding
+
+Each run measures the ceilings first (a large device-to-device copy for bandwidth, a large bf16
+matmul for compute), then every provider on every problem, side by side in one process, and
+prints a table; ``--plot NAME`` saves a figure to ``figures/NAME.png`` and ``--json PATH`` keeps
+the record. Times are medians of CUDA-event timings (``triton.testing.do_bench``). On a CPU the
+kernels run in Triton's interpreter, so times say nothing about a GPU; the CLI refuses to run
+there unless given ``--allow-cpu``.
+
+One module per family: :mod:`.core` (timing, ceilings, tables, records), :mod:`.softmax`, and
+the others the subcommands name.
+"""
+
+from .core import (
+                   DTYPES,
+                   Measurement,
+                   copy_bandwidth,
+                   format_table,
+                   load_results,
+                   matmul_tflops,
+                   progress,
+                   refuse_cpu,
+                   save_results,
+                   time_ms,
+)
+from .softmax import SOFTMAX_SHAPES, bench_softmax, softmax_providers
+
+__all__ = [
+    "DTYPES",
+    "Measurement",
+    "time_ms",
+    "copy_bandwidth",
+    "matmul_tflops",
+    "progress",
+    "format_table",
+    "save_results",
+    "load_results",
+    "refuse_cpu",
+    "SOFTMAX_SHAPES",
+    "bench_softmax",
+    "softmax_providers",
+]

@@ -1,0 +1,133 @@
+"""``python -m teachkit.bench softmax|ceilings``: the softmax kernels beside ``torch.softmax``.
+
+GB/s = 2 x tensor bytes / time (one read, one write): the figure to hold against the copy
+bandwidth measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+
+import torch
+
+from ..device import DEVICE, ON_GPU, device_name
+from . import core
+from .core import (
+    DTYPES,
+    Measurement,
+    copy_bandwidth,
+    format_table,
+    matmul_tflops,
+    refuse_cpu,
+    save_results,
+    time_ms,
+)
+
+__all__ = ["SOFTMAX_SHAPES", "softmax_providers", "bench_softmax", "main"]
+
+SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
+                  (64, 1048576), (4, 16777216)]
+"""Rows x columns of the softmax benchmark: the same bytes, from many short rows to few long."""
+
+
+def softmax_providers() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """The softmax implementations the benchmark compares, by name."""
+    from ..kernels import softmax_kernels as ks
+
+    return {
+        "torch": lambda x: torch.softmax(x, dim=-1),
+        "blog kernel": ks.softmax_blog,
+        "online (tl.reduce)": ks.softmax_online,
+        "fused": ks.softmax_fused,
+        "split rows": ks.softmax_split,
+        "teachkit.kernels.softmax": ks.softmax,
+    }
+
+
+def bench_softmax(
+    shapes: Iterable[tuple[int, int]] = SOFTMAX_SHAPES,
+    dtypes: Iterable[str] = ("fp32", "bf16"),
+    providers: Iterable[str] | None = None,
+    progress: bool = True,
+) -> list[Measurement]:
+    """Time every softmax provider on every shape and dtype; GB/s = 2 x tensor bytes / time.
+
+    A provider that cannot take a shape (the fused kernel on rows longer than it holds) is
+    skipped. Outputs are checked against ``torch.softmax`` before timing.
+    """
+    from ..compare import relative_error
+    from ..kernels.softmax_kernels import FUSED_MAX_COLS
+
+    table = softmax_providers()
+    names = list(providers) if providers is not None else list(table)
+    shapes, dtypes = list(shapes), list(dtypes)
+    jobs = [(s, d, p) for s in shapes for d in dtypes for p in names]
+    results = []
+    for i, ((rows, cols), dt, name) in enumerate(jobs):
+        if progress:
+            core.progress(i, len(jobs), f"{rows}x{cols} {dt} {name}")
+        if name == "fused" and cols > FUSED_MAX_COLS:
+            continue
+        x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
+        fn = table[name]
+        err = relative_error(fn(x), torch.softmax(x.float(), dim=-1))
+        if not err < 2e-2:
+            raise AssertionError(f"{name} is wrong on {rows}x{cols} {dt}: relative error {err}")
+        ms = time_ms(lambda fn=fn, x=x: fn(x))
+        gbps = 2 * x.numel() * x.element_size() / ms / 1e6
+        results.append(Measurement(f"{rows}x{cols}", dt, name, ms, gbps, "GB/s"))
+        del x
+    if progress:
+        core.progress(len(jobs), len(jobs), "done")
+    return results
+
+
+def _parse_shape(text: str) -> tuple[int, int]:
+    rows, cols = text.lower().split("x")
+    return int(rows), int(cols)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: ``python -m teachkit.bench softmax|ceilings``."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m teachkit.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["softmax", "ceilings"])
+    parser.add_argument("--shapes", nargs="+", type=_parse_shape, default=None,
+                        help="rows x cols, e.g. 4096x16384")
+    parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["fp32", "bf16"])
+    parser.add_argument("--providers", nargs="+", default=None)
+    parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
+    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
+    parser.add_argument("--graph", action="store_true",
+                        help="time CUDA-graph replays (GPU time without launch overhead)")
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="run on a CPU (interpreter: tiny shapes, meaningless times)")
+    args = parser.parse_args(argv)
+    core.GRAPH_TIMING = args.graph and ON_GPU
+    if refuse_cpu(args.allow_cpu):
+        return 2
+    copy = copy_bandwidth()
+    print(f"device: {device_name()}")
+    print(f"copy bandwidth: {copy:.0f} GB/s (read + write)")
+    if args.what == "ceilings":
+        flops = matmul_tflops()
+        print(f"bf16 matmul: {flops:.0f} TFLOP/s")
+        if args.json:
+            print(f"results: {save_results(args.json, [], copy_gbps=copy, matmul_tflops=flops)}")
+        return 0
+    shapes = args.shapes or (SOFTMAX_SHAPES if ON_GPU else [(64, 1000), (4, 20000)])
+    results = bench_softmax(shapes, args.dtypes, args.providers)
+    print(format_table(results, ceiling=copy))
+    if args.json:
+        print(f"results: {save_results(args.json, results, copy_gbps=copy)}")
+    if args.plot:
+        from ..plots.bench import plot_bandwidth
+        from ..plots.figures import save_figure
+
+        path = save_figure(plot_bandwidth(results, copy), args.plot)
+        print(f"figure: {path}")
+    return 0
+

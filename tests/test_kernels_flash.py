@@ -168,13 +168,13 @@ def test_configs_tile_the_diagonal_and_are_all_listed():
     for cls in flash.GPU_CLASSES:
         for D in flash.HEAD_DIMS:
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
-                cfg = flash.flash_config(D, dtype, (cls // 10, cls % 10))
-                assert cfg.block_m % cfg.block_n == 0  # the causal split needs it
-                assert cfg.num_stages in (2, 3) and cfg.num_warps in (4, 8)
+                for causal in (False, True):
+                    cfg = flash.flash_config(D, dtype, (cls // 10, cls % 10), causal)
+                    assert cfg.block_m % cfg.block_n == 0  # the causal split needs it
+                    assert cfg.num_stages in (2, 3, 4) and cfg.num_warps in (4, 8)
     cfg = flash.flash_config(64, torch.float16)  # the interpreter's
     assert cfg.block_m % cfg.block_n == 0
     listed = {(c.constexprs["HEAD_DIM"], c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"],
                c.num_warps, c.num_stages, c.constexprs["CAUSAL"]) for c in flash.launch_configs()}
-    for (_, D, _), cfg in flash._GPU_TABLE.items():
-        for causal in (False, True):
-            assert (D, *cfg, causal) in listed
+    for (_, D, _, causal), cfg in flash._GPU_TABLE.items():
+        assert (D, *cfg, causal) in listed

@@ -107,25 +107,25 @@ def progress(done: int, total: int, label: str) -> None:
 
 
 def format_table(results: list[Measurement], ceiling: float | None = None,
-                 baseline: str = "torch", device: str | None = None) -> str:
+                 baseline: str | tuple[str, ...] = "torch", device: str | None = None) -> str:
     """A Markdown table: one row per (problem, dtype), one column per provider, then the last
-    provider's ratio to ``baseline`` and to ``ceiling``. ``device`` names where the results were
-    measured (default: this machine)."""
+    provider's ratio to each ``baseline`` provider present and to ``ceiling``. ``device`` names
+    where the results were measured (default: this machine)."""
     providers = list(dict.fromkeys(r.provider for r in results))
     keys = list(dict.fromkeys((r.problem, r.dtype) for r in results))
     unit = results[0].unit if results else ""
-    head = ["problem", "dtype", *providers]
     last = providers[-1] if providers else ""
-    if baseline in providers and last != baseline:
-        head.append(f"{last} / {baseline}")
+    bases = [b for b in ((baseline,) if isinstance(baseline, str) else baseline)
+             if b in providers and b != last]
+    head = ["problem", "dtype", *providers, *(f"{last} / {b}" for b in bases)]
     if ceiling:
         head.append(f"{last} / ceiling")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for problem, dtype in keys:
         got = {r.provider: r.value for r in results if (r.problem, r.dtype) == (problem, dtype)}
         cells = [problem, dtype] + [f"{got[p]:.0f}" if p in got else "-" for p in providers]
-        if baseline in providers and last != baseline:
-            cells.append(f"{got[last] / got[baseline]:.2f}x" if last in got else "-")
+        for b in bases:
+            cells.append(f"{got[last] / got[b]:.2f}x" if last in got and b in got else "-")
         if ceiling:
             cells.append(f"{got[last] / ceiling:.0%}" if last in got else "-")
         lines.append("| " + " | ".join(cells) + " |")

@@ -36,6 +36,7 @@ __all__ = [
     "FlashConfig",
     "flash_attention",
     "flash_config",
+    "launch",
     "launch_configs",
 ]
 
@@ -71,19 +72,25 @@ def _attend_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, S,
     if DOT_FP32:  # the interpreter multiplies bfloat16 tiles wrongly: multiply in float32
         k = k.to(tl.float32)
         v = v.to(tl.float32)
-    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if MASKED:
         keep = cols[None, :] < S
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
-        qk = tl.where(keep, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
-    safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
-    alpha = tl.exp2(m_i - safe)
-    p = tl.exp2(qk - safe[:, None])
+        qk = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
+        p = tl.exp2(qk - shift[:, None])
+    else:
+        # Every key is real: the row maximum is finite, and scale-then-subtract is one FMA.
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        shift = m_new
+        p = tl.exp2(qk * qk_scale - shift[:, None])
+    alpha = tl.exp2(m_i - shift)
     l_i = l_i * alpha + tl.sum(p, 1)
     p = p.to(v_dtype).to(v.dtype)  # p rounded to the inputs' dtype, as the tensor cores take it
-    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+    # The product accumulates into the rescaled acc: the tensor cores' accumulator, no extra add.
+    acc = tl.dot(p, v, acc * alpha[:, None], input_precision=PRECISION)
     return acc, l_i, m_new
 
 
@@ -98,7 +105,10 @@ def _flash_fwd_kernel(
     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
 ):
-    start_m = tl.program_id(0) * BLOCK_M
+    if CAUSAL:  # the last query blocks see the most keys: start them first (a shorter tail)
+        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    else:
+        start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -171,24 +181,28 @@ GPU_CLASSES = (75, 80, 89)
 _CHECKED_ON = {75: (75,), 80: (80, 90), 89: (89,)}
 """The capabilities of the compile check that stand for each class."""
 
-# (gpu class, head dim, bytes per element) -> config. fp16 and bf16 share their tiles.
-_GPU_TABLE: dict[tuple[int, int, int], FlashConfig] = {}
+# (gpu class, head dim, bytes per element, causal) -> config; fp16 and bf16 share their tiles.
+# Class 80's half-precision entries were measured on an H100 (fp16, B=4, H=32, L=S=4096; the
+# sweep of teachkit.kernels.flash_tuning): 8 warps on 128 x 64 tiles win for D = 64 and 128.
+_GPU_TABLE: dict[tuple[int, int, int, bool], FlashConfig] = {}
 for _cls in GPU_CLASSES:
     for _d in HEAD_DIMS:
         for _size in (2, 4):
-            if _size == 4:  # float32: twice the bytes per tile, ieee dot (no tensor cores)
-                _cfg = FlashConfig(64, 32, 4, 2) if _d <= 64 else FlashConfig(32, 32, 4, 2)
-                if _d == 256:
-                    _cfg = FlashConfig(16, 16, 4, 2)
-            elif _d <= 64:  # 8 warps and 3 stages measured best on an H100 (397 TFLOP/s, D=64)
-                _cfg = {75: FlashConfig(128, 64, 4, 2), 80: FlashConfig(128, 64, 8, 3),
-                        89: FlashConfig(128, 64, 4, 3)}[_cls]
-            elif _d == 128:  # 128 x 128 tiles need sm_80/sm_90's shared memory (448 TFLOP/s)
-                _cfg = {75: FlashConfig(64, 64, 4, 2), 80: FlashConfig(128, 128, 8, 3),
-                        89: FlashConfig(128, 64, 8, 2)}[_cls]
-            else:  # 256
-                _cfg = FlashConfig(64, 32, 8, 2) if _cls != 75 else FlashConfig(32, 32, 4, 2)
-            _GPU_TABLE[(_cls, _d, _size)] = _cfg
+            for _causal in (False, True):
+                if _size == 4:  # float32: twice the bytes per tile, ieee dot (no tensor cores)
+                    _cfg = FlashConfig(64, 32, 4, 2) if _d <= 64 else FlashConfig(32, 32, 4, 2)
+                    if _d == 256:
+                        _cfg = FlashConfig(16, 16, 4, 2)
+                elif _d <= 64:
+                    _cfg = {75: FlashConfig(128, 64, 4, 2), 80: FlashConfig(128, 64, 8, 3),
+                            89: FlashConfig(128, 64, 4, 3)}[_cls]
+                elif _d == 128:  # 4 stages: 511 TFLOP/s without a mask, 3 stages: 449 causal
+                    _cfg = {75: FlashConfig(64, 64, 4, 2),
+                            80: FlashConfig(128, 64, 8, 3 if _causal else 4),
+                            89: FlashConfig(128, 64, 8, 2)}[_cls]
+                else:  # 256
+                    _cfg = FlashConfig(64, 32, 8, 2) if _cls != 75 else FlashConfig(32, 32, 4, 2)
+                _GPU_TABLE[(_cls, _d, _size, _causal)] = _cfg
 
 
 def _gpu_class(capability: tuple[int, int]) -> int:
@@ -203,7 +217,7 @@ def _gpu_class(capability: tuple[int, int]) -> int:
 
 
 def flash_config(head_dim: int, dtype: torch.dtype,
-                 capability: tuple[int, int] | None = None) -> FlashConfig:
+                 capability: tuple[int, int] | None = None, causal: bool = False) -> FlashConfig:
     """The launch configuration :func:`flash_attention` uses.
 
     Parameters
@@ -214,6 +228,8 @@ def flash_config(head_dim: int, dtype: torch.dtype,
         float16, bfloat16 or float32.
     capability : tuple of int, optional
         ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
+    causal : bool
+        Whether the launch is causal (the measured best pipeline depth differs).
 
     Returns
     -------
@@ -223,7 +239,7 @@ def flash_config(head_dim: int, dtype: torch.dtype,
     if capability is None:
         return _INTERPRETER_CONFIG
     size = 4 if dtype == torch.float32 else 2
-    return _GPU_TABLE[(_gpu_class(capability), head_dim, size)]
+    return _GPU_TABLE[(_gpu_class(capability), head_dim, size, bool(causal))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +283,8 @@ def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-    scale: float | None = None, return_lse: bool = False,
+    scale: float | None = None, return_lse: bool = False, *,
+    config: FlashConfig | None = None, autotune: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     r"""Attention :math:`\mathrm{softmax}(q k^T \cdot scale)\, v` by FlashAttention's forward pass.
 
@@ -286,6 +303,14 @@ def flash_attention(
         Multiplies the scores; defaults to ``1/sqrt(D)``.
     return_lse : bool
         Also return the log-sum-exp of every row's scaled scores.
+    config : FlashConfig, optional
+        Launch with these tiles, warps and stages instead of the table's choice (for tuning
+        sweeps); ``block_m`` must be a multiple of ``block_n``, both powers of two >= 16.
+    autotune : bool
+        Time the candidates of :func:`teachkit.kernels.flash_tuning.candidate_configs` on this
+        problem the first time its kind is seen and keep the fastest
+        (:func:`~teachkit.kernels.flash_tuning.tuned_config`). Under the interpreter there is
+        one small candidate, so this changes nothing there.
 
     Returns
     -------
@@ -315,6 +340,8 @@ def flash_attention(
     True
     """
     _validate(q, k, v)
+    if config is not None:
+        _check_config(config)
     if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     B, H, L, D = q.shape
@@ -327,19 +354,45 @@ def flash_attention(
     out = torch.empty((B, H, L, D), dtype=q.dtype, device=q.device)  # every row is written
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     if out.numel() > 0:
-        capability = None if INTERPRETED else torch.cuda.get_device_capability(q.device)
-        cfg = flash_config(D, q.dtype, capability)
-        grid = (triton.cdiv(L, cfg.block_m), B * H)
-        _flash_fwd_kernel[grid](
-            q, k, v, out, lse,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            H, L, S, scale,
-            CAUSAL=bool(causal), HEAD_DIM=D, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-            DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        )
+        if config is None and autotune:
+            from .flash_tuning import tuned_config
+
+            config = tuned_config(q, k, v, bool(causal), scale)
+        if config is None:
+            capability = None if INTERPRETED else torch.cuda.get_device_capability(q.device)
+            config = flash_config(D, q.dtype, capability, bool(causal))
+        launch(q, k, v, out, lse, bool(causal), scale, config)
     return (out, lse) if return_lse else out
+
+
+def _check_config(config: FlashConfig) -> None:
+    if not isinstance(config, FlashConfig):
+        raise TypeError(f"config must be a FlashConfig, got {type(config).__name__}")
+    bm, bn = config.block_m, config.block_n
+    if not all(b >= 16 and b & (b - 1) == 0 for b in (bm, bn)) or bm % bn:
+        raise ValueError(
+            f"config needs block_m and block_n powers of two >= 16 with block_m a multiple of "
+            f"block_n, got block_m={bm}, block_n={bn}; e.g. FlashConfig(128, 64, 8, 3)"
+        )
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+           lse: torch.Tensor, causal: bool, scale: float, config: FlashConfig) -> None:
+    """Launch the kernel with ``config`` on validated inputs, writing ``out`` and ``lse``.
+
+    No checks: :func:`flash_attention` is the entry point; tuning sweeps call this directly.
+    """
+    B, H, L, D = q.shape
+    grid = (triton.cdiv(L, config.block_m), B * H)
+    _flash_fwd_kernel[grid](
+        q, k, v, out, lse,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        H, L, k.shape[2], scale,
+        CAUSAL=causal, HEAD_DIM=D, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
 
 
 def launch_configs() -> list[KernelConfig]:
@@ -357,22 +410,21 @@ def launch_configs() -> list[KernelConfig]:
     sig.update({"H": "i32", "L": "i32", "S": "i32", "qk_scale": "fp32"})
     for c in ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PRECISION", "DOT_FP32"):
         sig[c] = "constexpr"
-    classes: dict[tuple[int, int, FlashConfig], list[int]] = {}
-    for (cls, d, size), cfg in _GPU_TABLE.items():
-        classes.setdefault((d, size, cfg), []).append(cls)
+    classes: dict[tuple[int, int, bool, FlashConfig], list[int]] = {}
+    for (cls, d, size, causal), cfg in _GPU_TABLE.items():
+        classes.setdefault((d, size, causal, cfg), []).append(cls)
     configs = []
-    for (d, size, cfg), used_by in classes.items():
+    for (d, size, causal, cfg), used_by in classes.items():
         ty = "fp32" if size == 4 else "bf16"
         signature = {**sig, **{n: f"*{ty}" for n in ("Q", "K", "V", "O")}}
         gpus = "/".join(f"sm_{c}" for c in used_by)
         caps = tuple(cap for c in used_by for cap in _CHECKED_ON[c])
-        for causal in (False, True):
-            configs.append(KernelConfig(
-                f"flash {ty} D={d} causal={causal} BLOCK_M={cfg.block_m} BLOCK_N={cfg.block_n} "
-                f"warps={cfg.num_warps} stages={cfg.num_stages} (for {gpus}-class GPUs)",
-                _flash_fwd_kernel, signature,
-                {"CAUSAL": causal, "HEAD_DIM": d, "BLOCK_M": cfg.block_m,
-                 "BLOCK_N": cfg.block_n, "PRECISION": "ieee" if size == 4 else "tf32",
-                 "DOT_FP32": False},
-                cfg.num_warps, cfg.num_stages, caps))
+        configs.append(KernelConfig(
+            f"flash {ty} D={d} causal={causal} BLOCK_M={cfg.block_m} BLOCK_N={cfg.block_n} "
+            f"warps={cfg.num_warps} stages={cfg.num_stages} (for {gpus}-class GPUs)",
+            _flash_fwd_kernel, signature,
+            {"CAUSAL": causal, "HEAD_DIM": d, "BLOCK_M": cfg.block_m,
+             "BLOCK_N": cfg.block_n, "PRECISION": "ieee" if size == 4 else "tf32",
+             "DOT_FP32": False},
+            cfg.num_warps, cfg.num_stages, caps))
     return configs

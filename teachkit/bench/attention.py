@@ -1,0 +1,234 @@
+"""``python -m teachkit.bench attention``: FlashAttention beside every backend of PyTorch's
+``scaled_dot_product_attention``, and the memory each one needs.
+
+TFLOP/s = 4 x B x H x L x S x D / time (two matrix products of 2 x L x S x D flops per head),
+halved for causal masks, whose upper triangle is never computed. ``B`` shrinks as ``L`` grows so
+that every problem holds about the same number of tokens and fills the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from ..device import DEVICE, ON_GPU, device_name
+from .core import (
+    DTYPES,
+    Measurement,
+    copy_bandwidth,
+    format_table,
+    matmul_tflops,
+    progress,
+    refuse_cpu,
+    save_results,
+    time_ms,
+)
+
+__all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch_for",
+           "bench_attention", "peak_memory", "main"]
+
+ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+"""Sequence lengths L = S of the benchmark."""
+
+HEADS = 32
+TOKENS = 16384
+"""B x L tokens per problem (B = 4 at L = 4096, B = 1 at 16384)."""
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+def batch_for(length: int, tokens: int = TOKENS) -> int:
+    """Sequences per problem: ``tokens // length``, at least 1."""
+    return max(1, tokens // length)
+
+
+def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> float:
+    """Flops of one attention forward: ``4 B H L S D``, half of it when causal.
+
+    Examples
+    --------
+    >>> attention_flops(4, 32, 4096, 4096, 64, causal=False) / 1e12
+    0.549755813888
+    """
+    return 4 * B * H * L * S * D * (0.5 if causal else 1.0)
+
+
+def _sdpa(backend: str) -> Callable[..., torch.Tensor]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = getattr(SDPBackend, SDPA_BACKENDS[backend])
+
+    def run(q, k, v, causal):
+        with sdpa_kernel(which):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
+    """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``."""
+    from ..kernels.flash import flash_attention
+
+    table = {f"sdpa {name}": _sdpa(name) for name in SDPA_BACKENDS}
+    table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
+    return table
+
+
+def bench_attention(
+    lengths: Iterable[int] = ATTENTION_LENGTHS,
+    head_dims: Iterable[int] = (64, 128),
+    causal: Iterable[bool] = (False, True),
+    dtype: str = "fp16",
+    providers: Iterable[str] | None = None,
+    math_max_length: int = 4096,
+    tokens: int = TOKENS,
+    heads: int = HEADS,
+    show_progress: bool = True,
+) -> list[Measurement]:
+    """Time every provider on every (L = S, D, causal); TFLOP/s per :func:`attention_flops`.
+
+    A backend that refuses a problem (not built for this GPU, a head dim it lacks, out of
+    memory) is skipped. ``sdpa math`` materialises the scores, so it runs only up to
+    ``math_max_length``. Every output is checked against ``sdpa math`` (or, beyond its length,
+    the flash backend) before timing. The problem is named ``D=64 L=4096`` (or with ``causal``).
+    """
+    from ..compare import relative_error
+
+    table = attention_providers()
+    names = list(providers) if providers is not None else list(table)
+    jobs = [(L, D, c, p) for D in head_dims for c in causal for L in lengths for p in names]
+    results: list[Measurement] = []
+    current = None
+    ref = None
+    for i, (L, D, c, name) in enumerate(jobs):
+        if show_progress:
+            progress(i, len(jobs), f"D={D} L={L} causal={c} {name}")
+        if name == "sdpa math" and L > math_max_length:
+            continue
+        B = batch_for(L, tokens)
+        if current != (L, D, c):
+            current = (L, D, c)
+            q, k, v = (torch.randn(B, heads, L, D, device=DEVICE, dtype=DTYPES[dtype])
+                       for _ in range(3))
+            ref = None
+        fn = table[name]
+        try:
+            out = fn(q, k, v, c)
+        except (RuntimeError, ValueError, torch.OutOfMemoryError):
+            continue  # the backend does not take this problem here
+        if ref is None:  # the first provider that runs is checked against float32 math
+            s = min(L, 1024)
+            sub = [t[:1, :2] for t in (q, k, v)]
+            want = F.scaled_dot_product_attention(*(t.float() for t in sub), is_causal=c)
+            got = fn(*sub, c).float()
+            if not relative_error(got, want) < 2e-2:
+                raise AssertionError(f"{name} is wrong on D={D} L={L} (sub-problem {s})")
+            ref = out.float()
+        err = relative_error(out.float(), ref)
+        if not err < 2e-2:
+            raise AssertionError(f"{name} disagrees with the others on D={D} L={L}: {err:.2g}")
+        del out
+        ms = time_ms(lambda fn=fn, q=q, k=k, v=v, c=c: fn(q, k, v, c))
+        tflops = attention_flops(B, heads, L, L, D, c) / ms / 1e9
+        problem = f"D={D} L={L}" + (" causal" if c else "")
+        results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+    if show_progress:
+        progress(len(jobs), len(jobs), "done")
+    return results
+
+
+def peak_memory(lengths: Iterable[int] = (1024, 2048, 4096, 8192, 16384), D: int = 64,
+                heads: int = 8, dtype: str = "fp16") -> list[dict]:
+    """Peak GPU memory of one attention call beyond its inputs, B = 1: the course's kernel,
+    SDPA's flash backend and SDPA's math backend (which materialises scores and probabilities).
+
+    Returns one dict per length with MiB per provider (None where it ran out of memory).
+    Needs a GPU (``torch.cuda.max_memory_allocated``).
+    """
+    if not ON_GPU:
+        raise RuntimeError("peak_memory measures CUDA allocations; it needs a GPU")
+    table = attention_providers()
+    rows = []
+    for L in lengths:
+        row: dict = {"L": L}
+        for name in ("teachkit flash", "sdpa flash", "sdpa math"):
+            q, k, v = (torch.randn(1, heads, L, D, device=DEVICE, dtype=DTYPES[dtype])
+                       for _ in range(3))
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            try:
+                table[name](q, k, v, False)
+                torch.cuda.synchronize()
+                row[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
+            except (RuntimeError, torch.OutOfMemoryError):
+                row[name] = None
+            del q, k, v
+            torch.cuda.empty_cache()
+        rows.append(row)
+    return rows
+
+
+def format_memory(rows: list[dict]) -> str:
+    """A Markdown table of :func:`peak_memory`'s rows."""
+    names = [n for n in rows[0] if n != "L"] if rows else []
+    lines = ["| L | " + " | ".join(f"{n} (MiB)" for n in names) + " |",
+             "|---|" + "---|" * len(names)]
+    for r in rows:
+        cells = ["OOM" if r[n] is None else f"{r[n]:.0f}" for n in names]
+        lines.append(f"| {r['L']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: ``python -m teachkit.bench attention [options]``."""
+    parser = argparse.ArgumentParser(prog="python -m teachkit.bench attention",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", nargs="+", type=int, default=None)
+    parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128])
+    parser.add_argument("--causal", nargs="+", choices=["no", "yes"], default=["no", "yes"])
+    parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
+    parser.add_argument("--providers", nargs="+", default=None)
+    parser.add_argument("--memory", action="store_true", help="also measure peak memory")
+    parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
+    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="run on a CPU (interpreter: tiny sizes, meaningless times)")
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if refuse_cpu(args.allow_cpu):
+        return 2
+    copy, flops = copy_bandwidth(), matmul_tflops()
+    print(f"device: {device_name()}")
+    print(f"copy bandwidth: {copy:.0f} GB/s; bf16 matmul: {flops:.0f} TFLOP/s")
+    lengths = args.lengths or (ATTENTION_LENGTHS if ON_GPU else [64, 100])
+    kwargs = {} if ON_GPU else {"tokens": 128, "heads": 2}
+    results = bench_attention(lengths, args.head_dims, [c == "yes" for c in args.causal],
+                              args.dtype, args.providers, **kwargs)
+    print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
+    extra = {}
+    if args.memory and ON_GPU:
+        rows = peak_memory()
+        print(format_memory(rows))
+        extra["memory"] = rows
+    if args.json:
+        path = save_results(args.json, results, copy_gbps=copy, matmul_tflops=flops)
+        if extra:
+            import json
+
+            record = json.loads(path.read_text())
+            record.update(extra)
+            path.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"results: {path}")
+    if args.plot:
+        from ..plots.attention_bench import plot_attention_tflops
+        from ..plots.figures import save_figure
+
+        path = save_figure(plot_attention_tflops(results, flops), args.plot)
+        print(f"figure: {path}")
+    return 0

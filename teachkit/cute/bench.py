@@ -1,0 +1,112 @@
+"""The CuTe DSL kernel timed beside ``teachkit.kernels.softmax`` and ``torch.softmax``.
+
+GB/s = 2 x tensor bytes / time (one read, one write), on the shapes of the Triton softmax
+benchmark (:data:`teachkit.bench.softmax.SOFTMAX_SHAPES`), measured with
+:func:`teachkit.bench.core.time_ms` and kept with :func:`teachkit.bench.core.save_results` as
+``benchmarks/cute_softmax_<device>.json``, so that a machine without the GPU can show them.
+
+Examples
+--------
+>>> record_path("NVIDIA H100 80GB HBM3").name
+'cute_softmax_nvidia_h100.json'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from ..bench import core
+from ..bench.core import DTYPES, Measurement, load_results, time_ms
+from ..bench.softmax import SOFTMAX_SHAPES
+from ..compare import relative_error
+from ..device import DEVICE
+
+__all__ = [
+    "BENCHMARKS",
+    "CUTE_PROVIDER",
+    "cute_providers",
+    "bench_cute_softmax",
+    "device_slug",
+    "record_path",
+    "load_record",
+]
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+"""The repository's ``benchmarks/`` folder, where recorded GPU figures live."""
+CUTE_PROVIDER = "CuTe DSL kernel"
+"""The kernel's name in benchmark tables (the last column, compared with ``torch``)."""
+
+
+def cute_providers() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """``torch.softmax``, the course's Triton entry point and the CuTe kernel, by name."""
+    from ..kernels import softmax as triton_softmax
+    from .entry import cute_softmax
+
+    return {
+        "torch": lambda x: torch.softmax(x, dim=-1),
+        "teachkit.kernels.softmax": triton_softmax,
+        CUTE_PROVIDER: cute_softmax,
+    }
+
+
+def bench_cute_softmax(
+    shapes: Iterable[tuple[int, int]] = SOFTMAX_SHAPES,
+    dtypes: Iterable[str] = ("fp32", "bf16"),
+    progress: bool = True,
+) -> list[Measurement]:
+    """Time every provider of :func:`cute_providers` on every shape and dtype (GPU only).
+
+    Each output is first checked against ``torch.softmax`` in float32 (relative error below
+    ``2e-2``, which any correct bf16 result meets); a wrong one raises ``AssertionError``.
+    """
+    table = cute_providers()
+    jobs = [(s, d, p) for s in shapes for d in dtypes for p in table]
+    results = []
+    for i, ((rows, cols), dt, name) in enumerate(jobs):
+        if progress:
+            core.progress(i, len(jobs), f"{rows}x{cols} {dt} {name}")
+        x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
+        fn = table[name]
+        err = relative_error(fn(x), torch.softmax(x.float(), dim=-1))
+        if not err < 2e-2:
+            raise AssertionError(f"{name} is wrong on {rows}x{cols} {dt}: relative error {err}")
+        ms = time_ms(lambda fn=fn, x=x: fn(x))
+        gbps = 2 * x.numel() * x.element_size() / ms / 1e6
+        results.append(Measurement(f"{rows}x{cols}", dt, name, ms, gbps, "GB/s"))
+        del x
+    if progress:
+        core.progress(len(jobs), len(jobs), "done")
+    return results
+
+
+def device_slug(name: str) -> str:
+    """A file-name form of a device name, its first two words: ``'nvidia_h100'``.
+
+    Examples
+    --------
+    >>> device_slug("NVIDIA H200"), device_slug("NVIDIA H100 80GB HBM3")
+    ('nvidia_h200', 'nvidia_h100')
+    """
+    words = name.lower().replace("-", " ").split()[:2]
+    return "_".join(words) if words else "unknown"
+
+
+def record_path(device: str = "NVIDIA H100") -> Path:
+    """Where figures measured on ``device`` are kept: ``benchmarks/cute_softmax_<slug>.json``."""
+    return BENCHMARKS / f"cute_softmax_{device_slug(device)}.json"
+
+
+def load_record(path: str | Path) -> tuple[list[Measurement], dict] | None:
+    """The measurements and the rest of a record (:func:`teachkit.bench.core.load_results`),
+    or ``None`` when no such file exists yet.
+
+    Examples
+    --------
+    >>> load_record(BENCHMARKS / "no_such_record.json") is None
+    True
+    """
+    path = Path(path)
+    return load_results(path) if path.is_file() else None

@@ -1,0 +1,693 @@
+r"""Split-KV decoding (flash-decoding) in Triton, from a contiguous or a paged KV cache.
+
+Decoding asks for one new token (or a few) of every sequence, against a cache of ``S`` keys and
+values. FlashAttention's grid, one program per block of queries and per (batch, head), then
+holds ``B * H`` programs: 32 for one sequence of a 32-head model, on a GPU with 132 SMs. Each
+program walks all ``S`` keys alone and most of the GPU waits.
+
+Split-KV cuts the keys of every (sequence, head) into ``num_splits`` ranges and gives each range
+its own program. Every program folds its keys with the online ``(m, l, acc)`` of
+:mod:`teachkit.kernels.flash` and writes a *partial* result: the output normalised over its own
+keys and their log-sum-exp. A second, tiny kernel merges the partials of a row with the rule of
+notebook 04 (:func:`teachkit.attention.merge_partials`, for any number of parts)::
+
+    lse = log(sum_s exp(lse_s)),      out = sum_s exp(lse_s - lse) * out_s.
+
+A split whose range lies past its sequence's length saw no key: it writes ``lse = -inf`` and
+weighs nothing in the merge.
+
+**Queries.** ``q`` is ``(B, H, Lq, D)``: ``Lq`` new tokens per sequence (1 for plain decoding,
+a few for speculative decoding). They are the *last* ``Lq`` tokens of the sequence: with the
+sequence's length ``n`` (its ``cache_seqlens`` entry), query ``i`` sits at position
+``n - Lq + i`` and sees keys ``j <= n - Lq + i`` (the causal mask aligned to the bottom-right
+corner, the decoding convention). With ``Lq = 1`` that is every key of the sequence. A query
+that sees no key (``n = 0``, or ``n < Lq`` for the first rows) gives zeros and ``lse = -inf``,
+as ``scaled_dot_product_attention`` does for a fully masked row. :func:`decode_mask` builds the
+same mask for ``scaled_dot_product_attention``.
+
+**Grouped-query attention.** The cache may hold fewer heads than ``q``: ``H = G * H_kv``. One
+program serves the ``G`` query heads (times ``Lq`` tokens) that share a cache head, so every key
+and value is read once per cache head, not once per query head.
+
+**Paged cache.** With a ``block_table``, ``k_cache`` and ``v_cache`` are pools of pages
+``(num_pages, page_size, H_kv, D)``, the layout of vLLM and of ``flash_attn_with_kvcache``: one
+page holds ``page_size`` consecutive tokens of one sequence, all heads, so growing a sequence by
+one page serves every head. Row ``b`` of the table lists the physical pages of sequence ``b`` in
+order: its token ``t`` lives in page ``block_table[b, t // page_size]`` at slot
+``t % page_size``. The kernel translates every key row through the table; a row of one head is
+``D`` contiguous values (256 bytes for ``D = 128`` in fp16), so the reads stay coalesced.
+
+:func:`decode_attention` validates, picks a configuration and the number of splits
+(:func:`choose_num_splits`) and launches; ``num_splits=1`` runs the split kernel alone, writing
+the final output: the plain, unsplit forward pass. :func:`launch_configs` lists every
+configuration for the compile check of ``python -m teachkit.kernels``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ..device import INTERPRETED, ON_GPU
+from ..validation import require_float_tensor
+from .flash import HEAD_DIMS, _gpu_class
+from .targets import KernelConfig
+
+__all__ = [
+    "HEAD_DIMS",
+    "MAX_SPLITS",
+    "DecodeConfig",
+    "choose_num_splits",
+    "decode_attention",
+    "decode_config",
+    "decode_mask",
+    "launch_configs",
+    "sm_count",
+]
+
+LOG2E = tl.constexpr(1.4426950408889634)
+LN2 = tl.constexpr(0.6931471805599453)
+MAX_SPLITS = 128
+"""Most splits of one row's keys (the merge kernel holds every partial of a row at once)."""
+INTERPRETER_SMS = 4
+"""The SMs :func:`sm_count` pretends to have under the interpreter: a few splits, fast tests."""
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
+_MAX_GRID_YZ = 65535
+"""CUDA's limit on the second and third grid axes."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The split kernel
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, seqlen, row_pos,
+                    stride_kp, stride_kn, stride_kd, stride_vp, stride_vn, stride_vd, qk_scale,
+                    MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                    PRECISION: tl.constexpr, DOT_FP32: tl.constexpr):
+    """Fold the keys ``start_n .. start_n + BLOCK_N - 1`` into ``(acc, l, m)`` (``m`` in log2
+    units). Contiguous cache (``PAGE_SIZE == 0``): key ``j`` is row ``j`` of ``K``. Paged: row
+    ``j % PAGE_SIZE`` of page ``table_row[j // PAGE_SIZE]``. ``MASKED`` blocks drop keys past the
+    sequence and keys later than a query's position ``row_pos``."""
+    cols = start_n + offs_n
+    in_seq = cols < seqlen
+    if PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0:  # the block lies in one page: one entry
+        page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
+        slot = (start_n % PAGE_SIZE + offs_n).to(tl.int64)
+        k_rows = page * stride_kp + slot * stride_kn
+        v_rows = page * stride_vp + slot * stride_vn
+    elif PAGE_SIZE > 0:  # several pages per block: one table entry per key
+        if MASKED:
+            page = tl.load(table_row + cols // PAGE_SIZE, mask=in_seq, other=0)
+        else:
+            page = tl.load(table_row + cols // PAGE_SIZE)
+        page = page.to(tl.int64)
+        slot = cols % PAGE_SIZE
+        k_rows = page * stride_kp + slot * stride_kn
+        v_rows = page * stride_vp + slot * stride_vn
+    else:
+        k_rows = cols.to(tl.int64) * stride_kn
+        v_rows = cols.to(tl.int64) * stride_vn
+    k_ptrs = K + k_rows[:, None] + offs_d[None, :] * stride_kd
+    v_ptrs = V + v_rows[:, None] + offs_d[None, :] * stride_vd
+    if MASKED:
+        k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
+    else:
+        k = tl.load(k_ptrs)
+        v = tl.load(v_ptrs)
+    v_dtype = v.dtype
+    if DOT_FP32:  # the interpreter multiplies bfloat16 tiles wrongly: multiply in float32
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    if MASKED:  # row_pos <= seqlen - 1, so this also drops the keys past the sequence
+        qk = tl.where(cols[None, :] <= row_pos[:, None], qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen yet: no NaN
+    alpha = tl.exp2(m_i - safe)
+    p = tl.exp2(qk - safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    p = p.to(v_dtype).to(v.dtype)  # p rounded to the cache's dtype, as the tensor cores take it
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _decode_split_kernel(
+    Q, K, V, SEQLENS, TABLE, O, LSE,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_tb,
+    stride_os, stride_ob, stride_oh, stride_om, stride_od,
+    stride_ls, stride_lb, stride_lh, stride_lm,
+    H_KV, Lq, qk_scale,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+):
+    """Program ``(split, b * H_KV + kv_head, row block)``: the rows ``(query head, query token)``
+    that share one cache head, against one range of its keys. Writes the rows' output normalised
+    over the range (``O``, float32 partials or the final output) and their natural-log lse."""
+    split = tl.program_id(0)
+    num_splits = tl.num_programs(0)
+    b = tl.program_id(1) // H_KV
+    kv_head = tl.program_id(1) % H_KV
+    seqlen = tl.load(SEQLENS + b)
+
+    # This split's keys: the sequence's key blocks shared out evenly, whole blocks per split.
+    n_blocks = tl.cdiv(seqlen, BLOCK_N)
+    start = split * tl.cdiv(n_blocks, num_splits) * BLOCK_N
+    end = tl.minimum(start + tl.cdiv(n_blocks, num_splits) * BLOCK_N, seqlen)
+
+    # Rows: r = g * Lq + i is query token i of query head kv_head * GROUP + g.
+    offs_r = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_r < GROUP * Lq
+    head = (kv_head * GROUP + offs_r // Lq).to(tl.int64)
+    tok = offs_r % Lq
+    row_pos = seqlen - Lq + tok  # the query's position: it sees keys 0 .. row_pos
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + head[:, None] * stride_qh
+                + tok[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)
+    if DOT_FP32:
+        q = q.to(tl.float32)
+
+    if PAGE_SIZE > 0:  # K and V are page pools; the table row says where each page lives
+        k_base = K + kv_head.to(tl.int64) * stride_kh
+        v_base = V + kv_head.to(tl.int64) * stride_vh
+        table_row = TABLE + b.to(tl.int64) * stride_tb
+    else:
+        k_base = K + b.to(tl.int64) * stride_kb + kv_head.to(tl.int64) * stride_kh
+        v_base = V + b.to(tl.int64) * stride_vb + kv_head.to(tl.int64) * stride_vh
+        table_row = TABLE
+    offs_n = tl.arange(0, BLOCK_N)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = qk_scale * LOG2E
+
+    # Keys below seqlen - Lq + 1 are seen by every query: whole blocks of them need no mask.
+    last_shared = tl.minimum(end, seqlen - Lq + 1)
+    full_end = tl.maximum(start, start + ((last_shared - start) // BLOCK_N) * BLOCK_N)
+    for start_n in range(start, full_end, BLOCK_N):
+        acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
+                                        offs_n, offs_d, seqlen, row_pos,
+                                        stride_kb, stride_kn, stride_kd,
+                                        stride_vb, stride_vn, stride_vd, qk_scale,
+                                        False, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
+    for start_n in range(full_end, end, BLOCK_N):
+        acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
+                                        offs_n, offs_d, seqlen, row_pos,
+                                        stride_kb, stride_kn, stride_kd,
+                                        stride_vb, stride_vn, stride_vd, qk_scale,
+                                        True, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
+
+    # No key seen (an empty split, or a query before the first key): zeros and lse = -inf.
+    # (l == 0, not l > 0: a NaN must reach the merge, as it reaches SDPA's output.)
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]  # acc is 0 where l is
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) * LN2)
+    o_ptrs = (O + split.to(tl.int64) * stride_os + b.to(tl.int64) * stride_ob
+              + head[:, None] * stride_oh + tok[:, None] * stride_om + offs_d[None, :] * stride_od)
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + split.to(tl.int64) * stride_ls + b.to(tl.int64) * stride_lb
+             + head * stride_lh + tok * stride_lm, lse, mask=row_ok)
+
+
+# ---------------------------------------------------------------------------------------------
+# The merge kernel
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _decode_merge_kernel(
+    O_PART, LSE_PART, O, LSE,
+    stride_ps, stride_pb, stride_ph, stride_pm, stride_pd,
+    stride_ls, stride_lb, stride_lh, stride_lm,
+    stride_ob, stride_oh, stride_om, stride_od,
+    H, Lq, num_splits,
+    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
+):
+    """Program ``row``: merge the ``num_splits`` partial results of one (sequence, head, query
+    token) by their lse, the rule of :func:`teachkit.attention.merge_partials` for many parts."""
+    row = tl.program_id(0)
+    b = (row // (H * Lq)).to(tl.int64)
+    h = ((row // Lq) % H).to(tl.int64)
+    i = (row % Lq).to(tl.int64)
+    offs_s = tl.arange(0, SPLITS)
+    offs_d = tl.arange(0, HEAD_DIM)
+    used = offs_s < num_splits
+    lse = tl.load(LSE_PART + offs_s * stride_ls + b * stride_lb + h * stride_lh + i * stride_lm,
+                  mask=used, other=float("-inf"))
+    m = tl.max(lse, 0)
+    safe = tl.where(m == float("-inf"), 0.0, m)  # every split empty: weights 0, not NaN
+    w = tl.exp2((lse - safe) * LOG2E)  # exp(lse_s - max): at most 1, never overflows
+    total = tl.sum(w, 0)
+    part = tl.load(O_PART + offs_s[:, None] * stride_ps + b * stride_pb + h * stride_ph
+                   + i * stride_pm + offs_d[None, :] * stride_pd, mask=used[:, None], other=0.0)
+    out = tl.sum(w[:, None] * part, 0)
+    t_safe = tl.where(total == 0.0, 1.0, total)
+    out = out / t_safe  # out is 0 where total is
+    lse_out = tl.where(total == 0.0, float("-inf"), safe + tl.log2(t_safe) * LN2)
+    tl.store(O + b * stride_ob + h * stride_oh + i * stride_om + offs_d * stride_od,
+             out.to(O.dtype.element_ty))
+    tl.store(LSE + row, lse_out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configurations and the number of splits
+# ---------------------------------------------------------------------------------------------
+class DecodeConfig(NamedTuple):
+    """One launch of the split kernel: keys per iteration, warps, pipeline depth."""
+
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+_INTERPRETER_CONFIG = DecodeConfig(16, 4, 1)
+"""Under the interpreter: small key blocks, so tests on tiny caches stay fast."""
+
+_STAGE_BYTES = 32 * 1024
+"""Bytes of K and V one iteration loads on a GPU (``2 * BLOCK_N * D * element size``): large
+contiguous tiles, several in flight (``num_stages``) to keep the memory system busy."""
+_STAGES = {75: 2, 80: 3, 89: 2}
+"""Pipeline depth per shared-memory class (see :data:`teachkit.kernels.flash.GPU_CLASSES`):
+3 x 32 KB on sm_80/sm_90, 2 x 32 KB on sm_89, 2 x 16 KB on a T4's 64 KB."""
+
+
+def decode_config(head_dim: int, dtype: torch.dtype,
+                  capability: tuple[int, int] | None = None) -> DecodeConfig:
+    """The launch configuration :func:`decode_attention` uses unless given one.
+
+    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75),
+    between 16 and 128 keys.
+
+    Parameters
+    ----------
+    head_dim : int
+        One of :data:`HEAD_DIMS`.
+    dtype : torch.dtype
+        float16, bfloat16 or float32.
+    capability : tuple of int, optional
+        ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
+
+    Examples
+    --------
+    >>> decode_config(128, torch.float16, (9, 0))
+    DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+    """
+    if capability is None:
+        return _INTERPRETER_CONFIG
+    cls = _gpu_class(capability)
+    size = 4 if dtype == torch.float32 else 2
+    stage = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
+    block_n = max(16, min(128, stage // (2 * head_dim * size)))
+    return DecodeConfig(block_n, 4, _STAGES[cls])
+
+
+def sm_count(device: torch.device | str | None = None) -> int:
+    """Streaming multiprocessors of the GPU (132 on an H100 SXM); :data:`INTERPRETER_SMS` on CPU."""
+    if INTERPRETED:
+        return INTERPRETER_SMS
+    return torch.cuda.get_device_properties(device or "cuda").multi_processor_count
+
+
+def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) -> int:
+    """How many ranges to cut every row's keys into, so the grid fills the GPU.
+
+    The smallest number of splits that gives at least ``waves * sms`` programs, but no more
+    splits than there are key blocks (a split holds at least one block) nor :data:`MAX_SPLITS`;
+    1 when ``programs`` already fill the waves.
+
+    Parameters
+    ----------
+    programs : int
+        Programs of the unsplit grid: ``B * H_kv`` (times row blocks).
+    key_blocks : int
+        Key blocks of the longest sequence, ``ceil(S / BLOCK_N)``.
+    sms : int
+        The GPU's SMs (:func:`sm_count`).
+    waves : int
+        Programs per SM to aim for: more than one hides one program's stalls behind another's.
+
+    Examples
+    --------
+    >>> choose_num_splits(programs=32, key_blocks=2048, sms=132)  # B = 1, H = 32, S = 128k
+    9
+    >>> choose_num_splits(programs=512, key_blocks=2048, sms=132)  # B = 16: full already
+    1
+    >>> choose_num_splits(programs=32, key_blocks=3, sms=132)  # a short cache: 3 blocks
+    3
+    """
+    want = -(-waves * sms // max(programs, 1))  # ceil
+    return max(1, min(want, key_blocks, MAX_SPLITS))
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+def _require_index_tensor(t: object, name: str, shape: tuple[int, ...], device: torch.device,
+                          what: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of int32 or int64, got "
+                        f"{type(t).__name__}; e.g. torch.tensor({name}, dtype=torch.int32)")
+    if t.dtype not in _INDEX_DTYPES:
+        raise TypeError(f"{name} must hold int32 or int64 {what}, got {t.dtype}; convert it, "
+                        f"e.g. {name}.to(torch.int32)")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape} ({what}), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}; move it, e.g. "
+                         f"{name}.to(q.device)")
+    return t
+
+
+def _validate(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+              paged: bool) -> tuple[int, int, int, int, int]:
+    """Check q and the caches; return ``(B, H, Lq, D, H_kv)``."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        require_float_tensor(t, name)
+        if t.dim() != 4:
+            layout = ("(batch, heads, new tokens, head_dim)" if name == "q" else
+                      "(num_pages, page_size, kv_heads, head_dim) with a block_table" if paged
+                      else "(batch, kv_heads, cache length, head_dim)")
+            raise ValueError(f"{name} must have 4 dimensions {layout}, got shape "
+                             f"{tuple(t.shape)}")
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(f"q, k_cache and v_cache must share one dtype, got {q.dtype}, "
+                        f"{k_cache.dtype}, {v_cache.dtype}; convert them, e.g. "
+                        "k_cache.to(q.dtype)")
+    if q.dtype not in _KERNEL_DTYPES:
+        raise TypeError(f"decode_attention takes float16, bfloat16 or float32, got {q.dtype}; "
+                        "use teachkit.attention.naive_attention with decode_mask for float64, "
+                        "or convert with q.half()")
+    if not (q.device == k_cache.device == v_cache.device):
+        raise ValueError(f"q, k_cache and v_cache must be on one device, got {q.device}, "
+                         f"{k_cache.device}, {v_cache.device}; move them, e.g. "
+                         "k_cache.to(q.device)")
+    if q.device.type != _DEVICE_TYPE:
+        raise ValueError(
+            f"q and the caches are on {q.device} but the kernel runs on the GPU; move them "
+            "first: q.cuda()" if ON_GPU else
+            f"q and the caches are on {q.device}; without a GPU, the kernel takes CPU tensors")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} "
+                         f"and {tuple(v_cache.shape)}")
+    B, H, Lq, D = q.shape
+    H_kv = k_cache.shape[2] if paged else k_cache.shape[1]
+    if k_cache.shape[-1] != D:
+        raise ValueError(f"q and the caches must have one head dim (last axis), got {D} and "
+                         f"{k_cache.shape[-1]}")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"head dim {D} is not supported; pass one of {HEAD_DIMS} (pad the "
+                         "head dim with zeros up to the next one if needed)")
+    if H_kv == 0 or H % H_kv != 0:
+        axis = "axis 2 of a page pool" if paged else "axis 1"
+        raise ValueError(f"q's {H} heads must be a multiple of the caches' {H_kv} heads ({axis}); "
+                         "grouped-query attention shares each cache head among H / H_kv query "
+                         "heads" + ("" if paged else "; a paged cache needs a block_table"))
+    if not paged and k_cache.shape[0] != B:
+        raise ValueError(f"k_cache must hold one cache per sequence of q: batch {B}, got "
+                         f"{k_cache.shape[0]} (shape {tuple(k_cache.shape)}); for a page pool "
+                         "(num_pages, page_size, kv_heads, head_dim) pass a block_table")
+    return B, H, Lq, D, H_kv
+
+
+def _check_values(seqlens: torch.Tensor, table: torch.Tensor | None, capacity: int,
+                  page_size: int, num_pages: int) -> None:
+    """Host-side checks of the index tensors' values (one synchronisation with the GPU)."""
+    lo, hi = int(seqlens.min()), int(seqlens.max())
+    if lo < 0:
+        raise ValueError(f"cache_seqlens must be >= 0, got a minimum of {lo}")
+    if table is None:
+        if hi > capacity:
+            raise ValueError(f"cache_seqlens must be at most the cache length {capacity}, got "
+                             f"{hi}")
+        return
+    if hi > capacity:
+        raise ValueError(
+            f"a sequence of {hi} tokens needs {-(-hi // page_size)} pages of {page_size}, but "
+            f"the block_table has {table.shape[1]} columns ({capacity} tokens); widen the "
+            "table or shorten cache_seqlens")
+    pages_used = (seqlens.to(torch.int64) + page_size - 1) // page_size
+    used = torch.arange(table.shape[1], device=table.device) < pages_used[:, None]
+    bad = used & ((table < 0) | (table >= num_pages))
+    if bool(bad.any()):
+        b, p = (int(x) for x in torch.nonzero(bad)[0])
+        raise ValueError(
+            f"block_table[{b}, {p}] = {int(table[b, p])} points outside the pool of {num_pages} "
+            f"pages (valid: 0 .. {num_pages - 1}); sequence {b} uses its first "
+            f"{int(pages_used[b])} entries")
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+# ---------------------------------------------------------------------------------------------
+def decode_mask(cache_seqlens: torch.Tensor, Lq: int, S: int) -> torch.Tensor:
+    """Boolean ``(B, 1, Lq, S)`` mask of decoding: query ``i`` sees key ``j`` iff
+    ``j <= n - Lq + i``, with ``n`` the sequence's length (bottom-right aligned).
+
+    Pass it as ``attn_mask`` to ``scaled_dot_product_attention`` to compute what
+    :func:`decode_attention` computes (rows with no ``True`` give zeros there too).
+
+    Parameters
+    ----------
+    cache_seqlens : torch.Tensor
+        ``(B,)`` integer lengths, each at most ``S``.
+    Lq : int
+        New tokens per sequence.
+    S : int
+        Keys in the (contiguous) cache.
+
+    Examples
+    --------
+    >>> decode_mask(torch.tensor([5, 2]), Lq=2, S=6).int()[:, 0]
+    tensor([[[1, 1, 1, 1, 0, 0],
+             [1, 1, 1, 1, 1, 0]],
+    <BLANKLINE>
+            [[1, 0, 0, 0, 0, 0],
+             [1, 1, 0, 0, 0, 0]]], dtype=torch.int32)
+    """
+    n = cache_seqlens.to(torch.int64).reshape(-1, 1, 1, 1)
+    i = torch.arange(Lq, device=cache_seqlens.device).reshape(1, 1, -1, 1)
+    j = torch.arange(S, device=cache_seqlens.device).reshape(1, 1, 1, -1)
+    return j <= n - Lq + i
+
+
+def decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    cache_seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
+    scale: float | None = None, num_splits: int | None = None, return_lse: bool = False,
+    config: DecodeConfig | None = None, check_values: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    r"""Attention of a few new tokens against a KV cache, by split-KV decoding.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``(B, H, Lq, D)``: the last ``Lq`` tokens of every sequence (``Lq = 1`` for plain
+        decoding); float16, bfloat16 or float32; ``D`` one of :data:`HEAD_DIMS`.
+    k_cache, v_cache : torch.Tensor
+        Without ``block_table``: ``(B, H_kv, S, D)``, sequence ``b``'s keys in
+        ``k_cache[b, :, :n]``. With it: page pools ``(num_pages, page_size, H_kv, D)``.
+        ``H`` must be a multiple of ``H_kv`` (grouped-query attention). Any strides; q's dtype
+        and device.
+    cache_seqlens : torch.Tensor, optional
+        ``(B,)`` int32 or int64: the number ``n`` of valid keys of each sequence, at most the
+        cache's length; default: all of it (``S``, or the table's ``max_pages * page_size``).
+        Query ``i`` sees keys ``j <= n - Lq + i`` (see :func:`decode_mask`).
+    block_table : torch.Tensor, optional
+        ``(B, max_pages)`` int32 or int64: ``block_table[b, p]`` is the pool page holding tokens
+        ``p * page_size .. (p + 1) * page_size - 1`` of sequence ``b``. Entries past a
+        sequence's ``ceil(n / page_size)`` pages are never read (-1 is fine).
+    scale : float, optional
+        Multiplies the scores; defaults to ``1/sqrt(D)``.
+    num_splits : int, optional
+        Ranges to cut every sequence's keys into; default :func:`choose_num_splits` for this GPU.
+        1 runs the split kernel alone, writing the final output (the unsplit forward pass).
+    return_lse : bool
+        Also return the log-sum-exp of every query's scaled scores.
+    config : DecodeConfig, optional
+        Tile size, warps and stages; default :func:`decode_config`.
+    check_values : bool
+        Check ``cache_seqlens`` and ``block_table`` values on the host (one synchronisation).
+        Pass ``False`` in a decoding loop once they are known to be good: an entry outside the
+        pool then reads memory it should not.
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``(B, H, Lq, D)`` in q's dtype; zeros for a query that sees no key.
+    lse : torch.Tensor
+        Only with ``return_lse``: ``(B, H, Lq)`` float32, natural log; ``-inf`` where no key.
+
+    Notes
+    -----
+    Scores, softmax statistics, partial outputs and the merge are float32. float32 inputs
+    multiply with ``input_precision="ieee"`` (no tf32). The splits share each sequence's key
+    blocks evenly, so shorter sequences get shorter ranges; splits past the end are empty.
+
+    Examples
+    --------
+    >>> import torch, teachkit
+    >>> from teachkit.kernels import decode_attention
+    >>> q = torch.randn(2, 4, 1, 16, device=teachkit.DEVICE)
+    >>> k, v = (torch.randn(2, 2, 50, 16, device=teachkit.DEVICE) for _ in range(2))
+    >>> lens = torch.tensor([50, 21], device=teachkit.DEVICE)
+    >>> out = decode_attention(q, k, v, cache_seqlens=lens, num_splits=3)
+    >>> mask = decode_mask(lens, 1, 50)
+    >>> ref = torch.nn.functional.scaled_dot_product_attention(
+    ...     q, k, v, attn_mask=mask, enable_gqa=True)
+    >>> teachkit.relative_error(out, ref) < 1e-5
+    True
+    """
+    paged = block_table is not None
+    B, H, Lq, D, H_kv = _validate(q, k_cache, v_cache, paged)
+    if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if paged:
+        if isinstance(block_table, torch.Tensor) and block_table.dim() != 2:
+            raise ValueError(f"block_table must have 2 dimensions (batch, max_pages), got "
+                             f"shape {tuple(block_table.shape)}")
+        max_pages = block_table.shape[1] if isinstance(block_table, torch.Tensor) else 0
+        block_table = _require_index_tensor(block_table, "block_table", (B, max_pages),
+                                            q.device, "page indices, one row per sequence")
+        num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+        if page_size == 0:
+            raise ValueError("the page pools hold pages of 0 tokens (axis 1); pass pools "
+                             "(num_pages, page_size, kv_heads, head_dim) with page_size >= 1")
+        capacity = block_table.shape[1] * page_size
+    else:
+        num_pages, page_size = 0, 0
+        capacity = k_cache.shape[2]
+    if cache_seqlens is None:
+        seqlens = torch.full((B,), capacity, dtype=torch.int32, device=q.device)
+    else:
+        seqlens = _require_index_tensor(cache_seqlens, "cache_seqlens", (B,), q.device,
+                                        "lengths (one per sequence)").to(torch.int32)
+    if check_values and B > 0:
+        _check_values(seqlens, block_table, capacity, page_size, num_pages)
+    if paged:
+        block_table = block_table.to(torch.int32)
+    if num_splits is not None and (isinstance(num_splits, bool) or
+                                   not isinstance(num_splits, int) or
+                                   not 1 <= num_splits <= MAX_SPLITS):
+        raise ValueError(f"num_splits must be an int in 1 .. {MAX_SPLITS} or None, got "
+                         f"{num_splits!r}")
+    if B * H_kv > _MAX_GRID_YZ:
+        raise ValueError(f"batch * kv heads must be at most {_MAX_GRID_YZ}, got {B * H_kv}; "
+                         "split the batch into several calls")
+
+    out = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return (out, lse) if return_lse else out
+    if capacity == 0:  # no keys at all: zeros and -inf, as scaled_dot_product_attention gives
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return (out, lse) if return_lse else out
+
+    if config is None:
+        capability = None if INTERPRETED else torch.cuda.get_device_capability(q.device)
+        config = decode_config(D, q.dtype, capability)
+    group = H // H_kv
+    block_m = max(16, min(64, triton.next_power_of_2(group * Lq)))
+    row_blocks = triton.cdiv(group * Lq, block_m)
+    if row_blocks > _MAX_GRID_YZ:
+        raise ValueError(f"(H / H_kv) * Lq = {group * Lq} query rows per cache head is too many; "
+                         "split q into several calls")
+    if num_splits is None:
+        num_splits = choose_num_splits(B * H_kv * row_blocks,
+                                       triton.cdiv(capacity, config.block_n), sm_count(q.device))
+    if num_splits == 1:  # the unsplit forward pass: final output and lse directly
+        o_part, lse_part = out.unsqueeze(0), lse.unsqueeze(0)
+    else:
+        o_part = torch.empty((num_splits, B, H, Lq, D), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty((num_splits, B, H, Lq), dtype=torch.float32, device=q.device)
+    if paged:  # pool strides: page, head, slot, dim (the kernel's "batch" axis is the page)
+        k_strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), k_cache.stride(3))
+        v_strides = (v_cache.stride(0), v_cache.stride(2), v_cache.stride(1), v_cache.stride(3))
+        table, stride_tb = block_table, block_table.stride(0)
+    else:
+        k_strides, v_strides = k_cache.stride(), v_cache.stride()
+        table, stride_tb = seqlens, 0  # not read: any int32 tensor
+    _decode_split_kernel[(num_splits, B * H_kv, row_blocks)](
+        q, k_cache, v_cache, seqlens, table, o_part, lse_part,
+        *q.stride(), *k_strides, *v_strides, stride_tb,
+        *o_part.stride(), *lse_part.stride(),
+        H_kv, Lq, scale,
+        GROUP=group, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=config.block_n,
+        PAGE_SIZE=page_size, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    if num_splits > 1:
+        _decode_merge_kernel[(B * H * Lq,)](
+            o_part, lse_part, out, lse,
+            *o_part.stride(), *lse_part.stride(), *out.stride(),
+            H, Lq, num_splits,
+            HEAD_DIM=D, SPLITS=triton.next_power_of_2(num_splits), num_warps=4,
+        )
+    return (out, lse) if return_lse else out
+
+
+def launch_configs() -> list[KernelConfig]:
+    """Every configuration :func:`decode_attention` may launch on a GPU, for compile checks.
+
+    The split kernel per (GPU class, head dim, element size) with a contiguous cache and with
+    pages of 16 (the table changes the address arithmetic, not the tiles), for one query row
+    (``BLOCK_M = 16``) and for 64 (grouped-query attention, several tokens); the merge kernel
+    for 2 and :data:`MAX_SPLITS` splits.
+    """
+    from .flash import _CHECKED_ON, GPU_CLASSES
+
+    def split_sig(ty: str) -> dict:
+        sig = {n: f"*{ty}" for n in ("Q", "K", "V", "O")}
+        sig.update({"SEQLENS": "*i32", "TABLE": "*i32", "LSE": "*fp32"})
+        for name in ("stride_qb", "stride_qh", "stride_qm", "stride_qd", "stride_kb",
+                     "stride_kh", "stride_kn", "stride_kd", "stride_vb", "stride_vh",
+                     "stride_vn", "stride_vd", "stride_tb", "stride_os", "stride_ob",
+                     "stride_oh", "stride_om", "stride_od", "stride_ls", "stride_lb",
+                     "stride_lh", "stride_lm", "H_KV", "Lq"):
+            sig[name] = "i32"
+        sig["qk_scale"] = "fp32"
+        for c in ("GROUP", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PAGE_SIZE", "PRECISION",
+                  "DOT_FP32"):
+            sig[c] = "constexpr"
+        return sig
+
+    configs = []
+    for size, ty in ((2, "bf16"), (4, "fp32")):
+        for d in HEAD_DIMS:
+            for cls in GPU_CLASSES:
+                cfg = decode_config(d, torch.float32 if size == 4 else torch.bfloat16,
+                                    (7, 5) if cls == 75 else (8, 0) if cls == 80 else (8, 9))
+                for page_size in (0, 16, 128):
+                    for group, block_m in ((1, 16), (8, 64)):
+                        configs.append(KernelConfig(
+                            f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
+                            f"page={page_size or 'none'} warps={cfg.num_warps} "
+                            f"stages={cfg.num_stages} (for sm_{cls}-class GPUs)",
+                            _decode_split_kernel, split_sig(ty),
+                            {"GROUP": group, "HEAD_DIM": d, "BLOCK_M": block_m,
+                             "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
+                             "PRECISION": "ieee" if size == 4 else "tf32", "DOT_FP32": False},
+                            cfg.num_warps, cfg.num_stages, _CHECKED_ON[cls]))
+        merge_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
+        for name in ("stride_ps", "stride_pb", "stride_ph", "stride_pm", "stride_pd",
+                     "stride_ls", "stride_lb", "stride_lh", "stride_lm", "stride_ob",
+                     "stride_oh", "stride_om", "stride_od", "H", "Lq", "num_splits"):
+            merge_sig[name] = "i32"
+        merge_sig.update({"HEAD_DIM": "constexpr", "SPLITS": "constexpr"})
+        for d in HEAD_DIMS:
+            for splits in (2, MAX_SPLITS):
+                configs.append(KernelConfig(
+                    f"decode merge {ty} D={d} SPLITS={splits}", _decode_merge_kernel, merge_sig,
+                    {"HEAD_DIM": d, "SPLITS": splits}, 4, 1))
+    return configs

@@ -1,0 +1,56 @@
+"""FlashAttention benchmark figures: TFLOP/s against sequence length, one panel per head dim
+and mask, one line per provider."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from .figures import label_device
+
+__all__ = ["plot_attention_tflops"]
+
+
+def _parse(problem: str) -> tuple[int, int, bool]:
+    """``"D=64 L=4096 causal"`` -> ``(64, 4096, True)``."""
+    parts = problem.split()
+    return int(parts[0][2:]), int(parts[1][2:]), "causal" in parts
+
+
+def plot_attention_tflops(results: list, ceiling: float | None = None,
+                          device: str | None = None) -> plt.Figure:
+    """TFLOP/s (y) against L = S (x, log scale) per provider; panels by (D, causal).
+
+    Parameters
+    ----------
+    results : list of teachkit.bench.Measurement
+        What :func:`teachkit.bench.attention.bench_attention` returned (problems named
+        ``"D=64 L=4096"`` or ``"D=64 L=4096 causal"``).
+    ceiling : float, optional
+        The measured bf16 matmul rate, drawn as a dashed line.
+    device : str, optional
+        Where the results were measured (default: this machine).
+    """
+    panels = list(dict.fromkeys(_parse(r.problem)[::2] for r in results))
+    providers = list(dict.fromkeys(r.provider for r in results))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False,
+                             sharey=True)
+    for ax, (D, causal) in zip(axes[0], panels, strict=True):
+        for prov in providers:
+            pts = sorted((_parse(r.problem)[1], r.value) for r in results
+                         if r.provider == prov and _parse(r.problem)[::2] == (D, causal))
+            if pts:
+                style = {"lw": 2.5, "color": "k"} if prov.startswith("teachkit") else {"lw": 1.2}
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=prov, **style)
+        if ceiling:
+            ax.axhline(ceiling, color="0.5", ls="--", lw=1)
+            ax.text(ax.get_xlim()[0], ceiling, f" bf16 matmul {ceiling:.0f}", va="top",
+                    fontsize=7, color="0.4")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"D = {D}" + (", causal" if causal else ""), fontsize=10)
+        ax.set_xlabel("L = S")
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("TFLOP/s")
+    axes[0, 0].legend(fontsize=7, loc="lower right")
+    label_device(fig, device)
+    fig.tight_layout()
+    return fig

@@ -22,3 +22,10 @@ def test_tiny_run_checks_every_provider_and_tabulates():
     assert "teachkit flash / sdpa math" in table
     fig = plot_attention_tflops(res, ceiling=1.0, device="test device")
     assert len(fig.axes) == 2
+
+
+def test_steps_run_and_agree():
+    from teachkit.bench.attention import bench_steps, step_providers
+
+    res = bench_steps(40, [16], [True], tokens=40, heads=1)
+    assert [r.provider for r in res] == list(step_providers())

@@ -13,6 +13,7 @@ import torch
 from inputs import randn
 
 import teachkit
+from teachkit.attention import attention_scores
 from teachkit.compare import relative_error
 
 K = pytest.importorskip("teachkit.kernels")
@@ -178,3 +179,17 @@ def test_configs_tile_the_diagonal_and_are_all_listed():
                c.num_warps, c.num_stages, c.constexprs["CAUSAL"]) for c in flash.launch_configs()}
     for (_, D, _, causal), cfg in flash._GPU_TABLE.items():
         assert (D, *cfg, causal) in listed
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_simple_kernel_matches_float64(gen, dtype, causal):
+    from teachkit.kernels.flash_simple import flash_attention_simple
+
+    q, k, v = (randn(2, 3, n, 32, gen=gen, dtype=dtype).to(teachkit.DEVICE)
+               for n in (37, 53, 53))
+    out, lse = flash_attention_simple(q, k, v, causal=causal)
+    s = attention_scores(q.double(), k.double(), causal)
+    ref = torch.softmax(s, -1) @ v.double()
+    assert relative_error(out, ref) < 4 * RTOL[dtype] + 1e-5
+    assert relative_error(lse, torch.logsumexp(s, -1)) < 1e-4

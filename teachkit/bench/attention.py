@@ -29,7 +29,8 @@ from .core import (
 )
 
 __all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch_for",
-           "bench_attention", "peak_memory", "main"]
+           "bench_attention", "step_providers", "bench_steps", "peak_memory", "format_memory",
+           "main"]
 
 ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 """Sequence lengths L = S of the benchmark."""
@@ -142,6 +143,52 @@ def bench_attention(
     return results
 
 
+def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
+    """Notebook 08's kernels, from the first correct one to the tuned one: ``fn(q, k, v, causal)``.
+
+    ``simple``: every block loaded and masked, natural exp (:mod:`teachkit.kernels.flash_simple`);
+    ``fast, same tiles``: the course's kernel (exp2 with the scale folded in, unmasked blocks
+    below the diagonal, blocks above it never loaded) with the simple kernel's 64 x 64 tiles,
+    4 warps, 2 stages; ``fast, table``: with the tiles chosen for this GPU; ``fast, autotuned``:
+    with the fastest of :func:`teachkit.kernels.flash_tuning.candidate_configs` on this problem.
+    """
+    from ..kernels.flash import FlashConfig, flash_attention
+    from ..kernels.flash_simple import flash_attention_simple
+
+    small = FlashConfig(64, 64, 4, 2)
+    return {
+        "simple": lambda q, k, v, c: flash_attention_simple(q, k, v, causal=c)[0],
+        "fast, same tiles": lambda q, k, v, c: flash_attention(q, k, v, causal=c, config=small),
+        "fast, table": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
+        "fast, autotuned": lambda q, k, v, c: flash_attention(q, k, v, causal=c, autotune=True),
+    }
+
+
+def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
+                causal: Iterable[bool] = (False, True), dtype: str = "fp16",
+                tokens: int = TOKENS, heads: int = HEADS) -> list[Measurement]:
+    """Time :func:`step_providers` on one length: what each step of notebook 08 buys."""
+    from ..compare import relative_error
+
+    table = step_providers()
+    results = []
+    B = batch_for(length, tokens)
+    for D in head_dims:
+        q, k, v = (torch.randn(B, heads, length, D, device=DEVICE, dtype=DTYPES[dtype])
+                   for _ in range(3))
+        for c in causal:
+            want = F.scaled_dot_product_attention(q, k, v, is_causal=c)
+            for name, fn in table.items():
+                err = relative_error(fn(q, k, v, c), want)
+                if not err < 2e-2:
+                    raise AssertionError(f"{name} is wrong on D={D} causal={c}: {err:.2g}")
+                ms = time_ms(lambda fn=fn, q=q, k=k, v=v, c=c: fn(q, k, v, c))
+                tflops = attention_flops(B, heads, length, length, D, c) / ms / 1e9
+                problem = f"D={D} L={length}" + (" causal" if c else "")
+                results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+    return results
+
+
 def peak_memory(lengths: Iterable[int] = (1024, 2048, 4096, 8192, 16384), D: int = 64,
                 heads: int = 8, dtype: str = "fp16") -> list[dict]:
     """Peak GPU memory of one attention call beyond its inputs, B = 1: the course's kernel,
@@ -174,6 +221,11 @@ def peak_memory(lengths: Iterable[int] = (1024, 2048, 4096, 8192, 16384), D: int
     return rows
 
 
+def pick_steps_length() -> int:
+    """The length :func:`bench_steps` uses by default: 4096 on a GPU, 64 in the interpreter."""
+    return 4096 if ON_GPU else 64
+
+
 def format_memory(rows: list[dict]) -> str:
     """A Markdown table of :func:`peak_memory`'s rows."""
     names = [n for n in rows[0] if n != "L"] if rows else []
@@ -196,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
     parser.add_argument("--providers", nargs="+", default=None)
     parser.add_argument("--memory", action="store_true", help="also measure peak memory")
+    parser.add_argument("--steps", action="store_true",
+                        help="time notebook 08's kernel steps (simple -> tuned) instead")
     parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
     parser.add_argument("--json", default=None, help="save the results as JSON to this path")
     parser.add_argument("--allow-cpu", action="store_true",
@@ -208,9 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"copy bandwidth: {copy:.0f} GB/s; bf16 matmul: {flops:.0f} TFLOP/s")
     lengths = args.lengths or (ATTENTION_LENGTHS if ON_GPU else [64, 100])
     kwargs = {} if ON_GPU else {"tokens": 128, "heads": 2}
-    results = bench_attention(lengths, args.head_dims, [c == "yes" for c in args.causal],
-                              args.dtype, args.providers, **kwargs)
-    print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
+    causal = [c == "yes" for c in args.causal]
+    if args.steps:
+        results = bench_steps(lengths[0] if args.lengths else pick_steps_length(), args.head_dims,
+                              causal, args.dtype, **kwargs)
+        print(format_table(results, ceiling=flops, baseline=("simple",)))
+    else:
+        results = bench_attention(lengths, args.head_dims, causal, args.dtype, args.providers,
+                                  **kwargs)
+        print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
     extra = {}
     if args.memory and ON_GPU:
         rows = peak_memory()

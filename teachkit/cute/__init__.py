@@ -19,6 +19,8 @@ entry
     ``cute_softmax`` (checked entry point), ``available``, ``kernel_source``.
 kernel
     the CuTe DSL kernel itself (imports ``cutlass``).
+verify
+    any softmax checked against float64 ``torch.softmax`` on odd lengths and special rows.
 bench
     the kernel timed beside ``teachkit.kernels.softmax`` and ``torch.softmax``; recorded figures.
 

@@ -230,7 +230,8 @@ def simulate_cute_softmax(
     x : torch.Tensor
         ``(..., n_cols)`` floating tensor; each row is one CTA's work.
     threads, vec : int, optional
-        The layout; default: the kernel's own, :func:`teachkit.cute.config.launch_config`.
+        The layout; default: the kernel's own, :func:`teachkit.cute.config.launch_config`
+        (for float64, which the kernel does not take, the layout of float32).
     warp_size : int
         Lanes per warp (32 on the GPU; smaller values make pictures readable).
 
@@ -252,8 +253,10 @@ def simulate_cute_softmax(
     require_float_tensor(x)
     row = x.reshape(1) if x.dim() == 0 else x  # a 0-d tensor is a row of one, as in torch
     n_cols = row.shape[-1]
-    if threads is None or vec is None:
-        default = launch_config(max(n_cols, 1), x.dtype)
+    if threads is None or vec is None:  # float64 (no kernel dtype): float32's layout
+        kernel_dtype = x.dtype if x.dtype in (torch.float32, torch.bfloat16, torch.float16) \
+            else torch.float32
+        default = launch_config(max(n_cols, 1), kernel_dtype)
         threads = default.threads if threads is None else threads
         vec = default.vec if vec is None else vec
     _check_layout(threads, vec, warp_size)

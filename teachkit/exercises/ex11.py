@@ -353,6 +353,7 @@ def check_block_merge(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None
     n = _randint(600, 900, gen) | 1
     masked = torch.randn(3, n, generator=gen)
     masked[:, ::2] = NEG_INF
+    masked[1] = NEG_INF  # a fully masked row: every warp holds (-inf, 0), and so must the row
     cases = [
         (f"rows of {n} values, 128 threads (4 warps), vectors of 1", torch.randn(4, n,
                                                                                  generator=gen),
@@ -365,7 +366,8 @@ def check_block_merge(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None
          torch.randn(3, 37, generator=gen), 1024, 1),
         (f"rows of {n} values, a single warp of 32 threads", torch.randn(2, n, generator=gen),
          32, 4),
-        (f"rows of {n} values, every second one -inf, 128 threads", masked, 128, 1),
+        (f"rows of {n} values, every second one -inf, and a row of -inf only, 128 threads",
+         masked, 128, 1),
     ]
     for case, x, threads, vec in cases:
         trace = simulate_cute_softmax(x, threads=threads, vec=vec)

@@ -66,6 +66,7 @@ __all__ = [
     "decode_config",
     "decode_mask",
     "launch_configs",
+    "max_rows",
     "sm_count",
 ]
 
@@ -308,6 +309,13 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     stage = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     block_n = max(16, min(128, stage // (2 * head_dim * size)))
     return DecodeConfig(block_n, 4, _STAGES[cls])
+
+
+def max_rows(head_dim: int, dtype: torch.dtype) -> int:
+    """Most query rows (``(H / H_kv) * Lq``) one program holds: 64, or 32 when a row takes more
+    than 256 bytes (``D = 256`` in fp16, ``D >= 128`` in float32), to fit a T4's shared memory.
+    More rows take several programs (the grid's third axis)."""
+    return 64 if head_dim * (4 if dtype == torch.float32 else 2) <= 256 else 32
 
 
 def sm_count(device: torch.device | str | None = None) -> int:
@@ -597,7 +605,7 @@ def decode_attention(
         capability = None if INTERPRETED else torch.cuda.get_device_capability(q.device)
         config = decode_config(D, q.dtype, capability)
     group = H // H_kv
-    block_m = max(16, min(64, triton.next_power_of_2(group * Lq)))
+    block_m = max(16, min(max_rows(D, q.dtype), triton.next_power_of_2(group * Lq)))
     row_blocks = triton.cdiv(group * Lq, block_m)
     if row_blocks > _MAX_GRID_YZ:
         raise ValueError(f"(H / H_kv) * Lq = {group * Lq} query rows per cache head is too many; "
@@ -640,12 +648,15 @@ def decode_attention(
 def launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`decode_attention` may launch on a GPU, for compile checks.
 
-    The split kernel per (GPU class, head dim, element size) with a contiguous cache and with
-    pages of 16 (the table changes the address arithmetic, not the tiles), for one query row
-    (``BLOCK_M = 16``) and for 64 (grouped-query attention, several tokens); the merge kernel
-    for 2 and :data:`MAX_SPLITS` splits.
+    The split kernel per (GPU class, head dim, element size), for one query row
+    (``BLOCK_M = 16``) and for the most rows (grouped-query attention, several tokens); in
+    16-bit also with pages of 16 (one table entry per key) and of 128 (one per key block); the
+    merge kernel for 2 and :data:`MAX_SPLITS` splits. Head-dim strides of 1 are constants, as
+    Triton specialises them at launch for contiguous tensors.
     """
     from .flash import _CHECKED_ON, GPU_CLASSES
+
+    unit_strides = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
 
     def split_sig(ty: str) -> dict:
         sig = {n: f"*{ty}" for n in ("Q", "K", "V", "O")}
@@ -655,7 +666,7 @@ def launch_configs() -> list[KernelConfig]:
                      "stride_vn", "stride_vd", "stride_tb", "stride_os", "stride_ob",
                      "stride_oh", "stride_om", "stride_od", "stride_ls", "stride_lb",
                      "stride_lh", "stride_lm", "H_KV", "Lq"):
-            sig[name] = "i32"
+            sig[name] = "constexpr" if name in unit_strides else "i32"
         sig["qk_scale"] = "fp32"
         for c in ("GROUP", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PAGE_SIZE", "PRECISION",
                   "DOT_FP32"):
@@ -664,21 +675,28 @@ def launch_configs() -> list[KernelConfig]:
 
     configs = []
     for size, ty in ((2, "bf16"), (4, "fp32")):
+        dtype = torch.float32 if size == 4 else torch.bfloat16
         for d in HEAD_DIMS:
+            rows = max_rows(d, dtype)
+            # (page size, rows): contiguous; pages smaller than a key block (one table entry
+            # per key); pages of whole key blocks (one entry per block). fp32: contiguous only.
+            variants = [(0, 16), (0, rows)]
+            if size == 2:
+                variants += [(16, 16), (128, rows)]
             for cls in GPU_CLASSES:
-                cfg = decode_config(d, torch.float32 if size == 4 else torch.bfloat16,
-                                    (7, 5) if cls == 75 else (8, 0) if cls == 80 else (8, 9))
-                for page_size in (0, 16, 128):
-                    for group, block_m in ((1, 16), (8, 64)):
-                        configs.append(KernelConfig(
-                            f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
-                            f"page={page_size or 'none'} warps={cfg.num_warps} "
-                            f"stages={cfg.num_stages} (for sm_{cls}-class GPUs)",
-                            _decode_split_kernel, split_sig(ty),
-                            {"GROUP": group, "HEAD_DIM": d, "BLOCK_M": block_m,
-                             "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
-                             "PRECISION": "ieee" if size == 4 else "tf32", "DOT_FP32": False},
-                            cfg.num_warps, cfg.num_stages, _CHECKED_ON[cls]))
+                cfg = decode_config(d, dtype, (7, 5) if cls == 75 else (8, 0) if cls == 80
+                                    else (8, 9))
+                for page_size, block_m in variants:
+                    configs.append(KernelConfig(
+                        f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
+                        f"page={page_size or 'none'} warps={cfg.num_warps} "
+                        f"stages={cfg.num_stages} (for sm_{cls}-class GPUs)",
+                        _decode_split_kernel, split_sig(ty),
+                        {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
+                         "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
+                         "PRECISION": "ieee" if size == 4 else "tf32", "DOT_FP32": False,
+                         **unit_strides},
+                        cfg.num_warps, cfg.num_stages, _CHECKED_ON[cls]))
         merge_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for name in ("stride_ps", "stride_pb", "stride_ph", "stride_pm", "stride_pd",
                      "stride_ls", "stride_lb", "stride_lh", "stride_lm", "stride_ob",

@@ -199,8 +199,11 @@ def _stop(procs: list[Any]) -> None:
             p.join()
 
 
-def _collect(procs: list[Any], messages: Any, wall_s: float) -> None:
-    """Wait until every rank reported done; raise on the first error, death or the deadline."""
+def _collect(procs: list[Any], messages: Any, wall_s: float, grace_s: float = _GRACE_S) -> None:
+    """Wait until every rank reported done; raise on the first error, death or the deadline.
+
+    A rank whose process exited is given ``grace_s`` for its message to arrive before it is
+    reported as dead without one."""
     world_size = len(procs)
     deadline = time.monotonic() + wall_s
     done: set[int] = set()
@@ -222,7 +225,7 @@ def _collect(procs: list[Any], messages: Any, wall_s: float) -> None:
                 if r in done or p.exitcode is None:
                     continue
                 first = dead_since.setdefault(r, now)
-                if now - first > _GRACE_S:
+                if now - first > grace_s:
                     raise RingError(
                         f"rank {r} of {world_size} exited with code {p.exitcode} without "
                         "reporting a result or an error (killed, out of memory, or crashed in "

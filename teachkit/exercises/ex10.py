@@ -1,0 +1,440 @@
+r"""Exercises of notebook 10, *ring attention*.
+
+Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+
+1. :func:`check_ring_plan`: for one rank, the rank whose key/value block it holds at each step
+   and how that block is masked (contiguous or striped tokens, causal or not).
+2. :func:`check_strict_block`: attention under the striped layout's "strict" mask, local key
+   ``b`` visible to local query ``a`` only when ``b < a``; query 0 sees nothing.
+3. :func:`check_ring_rank`: one rank's whole ring: attend to each block in turn and merge the
+   partial ``(out, lse)`` into the running result.
+
+Every checker runs the learner's function on fresh random cases (world sizes 1 to 6, block
+lengths that are odd, float64 and float32) and compares with a reference derived from first
+principles (the token positions each rank holds, a float64 masked softmax); a wrong answer
+raises :class:`~teachkit.exercises.checking.ExerciseFailed` naming the case and the likely slip.
+
+Examples
+--------
+>>> check_ring_plan(solution_ring_plan)
+[correct] The blocks a rank meets, in order, and their masks
+True
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..attention import merge_partials
+from ..compare import relative_error
+from ..ring.attention import attend_block
+from ..ring.layout import CAUSAL, FULL, LAYOUTS, SKIP, STRICT, positions, shard
+from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+
+__all__ = [
+    "check_ring_plan",
+    "solution_ring_plan",
+    "check_strict_block",
+    "solution_strict_block",
+    "check_ring_rank",
+    "solution_ring_rank",
+]
+
+NEG_INF = float("-inf")
+
+
+def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
+    return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+
+def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
+    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, ExerciseFailed):
+        raise
+    except Exception as err:
+        shapes = ", ".join(
+            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
+            else f"a list of {len(a)} blocks" if isinstance(a, list) else repr(a) for a in args
+        )
+        raise ExerciseFailed(
+            f"On {case}: your function raised {type(err).__name__}: {err}\n"
+            f"  It was called with: {shapes}."
+        ) from err
+
+
+@functools.cache
+def _mask_from_positions(rank: int, src: int, world_size: int, n: int, causal: bool,
+                         layout: str) -> str:
+    """Classify a block by its explicit token-level mask: the reference of exercise 1."""
+    if not causal:
+        return FULL
+    pos_q = positions(rank, world_size, n, layout)
+    pos_k = positions(src, world_size, n, layout)
+    visible = pos_k[None, :] <= pos_q[:, None]
+    if bool(visible.all()):
+        return FULL
+    if not bool(visible.any()):
+        return SKIP
+    a, b = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    if torch.equal(visible, b <= a):
+        return CAUSAL
+    if torch.equal(visible, b < a):
+        return STRICT
+    raise AssertionError(f"unexpected mask for rank {rank}, block of {src}")  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: the plan of one rank
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_ring_plan(rank: int, world_size: int, causal: bool,
+                       layout: str) -> list[tuple[int, str]]:
+    """The ``(source rank, mask)`` of the key/value block rank ``rank`` holds at each step.
+
+    Blocks move one rank forward per step (to ``r + 1``), so at step ``t`` rank ``r`` holds the
+    block that started on rank ``s = (r - t) mod W``; at step 0 its own. The mask compares the
+    token positions: contiguous rank ``r`` holds ``r n .. (r+1) n - 1``, so an earlier rank's
+    block (``s < r``) is visible in full, its own is causal and a later one is skipped. Striped
+    rank ``r`` holds tokens ``r + W a``; key ``b`` of rank ``s`` (token ``s + W b``) is visible to
+    query ``a`` iff ``W (b - a) <= r - s``: ``b <= a`` ("causal") when ``s <= r``, ``b < a``
+    ("strict") when ``s > r``. Without a causal mask every block is "full".
+
+    Returns
+    -------
+    list of (int, str)
+        One ``(source rank, mask)`` per step ``t = 0 .. W-1``; masks are ``"full"``,
+        ``"causal"``, ``"strict"`` or ``"skip"``.
+    """
+    plan = []
+    for step in range(world_size):
+        src = (rank - step) % world_size
+        if not causal:
+            mask = "full"
+        elif layout == "contiguous":
+            mask = "full" if src < rank else "causal" if src == rank else "skip"
+        else:
+            mask = "causal" if src <= rank else "strict"
+        plan.append((src, mask))
+    return plan
+
+
+def _plan_advice(rank: int, world_size: int, step: int, got: tuple, want: tuple, causal: bool,
+                 layout: str) -> str:
+    g_src, g_mask = got
+    w_src, w_mask = want
+    if g_src != w_src:
+        if g_src == (rank + step) % world_size:
+            return ("Blocks travel to rank r + 1, so the block arriving at rank r came from r - 1: "
+                    "at step t it started on rank (r - t) mod W, not (r + t).")
+        return f"At step {step} rank {rank} holds the block that started on rank (r - t) mod W."
+    src = w_src
+    if not causal:
+        return "Without a causal mask every key is visible: every block is 'full'."
+    n = 3
+    pq = positions(rank, world_size, n, layout).tolist()
+    pk = positions(src, world_size, n, layout).tolist()
+    where = (f"rank {rank} holds tokens {pq}... and the block of rank {src} holds keys at "
+             f"{pk}...; ")
+    if layout == "striped" and src > rank and g_mask == CAUSAL:
+        return where + (f"key b = a is token {src} + W a, after query token {rank} + W a: "
+                        "the diagonal is masked too, so b < a ('strict').")
+    if layout == "striped" and src < rank and g_mask == STRICT:
+        return where + f"key b = a is token {src} + W a, before query {rank} + W a: b <= a."
+    if layout == "striped" and g_mask in (FULL, SKIP):
+        return where + ("striped ranks interleave their tokens, so every block has keys both "
+                        "before and after the queries: never all visible, never none.")
+    if layout == "contiguous":
+        return where + ("an earlier rank's keys all precede this rank's queries ('full'), its "
+                        "own block is 'causal', a later rank's keys all follow ('skip').")
+    return where + f"expected {w_mask!r}."
+
+
+@exercise(
+    "The blocks a rank meets, in order, and their masks",
+    "At step t rank r holds the block of rank s = (r - t) % W (blocks move to r + 1). Not "
+    "causal: 'full'. Contiguous: 'full' if s < r, 'causal' if s == r, 'skip' if s > r. "
+    "Striped: 'causal' if s <= r, 'strict' if s > r.",
+)
+def check_ring_plan(fn: Callable[..., list[tuple[int, str]]]) -> None:
+    """Check ``fn(rank, world_size, causal, layout) -> [(source, mask), ...]`` for every rank.
+
+    Each mask is compared with the one read off the explicit token-level causal mask between the
+    rank's query positions and the block's key positions. Cases: ``W`` = 1 to 6, both layouts,
+    causal or not, and random ``W`` up to 9.
+    """
+    gen = fresh_generator()
+    worlds = [1, 2, 3, 4, 5, 6] + [_randint(2, 9, gen) for _ in range(2)]
+    for world_size in worlds:
+        for layout in LAYOUTS:
+            for causal in (True, False):
+                for rank in range(world_size):
+                    case = (f"rank {rank} of W = {world_size}, {layout}, "
+                            f"{'causal' if causal else 'no mask'}")
+                    got = _call(fn, case, rank, world_size, causal, layout)
+                    expect(isinstance(got, (list, tuple)) and len(got) == world_size,
+                           f"On {case}: return a list of {world_size} (source rank, mask) pairs, "
+                           f"one per step, got {got!r}.")
+                    for step, pair in enumerate(got):
+                        expect(isinstance(pair, (list, tuple)) and len(pair) == 2,
+                               f"On {case}, step {step}: each entry is a pair (source rank, "
+                               f"mask), got {pair!r}.")
+                        src = (rank - step) % world_size
+                        want = (src, _mask_from_positions(rank, src, world_size, 4, causal,
+                                                          layout))
+                        if tuple(pair) != want:
+                            raise ExerciseFailed(
+                                f"On {case}, step {step}: expected {want}, got {tuple(pair)}. "
+                                + _plan_advice(rank, world_size, step, tuple(pair), want,
+                                               causal, layout))
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: the strict mask
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_strict_block(q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention where local query ``a`` sees local keys ``b < a`` only (striped, ``s > r``).
+
+    That is causal attention of queries ``1 .. n-1`` against keys ``0 .. n-2``: query ``a``
+    (row ``a - 1`` of the shifted problem) sees keys ``0 .. a - 1``. Query 0 sees no key, so its
+    row is ``out = 0`` and ``lse = -inf``, the empty partial that the merge weighs by 0.
+    The scale is ``1/sqrt(D)``.
+
+    Parameters
+    ----------
+    q, k, v : torch.Tensor
+        ``(..., n, D)`` blocks of one rank's queries and another rank's keys and values.
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``(..., n, D)`` in q's dtype.
+    lse : torch.Tensor
+        ``(..., n)`` float32 (float64 for float64).
+    """
+    from ..attention import blockwise_attention
+
+    out = torch.zeros_like(q)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    lse = torch.full(q.shape[:-1], NEG_INF, dtype=lse_dtype, device=q.device)
+    out_b, lse_b = blockwise_attention(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :],
+                                       causal=True)
+    out[..., 1:, :] = out_b
+    lse[..., 1:] = lse_b
+    return out, lse
+
+
+def _masked_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 attention under an explicit mask; rows that see nothing get 0 and -inf."""
+    s = (q.double() @ k.double().transpose(-2, -1)) * q.shape[-1] ** -0.5
+    s = s.masked_fill(~visible, NEG_INF)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.where(lse.unsqueeze(-1) == NEG_INF, 0.0, torch.exp(s - lse.unsqueeze(-1)))
+    return p @ v.double(), lse
+
+
+def _strict_mistakes(q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    n = q.shape[-2]
+    ones = torch.ones(n, n, dtype=torch.bool)
+    return {
+        "you kept the diagonal (b <= a, the 'causal' mask). In the strict mask key b = a is a "
+        "later token than query a: mask it too.": _masked_reference(q, k, v, ones.tril()),
+        "you shifted the wrong way (queries 0..n-2 against keys 1..n-1): query a must see keys "
+        "0..a-1, so drop the *first* query and the *last* key.": _masked_reference(
+            q, k, v, ones.triu(1)),
+        "every key is visible: the strict mask hides keys b >= a.": _masked_reference(
+            q, k, v, ones),
+    }
+
+
+@exercise(
+    "Attention under the strict mask b < a",
+    "Run causal attention of q[..., 1:, :] against k[..., :-1, :] and v[..., :-1, :] (e.g. "
+    "teachkit.attention.blockwise_attention(..., causal=True)) and put it in rows 1.. of the "
+    "result; row 0 sees no key: out 0, lse -inf.",
+)
+def check_strict_block(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Check ``fn(q, k, v) -> (out, lse)`` against float64 attention under ``b < a``.
+
+    Cases: a ``(2, 3)`` batch of 37-token blocks in float64; float32 blocks of 16 tokens; a
+    two-token block (query 1 sees key 0 only); a one-token block (nothing is visible).
+    """
+    gen = fresh_generator()
+    cases = [
+        ("a (2, 3) batch of 37-token blocks, float64", (2, 3), 37, torch.float64, 1e-10),
+        ("float32 blocks of 16 tokens", (2,), 16, torch.float32, 1e-5),
+        ("two-token blocks, float64", (1,), 2, torch.float64, 1e-10),
+        ("one-token blocks (query 0 sees nothing), float64", (2,), 1, torch.float64, 0.0),
+    ]
+    for case, batch, n, dtype, rtol in cases:
+        q, k, v = (torch.randn(*batch, n, 8, generator=gen, dtype=torch.float64).to(dtype)
+                   for _ in range(3))
+        got = _call(fn, case, q.clone(), k.clone(), v.clone())
+        expect(isinstance(got, tuple) and len(got) == 2,
+               f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
+        out, lse = got
+        ref_out, ref_lse = _masked_reference(q, k, v, torch.ones(n, n, dtype=torch.bool).tril(-1))
+        for index, name, ref in ((0, "out", ref_out), (1, "lse", ref_lse)):
+            value = got[index]
+            advice = ""
+            if isinstance(value, torch.Tensor) and value.shape == ref.shape:
+                if bool(torch.isnan(value[..., 0, :] if index == 0 else value[..., 0]).any()):
+                    advice = ("Row 0 is NaN: query 0 sees no key, so a softmax over nothing is "
+                              "0 / 0. Set its out to 0 and its lse to -inf yourself.")
+                else:
+                    for why, wrong in _strict_mistakes(q, k, v).items():
+                        if relative_error(value, wrong[index]) < 1e-6 < relative_error(value, ref):
+                            advice = "Your result matches a common mistake: " + why
+                            break
+            elif isinstance(value, torch.Tensor):
+                raise ExerciseFailed(
+                    f"On {case} ({name}): expected shape {tuple(ref.shape)}, got "
+                    f"{tuple(value.shape)}. Return every row, query 0 included: (..., n, D) for "
+                    "out and (..., n) for lse, with out 0 and lse -inf in row 0.")
+            expect_close(value, ref, f"{case} ({name})", rtol=rtol, advice=advice)
+        expect(out.dtype == q.dtype,
+               f"On {case}: out should be in q's dtype {q.dtype}, got {out.dtype}.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: one rank's ring
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_ring_rank(q: torch.Tensor, k_blocks: list[torch.Tensor],
+                       v_blocks: list[torch.Tensor], rank: int, causal: bool,
+                       layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """One rank's whole ring: attend its queries to every block in ring order, merging as it goes.
+
+    At step ``t`` the rank holds the block of rank ``s = (rank - t) mod W``
+    (:func:`solution_ring_plan`); :func:`teachkit.ring.attend_block` gives the partial
+    ``(out_b, lse_b)`` of that block under its mask (zeros and ``-inf`` for a skipped one) and
+    :func:`teachkit.attention.merge_partials` folds it into the running ``(out, lse)``, which
+    starts as the first block's partial.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``(..., n, D)``: this rank's queries.
+    k_blocks, v_blocks : list of torch.Tensor
+        The key and value blocks of ranks ``0 .. W-1``, each ``(..., n, D)``.
+    rank : int
+        This rank.
+    causal : bool
+        Causal attention over the whole sequence.
+    layout : str
+        ``"contiguous"`` or ``"striped"``.
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``(..., n, D)`` in q's dtype.
+    lse : torch.Tensor
+        ``(..., n)`` float32 (float64 for float64).
+    """
+    out = lse = None
+    for src, mask in solution_ring_plan(rank, len(k_blocks), causal, layout):
+        part = attend_block(q, k_blocks[src], v_blocks[src], mask, block_attention="torch")
+        out, lse = part if out is None else merge_partials(out, lse, *part)
+    return out, lse
+
+
+def _ring_rank_wrong(q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], rank: int,
+                     causal: bool, layout: str, mistake: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`solution_ring_rank` with one typical mistake, in float64."""
+    q, ks, vs = q.double(), [k.double() for k in ks], [v.double() for v in vs]
+    out = lse = None
+    for src, mask in solution_ring_plan(rank, len(ks), causal, layout):
+        if mistake == "no masks":
+            mask = FULL
+        elif mistake == "causal for strict" and mask == STRICT:
+            mask = CAUSAL
+        o, l_ = attend_block(q, ks[src], vs[src], mask, block_attention="torch")
+        if out is None:
+            out, lse = o, l_
+        elif mistake == "plain sum":
+            out, lse = out + o, torch.logaddexp(lse, l_)
+        elif mistake == "mean":
+            out, lse = (out + o) / 2, torch.logaddexp(lse, l_)
+        else:
+            out, lse = merge_partials(out, lse, o, l_)
+    return out, lse
+
+
+_RING_MISTAKES = {
+    "plain sum": "the partial outputs were added. Each is normalised over its own keys; weigh "
+                 "them by their share of the mass, exp(lse_b - lse) (merge_partials does).",
+    "mean": "the partial outputs were averaged. Blocks hold different shares of the softmax "
+            "mass: weigh by exp(lse_a - lse) and exp(lse_b - lse) (merge_partials).",
+    "no masks": "every block was attended in full: apply each block's mask (skip, causal, "
+                "strict) from the plan of exercise 1.",
+    "causal for strict": "the blocks of later striped ranks used b <= a; their diagonal key is a "
+                         "later token than the query: b < a (exercise 2).",
+}
+
+
+@exercise(
+    "One rank's ring: attend to each block in turn, merge by lse",
+    "for src, mask in solution_ring_plan(rank, W, causal, layout): part = "
+    "teachkit.ring.attend_block(q, k_blocks[src], v_blocks[src], mask, block_attention='torch'); "
+    "then (out, lse) = part at the first step, else merge_partials(out, lse, *part).",
+)
+def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Check ``fn(q, k_blocks, v_blocks, rank, causal, layout) -> (out, lse)`` for every rank.
+
+    The reference is float64 attention of the rank's queries over the whole sequence (its rows
+    of the full causal or unmasked attention). Cases: ``W`` = 1 to 4 with both layouts, causal
+    and not, blocks of 5 to 9 tokens, a ``(2, 3)`` batch, float64 and float32.
+    """
+    gen = fresh_generator()
+    cases = [(1, "contiguous", True, torch.float64), (2, "striped", True, torch.float64),
+             (3, "contiguous", True, torch.float64), (3, "striped", True, torch.float64),
+             (4, "contiguous", False, torch.float64), (4, "striped", True, torch.float32)]
+    for world_size, layout, causal, dtype in cases:
+        n = _randint(5, 9, gen)
+        N = n * world_size
+        q, k, v = (torch.randn(2, 3, N, 8, generator=gen, dtype=torch.float64).to(dtype)
+                   for _ in range(3))
+        s = (q.double() @ k.double().transpose(-2, -1)) * 8 ** -0.5
+        if causal:
+            s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), NEG_INF)
+        ref_out, ref_lse = torch.softmax(s, dim=-1) @ v.double(), torch.logsumexp(s, dim=-1)
+        ks = [shard(k, r, world_size, layout) for r in range(world_size)]
+        vs = [shard(v, r, world_size, layout) for r in range(world_size)]
+        rtol = 1e-10 if dtype == torch.float64 else 1e-5
+        for rank in range(world_size):
+            case = (f"rank {rank} of W = {world_size}, {layout}, "
+                    f"{'causal' if causal else 'no mask'}, blocks of {n} tokens, "
+                    f"{str(dtype).replace('torch.', '')}")
+            qr = shard(q, rank, world_size, layout)
+            got = _call(fn, case, qr.clone(), [t.clone() for t in ks], [t.clone() for t in vs],
+                        rank, causal, layout)
+            expect(isinstance(got, tuple) and len(got) == 2,
+                   f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
+            want_out = shard(ref_out, rank, world_size, layout)
+            want_lse = shard(ref_lse, rank, world_size, layout, dim=-1)
+            for index, name, ref in ((0, "out", want_out), (1, "lse", want_lse)):
+                value, advice = got[index], ""
+                if not (isinstance(value, torch.Tensor) and value.shape == ref.shape
+                        and relative_error(value, ref) <= rtol):
+                    for key, why in _RING_MISTAKES.items():
+                        wrong = _ring_rank_wrong(qr, ks, vs, rank, causal, layout, key)[index]
+                        if (isinstance(value, torch.Tensor) and value.shape == wrong.shape
+                                and relative_error(value, wrong) < 1e-6):
+                            advice = "Your result matches a common mistake: " + why
+                            break
+                    else:
+                        advice = ("Merge each block's partial with merge_partials, after "
+                                  "attending under that block's mask.")
+                expect_close(value, ref, f"{case} ({name})", rtol=rtol, advice=advice)

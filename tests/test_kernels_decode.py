@@ -1,0 +1,264 @@
+"""Split-KV decoding against a float64 reference (interpreter on CPU, GPU if any).
+
+Tiny shapes (the interpreter runs every program in Python): cache lengths that no key block,
+split or page divides, lengths varying per sequence down to 0, splits past the end, one and
+several new tokens, grouped-query attention, contiguous and paged caches. Slots past a
+sequence's length hold NaN in the kernel's inputs: reading one would show.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from inputs import randn
+
+import teachkit
+from teachkit.compare import relative_error
+from teachkit.paging import paged_from_contiguous
+
+K = pytest.importorskip("teachkit.kernels")
+from teachkit.kernels import decode  # noqa: E402
+from teachkit.kernels.decode import (  # noqa: E402
+    DecodeConfig,
+    choose_num_splits,
+    decode_attention,
+    decode_mask,
+)
+
+DEV = teachkit.DEVICE
+RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+SDPA = torch.nn.functional.scaled_dot_product_attention
+NAN = float("nan")
+
+
+def make(B, H, H_kv, Lq, S, D, gen, dtype=torch.float16, lens=None):
+    """q, the caches (NaN past every length), the clean caches for the reference, lengths."""
+    q = randn(B, H, Lq, D, gen=gen, dtype=dtype)
+    k = randn(B, H_kv, S, D, gen=gen, dtype=dtype)
+    v = randn(B, H_kv, S, D, gen=gen, dtype=dtype)
+    if lens is None:
+        lens = torch.randint(0, S + 1, (B,), generator=gen)
+        lens[0] = S
+    lens = torch.as_tensor(lens)
+    past = torch.arange(S)[None, None, :, None] >= lens[:, None, None, None]
+    k_nan, v_nan = k.masked_fill(past, NAN), v.masked_fill(past, NAN)
+    return q.to(DEV), k_nan.to(DEV), v_nan.to(DEV), k, v, lens.to(DEV)
+
+
+def reference(q, k, v, lens, scale=None):
+    """Output and lse in float64 on the CPU, with the explicit decoding mask."""
+    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    mask = decode_mask(lens.cpu(), q.shape[2], k.shape[2])
+    s = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.where(mask, torch.exp(s - lse.unsqueeze(-1).nan_to_num(neginf=0.0)), 0.0)
+    return p @ v, lse
+
+
+def check(q, k, v, k_ref, v_ref, lens, table=None, **kw):
+    out, lse = decode_attention(q, k, v, cache_seqlens=lens, block_table=table, return_lse=True,
+                                **kw)
+    assert out.dtype == q.dtype and out.shape == q.shape and out.device == q.device
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:-1]
+    ref_out, ref_lse = reference(q, k_ref, v_ref, lens, kw.get("scale"))
+    assert relative_error(out, ref_out) < RTOL[q.dtype]
+    assert relative_error(lse, ref_lse) < 1e-5
+    return out, lse
+
+
+@pytest.mark.parametrize("Lq", [1, 3])
+@pytest.mark.parametrize("dtype", list(RTOL))
+def test_matches_float64_with_gqa_and_varying_lengths(dtype, Lq, gen):
+    q, k, v, k_ref, v_ref, _ = make(3, 4, 2, Lq, 45, 16, gen, dtype)
+    lens = torch.tensor([45, 0, 30], device=DEV)  # full, empty, odd
+    check(q, k, v, k_ref, v_ref, lens, num_splits=3)
+
+
+@pytest.mark.parametrize("D", decode.HEAD_DIMS)
+def test_every_head_dim(D, gen):
+    check(*make(1, 2, 1, 2, 21, D, gen, torch.float32), num_splits=2)
+
+
+def test_unsplit_equals_split_and_default_splits(gen):
+    q, k, v, k_ref, v_ref, lens = make(2, 2, 2, 1, 70, 32, gen)
+    one = check(q, k, v, k_ref, v_ref, lens, num_splits=1)[0]
+    many = check(q, k, v, k_ref, v_ref, lens)[0]  # the heuristic's choice
+    assert relative_error(one, many) < RTOL[q.dtype]
+
+
+def test_splits_past_the_end_are_empty(gen):
+    # 20 keys = 2 blocks of 16 but 8 splits: 6 splits see nothing and must weigh nothing.
+    q, k, v, k_ref, v_ref, _ = make(2, 2, 2, 2, 20, 16, gen, lens=[20, 3])
+    check(q, k, v, k_ref, v_ref, torch.tensor([20, 3], device=DEV), num_splits=8)
+
+
+def test_queries_before_the_first_key_give_zeros(gen):
+    # Lq = 3 new tokens but sequence 1 holds 1 key and sequence 2 none: rows see no key.
+    q, k, v, k_ref, v_ref, lens = make(3, 2, 2, 3, 9, 16, gen, torch.float32, lens=[9, 1, 0])
+    out, lse = check(q, k, v, k_ref, v_ref, lens, num_splits=2)
+    assert torch.all(out[1, :, :2] == 0) and torch.all(lse[1, :, :2] == float("-inf"))
+    assert torch.all(out[2] == 0) and torch.all(lse[2] == float("-inf"))
+    assert torch.isfinite(lse[1, :, 2]).all()
+    ref = SDPA(q.cpu().double(), k_ref.double(), v_ref.double(),
+               attn_mask=decode_mask(lens.cpu(), 3, 9))  # SDPA: zeros for empty rows too
+    assert relative_error(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("page_size,Lq", [(5, 1), (16, 2), (32, 1)])
+def test_paged_cache_equals_contiguous(page_size, Lq, gen):
+    # Pages of 5 split key blocks, 16 is one block per page, 32 two blocks per page.
+    q, k, v, k_ref, v_ref, lens = make(3, 4, 2, Lq, 53, 16, gen, torch.bfloat16)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), page_size,
+                                                  num_pages=40, gen=gen, fill=NAN)
+    k_pool, v_pool, table = k_pool.to(DEV), v_pool.to(DEV), table.to(DEV)
+    assert (table[:, 1:] != table[:, :-1] + 1).any()  # the pages really are scattered
+    paged, lse_p = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
+    flat, lse_f = decode_attention(q, k, v, cache_seqlens=lens, num_splits=3, return_lse=True)
+    assert relative_error(paged, flat) < 1e-6 and relative_error(lse_p, lse_f) < 1e-6
+
+
+def test_paged_with_int64_table_and_default_lengths(gen):
+    q, _, _, k_ref, v_ref, _ = make(2, 2, 2, 1, 32, 16, gen, torch.float32, lens=[32, 32])
+    lens = torch.tensor([32, 32])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens, 8, gen=gen)
+    out = decode_attention(q, k_pool.to(DEV), v_pool.to(DEV), block_table=table.long().to(DEV),
+                           cache_seqlens=None, num_splits=2)  # default: the table's 32 tokens
+    assert relative_error(out, reference(q, k_ref, v_ref, lens)[0]) < 1e-5
+
+
+def test_scale_config_and_strided_caches(gen):
+    q, _, _, k_ref, v_ref, lens = make(2, 2, 2, 2, 37, 32, gen, torch.float16)
+    k = k_ref.transpose(1, 2).contiguous().transpose(1, 2).to(DEV)  # (B, S, H, D) storage
+    wide = torch.cat([v_ref, v_ref], dim=-1).to(DEV)
+    v = wide[..., :32]  # row stride 64
+    assert not (k.is_contiguous() or v.is_contiguous())
+    check(q, k, v, k_ref, v_ref, lens, scale=0.3, num_splits=2, config=DecodeConfig(32, 4, 1))
+
+
+def test_large_scores_stay_finite(gen):
+    q, k, v, k_ref, v_ref, lens = make(1, 2, 2, 1, 40, 16, gen, torch.float32, lens=[40])
+    q = q * 30
+    out, lse = decode_attention(q, k * 30, v, cache_seqlens=lens, num_splits=3,
+                                return_lse=True)
+    ref_out, ref_lse = reference(q, k_ref * 30, v_ref, lens)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    assert relative_error(out, ref_out) < 1e-3 and relative_error(lse, ref_lse) < 1e-5
+
+
+def test_nan_in_a_visible_key_reaches_the_output_like_sdpa(gen):
+    q, k, v, k_ref, v_ref, lens = make(2, 2, 2, 1, 40, 16, gen, torch.float32, lens=[40, 25])
+    k[0, 1, 7, 3] = NAN  # sequence 0, head 1: every split's merge must carry it
+    out = decode_attention(q, k, v, cache_seqlens=lens, num_splits=3)
+    assert torch.isnan(out[0, 1]).all()
+    assert not torch.isnan(out[0, 0]).any() and not torch.isnan(out[1]).any()
+
+
+def test_no_keys_no_queries_no_batch(gen):
+    q, k, v, *_ = make(2, 2, 2, 3, 0, 16, gen, lens=[0, 0])
+    out, lse = decode_attention(q, k, v, return_lse=True)
+    assert torch.all(out == 0) and torch.all(lse == float("-inf"))
+    assert torch.equal(out.cpu(), SDPA(q.cpu().float(), k.cpu().float(), v.cpu().float()).half())
+    q, k, v, *_ = make(2, 2, 2, 0, 7, 16, gen)
+    assert decode_attention(q, k, v).shape == (2, 2, 0, 16)
+    q, k, v, *_ = make(0, 2, 2, 1, 7, 16, gen, lens=[])
+    out, lse = decode_attention(q, k, v, return_lse=True)
+    assert out.shape == (0, 2, 1, 16) and lse.shape == (0, 2, 1)
+
+
+def test_bad_inputs_say_what_to_pass(gen):
+    q, k, v, *_ = make(2, 4, 2, 1, 8, 16, gen)
+    lens = torch.tensor([8, 3], device=DEV)
+    da = decode_attention
+    with pytest.raises(ValueError, match="4 dimensions"):
+        da(q[0], k, v)
+    with pytest.raises(TypeError, match="floating-point"):
+        da(q.int(), k, v)
+    with pytest.raises(TypeError, match="float64"):
+        da(q.double(), k.double(), v.double())
+    with pytest.raises(TypeError, match="one dtype"):
+        da(q, k.float(), v)
+    with pytest.raises(ValueError, match="one shape"):
+        da(q, k, v[:, :, :5])
+    with pytest.raises(ValueError, match="multiple of the caches"):
+        da(q[:, :3], k, v)
+    with pytest.raises(ValueError, match="head dim"):
+        da(q[..., :8], k, v)
+    with pytest.raises(ValueError, match="not supported"):
+        da(q[..., :12], k[..., :12], v[..., :12])
+    with pytest.raises(ValueError, match="one cache per sequence"):
+        da(q, k[:1], v[:1])
+    with pytest.raises(TypeError, match="int32 or int64"):
+        da(q, k, v, cache_seqlens=lens.float())
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        da(q, k, v, cache_seqlens=lens[:1])
+    with pytest.raises(ValueError, match="at most the cache length 8"):
+        da(q, k, v, cache_seqlens=lens + 1)
+    with pytest.raises(ValueError, match=">= 0"):
+        da(q, k, v, cache_seqlens=lens - 4)
+    with pytest.raises(ValueError, match="num_splits"):
+        da(q, k, v, num_splits=0)
+    with pytest.raises(TypeError, match="scale"):
+        da(q, k, v, scale="0.5")
+
+
+def test_bad_block_tables_say_what_is_wrong(gen):
+    q, _, _, k_ref, v_ref, _ = make(2, 2, 2, 1, 20, 16, gen, lens=[20, 20])
+    lens = torch.tensor([20, 9])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens, 8, num_pages=6, gen=gen)
+    k_pool, v_pool, table = k_pool.to(DEV), v_pool.to(DEV), table.to(DEV)
+    da = decode_attention
+    lens = lens.to(DEV)
+    assert table[1, 2] == -1  # sequence 1 needs 2 pages: the third entry is never read
+    da(q, k_pool, v_pool, cache_seqlens=lens, block_table=table)
+    bad = table.clone()
+    bad[1, 1] = 6
+    with pytest.raises(ValueError, match=r"block_table\[1, 1\] = 6 points outside the pool of 6"):
+        da(q, k_pool, v_pool, cache_seqlens=lens, block_table=bad)
+    with pytest.raises(ValueError, match="the block_table has 3 columns"):
+        da(q, k_pool, v_pool, cache_seqlens=lens + 5, block_table=table)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        da(q, k_pool, v_pool, cache_seqlens=lens, block_table=table.float())
+    with pytest.raises(ValueError, match="2 dimensions"):
+        da(q, k_pool, v_pool, cache_seqlens=lens, block_table=table[0])
+    with pytest.raises(ValueError, match=r"shape \(2, 3\)"):
+        da(q, k_pool, v_pool, cache_seqlens=lens, block_table=table[:1])
+    with pytest.raises(ValueError, match="multiple of the caches"):
+        da(q, k_pool[:, :, :1].expand(-1, -1, 3, -1), v_pool[:, :, :1].expand(-1, -1, 3, -1),
+           cache_seqlens=lens, block_table=table)
+
+
+def test_decode_mask_is_bottom_right_aligned():
+    m = decode_mask(torch.tensor([4, 6]), Lq=3, S=6)[:, 0].int()
+    assert m[0].tolist() == [[1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0]]
+    assert m[1].tolist() == [[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]]
+    # Lq = S: the causal mask of scaled_dot_product_attention
+    assert torch.equal(decode_mask(torch.tensor([5]), 5, 5)[0, 0],
+                       torch.ones(5, 5, dtype=torch.bool).tril())
+
+
+def test_choose_num_splits_fills_the_gpu_within_bounds():
+    assert choose_num_splits(32, 2048, 132) == 9  # 288 programs >= 2 x 132
+    assert choose_num_splits(256, 2048, 132) == 2
+    assert choose_num_splits(512, 2048, 132) == 1
+    assert choose_num_splits(32, 3, 132) == 3  # no more splits than key blocks
+    assert choose_num_splits(1, 10_000, 132) == decode.MAX_SPLITS
+    assert choose_num_splits(32, 0, 132) == 1
+    for programs in range(1, 300, 7):
+        s = choose_num_splits(programs, 10_000, 132)
+        assert programs * s >= 2 * 132 or s == decode.MAX_SPLITS
+        assert s == 1 or programs * (s - 1) < 2 * 132
+
+
+def test_configs_and_launch_list():
+    cfg = decode.decode_config(128, torch.float16, (9, 0))
+    assert 2 * cfg.block_n * 128 * 2 == 32 * 1024
+    assert decode.decode_config(16, torch.float16, (8, 0)).block_n == 128
+    assert decode.decode_config(256, torch.float32, (7, 5)).block_n == 16
+    names = [c.name for c in decode.launch_configs()]
+    assert len(names) == len(set(names))
+    assert any("page=16" in n for n in names) and any("merge" in n for n in names)

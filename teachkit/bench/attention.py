@@ -29,8 +29,8 @@ from .core import (
 )
 
 __all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch_for",
-           "bench_attention", "step_providers", "bench_steps", "peak_memory", "format_memory",
-           "main"]
+           "bench_attention", "step_providers", "bench_steps", "bench_sweep", "peak_memory",
+           "format_memory", "main"]
 
 ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 """Sequence lengths L = S of the benchmark."""
@@ -189,6 +189,33 @@ def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
     return results
 
 
+def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
+                causal: Iterable[bool] = (False, True), dtype: str = "fp16",
+                tokens: int = TOKENS, heads: int = HEADS) -> list[Measurement]:
+    """Time every candidate configuration of the kernel (tiles, warps, stages) on one length.
+
+    The provider is named ``"BLOCK_M x BLOCK_N, W warps, S stages"``; configurations that do not
+    compile or launch on this GPU are left out.
+    """
+    from ..kernels.flash_tuning import sweep
+
+    results = []
+    B = batch_for(length, tokens)
+    for D in head_dims:
+        q, k, v = (torch.randn(B, heads, length, D, device=DEVICE, dtype=DTYPES[dtype])
+                   for _ in range(3))
+        for c in causal:
+            problem = f"D={D} L={length}" + (" causal" if c else "")
+            for cfg, ms in sweep(q, k, v, c):
+                if ms is None:
+                    continue
+                tflops = attention_flops(B, heads, length, length, D, c) / ms / 1e9
+                name = (f"{cfg.block_m} x {cfg.block_n}, {cfg.num_warps} warps, "
+                        f"{cfg.num_stages} stages")
+                results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+    return results
+
+
 def peak_memory(lengths: Iterable[int] = (1024, 2048, 4096, 8192, 16384), D: int = 64,
                 heads: int = 8, dtype: str = "fp16") -> list[dict]:
     """Peak GPU memory of one attention call beyond its inputs, B = 1: the course's kernel,
@@ -248,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
     parser.add_argument("--providers", nargs="+", default=None)
     parser.add_argument("--memory", action="store_true", help="also measure peak memory")
+    parser.add_argument("--sweep", action="store_true",
+                        help="time every candidate tile configuration instead")
     parser.add_argument("--steps", action="store_true",
                         help="time notebook 08's kernel steps (simple -> tuned) instead")
     parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
@@ -263,7 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     lengths = args.lengths or (ATTENTION_LENGTHS if ON_GPU else [64, 100])
     kwargs = {} if ON_GPU else {"tokens": 128, "heads": 2}
     causal = [c == "yes" for c in args.causal]
-    if args.steps:
+    if args.sweep:
+        results = bench_sweep(lengths[0] if args.lengths else pick_steps_length(),
+                              args.head_dims, causal, args.dtype, **kwargs)
+        for problem in dict.fromkeys(r.problem for r in results):
+            best = sorted((r for r in results if r.problem == problem), key=lambda r: -r.value)
+            print(f"{problem}: " + "; ".join(f"{r.provider}: {r.value:.0f}" for r in best[:5]))
+    elif args.steps:
         results = bench_steps(lengths[0] if args.lengths else pick_steps_length(), args.head_dims,
                               causal, args.dtype, **kwargs)
         print(format_table(results, ceiling=flops, baseline=("simple",)))

@@ -129,8 +129,8 @@ class ServingStats:
     preemptions : int
         Sequences evicted to free pages for others (``"paged"`` only; they start again).
     snapshot : list of tuple
-        The memory at the step when the most sequences ran: ``(start, reserved, written)`` slot
-        ranges per sequence (for paged, one entry per page), for pictures.
+        The memory at the step when the most sequences ran, for pictures:
+        ``(sequence, start, reserved, written)`` per region (for paged, per page).
     """
 
     policy: str
@@ -142,7 +142,7 @@ class ServingStats:
     reserved: float
     stalled: float
     preemptions: int
-    snapshot: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+    snapshot: list[tuple[int, int, int, int]] = field(default_factory=list, repr=False)
 
     @property
     def wasted(self) -> float:
@@ -198,7 +198,7 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     ...           f"{s.mean_running:.1f} sequences at once, {s.steps} steps")
     reserve max  : 32% of memory holds tokens, 16.0 sequences at once, 3345 steps
     reserve exact: 42% of memory holds tokens, 21.3 sequences at once, 2597 steps
-    paged        : 95% of memory holds tokens, 44.5 sequences at once, 1288 steps
+    paged        : 95% of memory holds tokens, 44.6 sequences at once, 1288 steps
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
@@ -225,7 +225,7 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     watermark = 1 + (capacity // page_size) // 100  # free pages a new admission must leave
     steps = preemptions = stalls = 0
     totals = busy = [0.0, 0.0, 0.0, 0]  # sums of: running, used, reserved; steps
-    best: tuple[int, list[tuple[int, int, int]]] = (-1, [])
+    best: tuple[int, list[tuple[int, int, int, int]]] = (-1, [])
 
     def size(seq: int) -> int:
         return max_len if policy == "reserve max" else lengths[seq]
@@ -235,8 +235,8 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
         while queue:
             seq = queue[0]
             if paged:
-                # its pages so far (after an eviction) and the page of its next token
-                need = written[seq] // page_size + 1
+                # the page of its first token, or after an eviction the pages of its tokens
+                need = max(1, -(-written[seq] // page_size))
                 if len(free_pages) < need + watermark:
                     break
                 pages[seq] = [free_pages.pop() for _ in range(need)]
@@ -278,11 +278,11 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
             busy = [a + b for a, b in zip(busy, sample, strict=True)]
         if len(running) > best[0]:
             if paged:
-                snap = [(p * page_size, page_size,
-                         min(page_size, written[s] - k * page_size))
+                snap = [(s, p * page_size, page_size,
+                         max(0, min(page_size, written[s] - k * page_size)))
                         for s in running for k, p in enumerate(pages[s])]
             else:
-                snap = [(regions[s], size(s), written[s]) for s in running]
+                snap = [(s, regions[s], size(s), written[s]) for s in running]
             best = (len(running), snap)
         for seq in [s for s in running if written[s] == lengths[s]]:
             running.remove(seq)

@@ -211,7 +211,7 @@ def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
                     continue
                 tflops = attention_flops(B, heads, length, length, D, c) / ms / 1e9
                 name = (f"{cfg.block_m} x {cfg.block_n}, {cfg.num_warps} warps, "
-                        f"{cfg.num_stages} stages")
+                        f"{cfg.num_stages} stages" + (", TMA" if cfg.tma else ""))
                 results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
     return results
 

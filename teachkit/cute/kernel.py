@@ -18,6 +18,15 @@ at hand. Unlike Triton, nothing is hidden: the kernel below says what every *thr
 This module imports ``cutlass`` at the top: import it only where CuTe DSL is installed (the
 optional extra, ``pip install -e .[cute]``). :func:`teachkit.cute.cute_softmax` is the checked
 entry point; :mod:`teachkit.cute.simulate` runs the same tiers in plain torch on any machine.
+Compiling needs no GPU (set ``CUTE_DSL_ARCH=sm_90a`` to compile for an H100 anywhere); running
+does.
+
+Examples
+--------
+>>> import torch
+>>> x = torch.randn(8, 1000, device="cuda")  # doctest: +SKIP
+>>> torch.allclose(run_softmax(x), torch.softmax(x, -1), atol=1e-6)  # doctest: +SKIP
+True
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import cuda.bindings.driver as cuda_driver  # installed with nvidia-cutlass-dsl
 import cutlass
 import cutlass.cute as cute
 import torch
-from cutlass.cute.runtime import from_dlpack
+from cutlass.cute.runtime import make_ptr
 
 from .config import WARP_SIZE, LaunchConfig, launch_config
 
@@ -35,12 +44,14 @@ try:  # CuTe DSL 4.5+; older releases keep it in cutlass.utils
 except ImportError:  # pragma: no cover - depends on the installed release
     from cutlass.utils import SmemAllocator
 
-__all__ = ["online_softmax_kernel", "launch_online_softmax", "compiled_softmax", "run_softmax"]
+__all__ = ["online_softmax_kernel", "launch_online_softmax", "pointer", "compiled_softmax",
+           "run_softmax"]
 
 LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")
 BUTTERFLY_ROUNDS = WARP_SIZE.bit_length() - 1  # log2(32) = 5
 SHARED_BYTES_PER_WARP = 8  # one float32 m and one float32 d
+UNROLL = 4  # vectors a thread's loops may have in flight at once
 _make_registers = getattr(cute, "make_rmem_tensor", None) or cute.make_fragment
 
 
@@ -82,18 +93,18 @@ def online_softmax_kernel(mX: cute.Tensor, mY: cute.Tensor, THREADS: cutlass.Con
     row, _, _ = cute.arch.block_idx()
     lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
 
-    # The row as vectors: mode 0 is the VEC elements of one load, mode 1 which vector.
-    gX = cute.zipped_divide(mX[row, None], (VEC,))
-    gY = cute.zipped_divide(mY[row, None], (VEC,))
-    n_vec = cute.size(gX, mode=[1])
+    # This CTA's row as (vector, element): gX[j, None] is vector j, VEC contiguous values.
+    gX = mX[row, None, None]
+    gY = mY[row, None, None]
+    n_vec = cute.size(gX, mode=[0])
     rX = _make_registers((VEC,), mX.element_type)  # one vector in registers
     rY = _make_registers((VEC,), mY.element_type)
 
     # 1. Thread tier: a running (m, d) over this thread's vectors t, t + THREADS, ...
     m = cutlass.Float32(NEG_INF)
     d = cutlass.Float32(0.0)
-    for j in cutlass.range(tidx, n_vec, THREADS):
-        cute.autovec_copy(gX[None, j], rX)  # one 128-bit load when VEC * bytes == 16
+    for j in cutlass.range(tidx, n_vec, THREADS, unroll=UNROLL):
+        cute.autovec_copy(gX[j, None], rX)  # one 128-bit load when VEC * bytes == 16
         x = rX.load().to(cutlass.Float32)
         m_vec = x.reduce(cute.ReductionOp.MAX, NEG_INF, 0)
         m_new = cute.arch.fmax(m, m_vec)
@@ -124,49 +135,60 @@ def online_softmax_kernel(mX: cute.Tensor, mY: cute.Tensor, THREADS: cutlass.Con
 
     # 4. Normalise: read the vectors again, write exp(x - m) / d in the output's dtype.
     inv_d = cutlass.Float32(1.0) / d
-    for j in cutlass.range(tidx, n_vec, THREADS):
-        cute.autovec_copy(gX[None, j], rX)
+    for j in cutlass.range(tidx, n_vec, THREADS, unroll=UNROLL):
+        cute.autovec_copy(gX[j, None], rX)
         x = rX.load().to(cutlass.Float32)
         y = cute.math.exp2((x - m) * LOG2E, fastmath=True) * inv_d
         rY.store(y.to(mY.element_type))
-        cute.autovec_copy(rY, gY[None, j])
+        cute.autovec_copy(rY, gY[j, None])
 
 
 @cute.jit
-def launch_online_softmax(mX: cute.Tensor, mY: cute.Tensor, stream: cuda_driver.CUstream,
+def launch_online_softmax(x: cute.Pointer, y: cute.Pointer, rows: cutlass.Int32,
+                          n_vec: cutlass.Int32, stream: cuda_driver.CUstream,
                           THREADS: cutlass.Constexpr[int], VEC: cutlass.Constexpr[int]):
-    """Host side: one CTA of ``THREADS`` threads per row of ``mX``, on ``stream``.
+    """Host side: view ``x`` and ``y`` as ``(rows, n_vec, VEC)``; one CTA per row on ``stream``.
 
-    Shared memory holds two float32 per warp (``m`` and ``d``), each array 16-byte aligned.
+    ``rows`` and ``n_vec`` are runtime values, so one compiled kernel serves every shape. The
+    row stride ``n_vec * VEC`` is declared a multiple of ``VEC`` (``cute.assume``) and the
+    pointers 16-byte aligned: what lets the compiler turn each vector copy into one 128-bit
+    load. Shared memory holds two float32 per warp.
     """
-    online_softmax_kernel(mX, mY, THREADS, VEC).launch(
-        grid=(cute.size(mX, mode=[0]), 1, 1), block=(THREADS, 1, 1),
+    row_stride = cute.assume(cutlass.Int64(n_vec) * VEC, divby=VEC)
+    layout = cute.make_layout((rows, n_vec, VEC), stride=(row_stride, VEC, 1))
+    online_softmax_kernel(cute.make_tensor(x, layout), cute.make_tensor(y, layout), THREADS,
+                          VEC).launch(
+        grid=(rows, 1, 1), block=(THREADS, 1, 1),
         smem=SHARED_BYTES_PER_WARP * (THREADS // WARP_SIZE) + 64, stream=stream)
 
 
-def as_cute_tensor(t: torch.Tensor, vec: int):
-    """View a contiguous 2-D torch tensor as a CuTe tensor with dynamic shape.
-
-    Rows and columns stay runtime values (one compiled kernel serves every shape); the column
-    count and the row stride are promised to be multiples of ``vec``, and the first address a
-    multiple of ``vec`` elements, which is what lets the compiler emit vector loads.
-    """
-    return (from_dlpack(t, assumed_align=vec * t.element_size())
-            .mark_layout_dynamic(leading_dim=1)
-            .mark_compact_shape_dynamic(mode=1, stride_order=(0, 1), divisibility=vec))
-
-
+_CUTE_DTYPES = {torch.float32: cutlass.Float32, torch.bfloat16: cutlass.BFloat16,
+                torch.float16: cutlass.Float16}
 _COMPILED: dict[tuple[torch.dtype, LaunchConfig], object] = {}
 
 
+def pointer(t: torch.Tensor, vec: int):
+    """A CuTe global-memory pointer to ``t``'s data, promised aligned to ``vec`` elements."""
+    return make_ptr(_CUTE_DTYPES[t.dtype], t.data_ptr(), cute.AddressSpace.gmem,
+                    assumed_align=vec * t.element_size())
+
+
+def _stream(t: torch.Tensor):
+    """The current torch stream of ``t``'s device, as CuTe takes it (0 for a CPU tensor)."""
+    return cuda_driver.CUstream(torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda
+                                else 0)
+
+
 def compiled_softmax(x: torch.Tensor, y: torch.Tensor, config: LaunchConfig):
-    """The compiled kernel for ``x``'s dtype and ``config``, compiled on first use and cached."""
+    """The compiled kernel for ``x``'s dtype and ``config``, compiled on first use and cached.
+
+    Compiling needs no GPU: ``CUTE_DSL_ARCH=sm_90a`` compiles for an H100 on any machine.
+    """
     key = (x.dtype, config)
     if key not in _COMPILED:
         _COMPILED[key] = cute.compile(
-            launch_online_softmax, as_cute_tensor(x, config.vec), as_cute_tensor(y, config.vec),
-            cuda_driver.CUstream(torch.cuda.current_stream(x.device).cuda_stream)
-            if x.is_cuda else cuda_driver.CUstream(0),
+            launch_online_softmax, pointer(x, config.vec), pointer(y, config.vec),
+            cutlass.Int32(x.shape[0]), cutlass.Int32(x.shape[1] // config.vec), _stream(x),
             config.threads, config.vec)
     return _COMPILED[key]
 
@@ -175,11 +197,13 @@ def run_softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last axis of a contiguous, non-empty 2-D CUDA tensor (no input checks).
 
     Use :func:`teachkit.cute.cute_softmax`, which checks its input and then calls this.
+    Vector loads need 16-byte aligned data; a tensor that starts elsewhere gets ``vec = 1``.
     """
     y = torch.empty_like(x)
     aligned = x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
     config = launch_config(x.shape[1], x.dtype, aligned)
     kernel = compiled_softmax(x, y, config)
-    stream = cuda_driver.CUstream(torch.cuda.current_stream(x.device).cuda_stream)
-    kernel(as_cute_tensor(x, config.vec), as_cute_tensor(y, config.vec), stream)
+    with torch.cuda.device(x.device):
+        kernel(pointer(x, config.vec), pointer(y, config.vec), x.shape[0],
+               x.shape[1] // config.vec, _stream(x))
     return y

@@ -54,7 +54,6 @@ import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU
 from ..validation import require_float_tensor
-from .flash import HEAD_DIMS, _gpu_class
 from .targets import KernelConfig
 
 __all__ = [
@@ -72,6 +71,8 @@ __all__ = [
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+HEAD_DIMS = (16, 32, 64, 128, 256)
+"""Head dims the kernel takes (powers of two: ``tl.arange`` needs them)."""
 MAX_SPLITS = 128
 """Most splits of one row's keys (the merge kernel holds every partial of a row at once)."""
 INTERPRETER_SMS = 4
@@ -276,9 +277,26 @@ _INTERPRETER_CONFIG = DecodeConfig(16, 4, 1)
 _STAGE_BYTES = 32 * 1024
 """Bytes of K and V one iteration loads on a GPU (``2 * BLOCK_N * D * element size``): large
 contiguous tiles, several in flight (``num_stages``) to keep the memory system busy."""
-_STAGES = {75: 2, 80: 3, 89: 2}
-"""Pipeline depth per shared-memory class (see :data:`teachkit.kernels.flash.GPU_CLASSES`):
-3 x 32 KB on sm_80/sm_90, 2 x 32 KB on sm_89, 2 x 16 KB on a T4's 64 KB."""
+GPU_CLASSES = {75: (7, 5), 80: (8, 0), 89: (8, 9), 90: (9, 0)}
+"""Shared-memory classes of GPUs and the capability that stands for each in the compile check:
+sm_75 (T4, 64 KB a block), sm_80 (A100, 163 KB), sm_89 (L4, RTX, about 99 KB), sm_90 (H100,
+H200, 227 KB)."""
+_STAGES = {75: 2, 80: 3, 89: 2, 90: 3}
+"""Pipeline depth per class: 3 x 32 KB on sm_80 and sm_90, 2 x 32 KB on sm_89, 2 x 16 KB on a
+T4."""
+
+
+def _gpu_class(capability: tuple[int, int]) -> int:
+    """The class of a compute capability: 75 below sm_80, 90 for Hopper, 80 for the other large
+    shared memories (sm_80, sm_87, sm_100), 89 for the ~99 KB ones (sm_86, sm_89, sm_12x)."""
+    major, minor = capability
+    if major < 8:
+        return 75
+    if major == 9:
+        return 90
+    if (major, minor) in ((8, 0), (8, 7)) or major == 10:
+        return 80
+    return 89
 
 
 def decode_config(head_dim: int, dtype: torch.dtype,
@@ -654,8 +672,6 @@ def launch_configs() -> list[KernelConfig]:
     merge kernel for 2 and :data:`MAX_SPLITS` splits. Head-dim strides of 1 are constants, as
     Triton specialises them at launch for contiguous tensors.
     """
-    from .flash import _CHECKED_ON, GPU_CLASSES
-
     unit_strides = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
 
     def split_sig(ty: str) -> dict:
@@ -683,9 +699,8 @@ def launch_configs() -> list[KernelConfig]:
             variants = [(0, 16), (0, rows)]
             if size == 2:
                 variants += [(16, 16), (128, rows)]
-            for cls in GPU_CLASSES:
-                cfg = decode_config(d, dtype, (7, 5) if cls == 75 else (8, 0) if cls == 80
-                                    else (8, 9))
+            for cls, capability in GPU_CLASSES.items():
+                cfg = decode_config(d, dtype, capability)
                 for page_size, block_m in variants:
                     configs.append(KernelConfig(
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
@@ -696,7 +711,7 @@ def launch_configs() -> list[KernelConfig]:
                          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
                          "PRECISION": "ieee" if size == 4 else "tf32", "DOT_FP32": False,
                          **unit_strides},
-                        cfg.num_warps, cfg.num_stages, _CHECKED_ON[cls]))
+                        cfg.num_warps, cfg.num_stages, (cls,)))
         merge_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for name in ("stride_ps", "stride_pb", "stride_ph", "stride_pm", "stride_pd",
                      "stride_ls", "stride_lb", "stride_lh", "stride_lm", "stride_ob",

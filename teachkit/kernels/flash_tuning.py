@@ -39,7 +39,7 @@ def candidate_configs(head_dim: int, dtype: torch.dtype,
     >>> len(candidate_configs(64, torch.float16, (9, 0))) > 10
     True
     >>> candidate_configs(64, torch.float16, None)
-    [FlashConfig(block_m=16, block_n=16, num_warps=4, num_stages=1)]
+    [FlashConfig(block_m=16, block_n=16, num_warps=4, num_stages=1, tma=False)]
     """
     if capability is None:
         return [flash_config(head_dim, dtype, None)]
@@ -59,6 +59,8 @@ def candidate_configs(head_dim: int, dtype: torch.dtype,
                     smem = size * head_dim * (bm + 2 * bn * stages)
                     if smem <= limit:
                         out.append(FlashConfig(bm, bn, warps, stages))
+                        if capability[0] == 9 and size == 2 and warps == 8 and bm == 128:
+                            out.append(FlashConfig(bm, bn, warps, stages, tma=True))
     return out
 
 

@@ -38,6 +38,7 @@ from .attention import (
     merge_partials_,
     ring_attention,
     ring_step,
+    ring_step_times,
     simulate_ring,
 )
 from .bench import RingBench, bench_ring, record_path, save_ring_bench
@@ -90,6 +91,7 @@ __all__ = [
     "ring_memory",
     "ring_schedule",
     "ring_step",
+    "ring_step_times",
     "ring_tiles",
     "run_ring",
     "run_ring_attention",

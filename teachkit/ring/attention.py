@@ -52,6 +52,7 @@ __all__ = [
     "ring_step",
     "ring_attention",
     "simulate_ring",
+    "ring_step_times",
 ]
 
 BlockFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -134,7 +135,7 @@ def attend_block(
     >>> lse[0, 0, 0].item(), out[0, 0, 0].abs().sum().item()      # query 0 sees nothing
     (-inf, 0.0)
     >>> ref = naive_attention(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :], causal=True)
-    >>> torch.equal(out[..., 1:, :], ref)
+    >>> torch.allclose(out[..., 1:, :], ref)
     True
     """
     fn = _block_fn(block_attention)
@@ -286,20 +287,74 @@ def simulate_ring(
     >>> torch.allclose(out, naive_attention(q, k, v, causal=True))
     True
     """
+    outs, lses, _ = _ring_in_process(q, k, v, world_size, causal, layout, scale,
+                                     block_attention, clock=None)
+    return unshard(outs, layout), unshard(lses, layout, dim=-1)
+
+
+def ring_step_times(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int, causal: bool = False,
+    layout: str = "contiguous", scale: float | None = None,
+    block_attention: str | BlockFn = "flash", repeats: int = 2,
+) -> list[list[float]]:
+    """Milliseconds of every step of every rank, measured one rank after another in-process.
+
+    The steps of :func:`simulate_ring`, each timed (attention of the block and merge; CUDA events
+    on a GPU). Ranks do not share the machine with one another here, so the times show each
+    rank's own work, as if every rank had its own device.
+
+    Parameters
+    ----------
+    q, k, v, world_size, causal, layout, scale, block_attention
+        As in :func:`simulate_ring`; the default block attention is the course's kernel.
+    repeats : int
+        Runs of the whole simulated ring; each step keeps its fastest time.
+
+    Returns
+    -------
+    list of list of float
+        ``times[r][t]``: milliseconds of rank ``r``'s step ``t`` (about 0 for a skipped block).
+
+    Examples
+    --------
+    >>> q = torch.randn(1, 1, 8, 16, dtype=torch.float64)
+    >>> times = ring_step_times(q, q, q, 2, causal=True, block_attention="torch")
+    >>> len(times), len(times[0]), times[0][1] < times[1][1]  # rank 0 skips its second block
+    (2, 2, True)
+    """
+    require_positive_int(repeats, "repeats")
+    runs = [_ring_in_process(q, k, v, world_size, causal, layout, scale, block_attention,
+                             clock=_Clock(q.device))[2] for _ in range(repeats)]
+    return [[min(run[r][t] for run in runs) for t in range(world_size)]
+            for r in range(world_size)]
+
+
+def _ring_in_process(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int, causal: bool,
+    layout: str, scale: float | None, block_attention: str | BlockFn, clock: _Clock | None,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[float]]]:
+    """Every rank's ring, one after another; per-rank outputs, lses and (with a clock) step ms."""
     _require_blocks(q, k, v)
     require_positive_int(world_size, "world_size")
     require_layout(layout)
     qs, ks, vs = ([shard(x, r, world_size, layout) for r in range(world_size)] for x in (q, k, v))
-    outs, lses = [], []
+    outs, lses, marks = [], [], []
     for rank in range(world_size):
         out, lse = _accumulators(qs[rank], vs[rank])
+        rank_marks = []
         for step in range(world_size):
             src = source_rank(rank, step, world_size)
             mask = block_mask(rank, src, world_size, causal, layout)
+            start = clock.mark() if clock else None
             ring_step(out, lse, qs[rank], ks[src], vs[src], mask, scale, block_attention)
+            rank_marks.append((start, clock.mark() if clock else None))
         outs.append(out.to(q.dtype))
         lses.append(lse)
-    return unshard(outs, layout), unshard(lses, layout, dim=-1)
+        marks.append(rank_marks)
+    if clock is None:
+        return outs, lses, []
+    clock.finish()
+    return outs, lses, [[clock.ms(a, b) for a, b in rank_marks] for rank_marks in marks]
 
 
 # ---------------------------------------------------------------------------------------------

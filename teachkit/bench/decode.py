@@ -1,0 +1,292 @@
+"""``python -m teachkit.bench decode``: split-KV and paged decoding beside every SDPA backend.
+
+One new token per sequence (``Lq = 1``) against a full cache of ``S`` keys, fp16, ``H = 32``
+heads of ``D = 128``, for batches 1, 8, 16 and caches of 1k to 128k tokens. Decoding reads the
+whole cache once and does little else, so the figure of merit is **GB/s of K and V read**,
+``2 x cache bytes / time``, held against the device's copy bandwidth measured in the same run.
+
+Providers: ``SDPA <backend>`` (``scaled_dot_product_attention`` forced onto each backend with
+``torch.nn.attention.sdpa_kernel``; a backend that refuses the problem is left out),
+``teachkit unsplit`` (:func:`~teachkit.kernels.decode.decode_attention` with
+``num_splits=1``: the plain forward pass, one program per (sequence, head)), ``teachkit paged``
+(the same cache in shuffled pages through a block table) and ``teachkit split-KV``. Every
+provider is checked against a float32 reference before it is timed.
+
+Tile size, warps, stages and the number of splits can be forced from the command line
+(``--block-n``, ``--num-warps``, ``--num-stages``, ``--num-splits``) to sweep them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Iterable
+
+import torch
+
+from ..device import DEVICE, ON_GPU, device_name
+from . import core
+from .core import (
+    DTYPES,
+    Measurement,
+    copy_bandwidth,
+    format_table,
+    refuse_cpu,
+    save_results,
+    time_ms,
+)
+
+__all__ = [
+    "DECODE_BATCHES",
+    "DECODE_LENGTHS",
+    "SDPA_BACKENDS",
+    "bench_decode",
+    "decode_problem",
+    "parse_problem",
+    "main",
+]
+
+DECODE_BATCHES = (1, 8, 16)
+"""Sequences decoded together."""
+DECODE_LENGTHS = (1024, 4096, 16384, 65536, 131072)
+"""Cache lengths (tokens per sequence)."""
+SDPA_BACKENDS = ("flash", "cuDNN", "efficient", "math")
+"""``scaled_dot_product_attention`` backends, by the names the tables use."""
+SPLIT, UNSPLIT, PAGED = "teachkit split-KV", "teachkit unsplit", "teachkit paged"
+
+
+def decode_problem(batch: int, length: int) -> str:
+    """The label of one problem, e.g. ``'B=8 S=16384'`` (:func:`parse_problem` reads it back)."""
+    return f"B={batch} S={length}"
+
+
+def parse_problem(label: str) -> tuple[int, int]:
+    """``(batch, length)`` from a label of :func:`decode_problem`.
+
+    Examples
+    --------
+    >>> parse_problem(decode_problem(8, 16384))
+    (8, 16384)
+    """
+    match = re.fullmatch(r"B=(\d+) S=(\d+)", label)
+    if not match:
+        raise ValueError(f"not a decoding problem label: {label!r}; expected 'B=<int> S=<int>'")
+    return int(match[1]), int(match[2])
+
+
+def _backend(name: str) -> object:
+    from torch.nn.attention import SDPBackend
+
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cuDNN": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name]
+
+
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attention in float32, one sequence at a time (a float32 copy of one sequence's cache)."""
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    scale = q.shape[-1] ** -0.5
+    for b in range(q.shape[0]):
+        s = (q[b].float() @ k[b].float().transpose(-2, -1)) * scale
+        out[b] = torch.softmax(s, dim=-1) @ v[b].float()
+    return out
+
+
+def bench_decode(
+    batches: Iterable[int] = DECODE_BATCHES,
+    lengths: Iterable[int] = DECODE_LENGTHS,
+    dtype: str = "fp16",
+    heads: int = 32,
+    kv_heads: int | None = None,
+    head_dim: int = 128,
+    page_size: int = 16,
+    sdpa_backends: Iterable[str] = SDPA_BACKENDS,
+    num_splits: int | None = None,
+    config: object | None = None,
+    progress: bool = True,
+) -> list[Measurement]:
+    """Time decoding of one token per sequence on every (batch, cache length).
+
+    Parameters
+    ----------
+    batches, lengths : iterable of int
+        Sequences decoded together, and the (full) cache length of each.
+    dtype : str
+        ``"fp16"``, ``"bf16"`` or ``"fp32"``.
+    heads, kv_heads, head_dim : int
+        Query heads, cache heads (default ``heads``; fewer for grouped-query attention, which
+        SDPA backends then get as ``enable_gqa=True``) and head dim.
+    page_size : int
+        Tokens per page of the paged provider.
+    sdpa_backends : iterable of str
+        Which of :data:`SDPA_BACKENDS` to time.
+    num_splits : int, optional
+        Force the split count of ``teachkit split-KV`` (default: its heuristic).
+    config : teachkit.kernels.decode.DecodeConfig, optional
+        Force the split kernel's tiles, warps and stages (every teachkit provider).
+    progress : bool
+        Draw a progress bar on stderr.
+
+    Returns
+    -------
+    list of Measurement
+        ``value`` in GB/s of K and V read; ``problem`` labels from :func:`decode_problem`.
+    """
+    kv_heads = heads if kv_heads is None else kv_heads
+    problems = [(b, s) for b in batches for s in lengths]
+    names = [f"SDPA {n}" for n in sdpa_backends] + [UNSPLIT, PAGED, SPLIT]
+    results: list[Measurement] = []
+    for i, (batch, length) in enumerate(problems):
+        step = (i * len(names), len(problems) * len(names)) if progress else None
+        results += _bench_problem(batch, length, DTYPES[dtype], dtype, heads, kv_heads, head_dim,
+                                  page_size, names, num_splits, config, step)
+        if ON_GPU:
+            torch.cuda.empty_cache()
+    if progress:
+        core.progress(len(problems) * len(names), len(problems) * len(names), "done")
+    return results
+
+
+def _bench_problem(batch: int, length: int, torch_dtype: torch.dtype, dtype: str, heads: int,
+                   kv_heads: int, head_dim: int, page_size: int, names: list[str],
+                   num_splits: int | None, config: object | None,
+                   step: tuple[int, int] | None) -> list[Measurement]:
+    """Check and time every provider on one (batch, length)."""
+    from torch.nn.attention import sdpa_kernel
+
+    from ..kernels.decode import decode_attention
+    from ..paging import paged_from_contiguous
+
+    label = decode_problem(batch, length)
+    q = torch.randn(batch, heads, 1, head_dim, device=DEVICE, dtype=torch_dtype)
+    k = torch.randn(batch, kv_heads, length, head_dim, device=DEVICE, dtype=torch_dtype)
+    v = torch.randn_like(k)
+    nbytes = 2 * k.numel() * k.element_size()
+    group = heads // kv_heads
+    ref = _reference(q, k.repeat_interleave(group, 1) if group > 1 else k,
+                     v.repeat_interleave(group, 1) if group > 1 else v)
+    kw = {"config": config, "check_values": False}
+    gqa = {"enable_gqa": True} if group > 1 else {}
+    results = []
+    for j, name in enumerate(names):
+        if step is not None:
+            core.progress(step[0] + j, step[1], f"{label} {dtype} {name}")
+        if name.startswith("SDPA"):
+            def fn() -> torch.Tensor:
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, **gqa)
+
+            try:
+                with sdpa_kernel(_backend(name.removeprefix("SDPA "))):
+                    ms = _check_and_time(name, label, fn, ref)
+            except RuntimeError:  # this backend does not take the problem (or no memory)
+                if ON_GPU:
+                    torch.cuda.empty_cache()
+                continue
+        elif name == PAGED:  # the same cache in shuffled pages; built, timed, freed
+            lens = torch.full((batch,), length, dtype=torch.int32)
+            k_pool, v_pool, table = paged_from_contiguous(
+                k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
+            ms = _check_and_time(name, label, lambda kp=k_pool, vp=v_pool, t=table:
+                                 decode_attention(q, kp, vp, block_table=t, **kw), ref)
+            del k_pool, v_pool
+        else:
+            splits = 1 if name == UNSPLIT else num_splits
+            ms = _check_and_time(name, label, lambda n=splits: decode_attention(
+                q, k, v, num_splits=n, **kw), ref)
+        results.append(Measurement(label, dtype, name, ms, nbytes / ms / 1e6, "GB/s"))
+    return results
+
+
+def _check_and_time(name: str, label: str, fn: Callable[[], torch.Tensor],
+                    ref: torch.Tensor) -> float:
+    """Check ``fn()`` against the float32 reference, then time it."""
+    from ..compare import relative_error
+
+    err = relative_error(fn(), ref)
+    if not err < 1e-2:
+        raise AssertionError(f"{name} is wrong on {label}: relative error {err:.3g}")
+    return time_ms(fn)
+
+
+def summary(results: list[Measurement], ceiling: float) -> str:
+    """One line per problem: split-KV against the copy ceiling, the best SDPA backend, the
+    unsplit kernel, and paged against contiguous."""
+    lines = []
+    for label in dict.fromkeys(r.problem for r in results):
+        got = {r.provider: r.value for r in results if r.problem == label}
+        if SPLIT not in got:
+            continue
+        split = got[SPLIT]
+        sdpa = {p: v for p, v in got.items() if p.startswith("SDPA")}
+        parts = [f"{label}: split-KV {split:.0f} GB/s = {split / ceiling:.0%} of copy"]
+        if sdpa:
+            best = max(sdpa, key=sdpa.get)
+            parts.append(f"{split / sdpa[best]:.2f}x {best}")
+        if UNSPLIT in got:
+            parts.append(f"{split / got[UNSPLIT]:.1f}x unsplit")
+        if PAGED in got:
+            parts.append(f"paged {got[PAGED] / split:.0%} of split-KV")
+        lines.append(", ".join(parts))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: ``python -m teachkit.bench decode [options]``."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m teachkit.bench decode", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", nargs="+", type=int, default=None)
+    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+                        help="cache lengths, e.g. 4096 131072")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="fp16")
+    parser.add_argument("--heads", type=int, default=None)
+    parser.add_argument("--kv-heads", type=int, default=None)
+    parser.add_argument("--head-dim", type=int, default=None)
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--sdpa", nargs="*", choices=SDPA_BACKENDS, default=list(SDPA_BACKENDS),
+                        help="SDPA backends to time (none: only teachkit)")
+    parser.add_argument("--num-splits", type=int, default=None)
+    parser.add_argument("--block-n", type=int, default=None, help="keys per iteration")
+    parser.add_argument("--num-warps", type=int, default=None)
+    parser.add_argument("--num-stages", type=int, default=None)
+    parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
+    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
+    parser.add_argument("--graph", action="store_true",
+                        help="time CUDA-graph replays (GPU time without launch overhead)")
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="run on a CPU (interpreter: tiny sizes, meaningless times)")
+    args = parser.parse_args(argv)
+    core.GRAPH_TIMING = args.graph and ON_GPU
+    if refuse_cpu(args.allow_cpu):
+        return 2
+    from ..kernels.decode import DecodeConfig, decode_config
+
+    heads = args.heads or (32 if ON_GPU else 2)
+    head_dim = args.head_dim or (128 if ON_GPU else 16)
+    config = None
+    if args.block_n or args.num_warps or args.num_stages:
+        capability = torch.cuda.get_device_capability() if ON_GPU else None
+        base = decode_config(head_dim, DTYPES[args.dtype], capability)
+        config = DecodeConfig(args.block_n or base.block_n, args.num_warps or base.num_warps,
+                              args.num_stages or base.num_stages)
+    copy = copy_bandwidth()
+    print(f"device: {device_name()}")
+    print(f"copy bandwidth: {copy:.0f} GB/s (read + write)")
+    results = bench_decode(
+        batches=args.batches or (DECODE_BATCHES if ON_GPU else (1, 2)),
+        lengths=args.lengths or (DECODE_LENGTHS if ON_GPU else (40, 100)),
+        dtype=args.dtype, heads=heads, kv_heads=args.kv_heads, head_dim=head_dim,
+        page_size=args.page_size, sdpa_backends=args.sdpa, num_splits=args.num_splits,
+        config=config)
+    baseline = "SDPA cuDNN" if any(r.provider == "SDPA cuDNN" for r in results) else UNSPLIT
+    print(format_table(results, ceiling=copy, baseline=baseline))
+    print(summary(results, copy))
+    if args.json:
+        print(f"results: {save_results(args.json, results, copy_gbps=copy)}")
+    if args.plot:
+        from ..plots.decode import plot_decode_bandwidth
+        from ..plots.figures import save_figure
+
+        path = save_figure(plot_decode_bandwidth(results, copy), args.plot)
+        print(f"figure: {path}")
+    return 0

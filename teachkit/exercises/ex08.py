@@ -1,0 +1,548 @@
+r"""Exercises of notebook 08, *FlashAttention in Triton*.
+
+Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+
+1. :func:`check_key_range`: the kernel's loop bounds for one query block: keys
+   ``[0, full_end)`` are folded in without a mask, ``[full_end, end)`` with one, and keys from
+   ``end`` on are never loaded.
+2. :func:`check_exp2_update`: one key block folded into ``(m, l, acc)`` with base-2
+   statistics, as the kernel does it: ``exp2`` of scores multiplied by ``scale * log2(e)``.
+3. :func:`check_causal_flops`: the flops a causal kernel really spends, tile by whole tile,
+   against the nominal count a benchmark divides by.
+
+Every checker runs the learner's function on fresh random cases (odd lengths that no block
+divides, ``L != S`` both ways, masked rows, large scores) and compares with a brute-force or
+float64 reference; a wrong answer raises :class:`~teachkit.exercises.checking.ExerciseFailed`
+saying which case failed and the likely mistake.
+
+Examples
+--------
+>>> check_key_range(solution_key_range)
+[correct] The key range of one query block: unmasked, masked, never loaded
+True
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..attention import attention_block_update
+from ..compare import relative_error
+from ..tiling import count_tiles, tile_schedule
+from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+
+__all__ = [
+    "check_key_range",
+    "solution_key_range",
+    "check_exp2_update",
+    "solution_exp2_update",
+    "check_causal_flops",
+    "solution_causal_flops",
+]
+
+LOG2E = 1.0 / math.log(2.0)
+"""``log2(e)``: ``e^x = 2^(x * log2(e))``."""
+LN2 = math.log(2.0)
+"""``ln(2)``: a base-2 logarithm times ``ln 2`` is a natural one."""
+NEG_INF = float("-inf")
+
+
+def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
+    """A fresh integer in ``[lo, hi]``."""
+    return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+
+def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
+    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, ExerciseFailed):
+        raise
+    except Exception as err:
+        shown = ", ".join(
+            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
+            else repr(a) for a in args
+        )
+        raise ExerciseFailed(
+            f"On {case}: your function raised {type(err).__name__}: {err}\n"
+            f"  It was called with: {shown}."
+        ) from err
+
+
+def _as_int(value: object, what: str, case: str) -> int:
+    """``value`` as a Python int (ints, NumPy and 0-d torch integers), else a verdict."""
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ExerciseFailed(f"On {case}: {what} should be an int, got {value!r}; use // for "
+                             "integer division.")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ExerciseFailed(f"On {case}: {what} should be an int, got "
+                             f"{type(value).__name__} {value!r}.") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: the key range of one query block
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_key_range(start_m: int, S: int, block_m: int, block_n: int,
+                       causal: bool) -> tuple[int, int]:
+    """The key loop bounds of the program that owns queries ``start_m .. start_m + block_m - 1``.
+
+    Keys ``[0, full_end)`` come in whole blocks that every query of the block sees: no mask.
+    Keys ``[full_end, end)`` are loaded and masked: the last block, cut at ``S``, and with
+    ``causal`` the blocks the diagonal crosses. Keys from ``end`` on are never loaded. The rule
+    is the one of :func:`teachkit.kernels.flash._flash_fwd_kernel`; ``block_m`` is a multiple
+    of ``block_n`` and ``start_m`` a multiple of ``block_m``, so every bound is a block edge
+    (or ``S``).
+
+    Parameters
+    ----------
+    start_m : int
+        The program's first query row.
+    S : int
+        Number of keys (at least 1).
+    block_m, block_n : int
+        Query rows per program and keys per step.
+    causal : bool
+        Query ``i`` sees keys ``j <= i`` (top-left aligned).
+
+    Returns
+    -------
+    (full_end, end) : tuple of int
+    """
+    s_full = (S // block_n) * block_n  # the keys of whole blocks
+    if causal:
+        # The block's first query, start_m, sees every key below it; its last query,
+        # start_m + block_m - 1, sees nothing from start_m + block_m on.
+        return min(start_m, s_full), min(start_m + block_m, S)
+    return s_full, S
+
+
+def _brute_key_range(start_m: int, S: int, bm: int, bn: int, causal: bool) -> tuple[int, int]:
+    """The bounds from the mask itself: block by block, look at every entry."""
+    rows = torch.arange(start_m, start_m + bm).unsqueeze(-1)
+    full_end, end = 0, 0
+    leading = True
+    for c0 in range(0, S, bn):
+        cols = torch.arange(c0, min(c0 + bn, S))
+        visible = cols <= rows if causal else torch.ones(bm, len(cols), dtype=torch.bool)
+        if leading and len(cols) == bn and bool(visible.all()):
+            full_end = c0 + bn
+        else:
+            leading = False
+        if bool(visible.any()):
+            end = c0 + len(cols)
+    return full_end, end
+
+
+def _schedule_row(start_m: int, S: int, bm: int, bn: int, causal: bool) -> str:
+    """The query block's row of :func:`teachkit.tiling.tile_schedule`, e.g. ``"F F M . ."``."""
+    row = tile_schedule(start_m + bm, S, bm, bn, causal)[start_m // bm]
+    return " ".join(".FM"[int(c)] for c in row)
+
+
+def _key_range_advice(got: tuple[int, int], want: tuple[int, int], start_m: int, S: int,
+                      bm: int, bn: int, causal: bool) -> str:
+    (gf, ge), (wf, we) = got, want
+    s_full = (S // bn) * bn
+    if not causal:
+        if (gf, ge) == (min(start_m, s_full), min(start_m + bm, S)):
+            return ("Without a causal mask every query sees every key: full_end = "
+                    "(S // block_n) * block_n and end = S.")
+        if gf == S != s_full:
+            return (f"Keys {s_full}..{S - 1} form a last block shorter than block_n: its loads "
+                    "need the mask cols < S, so it is not a full block.")
+    if causal and (gf, ge) == (s_full, S):
+        return ("With causal=True the program's last query, start_m + block_m - 1, sees no key "
+                "after itself: the loop can stop at start_m + block_m (and at S).")
+    if gf != wf:
+        if gf == start_m and wf == s_full < start_m:
+            return (f"full_end = start_m = {start_m} is beyond the whole blocks: keys "
+                    f"{s_full}..{S - 1} form a last block shorter than block_n, which needs the "
+                    "mask cols < S. Cap it: full_end = min(start_m, (S // block_n) * block_n).")
+        if gf > wf and causal and gf >= start_m + bn:
+            return (f"Keys from start_m = {start_m} on lie on or above the diagonal for some "
+                    f"query of the block (query {start_m} sees only keys <= {start_m}): they need "
+                    "the mask; full_end is at most start_m.")
+        if gf == S and S % bn:
+            return (f"Keys {s_full}..{S - 1} form a last block shorter than block_n: its loads "
+                    "need the mask cols < S.")
+        if gf < wf:
+            return (f"Keys {gf}..{wf - 1} are visible to every query of the block and come in "
+                    "whole blocks: they need no mask. Masking them gives the right numbers but "
+                    "costs time on every block.")
+    if ge != we:
+        if ge == start_m + bm > S:
+            return f"There are only S = {S} keys: end = min(start_m + block_m, S)."
+        if ge in (start_m, start_m + 1) and causal:
+            return (f"The block's *last* query, {start_m + bm - 1}, sees keys up to itself: "
+                    "end = start_m + block_m (capped at S).")
+        if ge < we:
+            return (f"Keys {ge}..{we - 1} are seen by some query of the block, but your loop "
+                    "never loads them: those rows lose part of their softmax.")
+        return (f"Keys {we}..{ge - 1} are seen by no query of the block: loading them costs time "
+                "and adds nothing.")
+    return ""
+
+
+def _key_range_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, int, bool]]:
+    """``(description, L, S, block_m, block_n, causal)``: every start_m of L is tried."""
+    cases = [
+        ("causal, L = S = 100, blocks 32 x 16", 100, 100, 32, 16, True),
+        ("causal, L = 70 < S = 200, blocks 16 x 16", 70, 200, 16, 16, True),
+        ("causal, L = 300 > S = 77, blocks 64 x 32", 300, 77, 64, 32, True),
+        ("causal, L = 130, S = 131, blocks 128 x 32", 130, 131, 128, 32, True),
+        ("causal, one key, L = 40, blocks 16 x 16", 40, 1, 16, 16, True),
+        ("no mask, L = 50, S = 77, blocks 32 x 16", 50, 77, 32, 16, False),
+        ("no mask, L = 20, S = 64, blocks 16 x 16", 20, 64, 16, 16, False),
+    ]
+    for _ in range(6):
+        bn = 2 ** _randint(4, 6, gen)
+        bm = bn * 2 ** _randint(0, 2, gen)
+        L, S = _randint(1, 400, gen), _randint(1, 400, gen)
+        causal = bool(_randint(0, 3, gen))
+        cases.append((f"random, {'causal' if causal else 'no mask'}, L = {L}, S = {S}, blocks "
+                      f"{bm} x {bn}", L, S, bm, bn, causal))
+    return cases
+
+
+@exercise(
+    "The key range of one query block: unmasked, masked, never loaded",
+    "Whole key blocks end at s_full = (S // block_n) * block_n. Without causal: (s_full, S). "
+    "With causal, query start_m sees every key < start_m and query start_m + block_m - 1 sees "
+    "none from start_m + block_m on: (min(start_m, s_full), min(start_m + block_m, S)).",
+)
+def check_key_range(fn: Callable[..., tuple[int, int]]) -> None:
+    """Check ``fn(start_m, S, block_m, block_n, causal) -> (full_end, end)`` on every query block.
+
+    Each answer is compared with bounds read off the mask itself, block by block: the leading
+    blocks whose every entry is visible and that hold ``block_n`` keys end at ``full_end``; the
+    last block with any visible entry ends at ``end``. Cases: ``L = S``, ``L < S``, ``L > S``
+    (query blocks past every key), ``block_m`` 1, 2 and 4 times ``block_n``, a single key, no
+    mask, and six random ones.
+    """
+    gen = fresh_generator()
+    for case, L, S, bm, bn, causal in _key_range_cases(gen):
+        for start_m in range(0, L, bm):
+            where = f"{case}, the query block at start_m = {start_m}"
+            got = _call(fn, where, start_m, S, bm, bn, causal)
+            expect(isinstance(got, (tuple, list)) and len(got) == 2,
+                   f"On {where}: return a pair (full_end, end), got {got!r}.")
+            gf, ge = (_as_int(x, name, where) for x, name in zip(got, ("full_end", "end"),
+                                                                   strict=True))
+            expect(gf % bn == 0,
+                   f"On {where}: full_end = {gf} is not a multiple of block_n = {bn}. The "
+                   "unmasked loop runs range(0, full_end, block_n) over whole blocks; the last, "
+                   "partial block is masked.")
+            want = _brute_key_range(start_m, S, bm, bn, causal)
+            if (gf, ge) != want:
+                advice = _key_range_advice((gf, ge), want, start_m, S, bm, bn, causal)
+                raise ExerciseFailed(
+                    f"On {where}: expected (full_end, end) = {want}, got {(gf, ge)}. This block's "
+                    f"row of the tile schedule (F full, M masked, . skipped; keys in blocks of "
+                    f"{bn}) is: {_schedule_row(start_m, S, bm, bn, causal)}."
+                    + (f"\n  {advice}" if advice else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: the exp2 update
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_exp2_update(
+    m2: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, s_raw: torch.Tensor,
+    v: torch.Tensor, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Fold one key block into ``(m2, l, acc)`` with base-2 statistics, as the kernel does.
+
+    Since :math:`e^x = 2^{x \log_2 e}`, scores multiplied by :math:`c = scale \cdot \log_2 e`
+    give the same softmax through ``exp2``; ``m2`` is the running maximum *in those units*
+    (the natural maximum times :math:`\log_2 e`), while ``l`` and ``acc`` are exactly those of
+    the natural-log update. A row with no visible key yet (``m2 = -inf``) shifts by 0, so it
+    stays at ``l = 0``, ``acc = 0`` instead of turning NaN.
+
+    Parameters
+    ----------
+    m2 : torch.Tensor
+        ``(..., M)`` running maximum of the scaled scores in log2 units; ``-inf`` at the start.
+    l : torch.Tensor
+        ``(..., M)`` running sum of ``2^(s c - m2)``.
+    acc : torch.Tensor
+        ``(..., M, Dv)`` unnormalised output.
+    s_raw : torch.Tensor
+        ``(..., M, N)`` raw scores ``q @ k^T`` of the block (``-inf`` where masked).
+    v : torch.Tensor
+        ``(..., N, Dv)`` the block's values.
+    scale : float
+        The softmax scale (``1/sqrt(D)`` by default); positive.
+
+    Returns
+    -------
+    (m2, l, acc) : tuple of torch.Tensor
+        The state after the block, in the input's dtype.
+    """
+    s2 = s_raw * (scale * LOG2E)                      # scaled scores in log2 units
+    m_new = torch.maximum(m2, s2.amax(dim=-1))
+    shift = torch.where(m_new == NEG_INF, torch.zeros_like(m_new), m_new)
+    p = torch.exp2(s2 - shift.unsqueeze(-1))
+    alpha = torch.exp2(m2 - shift)
+    l_new = alpha * l + p.sum(dim=-1)
+    acc_new = alpha.unsqueeze(-1) * acc + p.to(v.dtype) @ v
+    return m_new, l_new, acc_new
+
+
+def _natural_update(m2, l, acc, s_raw, v, scale):
+    """The float64 reference: notebook 07's natural-log update, its maximum turned to log2."""
+    m, l, acc = attention_block_update(m2.double() * LN2, l.double(), acc.double(),
+                                       s_raw.double() * scale, v.double())
+    return m * LOG2E, l, acc
+
+
+def _exp2_mistakes(m2, l, acc, s_raw, v, scale) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Typical wrong updates, in float64, each with what is wrong."""
+    m2, l, acc, s, v = (t.double() for t in (m2, l, acc, s_raw, v))
+
+    def run(s_units, exp_p, exp_alpha, rescale=True, natural_m=False):
+        m_new = torch.maximum(m2, s_units.amax(-1))
+        shift = torch.where(m_new == NEG_INF, torch.zeros_like(m_new), m_new)
+        p = exp_p(s_units - shift.unsqueeze(-1))
+        alpha = exp_alpha(m2 - shift)
+        l_new = alpha * l + p.sum(-1)
+        acc_new = (alpha.unsqueeze(-1) * acc if rescale else acc) + p @ v
+        return (m_new * (LOG2E if natural_m else 1.0), l_new, acc_new)
+
+    c = scale * LOG2E
+    return {
+        "you used exp2 on scores multiplied by the scale alone. 2^x is e^(x ln 2), a softer "
+        "softmax: multiply the scores by scale * log2(e) (e^x = 2^(x * log2(e))).":
+            run(s * scale, torch.exp2, torch.exp2),
+        "you multiplied by log2(e) but exponentiated with exp. Once the scores are in log2 "
+        "units every exponential must be exp2.": run(s * c, torch.exp, torch.exp),
+        "the rescale factor alpha used exp while the probabilities used exp2. Both are "
+        "differences of log2-unit numbers: alpha = exp2(m2_old - m2_new).":
+            run(s * c, torch.exp2, torch.exp),
+        "acc was not rescaled. When the maximum grows, the old acc (like l) was computed with "
+        "the old maximum: acc = alpha * acc + p @ v.":
+            run(s * c, torch.exp2, torch.exp2, rescale=False),
+    }
+
+
+_EXP2_NAN = (
+    "NaN where the reference is finite: a row with no visible key yet has m2 = -inf, and "
+    "-inf - (-inf) is NaN. Shift such rows by 0: shift = where(m2_new == -inf, 0, m2_new), "
+    "then p = exp2(s2 - shift) and alpha = exp2(m2_old - shift)."
+)
+
+
+def _exp2_verdict(got: object, want: tuple[torch.Tensor, ...], mistakes, case: str,
+                  rtol: float) -> None:
+    expect(isinstance(got, (tuple, list)) and len(got) == 3,
+           f"On {case}: return the triple (m2, l, acc), got {type(got).__name__}.")
+    names = ("m2", "l", "acc")
+    for name, g, w in zip(names, got, want, strict=True):
+        expect(isinstance(g, torch.Tensor) and g.shape == w.shape,
+               f"On {case}: {name} should be a tensor of shape {tuple(w.shape)}, got "
+               + (f"shape {tuple(g.shape)}" if isinstance(g, torch.Tensor) else
+                  type(g).__name__) + ".")
+    if all(relative_error(g, w) <= rtol for g, w in zip(got, want, strict=True)):
+        return
+    advice = ""
+    for explanation, wrong in mistakes().items():
+        if all(relative_error(g, w) < 1e-6 for g, w in zip(got, wrong, strict=True)):
+            advice = "Your result matches a common mistake: " + explanation
+            break
+    else:
+        if any(bool((~torch.isfinite(g.double()) & torch.isfinite(w)).any())
+               for g, w in zip(got, want, strict=True)):
+            advice = _EXP2_NAN
+        elif relative_error(got[0], want[0] * LN2) < 1e-6 and bool(torch.isfinite(want[0]).any()):
+            advice = ("m2 came back in natural units (the maximum of scale * s). Keep it in "
+                      "log2 units: the maximum of s * scale * log2(e).")
+    for name, g, w in zip(names, got, want, strict=True):
+        expect_close(g, w, f"{case} ({name})", rtol=rtol, advice=advice)
+
+
+def _exp2_cases():
+    """``(description, batch, rows, keys per block, blocks, D, scale, dtype, rtol, masked)``."""
+    return [
+        ("one block from the empty state, a (2, 3) batch of 16 rows, 32 keys, float32",
+         (2, 3), 16, 32, 1, 16, 0.25, torch.float32, 1e-5, "none"),
+        ("five blocks in a row (the running state), 13 rows, 16 keys each, float32",
+         (2,), 13, 16, 5, 32, 32 ** -0.5, torch.float32, 1e-5, "none"),
+        ("scale 8: scores in the hundreds, where exp overflows unless shifted, float32",
+         (2,), 9, 16, 3, 16, 8.0, torch.float32, 1e-4, "none"),
+        ("a window mask (row i sees keys j >= 2 i): rows 8 to 15 see no key of the first "
+         "block, all -inf, float32", (2,), 16, 16, 3, 16, 0.25, torch.float32, 1e-5, "window"),
+        ("float64, 11 rows, 24 keys per block, 3 blocks",
+         (3,), 11, 24, 3, 8, 0.3, torch.float64, 1e-12, "none"),
+    ]
+
+
+@exercise(
+    "One key block folded into (m, l, acc) with exp2 and the scale folded in",
+    "Put the scores in log2 units first: s2 = s_raw * (scale * log2(e)), log2(e) = 1/ln(2). "
+    "Then m2_new = max(m2, s2.amax(-1)); shift = m2_new, or 0 where m2_new is -inf; "
+    "p = exp2(s2 - shift[..., None]); alpha = exp2(m2 - shift); l = alpha * l + p.sum(-1); "
+    "acc = alpha[..., None] * acc + p @ v.",
+)
+def check_exp2_update(fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+    """Check ``fn(m2, l, acc, s_raw, v, scale) -> (m2, l, acc)`` block after block.
+
+    The reference is notebook 07's natural-log update in float64
+    (:func:`teachkit.attention.attention_block_update` on ``scale * s_raw`` with ``m = m2 ln 2``);
+    ``m2`` must equal its maximum times ``log2(e)``, ``l`` and ``acc`` must equal its own. After
+    the last block, ``acc / l`` is compared with the softmax of all the blocks and
+    ``(m2 + log2 l) ln 2`` with their log-sum-exp. Cases: one block from the empty state, a
+    chain of five blocks, scores in the hundreds, a mask under which some rows see no key
+    of the first block, float64.
+    """
+    gen = fresh_generator()
+    for case, batch, M, N, blocks, Dv, scale, dtype, rtol, masked in _exp2_cases():
+        s_all = torch.randn(*batch, M, N * blocks, generator=gen, dtype=torch.float64)
+        if scale > 1:
+            s_all = s_all * 12.0  # raw scores of +-40 times 8: in the hundreds
+        if masked == "window":  # row i sees keys j >= 2 i: rows 8.. see none of block 1
+            s_all = s_all.masked_fill(torch.arange(N * blocks) < 2 * torch.arange(M)[:, None],
+                                      NEG_INF)
+        v_all = torch.randn(*batch, N * blocks, Dv, generator=gen, dtype=torch.float64)
+        s_all, v_all = s_all.to(dtype), v_all.to(dtype)
+        m2 = torch.full((*batch, M), NEG_INF, dtype=dtype)
+        l = torch.zeros((*batch, M), dtype=dtype)
+        acc = torch.zeros((*batch, M, Dv), dtype=dtype)
+        for b in range(blocks):
+            s_b, v_b = s_all[..., b * N:(b + 1) * N], v_all[..., b * N:(b + 1) * N, :]
+            step = f"{case}, block {b + 1} of {blocks}"
+            got = _call(fn, step, m2.clone(), l.clone(), acc.clone(), s_b.clone(), v_b.clone(),
+                        scale)
+            # The reference continues from the learner's (checked) state: errors do not pile up.
+            want = _natural_update(m2, l, acc, s_b, v_b, scale)
+            _exp2_verdict(got, want,
+                          lambda m2=m2, l=l, acc=acc, s_b=s_b, v_b=v_b: _exp2_mistakes(
+                              m2, l, acc, s_b, v_b, scale), step, rtol)
+            m2, l, acc = (g.to(dtype) for g in got)
+        s64 = s_all.double() * scale
+        ref_out = torch.softmax(s64, dim=-1) @ v_all.double()
+        ref_lse = torch.logsumexp(s64, dim=-1)
+        expect_close(acc / l.unsqueeze(-1), ref_out, f"{case}: acc / l after the last block",
+                     rtol=max(rtol, 1e-12) * 10)
+        expect_close((m2 + torch.log2(l)) * LN2, ref_lse,
+                     f"{case}: the lse (m2 + log2 l) * ln 2 after the last block",
+                     rtol=max(rtol, 1e-12) * 10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: the flops of a causal kernel
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_causal_flops(L: int, S: int, D: int, block_m: int, block_n: int) -> int:
+    """The flops the causal kernel spends on one head: every computed tile, counted whole.
+
+    Each program (``block_m`` query rows starting at ``start_m``) folds in the key blocks up
+    to ``end = min(start_m + block_m, S)``: ``ceil(end / block_n)`` tiles. A tile costs two
+    matrix products, ``q @ k^T`` and ``p @ v``, of ``2 * block_m * block_n * D`` flops each,
+    whether it is full, masked on the diagonal, or a short tail (padding rows and keys are
+    computed too).
+
+    Parameters
+    ----------
+    L, S : int
+        Queries and keys (at least 1).
+    D : int
+        Head dim.
+    block_m, block_n : int
+        The kernel's tile (``block_m`` a multiple of ``block_n``).
+
+    Returns
+    -------
+    int
+    """
+    tiles = 0
+    for start_m in range(0, L, block_m):
+        end = min(start_m + block_m, S)
+        tiles += -(-end // block_n)  # ceil(end / block_n) key blocks
+    return tiles * 4 * block_m * block_n * D
+
+
+def _flops_reference(L: int, S: int, D: int, bm: int, bn: int) -> int:
+    """From :mod:`teachkit.tiling`: the computed tiles of the padded query blocks."""
+    padded_L = -(-L // bm) * bm  # the last program still runs block_m rows
+    return count_tiles(padded_L, S, bm, bn, causal=True).computed * 4 * bm * bn * D
+
+
+def _flops_mistakes(L: int, S: int, D: int, bm: int, bn: int) -> dict[str, int]:
+    visible = sum(min(i + 1, S) for i in range(L))
+    exact = 0
+    sched = tile_schedule(L, S, bm, bn, causal=True)
+    for r in range(sched.shape[0]):
+        for c in range(sched.shape[1]):
+            if int(sched[r, c]):
+                exact += (min((r + 1) * bm, L) - r * bm) * (min((c + 1) * bn, S) - c * bn)
+    right = _flops_reference(L, S, D, bm, bn)
+    return {
+        "you counted only the visible (query, key) pairs, 4 D per pair. The kernel computes "
+        "every entry of a masked tile and throws the masked ones away: count whole tiles.":
+            4 * D * visible,
+        "you counted the nominal 2 L S D of a causal benchmark. That is the useful work a "
+        "benchmark credits (half of 4 L S D); the kernel computes whole tiles along the "
+        "diagonal, so it does more.": 2 * L * S * D,
+        "you counted every tile, as without a mask. Tiles wholly above the diagonal are never "
+        "loaded: query block start_m stops at min(start_m + block_m, S).": (
+            -(-L // bm)) * (-(-S // bn)) * 4 * bm * bn * D,
+        "you counted 2 * block_m * block_n * D per tile: that is one matrix product. A tile "
+        "needs two, s = q @ k^T and acc += p @ v.": right // 2,
+        "you clipped the last query block at L. A program always runs block_m rows (the padding "
+        "rows are computed and not stored), and it loads key blocks up to "
+        "min(start_m + block_m, S), not up to L.":
+            count_tiles(L, S, bm, bn, causal=True).computed * 4 * bm * bn * D,
+        "you counted the tail tiles by their real size. A short tile is computed whole: its "
+        "padding keys (and rows) still go through both matrix products.": 4 * D * exact,
+    }
+
+
+@exercise(
+    "The flops a causal FlashAttention kernel really spends",
+    "For each query block start_m in range(0, L, block_m): end = min(start_m + block_m, S) and "
+    "it computes ceil(end / block_n) tiles. Each tile is two products of 2 * block_m * "
+    "block_n * D flops. Sum over the blocks.",
+)
+def check_causal_flops(fn: Callable[[int, int, int, int, int], int]) -> None:
+    """Check ``fn(L, S, D, block_m, block_n) -> flops`` against :mod:`teachkit.tiling`.
+
+    The reference counts the computed (full or masked) tiles of
+    :func:`~teachkit.tiling.count_tiles` with ``L`` padded to whole query blocks, at
+    ``4 * block_m * block_n * D`` each. Cases: the benchmark's ``L = S = 4096`` in 128 x 64
+    tiles, ``L < S``, ``L > S``, lengths no block divides, a single query (decoding), and six
+    random ones.
+    """
+    gen = fresh_generator()
+    cases = [
+        ("L = S = 4096, D = 64, tiles 128 x 64", 4096, 4096, 64, 128, 64),
+        ("L = 1000 < S = 3000, D = 128, tiles 128 x 64", 1000, 3000, 128, 128, 64),
+        ("L = 700 > S = 300, D = 64, tiles 64 x 32", 700, 300, 64, 64, 32),
+        ("L = S = 1000 (no block divides it), D = 64, tiles 128 x 64", 1000, 1000, 64, 128, 64),
+        ("L = 130, S = 70, D = 32, tiles 64 x 64", 130, 70, 32, 64, 64),
+        ("one query, S = 777, D = 128, tiles 16 x 16", 1, 777, 128, 16, 16),
+    ]
+    for _ in range(6):
+        bn = 2 ** _randint(4, 7, gen)
+        bm = bn * 2 ** _randint(0, 1, gen)
+        L, S, D = _randint(1, 3000, gen), _randint(1, 3000, gen), 2 ** _randint(4, 7, gen)
+        cases.append((f"random L = {L}, S = {S}, D = {D}, tiles {bm} x {bn}", L, S, D, bm, bn))
+    for case, L, S, D, bm, bn in cases:
+        got = _as_int(_call(fn, case, L, S, D, bm, bn), "the flop count", case)
+        want = _flops_reference(L, S, D, bm, bn)
+        if got != want:
+            advice = next((e for e, wrong in _flops_mistakes(L, S, D, bm, bn).items()
+                           if wrong == got and wrong != want), "")
+            tiles = want // (4 * bm * bn * D)
+            raise ExerciseFailed(
+                f"On {case}: expected {want:,} flops ({tiles} computed tiles of {bm} x {bn}), "
+                f"got {got:,} ({got / want:.3g}x)." + (f"\n  {advice}" if advice else ""))

@@ -149,8 +149,8 @@ def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
     ``simple``: every block loaded and masked, natural exp (:mod:`teachkit.kernels.flash_simple`);
     ``fast, same tiles``: the course's kernel (exp2 with the scale folded in, unmasked blocks
     below the diagonal, blocks above it never loaded) with the simple kernel's 64 x 64 tiles,
-    4 warps, 2 stages; ``fast, table``: with the tiles chosen for this GPU; ``fast, autotuned``:
-    with the fastest of :func:`teachkit.kernels.flash_tuning.candidate_configs` on this problem.
+    4 warps, 2 stages; ``fast, table``: with the tiles chosen for this GPU (TMA loads on
+    Hopper at D = 128). :func:`bench_sweep` times every candidate configuration instead.
     """
     from ..kernels.flash import FlashConfig, flash_attention
     from ..kernels.flash_simple import flash_attention_simple
@@ -160,7 +160,6 @@ def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
         "simple": lambda q, k, v, c: flash_attention_simple(q, k, v, causal=c)[0],
         "fast, same tiles": lambda q, k, v, c: flash_attention(q, k, v, causal=c, config=small),
         "fast, table": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
-        "fast, autotuned": lambda q, k, v, c: flash_attention(q, k, v, causal=c, autotune=True),
     }
 
 

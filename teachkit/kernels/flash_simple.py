@@ -30,7 +30,7 @@ def _flash_simple_kernel(
     stride_ob, stride_oh, stride_om, stride_od,
     H, L, S, scale,
     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, DOT_FP32: tl.constexpr,
+    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
 ):
     # This program: query rows [start_m, start_m + BLOCK_M) of one (batch, head).
     start_m = tl.program_id(0) * BLOCK_M
@@ -62,7 +62,7 @@ def _flash_simple_kernel(
         if DOT_FP32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k)) * scale  # (BLOCK_M, BLOCK_N) scores
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # (BLOCK_M, BLOCK_N)
         keep = cols[None, :] < S
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
@@ -72,7 +72,7 @@ def _flash_simple_kernel(
         p = tl.exp(s - shift[:, None])
         alpha = tl.exp(m_i - shift)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
 
     out = acc / l_i[:, None]
@@ -130,6 +130,7 @@ def flash_attention_simple(
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             H, L, S, scale,
             CAUSAL=bool(causal), HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=block_n,
+            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
             DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, num_warps=4, num_stages=2,
         )
     return out, lse
@@ -146,8 +147,8 @@ def launch_configs() -> list:
         for axis in "bhmd" if t in "qo" else "bhnd":
             sig[f"stride_{t}{axis}"] = "i32"
     sig.update({"H": "i32", "L": "i32", "S": "i32", "scale": "fp32"})
-    for c in ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "DOT_FP32"):
+    for c in ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PRECISION", "DOT_FP32"):
         sig[c] = "constexpr"
     return [KernelConfig(f"flash_simple bf16 D={d} causal", _flash_simple_kernel, sig,
                          {"CAUSAL": True, "HEAD_DIM": d, "BLOCK_M": 64, "BLOCK_N": 64,
-                          "DOT_FP32": False}, 4, 2) for d in (64, 128)]
+                          "PRECISION": "tf32", "DOT_FP32": False}, 4, 2) for d in (64, 128)]

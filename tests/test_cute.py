@@ -248,6 +248,7 @@ def test_missing_cute_dsl_raises_import_error_with_the_install_command(monkeypat
 def test_record_names_and_loading(tmp_path):
     assert cute_bench.device_slug("NVIDIA H100 80GB HBM3") == "nvidia_h100"
     assert cute_bench.record_path("NVIDIA H100 80GB HBM3").name == "cute_softmax_nvidia_h100.json"
+    assert cute_bench.record_path("NVIDIA H200", graph=True).name.endswith("h200_cudagraph.json")
     assert cute_bench.load_record(tmp_path / "missing.json") is None
     rows = [Measurement("64x1000", "fp32", p, 0.1, v, "GB/s")
             for p, v in (("torch", 900.0), (cute_bench.CUTE_PROVIDER, 1000.0))]
@@ -268,3 +269,20 @@ def test_kernel_matches_torch(n, dtype, gen):
     y = tc.cute_softmax(x)
     assert y.dtype == dtype and y.shape == x.shape
     assert relative_error(y, torch.softmax(x.double(), -1)) <= max(RTOL[dtype], 1e-5)
+
+
+# --- verify_softmax ---------------------------------------------------------------------------
+
+
+def test_verify_softmax_passes_torch_and_catches_wrong_softmaxes():
+    from teachkit.cute.verify import format_checks, verify_softmax
+    from teachkit.softmax import naive_softmax
+
+    kw = {"lengths": (7, 1000), "dtypes": (torch.float32, torch.bfloat16), "device": "cpu"}
+    good = verify_softmax(lambda x: torch.softmax(x, -1), **kw)
+    assert all(c.ok for c in good) and len(good) == 8
+    naive = verify_softmax(naive_softmax, **kw)  # overflows on the rows times 1000
+    assert not all(c.ok for c in naive)
+    assert "FAIL" in format_checks(naive) and "cases ok" in format_checks(naive)
+    no_nan = verify_softmax(lambda x: torch.softmax(x, -1).nan_to_num(0.0), **kw)
+    assert [c.nan_match for c in no_nan] == [True, False] * 4

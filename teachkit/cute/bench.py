@@ -94,9 +94,16 @@ def device_slug(name: str) -> str:
     return "_".join(words) if words else "unknown"
 
 
-def record_path(device: str = "NVIDIA H100") -> Path:
-    """Where figures measured on ``device`` are kept: ``benchmarks/cute_softmax_<slug>.json``."""
-    return BENCHMARKS / f"cute_softmax_{device_slug(device)}.json"
+def record_path(device: str = "NVIDIA H100", graph: bool = False) -> Path:
+    """Where figures measured on ``device`` are kept: ``benchmarks/cute_softmax_<slug>.json``,
+    or ``..._cudagraph.json`` for CUDA-graph replays (``graph=True``, the GPU's time alone).
+
+    Examples
+    --------
+    >>> record_path("NVIDIA H100", graph=True).name
+    'cute_softmax_nvidia_h100_cudagraph.json'
+    """
+    return BENCHMARKS / f"cute_softmax_{device_slug(device)}{'_cudagraph' if graph else ''}.json"
 
 
 def load_record(path: str | Path) -> tuple[list[Measurement], dict] | None:

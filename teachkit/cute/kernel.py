@@ -39,10 +39,9 @@ from cutlass.cute.runtime import make_ptr
 
 from .config import WARP_SIZE, LaunchConfig, launch_config
 
-try:  # CuTe DSL 4.5+; older releases keep it in cutlass.utils
-    from cutlass.memory import SmemAllocator
-except ImportError:  # pragma: no cover - depends on the installed release
-    from cutlass.utils import SmemAllocator
+# Newer releases of CuTe DSL keep the allocator in cutlass.memory, older ones in cutlass.utils.
+_memory = getattr(cutlass, "memory", None)
+SmemAllocator = getattr(_memory, "SmemAllocator", None) or cutlass.utils.SmemAllocator
 
 __all__ = ["online_softmax_kernel", "launch_online_softmax", "pointer", "compiled_softmax",
            "run_softmax"]
@@ -51,7 +50,7 @@ LOG2E = 1.4426950408889634
 NEG_INF = float("-inf")
 BUTTERFLY_ROUNDS = WARP_SIZE.bit_length() - 1  # log2(32) = 5
 SHARED_BYTES_PER_WARP = 8  # one float32 m and one float32 d
-UNROLL = 4  # vectors a thread's loops may have in flight at once
+UNROLL = 4  # iterations the compiler unrolls in each of a thread's loops
 _make_registers = getattr(cute, "make_rmem_tensor", None) or cute.make_fragment
 
 

@@ -2,11 +2,11 @@ r"""Exercises of notebook 08, *FlashAttention in Triton*.
 
 Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
 
-1. :func:`check_key_range`: the kernel's loop bounds for one query block: keys
+1. :func:`check_exp2_update`: one key block folded into ``(m, l, acc)`` with base-2
+   statistics, as the kernel does it: ``exp2`` of scores multiplied by ``scale * log2(e)``.
+2. :func:`check_key_range`: the kernel's loop bounds for one query block: keys
    ``[0, full_end)`` are folded in without a mask, ``[full_end, end)`` with one, and keys from
    ``end`` on are never loaded.
-2. :func:`check_exp2_update`: one key block folded into ``(m, l, acc)`` with base-2
-   statistics, as the kernel does it: ``exp2`` of scores multiplied by ``scale * log2(e)``.
 3. :func:`check_causal_flops`: the flops a causal kernel really spends, tile by whole tile,
    against the nominal count a benchmark divides by.
 
@@ -424,8 +424,8 @@ def check_exp2_update(fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.
             # The reference continues from the learner's (checked) state: errors do not pile up.
             want = _natural_update(m2, l, acc, s_b, v_b, scale)
             _exp2_verdict(got, want,
-                          lambda m2=m2, l=l, acc=acc, s_b=s_b, v_b=v_b: _exp2_mistakes(
-                              m2, l, acc, s_b, v_b, scale), step, rtol)
+                          lambda m2=m2, l=l, acc=acc, s_b=s_b, v_b=v_b, c=scale: _exp2_mistakes(
+                              m2, l, acc, s_b, v_b, c), step, rtol)
             m2, l, acc = (g.to(dtype) for g in got)
         s64 = s_all.double() * scale
         ref_out = torch.softmax(s64, dim=-1) @ v_all.double()
@@ -527,7 +527,8 @@ def check_causal_flops(fn: Callable[[int, int, int, int, int], int]) -> None:
         ("L = S = 4096, D = 64, tiles 128 x 64", 4096, 4096, 64, 128, 64),
         ("L = 1000 < S = 3000, D = 128, tiles 128 x 64", 1000, 3000, 128, 128, 64),
         ("L = 700 > S = 300, D = 64, tiles 64 x 32", 700, 300, 64, 64, 32),
-        ("L = S = 1000 (no block divides it), D = 64, tiles 128 x 64", 1000, 1000, 64, 128, 64),
+        ("L = 900 (the last query block holds 4 rows), S = 1000, D = 64, tiles 128 x 64",
+         900, 1000, 64, 128, 64),
         ("L = 130, S = 70, D = 32, tiles 64 x 64", 130, 70, 32, 64, 64),
         ("one query, S = 777, D = 128, tiles 16 x 16", 1, 777, 128, 16, 16),
     ]

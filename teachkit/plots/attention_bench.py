@@ -41,11 +41,11 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
             if pts:
                 style = {"lw": 2.5, "color": "k"} if prov.startswith("teachkit") else {"lw": 1.2}
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=prov, **style)
+        ax.set_xscale("log", base=2)
         if ceiling:
             ax.axhline(ceiling, color="0.5", ls="--", lw=1)
-            ax.text(ax.get_xlim()[0], ceiling, f" bf16 matmul {ceiling:.0f}", va="top",
-                    fontsize=7, color="0.4")
-        ax.set_xscale("log", base=2)
+            ax.text(0.01, ceiling, f" bf16 matmul {ceiling:.0f}", va="top", fontsize=7,
+                    color="0.4", transform=ax.get_yaxis_transform())
         ax.set_title(f"D = {D}" + (", causal" if causal else ""), fontsize=10)
         ax.set_xlabel("L = S")
         ax.grid(alpha=0.3)

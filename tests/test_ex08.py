@@ -1,0 +1,244 @@
+"""The checkers of notebook 08 accept their solutions, hint on stubs, and explain wrong answers."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from teachkit.exercises import ex08  # noqa: E402
+from teachkit.exercises.checking import ExerciseFailed  # noqa: E402
+from teachkit.tiling import count_tiles  # noqa: E402
+
+CHECKS = [
+    (ex08.check_key_range, ex08.solution_key_range),
+    (ex08.check_exp2_update, ex08.solution_exp2_update),
+    (ex08.check_causal_flops, ex08.solution_causal_flops),
+]
+
+
+@pytest.mark.parametrize("check,solution", CHECKS)
+def test_checker_accepts_its_solution(check, solution, capsys):
+    assert check(solution) is True
+    assert capsys.readouterr().out.startswith("[correct]")
+
+
+@pytest.mark.parametrize("check,solution", CHECKS)
+def test_unfilled_stub_prints_the_hint(check, solution, capsys):
+    def stub(*args):
+        # your code here
+        raise NotImplementedError
+
+    assert check(stub) is False
+    out = capsys.readouterr().out
+    assert out.startswith("[not attempted]") and "Hint:" in out
+
+
+def _fails(check, fn, *fragments):
+    with pytest.raises(ExerciseFailed) as info:
+        check(fn)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+# --- exercise 1: key range -------------------------------------------------------------------
+
+
+def test_key_range_matches_the_mask_on_random_blocks(gen):
+    for _ in range(200):
+        bn = 2 ** int(torch.randint(4, 7, (), generator=gen))
+        bm = bn * 2 ** int(torch.randint(0, 3, (), generator=gen))
+        S = int(torch.randint(1, 500, (), generator=gen))
+        start_m = bm * int(torch.randint(0, 500 // bm + 2, (), generator=gen))
+        for causal in (False, True):
+            want = ex08._brute_key_range(start_m, S, bm, bn, causal)
+            assert ex08.solution_key_range(start_m, S, bm, bn, causal) == want
+
+
+def test_key_range_without_the_cap_at_whole_blocks():
+    def wrong(start_m, S, bm, bn, causal):
+        return (start_m, min(start_m + bm, S)) if causal else ((S // bn) * bn, S)
+
+    _fails(ex08.check_key_range, wrong, "expected (full_end, end)", "shorter than block_n",
+           "min(start_m, (S // block_n) * block_n)")
+
+
+def test_key_range_past_the_last_key():
+    def wrong(start_m, S, bm, bn, causal):
+        s_full = (S // bn) * bn
+        return (min(start_m, s_full), start_m + bm) if causal else (s_full, S)
+
+    _fails(ex08.check_key_range, wrong, "min(start_m + block_m, S)")
+
+
+def test_key_range_stopping_at_the_first_row():
+    def wrong(start_m, S, bm, bn, causal):
+        s_full = (S // bn) * bn
+        return (min(start_m, s_full), min(start_m + 1, S)) if causal else (s_full, S)
+
+    _fails(ex08.check_key_range, wrong, "*last* query")
+
+
+def test_key_range_ignoring_causal():
+    def wrong(start_m, S, bm, bn, causal):
+        return (S // bn) * bn, S
+
+    _fails(ex08.check_key_range, wrong, "causal=True", "start_m + block_m")
+
+
+def test_key_range_causal_without_a_mask():
+    def wrong(start_m, S, bm, bn, causal):
+        return min(start_m, (S // bn) * bn), min(start_m + bm, S)
+
+    _fails(ex08.check_key_range, wrong, "Without a causal mask every query sees every key")
+
+
+def test_key_range_diagonal_block_unmasked():
+    def wrong(start_m, S, bm, bn, causal):
+        s_full = (S // bn) * bn
+        return (min(start_m + bm, s_full), min(start_m + bm, S)) if causal else (s_full, S)
+
+    _fails(ex08.check_key_range, wrong, "above the diagonal", "at most start_m")
+
+
+def test_key_range_tail_not_a_whole_block():
+    def wrong(start_m, S, bm, bn, causal):
+        return (min(start_m, S), min(start_m + bm, S)) if causal else (S, S)
+
+    _fails(ex08.check_key_range, wrong, "multiple of block_n")
+
+
+def test_key_range_everything_masked_is_slow_but_named():
+    def wrong(start_m, S, bm, bn, causal):
+        return 0, (min(start_m + bm, S) if causal else S)
+
+    _fails(ex08.check_key_range, wrong, "need no mask")
+
+
+def test_key_range_shape_of_the_answer():
+    _fails(ex08.check_key_range, lambda *a: 3, "return a pair")
+    _fails(ex08.check_key_range, lambda *a: (0.0, 1.0), "should be an int")
+
+
+# --- exercise 2: exp2 update -----------------------------------------------------------------
+
+
+def _update(s_units, exp_p, exp_alpha, rescale=True, shift_inf=True, natural_m=False):
+    def fn(m2, l, acc, s_raw, v, scale):
+        s2 = s_units(s_raw, scale)
+        m_new = torch.maximum(m2, s2.amax(-1))
+        shift = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new) \
+            if shift_inf else m_new
+        p = exp_p(s2 - shift.unsqueeze(-1))
+        alpha = exp_alpha(m2 - shift)
+        acc_new = (alpha.unsqueeze(-1) * acc if rescale else acc) + p @ v
+        return (m_new / math.log2(math.e) if natural_m else m_new), alpha * l + p.sum(-1), acc_new
+
+    return fn
+
+
+def log2_units(s, scale):
+    """Raw scores in log2 units of the scaled scores."""
+    return s * scale * math.log2(math.e)
+
+
+def test_exp2_update_solution_is_the_natural_update(gen):
+    m2 = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    l = torch.rand(3, 5, generator=gen, dtype=torch.float64) + 0.5
+    acc = torch.randn(3, 5, 4, generator=gen, dtype=torch.float64)
+    s, v = (torch.randn(3, 5, 7, generator=gen, dtype=torch.float64),
+            torch.randn(3, 7, 4, generator=gen, dtype=torch.float64))
+    got = ex08.solution_exp2_update(m2, l, acc, s, v, 0.3)
+    want = ex08._natural_update(m2, l, acc, s, v, 0.3)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_exp2_update_forgetting_log2e():
+    _fails(ex08.check_exp2_update, _update(lambda s, c: s * c, torch.exp2, torch.exp2),
+           "common mistake", "scale * log2(e)")
+
+
+def test_exp2_update_mixing_exp_and_log2_units():
+    _fails(ex08.check_exp2_update, _update(log2_units, torch.exp, torch.exp), "must be exp2")
+
+
+def test_exp2_update_alpha_with_exp():
+    _fails(ex08.check_exp2_update, _update(log2_units, torch.exp2, torch.exp), "alpha = exp2")
+
+
+def test_exp2_update_acc_not_rescaled():
+    _fails(ex08.check_exp2_update, _update(log2_units, torch.exp2, torch.exp2, rescale=False),
+           "acc was not rescaled")
+
+
+def test_exp2_update_nan_on_rows_with_no_key():
+    msg = _fails(ex08.check_exp2_update,
+                 _update(log2_units, torch.exp2, torch.exp2, shift_inf=False),
+                 "-inf - (-inf) is NaN")
+    assert "window mask" in msg
+
+
+def test_exp2_update_maximum_in_natural_units():
+    _fails(ex08.check_exp2_update,
+           _update(log2_units, torch.exp2, torch.exp2, natural_m=True), "natural units")
+
+
+def test_exp2_update_wrong_return():
+    _fails(ex08.check_exp2_update, lambda m2, l, acc, s, v, c: (m2, l), "triple")
+    _fails(ex08.check_exp2_update, lambda m2, l, acc, s, v, c: (m2, l, acc[..., 0]),
+           "should be a tensor of shape")
+
+
+def test_exp2_update_a_crash_is_reported():
+    def crash(m2, l, acc, s, v, c):
+        return m2, l, acc @ v
+
+    _fails(ex08.check_exp2_update, crash, "your function raised")
+
+
+# --- exercise 3: causal flops ----------------------------------------------------------------
+
+
+def test_causal_flops_counts_match_tiling(gen):
+    for _ in range(50):
+        bn = 2 ** int(torch.randint(4, 7, (), generator=gen))
+        bm = bn * 2 ** int(torch.randint(0, 2, (), generator=gen))
+        L, S = (int(torch.randint(1, 2000, (), generator=gen)) for _ in range(2))
+        got = ex08.solution_causal_flops(L, S, 64, bm, bn)
+        assert got == ex08._flops_reference(L, S, 64, bm, bn)
+    # L = S = 4096 in 128 x 64 tiles: 32 query blocks see 2, 4, ..., 64 key blocks.
+    assert ex08.solution_causal_flops(4096, 4096, 64, 128, 64) == 1056 * 4 * 128 * 64 * 64
+    assert count_tiles(4096, 4096, 128, 64, causal=True).computed == 1056
+
+
+def _flops_with(mistake):
+    def fn(L, S, D, bm, bn):
+        return ex08._flops_mistakes(L, S, D, bm, bn)[mistake]
+
+    return fn
+
+
+@pytest.mark.parametrize(("index", "fragment"), [
+    (0, "visible (query, key) pairs"),
+    (1, "nominal 2 L S D"),
+    (2, "never loaded"),
+    (3, "one matrix product"),
+    (4, "clipped the last query block"),
+    (5, "real size"),
+])
+def test_causal_flops_mistakes_are_named(index, fragment):
+    mistake = list(ex08._flops_mistakes(100, 100, 64, 64, 32))[index]
+    _fails(ex08.check_causal_flops, _flops_with(mistake), fragment, "computed tiles")
+
+
+def test_causal_flops_float_is_refused():
+    _fails(ex08.check_causal_flops, lambda *a: float(ex08.solution_causal_flops(*a)),
+           "should be an int")

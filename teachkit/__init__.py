@@ -18,10 +18,21 @@ compare
     relative error against a float64 reference.
 traffic
     bytes moved by each softmax formulation, counted and measured (notebook 05).
+tiling
+    which (query block, key block) tiles a causal kernel computes, masks or skips.
 kernels
-    the Triton kernels (imported on demand; needs Triton, Linux only).
+    the Triton kernels: softmax, FlashAttention, split-KV and paged decoding (imported on
+    demand; needs Triton, Linux only).
+paging
+    a paged KV cache: a simulated allocator, block tables, scattering a cache into pages.
+ring
+    ring attention across processes on ``torch.distributed`` (gloo on CPUs, NCCL on GPUs).
+cute
+    the online softmax as a CuTe DSL kernel (optional extra ``[cute]``) and its thread, warp
+    and block tiers simulated in torch.
 bench
-    ``python -m teachkit.bench``: kernels beside PyTorch and the device's ceilings.
+    ``python -m teachkit.bench softmax|ceilings|traffic|attention|decode``: kernels beside
+    PyTorch and the device's ceilings.
 plots
     matplotlib helpers (imported on demand).
 exercises

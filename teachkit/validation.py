@@ -79,6 +79,9 @@ def require_broadcastable(*pairs: tuple[str, torch.Tensor]) -> torch.Size:
     """
     for name, t in pairs:
         require_float_tensor(t, name)
+    shapes = [t.shape for _, t in pairs]
+    if all(s == shapes[0] for s in shapes):  # the common case, without broadcast_shapes' imports
+        return shapes[0]
     try:
         return torch.broadcast_shapes(*(t.shape for _, t in pairs))
     except RuntimeError:

@@ -13,6 +13,11 @@ traces             the running max and denominator along a row (03)
 reduction_tree     a GPU block's butterfly and shared-memory reduction (03)
 merges             chunk-local probabilities rescaled; the weights of merged parts (04)
 bench              achieved bandwidth per provider against the copy ceiling (06)
+attention          memory against length; the causal tile schedule (07, 08)
+attention_bench    TFLOP/s against length per attention provider (08)
+decode             decoding: programs against SMs, paged-cache waste, block tables, speed-ups (09)
+ring               ring attention: schedules, work per rank, timelines, memory per worker (10)
+cute               a row over threads and vectors; what each tier holds (11)
 =================  ==========================================================================
 """
 

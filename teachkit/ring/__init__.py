@@ -12,7 +12,8 @@ module         what it holds
 layout         which tokens a rank holds (contiguous or striped), which block it meets at each
                step and under which mask, the work per rank
 attention      the ring loop of one rank (:func:`ring_attention`), the same loop for all ranks in
-               one process (:func:`simulate_ring`), one step and the in-place merge
+               one process (:func:`simulate_ring`, timed: :func:`ring_step_times`), one step
+               and the in-place merge
 launch         :func:`run_ring`: start ``W`` processes in a ``torch.distributed`` group (gloo on
                CPUs, NCCL with a GPU per rank), run a function, collect results or the error
 workers        targets the spawned ranks run, and :func:`run_ring_attention` (whole sequences in,

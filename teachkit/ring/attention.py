@@ -16,7 +16,8 @@ rank computes; it waits for the transfer only after the computation (``overlap=T
 
 :func:`ring_attention` is that loop for one rank of a running ``torch.distributed`` process group;
 :func:`simulate_ring` runs the same steps for all ranks in one process, without communication,
-which is handy for teaching and testing. Both fold each block in with :func:`ring_step`.
+which is handy for teaching and testing, and :func:`ring_step_times` times them. All fold each
+block in with :func:`ring_step`.
 """
 
 from __future__ import annotations
@@ -399,7 +400,8 @@ class RankResult:
         (time still spent waiting for the exchange after computing).
     held_bytes : dict
         Bytes of each buffer the rank holds through the loop: its queries, the key/value block
-        in hand, the one in flight, the output accumulator and its lse.
+        in hand, the one in flight, the output accumulator and its lse, and the caller's ``k``
+        and ``v`` when they were not donated to the ring.
     """
 
     out: torch.Tensor

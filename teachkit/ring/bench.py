@@ -3,9 +3,10 @@
 :func:`bench_ring` starts ``W`` ranks (NCCL, one GPU each) once. For each sequence length ``N``
 (growing) and each mask, rank 0 first runs :func:`teachkit.kernels.flash_attention` on the whole
 sequence alone (the one-GPU baseline), then all ranks run
-:func:`~teachkit.ring.attention.ring_attention` on their ``N / W`` tokens (causal runs use the
-striped layout). It records the time (median of ``repeats``, slowest rank), the rate in TFLOP/s,
-the peak of allocated memory per GPU, and the time ranks spent waiting for blocks.
+:func:`~teachkit.ring.attention.ring_attention` on their ``N / W`` tokens (causal runs twice:
+contiguous tokens, then striped, to measure the imbalance). It records the time (median of
+``repeats``, slowest rank), the rate in TFLOP/s, the peak of allocated memory per GPU, and the
+time ranks spent waiting for blocks.
 
 With ``memory_cap_gib`` every process may allocate only that much
 (``torch.cuda.set_per_process_memory_fraction``): a smaller GPU, emulated, so that the length where
@@ -62,10 +63,11 @@ class RingBench:
     Attributes
     ----------
     results : list of Measurement
-        Per (mask, length): ``unit="TFLOP/s"`` rows for providers ``"1 GPU"`` and
-        ``"ring, W GPUs"`` (``"1 process"``, ``"ring, W processes"`` on a CPU; ``ms`` is the
-        time); ``unit="GiB peak"`` rows, the peak allocated
-        memory of the one GPU and of the fullest ring GPU (``value``, ``ms`` repeats the time);
+        Per (mask, length): ``unit="TFLOP/s"`` rows for providers ``"1 GPU"``,
+        ``"ring, W GPUs, contiguous"`` and, causal only, ``"ring, W GPUs, striped"``
+        (``"1 process"``, ``"ring, W processes, ..."`` on a CPU; ``ms`` is the time);
+        ``unit="GiB peak"`` rows, the peak allocated memory of the one GPU and of the fullest
+        ring GPU (``value``, ``ms`` repeats the time);
         ``unit="% waiting"`` rows for the ring, the share of the run the slowest-waiting rank spent
         waiting for blocks (``ms`` is that wait). A provider that ran out of memory has no row.
     context : dict
@@ -140,7 +142,7 @@ def _one_device(ctx: RingContext, shape: tuple[int, ...], dtype: torch.dtype, ca
 
 
 def _ring(ctx: RingContext, shape: tuple[int, ...], dtype: torch.dtype, causal: bool,
-          repeats: int, need_bytes: int) -> dict[str, float] | None:
+          layout: str, repeats: int, need_bytes: int) -> dict[str, float] | None:
     """All ranks: the ring on their shards; ``None`` (on every rank) if one rank cannot fit it."""
     import torch.distributed as dist
 
@@ -159,7 +161,6 @@ def _ring(ctx: RingContext, shape: tuple[int, ...], dtype: torch.dtype, causal: 
         q = k = v = None
         _free(ctx.device)
         return None
-    layout = "striped" if causal else "contiguous"
     last: list[Any] = []
 
     def run() -> None:
@@ -203,9 +204,12 @@ def ring_benchmark_worker(ctx: RingContext, lengths: list[int], batch: int, head
             if ctx.rank == 0 and one_fits:
                 one = _one_device(ctx, (batch, heads, N, head_dim), torch_dtype, causal, repeats)
             dist.barrier()
-            ring = _ring(ctx, (batch, heads, n, head_dim), torch_dtype, causal, repeats, need)
-            ring_ran = ring_ran or ring is not None
-            rows.append({"N": N, "causal": causal, "one": one, "ring": ring,
+            rings = {}
+            for layout in ("contiguous", "striped") if causal else ("contiguous",):
+                rings[layout] = _ring(ctx, (batch, heads, n, head_dim), torch_dtype, causal,
+                                      layout, repeats, need)
+                ring_ran = ring_ran or rings[layout] is not None
+            rows.append({"N": N, "causal": causal, "one": one, "ring": rings,
                          "gpu_memory": total})
         if ctx.rank == 0:
             one_fits = one_fits and any(r["one"] for r in rows if r["N"] == N)
@@ -234,7 +238,7 @@ def bench_ring(
     dtype : str
         ``"fp16"``, ``"bf16"`` or ``"fp32"``.
     causal : tuple of bool
-        Masks to run at each length (causal runs use the striped layout).
+        Masks to run at each length (causal runs both layouts).
     memory_cap_gib : float, optional
         Memory each process may allocate (an emulated smaller GPU); ``None``: the whole GPU.
     repeats : int
@@ -276,7 +280,9 @@ def bench_ring(
     for row in rows:
         problem = f"{'causal' if row['causal'] else 'full'} N={row['N']}"
         flops = ring_flops(batch, heads, row["N"], head_dim, row["causal"])
-        for provider, got in ((one_name, row["one"]), (ring_name, row["ring"])):
+        runs = [(one_name, row["one"])]
+        runs += [(f"{ring_name}, {layout}", got) for layout, got in row["ring"].items()]
+        for provider, got in runs:
             if got is None:
                 continue
             ms = got["seconds"] * 1e3
@@ -285,7 +291,7 @@ def bench_ring(
             if got["peak"]:
                 results.append(Measurement(problem, dtype, provider, ms, got["peak"] / 2**30,
                                            "GiB peak"))
-            if provider == ring_name:
+            if provider != one_name:
                 results.append(Measurement(problem, dtype, provider, got["wait_ms"],
                                            100 * got["wait_ms"] / ms, "% waiting"))
     gpu_memory = float(rows[0]["gpu_memory"]) if rows else 0.0
@@ -297,7 +303,8 @@ def bench_ring(
         "head_dim": float(head_dim), "memory_cap_gib": float(memory_cap_gib or 0),
         "gpu_memory_gib": gpu_memory / 2**30, "memory_per_process_gib": memory / 2**30,
         "longest_one_gpu": float(max((r["N"] for r in rows if r["one"]), default=0)),
-        "longest_ring": float(max((r["N"] for r in rows if r["ring"]), default=0)),
+        "longest_ring": float(max((r["N"] for r in rows if any(r["ring"].values())),
+                                  default=0)),
         "computed_longest_one_gpu": float(one_max), "computed_longest_ring": float(ring_max),
     }
     return RingBench(results, context)

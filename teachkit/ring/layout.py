@@ -131,7 +131,10 @@ def positions(rank: int, world_size: int, n_local: int, layout: str = "contiguou
 
 def shard(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous",
           dim: int = -2) -> torch.Tensor:
-    """Rank ``rank``'s block of ``x`` along ``dim`` (the sequence axis), as a contiguous tensor.
+    """Rank ``rank``'s block of ``x`` along ``dim`` (the sequence axis), as a new tensor.
+
+    The block is a contiguous copy, never a view of ``x``: a rank may use it as a buffer (the
+    ring overwrites donated key/value blocks) without touching the whole sequence.
 
     Parameters
     ----------
@@ -159,7 +162,7 @@ def shard(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous
         index = [slice(None)] * x.dim()
         index[dim] = slice(rank, None, world_size)
         block = x[tuple(index)]
-    return block.contiguous()
+    return block.clone(memory_format=torch.contiguous_format)
 
 
 def unshard(blocks: Sequence[torch.Tensor], layout: str = "contiguous",

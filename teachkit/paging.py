@@ -129,7 +129,7 @@ class ServingStats:
     preemptions : int
         Sequences evicted to free pages for others (``"paged"`` only; they start again).
     snapshot : list of tuple
-        The memory at the step when the most sequences ran, for pictures:
+        The memory at the step when it held the most tokens, for pictures:
         ``(sequence, start, reserved, written)`` per region (for paged, per page).
     """
 
@@ -276,14 +276,14 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
         totals = [a + b for a, b in zip(totals, sample, strict=True)]
         if queue:  # a sequence is waiting: memory is what limits the batch
             busy = [a + b for a, b in zip(busy, sample, strict=True)]
-        if len(running) > best[0]:
+        if tokens > best[0]:
             if paged:
                 snap = [(s, p * page_size, page_size,
                          max(0, min(page_size, written[s] - k * page_size)))
                         for s in running for k, p in enumerate(pages[s])]
             else:
                 snap = [(s, regions[s], size(s), written[s]) for s in running]
-            best = (len(running), snap)
+            best = (tokens, snap)
         for seq in [s for s in running if written[s] == lengths[s]]:
             running.remove(seq)
             if paged:
@@ -383,6 +383,11 @@ def build_block_table(cache_seqlens: torch.Tensor | list[int], page_size: int,
     -------
     torch.Tensor
         ``(B, max_pages)`` int32.
+
+    Examples
+    --------
+    >>> build_block_table([6, 2], page_size=4).tolist()  # no generator: pages in order
+    [[0, 1], [2, -1]]
     """
     need = pages_needed(cache_seqlens, page_size)
     total = int(need.sum())
@@ -470,6 +475,13 @@ def scatter_to_pages(cache: torch.Tensor, block_table: torch.Tensor,
     -------
     torch.Tensor
         ``(num_pages, page_size, H_kv, D)`` in the cache's dtype and device.
+
+    Examples
+    --------
+    >>> cache = torch.arange(5.0).reshape(1, 1, 5, 1)  # one sequence, one head, D = 1
+    >>> pool = scatter_to_pages(cache, torch.tensor([[2, 0]]), [5], page_size=3, num_pages=3)
+    >>> pool[..., 0, 0].tolist()  # page 2 holds tokens 0-2, page 0 holds tokens 3-4
+    [[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]
     """
     lengths = _lengths(cache_seqlens)
     _pool_checks(cache, block_table, lengths)
@@ -541,6 +553,13 @@ def paged_from_contiguous(
         ``(num_pages, page_size, H_kv, D)``.
     block_table : torch.Tensor
         ``(B, max_pages)`` int32 on the caches' device.
+
+    Examples
+    --------
+    >>> k, v = torch.randn(2, 1, 9, 4), torch.randn(2, 1, 9, 4)
+    >>> k_pool, v_pool, table = paged_from_contiguous(k, v, [9, 3], page_size=4)
+    >>> k_pool.shape, table.tolist()
+    (torch.Size([4, 4, 1, 4]), [[0, 1, 2], [3, -1, -1]])
     """
     lengths = _lengths(cache_seqlens)
     table = build_block_table(lengths, page_size, num_pages, gen)

@@ -121,13 +121,15 @@ def test_paged_cache_equals_contiguous(page_size, Lq, gen):
     assert relative_error(paged, flat) < 1e-6 and relative_error(lse_p, lse_f) < 1e-6
 
 
-def test_paged_with_int64_table_and_default_lengths(gen):
+def test_paged_with_int64_indices(gen):
     q, _, _, k_ref, v_ref, _ = make(2, 2, 2, 1, 32, 16, gen, torch.float32, lens=[32, 32])
-    lens = torch.tensor([32, 32])
+    lens = torch.tensor([32, 19])
     k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens, 8, gen=gen)
     out = decode_attention(q, k_pool.to(DEV), v_pool.to(DEV), block_table=table.long().to(DEV),
-                           cache_seqlens=None, num_splits=2)  # default: the table's 32 tokens
+                           cache_seqlens=lens.to(DEV), num_splits=2)
     assert relative_error(out, reference(q, k_ref, v_ref, lens)[0]) < 1e-5
+    with pytest.raises(ValueError, match="pass cache_seqlens"):
+        decode_attention(q, k_pool.to(DEV), v_pool.to(DEV), block_table=table.to(DEV))
 
 
 def test_scale_config_and_strided_caches(gen):

@@ -184,10 +184,11 @@ def _bench_problem(batch: int, length: int, torch_dtype: torch.dtype, dtype: str
                 continue
         elif name == PAGED:  # the same cache in shuffled pages; built, timed, freed
             lens = torch.full((batch,), length, dtype=torch.int32)
+            lens_dev = lens.to(DEVICE)
             k_pool, v_pool, table = paged_from_contiguous(
                 k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
-            ms = _check_and_time(name, label, lambda kp=k_pool, vp=v_pool, t=table:
-                                 decode_attention(q, kp, vp, block_table=t, **kw), ref)
+            ms = _check_and_time(name, label, lambda kp=k_pool, vp=v_pool, t=table, n=lens_dev:
+                                 decode_attention(q, kp, vp, n, t, **kw), ref)
             del k_pool, v_pool
         else:
             splits = 1 if name == UNSPLIT else num_splits
@@ -210,7 +211,19 @@ def _check_and_time(name: str, label: str, fn: Callable[[], torch.Tensor],
 
 def summary(results: list[Measurement], ceiling: float) -> str:
     """One line per problem: split-KV against the copy ceiling, the best SDPA backend, the
-    unsplit kernel, and paged against contiguous."""
+    unsplit kernel, and paged against contiguous.
+
+    Examples
+    --------
+    >>> rows = [Measurement("B=1 S=4096", "fp16", p, 1.0, v, "GB/s") for p, v in
+    ...         (("SDPA cuDNN", 1650), (UNSPLIT, 500), (PAGED, 2600), (SPLIT, 2700))]
+    >>> for part in summary(rows, ceiling=3000).split(", "):
+    ...     print(part)
+    B=1 S=4096: split-KV 2700 GB/s = 90% of copy
+    1.64x SDPA cuDNN
+    5.4x unsplit
+    paged 96% of split-KV
+    """
     lines = []
     for label in dict.fromkeys(r.problem for r in results):
         got = {r.provider: r.value for r in results if r.problem == label}

@@ -45,6 +45,7 @@ configuration for the compile check of ``python -m teachkit.kernels``.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -103,7 +104,7 @@ def _fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, 
         slot = (start_n % PAGE_SIZE + offs_n).to(tl.int64)
         k_rows = page * stride_kp + slot * stride_kn
         v_rows = page * stride_vp + slot * stride_vn
-    elif PAGE_SIZE > 0:  # several pages per block: one table entry per key
+    elif PAGE_SIZE > 0:  # a block may cross pages: one table entry per key
         if MASKED:
             page = tl.load(table_row + cols // PAGE_SIZE, mask=in_seq, other=0)
         else:
@@ -332,12 +333,24 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 def max_rows(head_dim: int, dtype: torch.dtype) -> int:
     """Most query rows (``(H / H_kv) * Lq``) one program holds: 64, or 32 when a row takes more
     than 256 bytes (``D = 256`` in fp16, ``D >= 128`` in float32), to fit a T4's shared memory.
-    More rows take several programs (the grid's third axis)."""
+    More rows take several programs (the grid's third axis).
+
+    Examples
+    --------
+    >>> max_rows(128, torch.float16), max_rows(256, torch.bfloat16)
+    (64, 32)
+    """
     return 64 if head_dim * (4 if dtype == torch.float32 else 2) <= 256 else 32
 
 
 def sm_count(device: torch.device | str | None = None) -> int:
-    """Streaming multiprocessors of the GPU (132 on an H100 SXM); :data:`INTERPRETER_SMS` on CPU."""
+    """Streaming multiprocessors of the GPU (132 on an H100 SXM); :data:`INTERPRETER_SMS` on CPU.
+
+    Examples
+    --------
+    >>> sm_count() >= 1
+    True
+    """
     if INTERPRETED:
         return INTERPRETER_SMS
     return torch.cuda.get_device_properties(device or "cuda").multi_processor_count
@@ -474,6 +487,12 @@ def _check_values(seqlens: torch.Tensor, table: torch.Tensor | None, capacity: i
 # ---------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=16)
+def _full_lengths(B: int, S: int, device: torch.device) -> torch.Tensor:
+    """``(B,)`` int32 lengths ``S``, made once per shape (a decoding loop calls every step)."""
+    return torch.full((B,), S, dtype=torch.int32, device=device)
+
+
 def decode_mask(cache_seqlens: torch.Tensor, Lq: int, S: int) -> torch.Tensor:
     """Boolean ``(B, 1, Lq, S)`` mask of decoding: query ``i`` sees key ``j`` iff
     ``j <= n - Lq + i``, with ``n`` the sequence's length (bottom-right aligned).
@@ -525,8 +544,9 @@ def decode_attention(
         and device.
     cache_seqlens : torch.Tensor, optional
         ``(B,)`` int32 or int64: the number ``n`` of valid keys of each sequence, at most the
-        cache's length; default: all of it (``S``, or the table's ``max_pages * page_size``).
-        Query ``i`` sees keys ``j <= n - Lq + i`` (see :func:`decode_mask`).
+        cache's length (or the table's ``max_pages * page_size``); default ``S`` for a
+        contiguous cache, required with a ``block_table``. Query ``i`` sees keys
+        ``j <= n - Lq + i`` (see :func:`decode_mask`).
     block_table : torch.Tensor, optional
         ``(B, max_pages)`` int32 or int64: ``block_table[b, p]`` is the pool page holding tokens
         ``p * page_size .. (p + 1) * page_size - 1`` of sequence ``b``. Entries past a
@@ -561,7 +581,7 @@ def decode_attention(
     Examples
     --------
     >>> import torch, teachkit
-    >>> from teachkit.kernels import decode_attention
+    >>> from teachkit.kernels.decode import decode_attention, decode_mask
     >>> q = torch.randn(2, 4, 1, 16, device=teachkit.DEVICE)
     >>> k, v = (torch.randn(2, 2, 50, 16, device=teachkit.DEVICE) for _ in range(2))
     >>> lens = torch.tensor([50, 21], device=teachkit.DEVICE)
@@ -592,12 +612,15 @@ def decode_attention(
     else:
         num_pages, page_size = 0, 0
         capacity = k_cache.shape[2]
+    if cache_seqlens is None and paged:
+        raise ValueError("a paged cache has no length of its own: pass cache_seqlens (B,) with "
+                         "the block_table, the number of tokens of every sequence")
     if cache_seqlens is None:
-        seqlens = torch.full((B,), capacity, dtype=torch.int32, device=q.device)
+        seqlens = _full_lengths(B, capacity, q.device)
     else:
         seqlens = _require_index_tensor(cache_seqlens, "cache_seqlens", (B,), q.device,
                                         "lengths (one per sequence)").to(torch.int32)
-    if check_values and B > 0:
+    if check_values and B > 0 and (cache_seqlens is not None or paged):
         _check_values(seqlens, block_table, capacity, page_size, num_pages)
     if paged:
         block_table = block_table.to(torch.int32)
@@ -667,9 +690,10 @@ def launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`decode_attention` may launch on a GPU, for compile checks.
 
     The split kernel per (GPU class, head dim, element size), for one query row
-    (``BLOCK_M = 16``) and for the most rows (grouped-query attention, several tokens); in
-    16-bit also with pages of 16 (one table entry per key) and of 128 (one per key block); the
-    merge kernel for 2 and :data:`MAX_SPLITS` splits. Head-dim strides of 1 are constants, as
+    (``BLOCK_M = 16``) and for the most rows (grouped-query attention, several tokens; in float32
+    for ``D >= 128`` only); in 16-bit with ``D`` of 64 and 128 also with pages of 16 (one table
+    entry per key) and of 128 (one per key block); the merge kernel for 2 and
+    :data:`MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim strides of 1 are constants, as
     Triton specialises them at launch for contiguous tensors.
     """
     unit_strides = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
@@ -695,9 +719,12 @@ def launch_configs() -> list[KernelConfig]:
         for d in HEAD_DIMS:
             rows = max_rows(d, dtype)
             # (page size, rows): contiguous; pages smaller than a key block (one table entry
-            # per key); pages of whole key blocks (one entry per block). fp32: contiguous only.
-            variants = [(0, 16), (0, rows)]
-            if size == 2:
+            # per key); pages of whole key blocks (one entry per block). Fewer in float32 and
+            # for the paged variants, to keep the check short: the tiles are the same.
+            variants = [(0, 16)]
+            if size == 2 or d >= 128:
+                variants.append((0, rows))
+            if size == 2 and d in (64, 128):
                 variants += [(16, 16), (128, rows)]
             for cls, capability in GPU_CLASSES.items():
                 cfg = decode_config(d, dtype, capability)
@@ -718,7 +745,7 @@ def launch_configs() -> list[KernelConfig]:
                      "stride_oh", "stride_om", "stride_od", "H", "Lq", "num_splits"):
             merge_sig[name] = "i32"
         merge_sig.update({"HEAD_DIM": "constexpr", "SPLITS": "constexpr"})
-        for d in HEAD_DIMS:
+        for d in (64, 128, 256):
             for splits in (2, MAX_SPLITS):
                 configs.append(KernelConfig(
                     f"decode merge {ty} D={d} SPLITS={splits}", _decode_merge_kernel, merge_sig,

@@ -15,10 +15,12 @@ except ImportError as err:  # pragma: no cover - exercised on macOS/Windows only
         "torch references in teachkit.softmax and teachkit.attention, or run on Linux/Colab"
     ) from err
 
+from .decode import decode_attention
 from .flash import flash_attention
 from .softmax_kernels import softmax, softmax_blog, softmax_fused, softmax_online, softmax_split
 
 __all__ = [
+    "decode_attention",
     "flash_attention",
     "softmax",
     "softmax_blog",

@@ -64,10 +64,10 @@ def compile_for(config: KernelConfig, capability: int) -> int:
 
 def all_launch_configs() -> list[KernelConfig]:
     """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
-    from . import flash, flash_simple, softmax_kernels
+    from . import decode, flash, flash_simple, softmax_kernels
 
     return (softmax_kernels.launch_configs() + flash.launch_configs()
-            + flash_simple.launch_configs())
+            + flash_simple.launch_configs() + decode.launch_configs())
 
 
 def check_config(config: KernelConfig, capability: int) -> str | None:

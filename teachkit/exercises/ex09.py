@@ -1,0 +1,376 @@
+r"""Exercises of notebook 09, *split-KV decoding and paged attention*.
+
+Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+
+1. :func:`check_num_splits`: how many ranges to cut each row's keys into so that a decoding
+   grid fills the GPU (the rule of :func:`teachkit.kernels.decode.choose_num_splits`).
+2. :func:`check_merge_splits`: merge the partial ``(out, lse)`` of any number of splits at once,
+   empty splits included: what the merge kernel does for every row.
+3. :func:`check_token_rows`: translate logical token positions through a block table into rows
+   of a page pool.
+
+Every checker runs the learner's function on fresh random cases and compares with a reference
+(the library's rule, float64 attention over all keys, the pool's contents); a wrong answer
+raises :class:`~teachkit.exercises.checking.ExerciseFailed` naming the case and the likely slip.
+
+Examples
+--------
+>>> check_num_splits(solution_num_splits)
+[correct] Choose the number of splits of a decoding grid
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..compare import relative_error
+from ..kernels.decode import MAX_SPLITS, choose_num_splits
+from ..paging import build_block_table
+from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+
+__all__ = [
+    "check_num_splits",
+    "solution_num_splits",
+    "check_merge_splits",
+    "solution_merge_splits",
+    "check_token_rows",
+    "solution_token_rows",
+]
+
+NEG_INF = float("-inf")
+
+
+def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
+    return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+
+def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
+    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, ExerciseFailed):
+        raise
+    except Exception as err:
+        shapes = ", ".join(
+            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
+            else repr(a) for a in args)
+        raise ExerciseFailed(f"On {case}: your function raised {type(err).__name__}: {err}\n"
+                             f"  It was called with: {shapes}.") from err
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1: the number of splits
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_num_splits(programs: int, key_blocks: int, sms: int) -> int:
+    """The smallest number of splits that gives every SM two programs, within bounds.
+
+    The unsplit grid has ``programs`` programs (``B * H_kv``); ``s`` splits make
+    ``programs * s``. Two programs per SM need ``s = ceil(2 * sms / programs)``. A split must
+    hold at least one key block, so ``s <= key_blocks``, and the merge kernel takes at most
+    ``MAX_SPLITS`` (128); there is always at least one split.
+    """
+    want = -(-2 * sms // programs)  # ceil(2 * sms / programs), in integers
+    return max(1, min(want, key_blocks, MAX_SPLITS))
+
+
+_SPLIT_MISTAKES: dict[str, Callable[[int, int, int], int]] = {
+    "you rounded down: 2 * sms // programs leaves some SMs with fewer than two programs. Round "
+    "up: -(-2 * sms // programs), or math.ceil(2 * sms / programs).":
+        lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS)),
+    "you aimed at one program per SM. Two per SM let one program's memory stalls hide behind "
+    "another's: ceil(2 * sms / programs).":
+        lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS)),
+    "a split must hold at least one key block: bound the answer by key_blocks (a short cache "
+    "cannot be cut into more pieces than it has blocks).":
+        lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS)),
+    f"the merge kernel takes at most MAX_SPLITS = {MAX_SPLITS} partials per row: bound the "
+    "answer by it.":
+        lambda p, k, s: max(1, min(-(-2 * s // p), k)),
+    "there is always at least one split (an empty cache still needs its one program, which "
+    "writes zeros): max(1, ...).":
+        lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS),
+}
+
+
+@exercise(
+    "Choose the number of splits of a decoding grid",
+    "splits = ceil(2 * sms / programs): enough programs for two per SM; then at most key_blocks "
+    f"(a split holds a block or more), at most {MAX_SPLITS}, and at least 1.",
+)
+def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
+    """Check ``fn(programs, key_blocks, sms) -> int`` against the library's rule.
+
+    Cases: a T4 (40 SMs), an A100 (108) and an H100 (132); unsplit grids of 1 to 1024
+    programs (batch 1 to 32 times 8 or 32 heads, and odd counts); caches of 0, 1, 3 key blocks
+    and of thousands.
+    """
+    gen = fresh_generator()
+    cases = [(b * h, blocks, sms) for sms in (40, 108, 132) for b in (1, 2, 8, 16, 32)
+             for h in (8, 32) for blocks in (0, 1, 3, 2048)]
+    cases += [(1, 5000, 132), (1, 200, 132)]
+    cases += [(_randint(1, 700, gen), _randint(0, 4000, gen), _randint(10, 150, gen))
+              for _ in range(30)]
+    for programs, blocks, sms in cases:
+        case = f"programs = {programs}, key_blocks = {blocks}, sms = {sms}"
+        got = _call(fn, case, programs, blocks, sms)
+        want = choose_num_splits(programs, blocks, sms)
+        expect(isinstance(got, int) and not isinstance(got, bool),
+               f"On {case}: return an int, got {type(got).__name__} {got!r}.")
+        if got != want:
+            advice = next((e for e, wrong in _SPLIT_MISTAKES.items()
+                           if wrong(programs, blocks, sms) == got), "")
+            raise ExerciseFailed(
+                f"On {case}: expected {want} splits ({programs * want} programs), got {got}."
+                + (f"\n  Your answer matches a common slip: {advice}" if advice else
+                   "\n  " + _split_hint(programs, blocks, sms)))
+
+
+def _split_hint(programs: int, blocks: int, sms: int) -> str:
+    return (f"two programs per SM need {2 * sms} programs, so ceil({2 * sms} / {programs}) = "
+            f"{-(-2 * sms // programs)} splits, then bounded by key_blocks = {blocks}, by "
+            f"{MAX_SPLITS} and from below by 1.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2: merge many partials
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_merge_splits(outs: torch.Tensor, lses: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Merge the partial results of ``n`` splits of the keys: notebook 04's rule for ``n`` parts.
+
+    .. math::  m = \max_s lse_s,\quad w_s = e^{lse_s - m},\quad
+               out = \frac{\sum_s w_s\, out_s}{\sum_s w_s},\quad lse = m + \log \sum_s w_s.
+
+    Subtracting the largest lse keeps every weight in ``[0, 1]`` (no overflow, however large
+    the scores); an empty split (``lse = -inf``) weighs 0. A row whose splits are all empty saw
+    no key: zeros and ``-inf``, as ``scaled_dot_product_attention`` gives.
+
+    Parameters
+    ----------
+    outs : torch.Tensor
+        ``(n, ..., D)``: each split's output, normalised over its own keys (zeros if empty).
+    lses : torch.Tensor
+        ``(n, ...)``: each split's log-sum-exp, ``-inf`` if empty.
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``(..., D)`` in ``outs``' dtype.
+    lse : torch.Tensor
+        ``(...)`` in ``lses``' dtype.
+    """
+    m = lses.amax(dim=0)
+    m = torch.where(m == NEG_INF, 0.0, m)  # every split empty: any finite shift will do
+    w = torch.exp(lses - m)  # (n, ...), each in [0, 1]
+    total = w.sum(dim=0)
+    safe = torch.where(total > 0, total, 1.0)
+    out = (w.unsqueeze(-1) * outs.to(w.dtype)).sum(dim=0) / safe.unsqueeze(-1)
+    lse = torch.where(total > 0, m + torch.log(safe), NEG_INF)
+    return out.to(outs.dtype), lse
+
+
+def _split_partials(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: list[int],
+                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 partial results of attention over the key ranges ``bounds[i] .. bounds[i+1]``."""
+    outs, lses = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        s = (q @ k[..., lo:hi, :].transpose(-2, -1)) * scale
+        lse = torch.logsumexp(s, dim=-1) if hi > lo else s.new_full(s.shape[:-1], NEG_INF)
+        p = torch.exp(s - lse.unsqueeze(-1)) if hi > lo else s
+        outs.append(p @ v[..., lo:hi, :] if hi > lo else q.new_zeros(q.shape[:-1] + (
+            v.shape[-1],)))
+        lses.append(lse)
+    return torch.stack(outs), torch.stack(lses)
+
+
+def _merge_mistakes(outs: torch.Tensor, lses: torch.Tensor) -> dict[str, torch.Tensor]:
+    o, lse = outs.double(), lses.double()
+    w = torch.exp(lse)
+    total = w.sum(0)
+    return {
+        "you averaged the outputs. Splits that saw larger scores weigh more: weight each by "
+        "exp(lse_s - lse).": o.mean(0),
+        "you weighted by exp(lse_s) without normalising. Divide by the sum of the weights.":
+            (w.unsqueeze(-1) * o).sum(0),
+        "the weights exp(lse_s) overflowed (inf / inf = NaN). Subtract the largest lse first: "
+        "exp(lse_s - max) is at most 1.": (w.unsqueeze(-1) * o).sum(0) / total.unsqueeze(-1),
+    }
+
+
+@exercise(
+    "Merge the partial results of many splits",
+    "m = lses.amax(0) (replace -inf by 0), w = exp(lses - m), total = w.sum(0); "
+    "out = (w[..., None] * outs).sum(0) / total[..., None] and lse = m + log(total), "
+    "with zeros and -inf where total == 0.",
+)
+def check_merge_splits(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Check ``fn(outs, lses) -> (out, lse)`` against float64 attention over all the keys.
+
+    Cases: 37 keys in 4 uneven splits for a ``(2, 3)`` batch of 1 query; 3 queries with
+    splits past the end (empty: ``lse = -inf``, zeros); scores in the thousands (``exp(lse)``
+    overflows even float64); one split; a row whose splits are all empty; float32 partials.
+    """
+    gen = fresh_generator()
+    D = 8
+    cases = [
+        ("a (2, 3) batch of 1 query, 37 keys in splits of 10, 10, 10, 7", (2, 3), 1,
+         [0, 10, 20, 30, 37], 1.0, torch.float64, 1e-12),
+        ("3 queries, 20 keys in 6 splits of which 3 are empty (past the end)", (2,), 3,
+         [0, 8, 16, 20, 20, 20, 20], 1.0, torch.float64, 1e-12),
+        ("scores in the thousands (exp(lse) overflows), 30 keys in 3 splits", (2,), 2,
+         [0, 11, 22, 30], 400.0, torch.float64, 1e-10),
+        ("a single split of 13 keys", (3,), 1, [0, 13], 1.0, torch.float64, 1e-12),
+        ("float32 partials, 50 keys in 5 splits", (2, 2), 1, [0, 16, 32, 48, 50], 1.0,
+         torch.float32, 1e-5),
+    ]
+    for case, batch, L, bounds, size, dtype, rtol in cases:
+        q = torch.randn(*batch, L, D, generator=gen, dtype=torch.float64) * size ** 0.5
+        S = bounds[-1]
+        k = torch.randn(*batch, S, D, generator=gen, dtype=torch.float64) * size ** 0.5
+        v = torch.randn(*batch, S, D, generator=gen, dtype=torch.float64)
+        scale = 1 / math.sqrt(D)
+        outs, lses = _split_partials(q, k, v, bounds, scale)
+        s = (q @ k.transpose(-2, -1)) * scale
+        ref_out, ref_lse = torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+        outs_in, lses_in = outs.to(dtype), lses.to(dtype)
+        got = _call(fn, case, outs_in.clone(), lses_in.clone())
+        expect(isinstance(got, tuple) and len(got) == 2,
+               f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
+        out, lse = got
+        advice = ""
+        if not (isinstance(out, torch.Tensor) and out.shape == ref_out.shape
+                and relative_error(out, ref_out) <= rtol):
+            advice = next((e for e, wrong in _merge_mistakes(outs_in, lses_in).items()
+                           if isinstance(out, torch.Tensor) and out.shape == wrong.shape
+                           and relative_error(out, wrong) < 1e-3), "")
+        expect_close(out, ref_out, case + " (out)", rtol,
+                     advice or "weights exp(lse_s - lse), normalised over the splits.")
+        expect_close(lse, ref_lse, case + " (lse)", rtol,
+                     "lse = m + log(sum_s exp(lse_s - m)), not the largest lse alone.")
+        expect(out.dtype == dtype, f"On {case}: return out in the partials' dtype {dtype}, "
+               f"got {out.dtype}.")
+    # A row whose every split is empty: zeros and -inf, not NaN.
+    outs = torch.zeros(3, 2, 4, dtype=torch.float64)
+    lses = torch.full((3, 2), NEG_INF, dtype=torch.float64)
+    outs[:, 1], lses[:, 1] = torch.randn(3, 4, generator=gen, dtype=torch.float64), 0.5
+    case = "row 0 of 2, whose 3 splits are all empty (it saw no key)"
+    out, lse = _call(fn, case, outs.clone(), lses.clone())
+    expect(bool(torch.isfinite(out).all()) and bool((out[0] == 0).all()),
+           f"On {case}: expected zeros, got {out[0].tolist()}. With every weight 0 the sum is "
+           "0 / 0: divide only where the total is positive, as SDPA gives zeros for a row that "
+           "sees no key.")
+    expect(lse[0].item() == NEG_INF, f"On {case}: expected lse = -inf, got {lse[0].item()}.")
+    expect_close(out[1], outs[:, 1].mean(0), "row 1 of the same call (3 splits of equal lse)",
+                 1e-12, "equal lse: equal weights, 1/3 each.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: a block table lookup
+# ---------------------------------------------------------------------------------------------
+
+
+def solution_token_rows(block_table: torch.Tensor, page_size: int,
+                        positions: torch.Tensor) -> torch.Tensor:
+    """Rows of the flattened page pool that hold the given logical tokens.
+
+    Token ``t`` of sequence ``b`` lies in its logical page ``t // page_size``, which the table
+    maps to the physical page ``block_table[b, t // page_size]``; inside it, at slot
+    ``t % page_size``. Seen as rows ``pool.view(num_pages * page_size, ...)``, that is row
+    ``page * page_size + slot``. ``torch.gather`` picks, for every (b, t), the entry of row b.
+
+    Parameters
+    ----------
+    block_table : torch.Tensor
+        ``(B, max_pages)`` integers.
+    page_size : int
+        Tokens per page.
+    positions : torch.Tensor
+        ``(B, n)`` logical positions.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, n)`` int64 rows.
+    """
+    logical = positions.long() // page_size
+    page = torch.gather(block_table.long(), 1, logical)
+    return page * page_size + positions.long() % page_size
+
+
+def _rows_mistakes(table: torch.Tensor, P: int, pos: torch.Tensor) -> dict[str, torch.Tensor]:
+    t, pos = table.long(), pos.long()
+    max_pages = t.shape[1]
+    out = {
+        "you swapped page and slot: the logical page is t // page_size and the slot t % "
+        "page_size.": torch.gather(t, 1, (pos % P).clamp(max=max_pages - 1)) * P + pos // P,
+        "you looked up the logical page (t // page_size) without the table: the table maps it "
+        "to the physical page that holds it.": pos,
+        "every sequence used row 0 of the table: sequence b's pages are in block_table[b]":
+            t[0][pos // P] * P + pos % P,
+        "the row is page * page_size + slot, not page * max_pages + slot.":
+            torch.gather(t, 1, pos // P) * max_pages + pos % P,
+        "you returned the physical page without the slot inside it: add t % page_size.":
+            torch.gather(t, 1, pos // P) * P,
+    }
+    return out
+
+
+@exercise(
+    "Find a token's row in the page pool through the block table",
+    "page = torch.gather(block_table.long(), 1, positions // page_size); "
+    "row = page * page_size + positions % page_size.",
+)
+def check_token_rows(fn: Callable[..., torch.Tensor]) -> None:
+    """Check ``fn(block_table, page_size, positions) -> rows`` by reading a real pool.
+
+    Every case scatters sequences into a pool through a shuffled block table, each slot holding
+    the code of its (sequence, position), and checks that the rows returned hold the tokens
+    asked for. Cases: pages of 1, 3, 16 and 5 tokens; 1 to 4 sequences of random lengths;
+    positions in any order, repeated, and the last token of each sequence.
+    """
+    gen = fresh_generator()
+    for P in (1, 3, 16, 5):
+        B = _randint(1, 4, gen)
+        lens = torch.randint(1, 60, (B,), generator=gen)
+        num_pages = int(((lens + P - 1) // P).sum()) + _randint(0, 5, gen)
+        table = build_block_table(lens, P, num_pages, gen)
+        # the pool holds, in each slot, the code 1000 * b + t of the token stored there
+        flat = torch.full((num_pages * P,), -1, dtype=torch.int64)
+        for b, n in enumerate(lens.tolist()):
+            for t in range(n):
+                flat[int(table[b, t // P]) * P + t % P] = 1000 * b + t
+        n = _randint(1, 12, gen)
+        pos = (torch.rand(B, n, generator=gen) * lens[:, None]).long()
+        pos[:, -1] = lens - 1  # the last token of each sequence
+        case = (f"{B} sequence(s) of {lens.tolist()} tokens, pages of {P}, a pool of "
+                f"{num_pages} pages, table {table.tolist()}, positions {pos.tolist()}")
+        got = _call(fn, case, table.clone(), P, pos.clone())
+        expect(isinstance(got, torch.Tensor) and got.shape == pos.shape,
+               f"On {case}: return a tensor of the positions' shape {tuple(pos.shape)}, got "
+               f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}.")
+        expect(not got.dtype.is_floating_point,
+               f"On {case}: return integer rows (int64), got {got.dtype}; use // and %.")
+        want = solution_token_rows(table, P, pos)
+        if torch.equal(got.long(), want):
+            continue
+        inside = (got >= 0) & (got < num_pages * P)
+        held = torch.where(inside, flat[got.long().clamp(0, num_pages * P - 1)], -1)
+        asked = 1000 * torch.arange(B)[:, None] + pos
+        advice = next((e for e, wrong in _rows_mistakes(table, P, pos).items()
+                       if torch.equal(got.long(), wrong)), "row = table[b, t // P] * P + t % P.")
+        b, i = (int(x) for x in torch.nonzero(held != asked)[0])
+        raise ExerciseFailed(
+            f"On {case}: token {int(pos[b, i])} of sequence {b} is in row {int(want[b, i])}, "
+            f"your row {int(got[b, i])} holds "
+            + ("no token" if int(held[b, i]) < 0 else
+               f"token {int(held[b, i]) % 1000} of sequence {int(held[b, i]) // 1000}")
+            + f".\n  {advice}")

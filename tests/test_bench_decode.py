@@ -1,0 +1,49 @@
+"""``python -m teachkit.bench decode`` on tiny sizes: every provider checked, timed, recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+import teachkit
+from teachkit.bench import load_results
+from teachkit.bench.decode import (
+    PAGED,
+    SPLIT,
+    UNSPLIT,
+    bench_decode,
+    decode_problem,
+    main,
+    parse_problem,
+    summary,
+)
+
+pytest.importorskip("triton")
+
+
+def test_bench_decode_measures_every_provider():
+    results = bench_decode(batches=(2,), lengths=(37,), heads=2, kv_heads=1, head_dim=16,
+                           page_size=8, sdpa_backends=("math",), num_splits=3, progress=False)
+    assert [r.provider for r in results] == ["SDPA math", UNSPLIT, PAGED, SPLIT]
+    for r in results:
+        assert r.problem == decode_problem(2, 37) and r.unit == "GB/s" and r.value > 0
+        assert r.value == pytest.approx(2 * 2 * 1 * 37 * 16 * 2 / r.ms / 1e6)
+    assert "split-KV" in summary(results, ceiling=1.0)
+
+
+def test_problem_labels_round_trip():
+    assert parse_problem(decode_problem(16, 131072)) == (16, 131072)
+    with pytest.raises(ValueError, match="B=<int> S=<int>"):
+        parse_problem("16x131072")
+
+
+@pytest.mark.skipif(teachkit.ON_GPU, reason="the refusal is for machines without a GPU")
+def test_cli_refuses_cpu_without_flag_and_records_with_it(tmp_path, capsys):
+    assert main([]) == 2
+    path = tmp_path / "decode.json"
+    assert main(["--allow-cpu", "--batches", "1", "--lengths", "20", "--sdpa",
+                 "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "teachkit split-KV" in out and "results:" in out
+    results, record = load_results(path)
+    assert {r.provider for r in results} == {UNSPLIT, PAGED, SPLIT}
+    assert record["ceilings"]["copy_gbps"] > 0

@@ -1,0 +1,145 @@
+"""The checkers of notebook 09 accept their solutions, hint on stubs, and explain wrong answers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from teachkit.attention import merge_partials
+from teachkit.exercises import ex09
+from teachkit.exercises.checking import ExerciseFailed
+from teachkit.kernels.decode import MAX_SPLITS
+from teachkit.paging import token_rows
+
+CHECKS = [
+    (ex09.check_num_splits, ex09.solution_num_splits),
+    (ex09.check_merge_splits, ex09.solution_merge_splits),
+    (ex09.check_token_rows, ex09.solution_token_rows),
+]
+
+
+@pytest.mark.parametrize("check,solution", CHECKS)
+def test_checker_accepts_its_solution_and_hints_on_a_stub(check, solution, capsys):
+    assert check(solution) is True
+    assert capsys.readouterr().out.startswith("[correct]")
+
+    def stub(*args):
+        raise NotImplementedError
+
+    assert check(stub) is False
+    out = capsys.readouterr().out
+    assert out.startswith("[not attempted]") and "Hint:" in out
+
+
+# --- exercise 1: num_splits ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS)), "rounded down"),
+    (lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS)), "one program per SM"),
+    (lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS)), "at least one key block"),
+    (lambda p, k, s: max(1, min(-(-2 * s // p), k)), "MAX_SPLITS"),
+    (lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS), "at least one split"),
+    (lambda p, k, s: 4, "ceil"),
+])
+def test_num_splits_explains_wrong_answers(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex09.check_num_splits(wrong)
+    assert "On programs = " in str(info.value) and "expected" in str(info.value)
+
+
+def test_num_splits_wants_an_int():
+    with pytest.raises(ExerciseFailed, match="return an int"):
+        ex09.check_num_splits(lambda p, k, s: float(ex09.solution_num_splits(p, k, s)))
+
+
+# --- exercise 2: merge_splits ----------------------------------------------------------------
+
+
+def test_merge_splits_accepts_a_fold_of_merge_partials():
+    def fold(outs, lses):
+        out, lse = outs[0], lses[0]
+        for o, s in zip(outs[1:], lses[1:], strict=True):
+            out, lse = merge_partials(out, lse, o, s)
+        return out, lse
+
+    assert ex09.check_merge_splits(fold) is True
+
+
+def _weights(lses, shift):
+    m = lses.amax(0) if shift else torch.zeros_like(lses[0])
+    return torch.exp(lses - torch.where(m == float("-inf"), 0.0, m))
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda outs, lses: (outs.mean(0), torch.logsumexp(lses, 0)), "averaged the outputs"),
+    (lambda outs, lses: ((_weights(lses, False).unsqueeze(-1) * outs).sum(0),
+                         torch.logsumexp(lses, 0)), "without normalising"),
+    (lambda outs, lses: ((_weights(lses, False).unsqueeze(-1) * outs).sum(0)
+                         / _weights(lses, False).sum(0).unsqueeze(-1), torch.logsumexp(lses, 0)),
+     "overflowed"),
+])
+def test_merge_splits_explains_wrong_outputs(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex09.check_merge_splits(wrong)
+    assert "On " in str(info.value)
+
+
+def test_merge_splits_names_a_wrong_lse_and_nan_rows():
+    def lse_is_max(outs, lses):
+        out, _ = ex09.solution_merge_splits(outs, lses)
+        return out, lses.amax(0)
+
+    with pytest.raises(ExerciseFailed, match="not the largest lse alone"):
+        ex09.check_merge_splits(lse_is_max)
+
+    def no_empty_guard(outs, lses):
+        w = _weights(lses, True)
+        out = (w.unsqueeze(-1) * outs).sum(0) / w.sum(0).unsqueeze(-1)
+        return out.to(outs.dtype), torch.logsumexp(lses, 0)
+
+    with pytest.raises(ExerciseFailed, match="0 / 0"):
+        ex09.check_merge_splits(no_empty_guard)
+
+
+def test_merge_splits_wants_a_pair_in_the_partials_dtype():
+    with pytest.raises(ExerciseFailed, match=r"pair \(out, lse\)"):
+        ex09.check_merge_splits(lambda outs, lses: outs[0])
+    with pytest.raises(ExerciseFailed, match="partials' dtype"):
+        ex09.check_merge_splits(lambda outs, lses: tuple(
+            t.double() for t in ex09.solution_merge_splits(outs, lses)))
+
+
+# --- exercise 3: token_rows ------------------------------------------------------------------
+
+
+def _gather(t, pos):
+    return torch.gather(t.long(), 1, pos)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda t, P, pos: _gather(t, (pos % P).clamp(max=t.shape[1] - 1)) * P + pos // P,
+     "swapped page and slot"),
+    (lambda t, P, pos: pos.long(), "without the table"),
+    (lambda t, P, pos: t[0].long()[pos // P] * P + pos % P, "row 0 of the table"),
+    (lambda t, P, pos: _gather(t, pos // P) * t.shape[1] + pos % P, "not page \\* max_pages"),
+    (lambda t, P, pos: _gather(t, pos // P) * P, "without the slot"),
+])
+def test_token_rows_explains_wrong_answers(wrong, message):
+    # Some random cases cannot tell a mistake apart (one sequence, pages of one token): retry.
+    for _ in range(5):
+        try:
+            ex09.check_token_rows(wrong)
+        except ExerciseFailed as err:
+            if message.replace("\\", "") in str(err):
+                assert "holds" in str(err)
+                return
+    pytest.fail(f"no explanation mentioning {message!r}")
+
+
+def test_token_rows_accepts_the_library_and_wants_integers():
+    assert ex09.check_token_rows(token_rows) is True
+    with pytest.raises(ExerciseFailed, match="integer rows"):
+        ex09.check_token_rows(lambda t, P, pos: ex09.solution_token_rows(t, P, pos).double())
+    with pytest.raises(ExerciseFailed, match="shape"):
+        ex09.check_token_rows(lambda t, P, pos: ex09.solution_token_rows(t, P, pos)[:, :1])

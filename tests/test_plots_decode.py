@@ -1,0 +1,79 @@
+"""The pictures of notebook 09 draw what they are given (Agg backend)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from teachkit.bench.core import Measurement  # noqa: E402
+from teachkit.bench.decode import decode_problem  # noqa: E402
+from teachkit.paging import (  # noqa: E402
+    POLICIES,
+    build_block_table,
+    simulate_serving,
+    waste_against_page_size,
+)
+from teachkit.plots.decode import (  # noqa: E402
+    plot_block_table,
+    plot_decode_bandwidth,
+    plot_memory_snapshots,
+    plot_sm_occupancy,
+    plot_waste_against_page_size,
+)
+
+
+def test_sm_occupancy_fills_one_square_per_busy_sm():
+    fig = plot_sm_occupancy({"B = 1": 32, "B = 16": 512}, sms=132)
+    a, b = fig.axes
+    busy = [sum(p.get_facecolor()[2] > 0.8 and p.get_facecolor()[0] < 0.5 for p in ax.patches)
+            for ax in (a, b)]
+    assert len(a.patches) == len(b.patches) == 132
+    assert busy == [32, 132]
+    assert "32 of 132 SMs busy" in a.get_title(loc="left")
+    assert "3.9 waves" in b.get_title(loc="left")
+    plt.close(fig)
+
+
+def test_decode_bandwidth_has_a_column_per_batch_and_speedups():
+    results = [Measurement(decode_problem(b, s), "fp16", p, 1.0, v * s / 1024, "GB/s")
+               for b in (1, 8) for s in (1024, 4096, 16384)
+               for p, v in (("SDPA flash", 2.0), ("teachkit unsplit", 1.0),
+                            ("teachkit split-KV", 3.0))]
+    fig = plot_decode_bandwidth(results, ceiling=3000, device="test GPU")
+    assert len(fig.axes) == 4
+    top, bottom = fig.axes[0], fig.axes[2]
+    assert len(top.get_lines()) == 3 + 1  # providers and the ceiling
+    speedup = [line for line in bottom.get_lines() if line.get_label() == "teachkit split-KV"]
+    assert list(speedup[0].get_ydata()) == [3.0, 3.0, 3.0]
+    assert any("test GPU" in t.get_text() for t in fig.texts)
+    plt.close(fig)
+
+
+def test_memory_snapshots_and_waste_plot():
+    lens = [50, 7, 120, 33, 90, 12] * 5
+    runs = [simulate_serving(lens, 512, p, page_size=8) for p in POLICIES]
+    fig = plot_memory_snapshots(runs)
+    assert len(fig.axes) == 3
+    assert all(len(ax.patches) == 2 * len(run.snapshot) for ax, run in zip(fig.axes, runs,
+                                                                             strict=True))
+    assert "reserve max" in fig.axes[0].get_title(loc="left")
+    plt.close(fig)
+    fig = plot_waste_against_page_size(waste_against_page_size(lens, [1, 4, 16], 512), runs[:2])
+    left, right = fig.axes
+    assert len(left.get_lines()) == 3 and len(right.get_lines()) == 3
+    plt.close(fig)
+
+
+def test_block_table_picture_labels_every_page():
+    lens = torch.tensor([5, 9, 0])
+    table = build_block_table(lens, 4, num_pages=8, gen=torch.Generator().manual_seed(0))
+    fig = plot_block_table(table, lens, 4, 8)
+    left, right = fig.axes
+    assert len(left.patches) == table.numel()
+    labels = {t.get_text() for t in right.texts}
+    assert {"s0:0", "s0:1", "s1:0", "s1:1", "s1:2"} <= labels
+    plt.close(fig)

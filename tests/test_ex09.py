@@ -34,13 +34,19 @@ def test_checker_accepts_its_solution_and_hints_on_a_stub(check, solution, capsy
 # --- exercise 1: num_splits ------------------------------------------------------------------
 
 
+def _unless_full(rule):
+    return lambda p, k, s: 1 if p >= s else rule(p, k, s)
+
+
 @pytest.mark.parametrize("wrong,message", [
-    (lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS)), "rounded down"),
-    (lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS)), "one program per SM"),
-    (lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS)), "at least one key block"),
-    (lambda p, k, s: max(1, min(-(-2 * s // p), k)), "MAX_SPLITS"),
-    (lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS), "at least one split"),
-    (lambda p, k, s: 4, "ceil"),
+    (lambda p, k, s: max(1, min(-(-2 * s // p), k, MAX_SPLITS)), "already gives every SM"),
+    (_unless_full(lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS))), "rounded down"),
+    (_unless_full(lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS))), "one program per SM"),
+    (_unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS))),
+     "at least one key block"),
+    (_unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), k))), "MAX_SPLITS"),
+    (_unless_full(lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS)), "at least one split"),
+    (lambda p, k, s: 4, "ceil|no split"),
 ])
 def test_num_splits_explains_wrong_answers(wrong, message):
     with pytest.raises(ExerciseFailed, match=message) as info:

@@ -69,40 +69,52 @@ def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
 
 
 def solution_num_splits(programs: int, key_blocks: int, sms: int) -> int:
-    """The smallest number of splits that gives every SM two programs, within bounds.
+    """No split when every SM already has a program; else the smallest number of splits that
+    gives every SM two programs, within bounds.
 
     The unsplit grid has ``programs`` programs (``B * H_kv``); ``s`` splits make
-    ``programs * s``. Two programs per SM need ``s = ceil(2 * sms / programs)``. A split must
+    ``programs * s``. If ``programs >= sms`` the grid is full and splitting only adds traffic:
+    ``s = 1``. Otherwise two programs per SM need ``s = ceil(2 * sms / programs)``. A split must
     hold at least one key block, so ``s <= key_blocks``, and the merge kernel takes at most
     ``MAX_SPLITS`` (128); there is always at least one split.
     """
+    if programs >= sms:
+        return 1
     want = -(-2 * sms // programs)  # ceil(2 * sms / programs), in integers
     return max(1, min(want, key_blocks, MAX_SPLITS))
 
 
+def _unless_full(rule: Callable[[int, int, int], int]) -> Callable[[int, int, int], int]:
+    return lambda p, k, s: 1 if p >= s else rule(p, k, s)
+
+
 _SPLIT_MISTAKES: dict[str, Callable[[int, int, int], int]] = {
+    "you split a grid that already gives every SM a program: when programs >= sms, return 1 "
+    "(more splits only add partial results to write and merge).":
+        lambda p, k, s: max(1, min(-(-2 * s // p), k, MAX_SPLITS)),
     "you rounded down: 2 * sms // programs leaves some SMs with fewer than two programs. Round "
     "up: -(-2 * sms // programs), or math.ceil(2 * sms / programs).":
-        lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS)),
+        _unless_full(lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS))),
     "you aimed at one program per SM. Two per SM let one program's memory stalls hide behind "
     "another's: ceil(2 * sms / programs).":
-        lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS)),
+        _unless_full(lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS))),
     "a split must hold at least one key block: bound the answer by key_blocks (a short cache "
     "cannot be cut into more pieces than it has blocks).":
-        lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS)),
+        _unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS))),
     f"the merge kernel takes at most MAX_SPLITS = {MAX_SPLITS} partials per row: bound the "
     "answer by it.":
-        lambda p, k, s: max(1, min(-(-2 * s // p), k)),
+        _unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), k))),
     "there is always at least one split (an empty cache still needs its one program, which "
     "writes zeros): max(1, ...).":
-        lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS),
+        _unless_full(lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS)),
 }
 
 
 @exercise(
     "Choose the number of splits of a decoding grid",
-    "splits = ceil(2 * sms / programs): enough programs for two per SM; then at most key_blocks "
-    f"(a split holds a block or more), at most {MAX_SPLITS}, and at least 1.",
+    "1 if programs >= sms (the grid is full); else splits = ceil(2 * sms / programs): enough "
+    "programs for two per SM; then at most key_blocks (a split holds a block or more), at most "
+    f"{MAX_SPLITS}, and at least 1.",
 )
 def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
     """Check ``fn(programs, key_blocks, sms) -> int`` against the library's rule.
@@ -133,6 +145,8 @@ def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
 
 
 def _split_hint(programs: int, blocks: int, sms: int) -> str:
+    if programs >= sms:
+        return f"{programs} programs already give each of the {sms} SMs one: no split, 1."
     return (f"two programs per SM need {2 * sms} programs, so ceil({2 * sms} / {programs}) = "
             f"{-(-2 * sms // programs)} splits, then bounded by key_blocks = {blocks}, by "
             f"{MAX_SPLITS} and from below by 1.")

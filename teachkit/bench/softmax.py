@@ -51,8 +51,10 @@ def bench_softmax(
     dtypes: Iterable[str] = ("fp32", "bf16"),
     providers: Iterable[str] | None = None,
     progress: bool = True,
+    table: dict[str, Callable[[torch.Tensor], torch.Tensor]] | None = None,
 ) -> list[Measurement]:
-    """Time every softmax provider on every shape and dtype; GB/s = 2 x tensor bytes / time.
+    """Time every softmax provider (of ``table``, default :func:`softmax_providers`) on every
+    shape and dtype; GB/s = 2 x tensor bytes / time.
 
     A provider that cannot take a shape (the fused kernel on rows longer than it holds) is
     skipped. Outputs are checked against ``torch.softmax`` before timing.
@@ -60,7 +62,7 @@ def bench_softmax(
     from ..compare import relative_error
     from ..kernels.softmax_kernels import FUSED_MAX_COLS
 
-    table = softmax_providers()
+    table = softmax_providers() if table is None else table
     names = list(providers) if providers is not None else list(table)
     shapes, dtypes = list(shapes), list(dtypes)
     jobs = [(s, d, p) for s in shapes for d in dtypes for p in names]

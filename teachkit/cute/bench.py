@@ -18,11 +18,8 @@ from pathlib import Path
 
 import torch
 
-from ..bench import core
-from ..bench.core import DTYPES, Measurement, load_results, time_ms
-from ..bench.softmax import SOFTMAX_SHAPES
-from ..compare import relative_error
-from ..device import DEVICE
+from ..bench.core import Measurement, load_results
+from ..bench.softmax import SOFTMAX_SHAPES, bench_softmax
 
 __all__ = [
     "BENCHMARKS",
@@ -62,24 +59,7 @@ def bench_cute_softmax(
     Each output is first checked against ``torch.softmax`` in float32 (relative error below
     ``2e-2``, which any correct bf16 result meets); a wrong one raises ``AssertionError``.
     """
-    table = cute_providers()
-    jobs = [(s, d, p) for s in shapes for d in dtypes for p in table]
-    results = []
-    for i, ((rows, cols), dt, name) in enumerate(jobs):
-        if progress:
-            core.progress(i, len(jobs), f"{rows}x{cols} {dt} {name}")
-        x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
-        fn = table[name]
-        err = relative_error(fn(x), torch.softmax(x.float(), dim=-1))
-        if not err < 2e-2:
-            raise AssertionError(f"{name} is wrong on {rows}x{cols} {dt}: relative error {err}")
-        ms = time_ms(lambda fn=fn, x=x: fn(x))
-        gbps = 2 * x.numel() * x.element_size() / ms / 1e6
-        results.append(Measurement(f"{rows}x{cols}", dt, name, ms, gbps, "GB/s"))
-        del x
-    if progress:
-        core.progress(len(jobs), len(jobs), "done")
-    return results
+    return bench_softmax(shapes, dtypes, progress=progress, table=cute_providers())
 
 
 def device_slug(name: str) -> str:

@@ -20,7 +20,8 @@ import torch
 
 from ..compare import describe_mismatch, relative_error
 
-__all__ = ["ExerciseFailed", "exercise", "expect_close", "expect", "fresh_generator"]
+__all__ = ["ExerciseFailed", "exercise", "expect_close", "expect", "fresh_generator",
+           "call_learner", "random_int"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,3 +101,35 @@ def fresh_generator() -> torch.Generator:
     g = torch.Generator()
     g.seed()
     return g
+
+
+def _describe(arg: object) -> str:
+    if isinstance(arg, torch.Tensor):
+        return f"{tuple(arg.shape)} {str(arg.dtype).replace('torch.', '')}"
+    if isinstance(arg, (list, tuple)) and len(arg) > 4:
+        return f"a {type(arg).__name__} of {len(arg)} items"
+    text = repr(arg)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def call_learner(fn: Callable[..., Any], case: str, *args: Any, advice: str = "",
+                 **kwargs: Any) -> Any:
+    """Call the learner's ``fn(*args, **kwargs)``; turn any error but ``NotImplementedError``
+    into an :class:`ExerciseFailed` that names the case, the error, the arguments (tensors by
+    shape and dtype) and, if given, ``advice`` on the usual cause."""
+    try:
+        return fn(*args, **kwargs)
+    except (NotImplementedError, ExerciseFailed):
+        raise
+    except Exception as err:  # the learner's code failed: say where, keep the message
+        shown = ", ".join([_describe(a) for a in args]
+                          + [f"{k}={_describe(v)}" for k, v in kwargs.items()])
+        raise ExerciseFailed(
+            f"On {case}: your function raised {type(err).__name__}: {err}\n"
+            f"  It was called with: {shown}." + (f"\n  {advice}" if advice else "")
+        ) from err
+
+
+def random_int(lo: int, hi: int, gen: torch.Generator) -> int:
+    """A fresh integer in ``[lo, hi]`` (both included) from ``gen``."""
+    return int(torch.randint(lo, hi + 1, (), generator=gen))

@@ -24,7 +24,7 @@ import torch
 from ..compare import relative_error
 from ..numerics import overflow_threshold, underflow_threshold
 from ..softmax import naive_softmax
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import ExerciseFailed, call_learner, exercise, expect, expect_close, fresh_generator
 
 __all__ = [
     "check_naive_softmax",
@@ -38,16 +38,7 @@ __all__ = [
 _INT_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any, **kwargs: Any) -> Any:
-    """Call the learner's ``fn``; turn any error but ``NotImplementedError`` into advice."""
-    try:
-        return fn(*args, **kwargs)
-    except (NotImplementedError, ExerciseFailed):
-        raise
-    except Exception as err:  # the learner's code failed: say where, and keep the message
-        raise ExerciseFailed(
-            f"On {case}: your function raised {type(err).__name__}: {err}"
-        ) from err
+_call = call_learner
 
 
 def _definition(x: torch.Tensor, dim: int) -> torch.Tensor:

@@ -12,6 +12,7 @@ raises :class:`~teachkit.exercises.checking.ExerciseFailed` naming the case and 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from ..compare import relative_error
 from ..numerics import overflow_threshold
 from ..softmax import naive_softmax, safe_softmax, softmax_stats
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import call_learner, exercise, expect, expect_close, fresh_generator
 
 __all__ = [
     "check_safe_softmax",
@@ -55,17 +56,13 @@ def _randn(*shape: int, gen: torch.Generator, dtype: torch.dtype = torch.float32
     return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift).to(dtype)
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's function; turn any error but NotImplementedError into a clear failure."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:  # the learner's code raised: say on which input, keep the traceback
-        raise ExerciseFailed(
-            f"On {case}: your function raised {type(e).__name__}: {e}\n  If shapes do not "
-            "broadcast, keep the reduced axis (keepdim=True) so m has shape (..., 1, ...)."
-        ) from e
+_call = functools.partial(
+    call_learner,
+    advice=(
+        "If shapes do not broadcast, keep the reduced axis (keepdim=True) so m has "
+        "shape (..., 1, ...)."
+    ),
+)
 
 
 def _has_bad_nan(got: Any, ref: torch.Tensor) -> bool:

@@ -23,6 +23,7 @@ True
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ import torch
 from ..attention import attention_scores
 from ..compare import relative_error
 from ..softmax import exp_shift, merge_lse, softmax_stats
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import call_learner, exercise, expect, expect_close, fresh_generator
 
 __all__ = [
     "check_rescale_chunk",
@@ -62,25 +63,13 @@ def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tenso
     return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except ExerciseFailed:
-        raise
-    except Exception as err:  # the learner's code failed: say where, keep the original message
-        shapes = ", ".join(
-            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}"
-            for a in args if isinstance(a, torch.Tensor)
-        )
-        raise ExerciseFailed(
-            f"On {case}: your function raised {type(err).__name__}: {err}\n"
-            f"  It was called with tensors of shapes and dtypes: {shapes}.\n"
-            "  Statistics have one axis fewer than the tensors they describe: add it back with "
-            ".unsqueeze(-1) before combining them, and convert dtypes with .to(...)."
-        ) from err
+_call = functools.partial(
+    call_learner,
+    advice=(
+        "Statistics have one axis fewer than the tensors they describe: add it back with "
+        ".unsqueeze(-1) before combining them, and convert dtypes with .to(...)."
+    ),
+)
 
 
 Mistakes = dict[str, torch.Tensor] | Callable[[], dict[str, torch.Tensor]]

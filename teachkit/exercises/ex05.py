@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from ..traffic import run_variant
-from .checking import ExerciseFailed, exercise, expect, fresh_generator
+from .checking import ExerciseFailed, call_learner, exercise, expect, fresh_generator
 
 __all__ = [
     "check_safe_traffic",
@@ -34,14 +33,7 @@ __all__ = [
 _ITEMSIZE_DTYPE = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's function; turn any error but NotImplementedError into a failure."""
-    try:
-        return fn(*args)
-    except NotImplementedError:
-        raise
-    except Exception as e:
-        raise ExerciseFailed(f"On {case}: your function raised {type(e).__name__}: {e}") from e
+_call = call_learner
 
 
 def _randint(gen: torch.Generator, lo: int, hi: int) -> int:

@@ -23,16 +23,24 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from ..attention import attention_block_update, attention_scores, causal_mask
 from ..compare import relative_error
 from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, schedule_from_mask, tile_schedule
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import (
+    ExerciseFailed,
+    call_learner,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    random_int,
+)
 
 __all__ = [
     "check_tile_kind",
@@ -56,28 +64,16 @@ def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tenso
     return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
 
 
-def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
-    """A fresh integer in ``[lo, hi]``."""
-    return int(torch.randint(lo, hi + 1, (), generator=gen))
+_randint = random_int
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, ExerciseFailed):
-        raise
-    except Exception as err:
-        shapes = ", ".join(
-            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
-            else repr(a) for a in args
-        )
-        raise ExerciseFailed(
-            f"On {case}: your function raised {type(err).__name__}: {err}\n"
-            f"  It was called with: {shapes}.\n"
-            "  Per-row statistics (lse, m, l) have one axis fewer than the score tile: add it "
-            "back with .unsqueeze(-1) before combining them."
-        ) from err
+_call = functools.partial(
+    call_learner,
+    advice=(
+        "Per-row statistics (lse, m, l) have one axis fewer than the score tile: add it "
+        "back with .unsqueeze(-1) before combining them."
+    ),
+)
 
 
 def _mismatch_advice(got: object, ref: torch.Tensor, mistakes: dict[str, torch.Tensor],

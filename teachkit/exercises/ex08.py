@@ -27,14 +27,21 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from ..attention import attention_block_update
 from ..compare import relative_error
 from ..tiling import count_tiles, tile_schedule
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import (
+    ExerciseFailed,
+    call_learner,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    random_int,
+)
 
 __all__ = [
     "check_key_range",
@@ -52,26 +59,10 @@ LN2 = math.log(2.0)
 NEG_INF = float("-inf")
 
 
-def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
-    """A fresh integer in ``[lo, hi]``."""
-    return int(torch.randint(lo, hi + 1, (), generator=gen))
+_randint = random_int
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, ExerciseFailed):
-        raise
-    except Exception as err:
-        shown = ", ".join(
-            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
-            else repr(a) for a in args
-        )
-        raise ExerciseFailed(
-            f"On {case}: your function raised {type(err).__name__}: {err}\n"
-            f"  It was called with: {shown}."
-        ) from err
+_call = call_learner
 
 
 def _as_int(value: object, what: str, case: str) -> int:

@@ -24,14 +24,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from ..compare import relative_error
 from ..kernels.decode import MAX_SPLITS, choose_num_splits
 from ..paging import build_block_table
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import (
+    ExerciseFailed,
+    call_learner,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    random_int,
+)
 
 __all__ = [
     "check_num_splits",
@@ -45,22 +52,10 @@ __all__ = [
 NEG_INF = float("-inf")
 
 
-def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
-    return int(torch.randint(lo, hi + 1, (), generator=gen))
+_randint = random_int
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, ExerciseFailed):
-        raise
-    except Exception as err:
-        shapes = ", ".join(
-            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
-            else repr(a) for a in args)
-        raise ExerciseFailed(f"On {case}: your function raised {type(err).__name__}: {err}\n"
-                             f"  It was called with: {shapes}.") from err
+_call = call_learner
 
 
 # ---------------------------------------------------------------------------------------------

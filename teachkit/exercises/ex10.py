@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -33,7 +32,15 @@ from ..attention import merge_partials
 from ..compare import relative_error
 from ..ring.attention import attend_block
 from ..ring.layout import CAUSAL, FULL, LAYOUTS, SKIP, STRICT, positions, shard
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import (
+    ExerciseFailed,
+    call_learner,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    random_int,
+)
 
 __all__ = [
     "check_ring_plan",
@@ -47,25 +54,10 @@ __all__ = [
 NEG_INF = float("-inf")
 
 
-def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
-    return int(torch.randint(lo, hi + 1, (), generator=gen))
+_randint = random_int
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, ExerciseFailed):
-        raise
-    except Exception as err:
-        shapes = ", ".join(
-            f"{tuple(a.shape)} {str(a.dtype).replace('torch.', '')}" if isinstance(a, torch.Tensor)
-            else f"a list of {len(a)} blocks" if isinstance(a, list) else repr(a) for a in args
-        )
-        raise ExerciseFailed(
-            f"On {case}: your function raised {type(err).__name__}: {err}\n"
-            f"  It was called with: {shapes}."
-        ) from err
+_call = call_learner
 
 
 @functools.cache

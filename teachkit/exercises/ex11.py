@@ -24,7 +24,6 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
@@ -32,7 +31,15 @@ from ..compare import relative_error
 from ..cute.simulate import elements_of_thread, simulate_cute_softmax
 from ..reduction import tree_reduce
 from ..softmax import exp_shift, softmax_stats
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import (
+    ExerciseFailed,
+    call_learner,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    random_int,
+)
 
 __all__ = [
     "check_thread_elements",
@@ -52,20 +59,10 @@ MASK_ADVICE = (
 )
 
 
-def _randint(lo: int, hi: int, gen: torch.Generator) -> int:
-    """A fresh integer in ``[lo, hi]``."""
-    return int(torch.randint(lo, hi + 1, (), generator=gen))
+_randint = random_int
 
 
-def _call(fn: Callable[..., Any], case: str, *args: Any) -> Any:
-    """Call the learner's ``fn``; turn an exception (except NotImplementedError) into a verdict."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, ExerciseFailed):
-        raise
-    except Exception as err:
-        raise ExerciseFailed(f"On {case}: your function raised {type(err).__name__}: {err}") \
-            from err
+_call = call_learner
 
 
 def _as_pair(out: object, case: str) -> Stats:

@@ -55,7 +55,8 @@ import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU
 from ..validation import require_float_tensor
-from .targets import KernelConfig
+from .flash import HEAD_DIMS, LN2, LOG2E
+from .targets import KernelConfig, gpu_class
 
 __all__ = [
     "HEAD_DIMS",
@@ -70,10 +71,6 @@ __all__ = [
     "sm_count",
 ]
 
-LOG2E = tl.constexpr(1.4426950408889634)
-LN2 = tl.constexpr(0.6931471805599453)
-HEAD_DIMS = (16, 32, 64, 128, 256)
-"""Head dims the kernel takes (powers of two: ``tl.arange`` needs them)."""
 MAX_SPLITS = 128
 """Most splits of one row's keys (the merge kernel holds every partial of a row at once)."""
 INTERPRETER_SMS = 4
@@ -287,17 +284,6 @@ _STAGES = {75: 2, 80: 3, 89: 2, 90: 3}
 T4."""
 
 
-def _gpu_class(capability: tuple[int, int]) -> int:
-    """The class of a compute capability: 75 below sm_80, 90 for Hopper, 80 for the other large
-    shared memories (sm_80, sm_87, sm_100), 89 for the ~99 KB ones (sm_86, sm_89, sm_12x)."""
-    major, minor = capability
-    if major < 8:
-        return 75
-    if major == 9:
-        return 90
-    if (major, minor) in ((8, 0), (8, 7)) or major == 10:
-        return 80
-    return 89
 
 
 def decode_config(head_dim: int, dtype: torch.dtype,
@@ -323,7 +309,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     """
     if capability is None:
         return _INTERPRETER_CONFIG
-    cls = _gpu_class(capability)
+    cls = gpu_class(capability)
     size = 4 if dtype == torch.float32 else 2
     stage = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     block_n = max(16, min(128, stage // (2 * head_dim * size)))

@@ -29,7 +29,7 @@ import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU
 from ..validation import require_attention_inputs
-from .targets import KernelConfig
+from .targets import KernelConfig, gpu_class
 
 __all__ = [
     "HEAD_DIMS",
@@ -224,18 +224,6 @@ for _cls in GPU_CLASSES:
                 _GPU_TABLE[(_cls, _d, _size, _causal)] = _cfg
 
 
-def _gpu_class(capability: tuple[int, int]) -> int:
-    """The class of a compute capability: 75 below sm_80; 90 for Hopper (sm_90); 80 for the
-    other large shared memories (sm_80, sm_87, sm_100); 89 for the ~99 KB ones (sm_86, sm_89,
-    sm_12x)."""
-    major, minor = capability
-    if major < 8:
-        return 75
-    if major == 9:
-        return 90
-    if (major, minor) in ((8, 0), (8, 7)) or major == 10:
-        return 80
-    return 89
 
 
 def flash_config(head_dim: int, dtype: torch.dtype,
@@ -261,7 +249,7 @@ def flash_config(head_dim: int, dtype: torch.dtype,
     if capability is None:
         return _INTERPRETER_CONFIG
     size = 4 if dtype == torch.float32 else 2
-    return _GPU_TABLE[(_gpu_class(capability), head_dim, size, bool(causal))]
+    return _GPU_TABLE[(gpu_class(capability), head_dim, size, bool(causal))]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,10 +9,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["SHARED_MEMORY_LIMIT", "KernelConfig", "compile_for"]
+__all__ = ["SHARED_MEMORY_LIMIT", "KernelConfig", "compile_for", "gpu_class"]
 
 SHARED_MEMORY_LIMIT = {75: 64 * 1024, 80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 """Largest shared memory one program (block) may use, in bytes, per compute capability."""
+
+
+def gpu_class(capability: tuple[int, int]) -> int:
+    """The class a kernel picks its configurations by: 75 below sm_80 (T4: 64 KB of shared
+    memory a block); 90 for Hopper (sm_90: 227 KB and TMA); 80 for the other large shared
+    memories (sm_80, sm_87, sm_100); 89 for the ~99 KB ones (sm_86, sm_89, sm_12x).
+
+    Examples
+    --------
+    >>> [gpu_class(c) for c in [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]]
+    [75, 80, 89, 89, 90, 80, 89]
+    """
+    major, minor = capability
+    if major < 8:
+        return 75
+    if major == 9:
+        return 90
+    if (major, minor) in ((8, 0), (8, 7)) or major == 10:
+        return 80
+    return 89
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,212 @@
+"""GPU check of split-KV / paged decoding (notebook 09): correctness at real sizes, then timings.
+
+Run from the repository root on a CUDA machine:  python gpu_checks/decode_gpu.py
+Prints a compact report; exits 1 if any correctness check fails. Budget: under 3 minutes.
+
+1. correctness: decode_attention against a float64 (or chunked float32) reference: fp16/bf16/fp32,
+   D = 64/128/256, GQA, Lq = 1..16, odd lengths, lengths varying per sequence down to 0, empty
+   splits, paged (pages 16 and 64, shuffled) equal to contiguous, S = 128k;
+2. timings: B in 1, 8; S in 4k, 16k, 64k, 128k; split-KV vs unsplit vs paged vs SDPA flash/cuDNN,
+   GB/s of K and V and % of the copy bandwidth;
+3. a small sweep of BLOCK_N / warps / stages and of num_splits for split-KV (and paged), to tune
+   decode_config / choose_num_splits.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import teachkit  # noqa: E402
+
+T0 = time.time()
+FAILURES: list[str] = []
+
+
+def say(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def main() -> int:
+    if not teachkit.ON_GPU:
+        print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
+        return 2
+    import triton
+
+    from teachkit.bench.core import copy_bandwidth, format_table
+    from teachkit.bench.decode import bench_decode, summary
+    from teachkit.compare import relative_error
+    from teachkit.kernels.decode import (
+        choose_num_splits,
+        decode_attention,
+        decode_config,
+        decode_mask,
+        sm_count,
+    )
+    from teachkit.paging import paged_from_contiguous
+
+    dev = teachkit.DEVICE
+    cap = torch.cuda.get_device_capability()
+    say(f"{teachkit.describe()}; triton {triton.__version__}; {sm_count()} SMs; "
+        f"default config D=128 fp16: {decode_config(128, torch.float16, cap)}")
+
+    # ---------------------------------------------------------------- 1. correctness
+    def reference(q, k, v, lens):
+        """float64 on the GPU (moderate sizes)."""
+        q64, k64, v64 = q.double(), k.double(), v.double()
+        g = q.shape[1] // k.shape[1]
+        k64, v64 = k64.repeat_interleave(g, 1), v64.repeat_interleave(g, 1)
+        mask = decode_mask(lens, q.shape[2], k.shape[2])
+        s = (q64 @ k64.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf)
+        lse = torch.logsumexp(s, -1)
+        p = torch.where(mask, torch.exp(s - lse.nan_to_num(neginf=0.0).unsqueeze(-1)), 0.0)
+        return p @ v64, lse
+
+    rtol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
+
+    def case(name, B, H, H_kv, Lq, S, D, dtype, lens=None, splits=None, pages=(), nan=True):
+        try:
+            q = torch.randn(B, H, Lq, D, device=dev, dtype=dtype)
+            k = torch.randn(B, H_kv, S, D, device=dev, dtype=dtype)
+            v = torch.randn(B, H_kv, S, D, device=dev, dtype=dtype)
+            lens = (torch.randint(0, S + 1, (B,), device=dev) if lens is None
+                    else torch.tensor(lens, device=dev))
+            past = torch.arange(S, device=dev)[None, None, :, None] >= lens[:, None, None, None]
+            kn = k.masked_fill(past, math.nan) if nan else k
+            vn = v.masked_fill(past, math.nan) if nan else v
+            out, lse = decode_attention(q, kn, vn, cache_seqlens=lens, num_splits=splits,
+                                        return_lse=True)
+            torch.cuda.synchronize()
+            ro, rl = reference(q, k, v, lens)
+            eo, el = relative_error(out, ro), relative_error(lse, rl)
+            ok = eo < rtol[dtype] and el < 1e-5
+            line = f"{name}: out {eo:.1e} lse {el:.1e}"
+            for P in pages:
+                kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), P, gen=torch.Generator()
+                                                      .manual_seed(P), fill=math.nan)
+                po, pl = decode_attention(q, kp, vp, cache_seqlens=lens, block_table=table,
+                                          num_splits=splits, return_lse=True)
+                ep = max(relative_error(po, out), relative_error(pl, lse))
+                ok &= ep < 1e-6
+                line += f"; paged {P} vs contiguous {ep:.1e}"
+            say(("ok   " if ok else "FAIL ") + line)
+            if not ok:
+                FAILURES.append(line)
+        except Exception as err:  # noqa: BLE001 - report and go on
+            FAILURES.append(f"{name}: {type(err).__name__}: {err}")
+            say(f"FAIL {name}: {type(err).__name__}: {err}")
+            traceback.print_exc(limit=3)
+
+    case("fp16 B=4 H=32 D=128 S=4097 Lq=1, lengths vary (0 incl.)", 4, 32, 32, 1, 4097, 128,
+         torch.float16, lens=[4097, 0, 1, 2500], pages=(16, 64))
+    case("bf16 GQA 32/8 Lq=4 S=3001 5 splits", 3, 32, 8, 4, 3001, 128, torch.bfloat16,
+         splits=5, pages=(16,))
+    case("fp16 GQA 32/4 Lq=16 D=64 S=1000 (128 rows: 2 row blocks)", 2, 32, 4, 16, 1000, 64,
+         torch.float16, pages=(64,))
+    case("fp32 B=2 H=8 D=64 S=777 Lq=3", 2, 8, 8, 3, 777, 64, torch.float32, splits=7)
+    case("bf16 D=256 S=2049", 2, 8, 8, 1, 2049, 256, torch.bfloat16, pages=(16,))
+    case("fp16 D=128 S=100 64 splits (most empty)", 2, 32, 32, 1, 100, 128, torch.float16,
+         splits=64)
+    case("fp16 unsplit S=8191", 2, 32, 32, 2, 8191, 128, torch.float16, splits=1, pages=(16,))
+    case("fp16 S=0", 2, 32, 32, 1, 0, 128, torch.float16, lens=[0, 0], nan=False)
+    # 128k keys: float32 reference, one sequence
+    try:
+        q = torch.randn(1, 32, 1, 128, device=dev, dtype=torch.float16)
+        k = torch.randn(1, 32, 131072, 128, device=dev, dtype=torch.float16)
+        v = torch.randn_like(k)
+        out = decode_attention(q, k, v)
+        s = q.float() @ k.float().transpose(-2, -1) / math.sqrt(128)
+        ref = torch.softmax(s, -1) @ v.float()
+        e = relative_error(out, ref)
+        say(("ok   " if e < 2e-3 else "FAIL ") + f"fp16 B=1 H=32 S=128k default splits: {e:.1e}")
+        if not e < 2e-3:
+            FAILURES.append(f"S=128k: {e}")
+        del q, k, v, out, ref, s
+    except Exception as err:  # noqa: BLE001
+        FAILURES.append(f"S=128k: {err}")
+        say(f"FAIL S=128k: {err}")
+    torch.cuda.empty_cache()
+
+    # ---------------------------------------------------------------- 2. timings
+    copy = copy_bandwidth()
+    say(f"copy bandwidth {copy:.0f} GB/s")
+    for B in (1, 8):
+        say(f"B={B}: heuristic splits at BLOCK_N=64: "
+            + ", ".join(f"S={s // 1024}k -> {choose_num_splits(B * 32, -(-s // 64), sm_count())}"
+                        for s in (4096, 16384, 65536, 131072)))
+    results = bench_decode(batches=(1, 8), lengths=(4096, 16384, 65536, 131072),
+                           sdpa_backends=("flash", "cuDNN"), progress=False)
+    print(format_table(results, ceiling=copy, baseline="SDPA cuDNN"))
+    print(summary(results, copy))
+    say("timings done")
+
+    # ---------------------------------------------------------------- 3. sweeps
+    for B, S in ((1, 16384), (1, 131072), (8, 16384), (8, 131072)):
+        if time.time() - T0 > 150:
+            say("sweep stopped: time budget")
+            break
+        sweep(B, S, copy)
+        torch.cuda.empty_cache()
+
+    say(f"{len(FAILURES)} correctness failure(s)" + (":\n  " + "\n  ".join(FAILURES)
+                                                     if FAILURES else ""))
+    return 1 if FAILURES else 0
+
+
+def sweep(B: int, S: int, copy: float) -> None:
+    """GB/s of split-KV (and paged, pages of 64) per config, then per num_splits."""
+    from teachkit.bench.core import time_ms
+    from teachkit.kernels.decode import (
+        DecodeConfig,
+        choose_num_splits,
+        decode_attention,
+        sm_count,
+    )
+    from teachkit.paging import paged_from_contiguous
+
+    dev = teachkit.DEVICE
+    q = torch.randn(B, 32, 1, 128, device=dev, dtype=torch.float16)
+    k = torch.randn(B, 32, S, 128, device=dev, dtype=torch.float16)
+    v = torch.randn_like(k)
+    lens = torch.full((B,), S, device=dev, dtype=torch.int32)
+    kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 64,
+                                          gen=torch.Generator().manual_seed(0))
+    nbytes = 2 * k.numel() * k.element_size()
+
+    def gbps(**kw) -> float:
+        if "block_table" in kw:
+            def fn():
+                return decode_attention(q, kp, vp, lens, check_values=False, **kw)
+        else:
+            def fn():
+                return decode_attention(q, k, v, check_values=False, **kw)
+        return nbytes / time_ms(fn, warmup=10, rep=40) / 1e6
+
+    rows = []
+    for bn, warps, stages in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (64, 4, 4), (64, 8, 3),
+                              (128, 4, 2), (128, 8, 2), (128, 8, 3)):
+        cfg = DecodeConfig(bn, warps, stages)
+        try:
+            a = gbps(config=cfg)
+            p = gbps(config=cfg, block_table=table)
+            rows.append(f"{bn}/{warps}/{stages}: {a:.0f} ({a / copy:.0%}) paged64 {p:.0f}")
+        except Exception as err:  # noqa: BLE001
+            rows.append(f"{bn}/{warps}/{stages}: {type(err).__name__}")
+    say(f"B={B} S={S // 1024}k config sweep (BLOCK_N/warps/stages: GB/s):\n    "
+        + "\n    ".join(rows))
+    base = choose_num_splits(B * 32, -(-S // 64), sm_count())
+    splits = sorted({1, max(1, base // 2), base, 2 * base, 4 * base, 8 * base}
+                    & set(range(1, 129)))
+    cells = [f"{n}: {gbps(num_splits=n):.0f}" for n in splits]
+    say(f"B={B} S={S // 1024}k num_splits sweep (heuristic {base}): " + ", ".join(cells))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

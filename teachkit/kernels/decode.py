@@ -284,8 +284,6 @@ _STAGES = {75: 2, 80: 3, 89: 2, 90: 3}
 T4."""
 
 
-
-
 def decode_config(head_dim: int, dtype: torch.dtype,
                   capability: tuple[int, int] | None = None) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.

@@ -224,8 +224,6 @@ for _cls in GPU_CLASSES:
                 _GPU_TABLE[(_cls, _d, _size, _causal)] = _cfg
 
 
-
-
 def flash_config(head_dim: int, dtype: torch.dtype,
                  capability: tuple[int, int] | None = None, causal: bool = False) -> FlashConfig:
     """The launch configuration :func:`flash_attention` uses.

@@ -13,7 +13,11 @@ loaded (the loop stops before them). The log-sum-exp of each row, converted back
 is written beside the output: it is what merges partial results (ring attention, split-KV
 decoding) and what the backward pass needs.
 
-:func:`flash_attention` validates, picks a configuration by head dim, dtype and GPU, and
+On Hopper (sm_90) the configurations marked ``tma`` fetch the query, key and value tiles through
+tensor descriptors: the copy engine moves a whole tile per instruction and pads rows past the
+end with zeros, so tails need no load masks (the score masks stay).
+
+:func:`flash_attention` validates, picks a configuration by head dim, dtype, mask and GPU, and
 launches. :func:`launch_configs` lists every configuration it may pick, for the compile check of
 ``python -m teachkit.kernels``.
 """

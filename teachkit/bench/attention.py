@@ -19,12 +19,13 @@ from ..device import DEVICE, ON_GPU, device_name
 from .core import (
     DTYPES,
     Measurement,
+    add_common_arguments,
     copy_bandwidth,
     format_table,
     matmul_tflops,
     progress,
-    refuse_cpu,
     save_results,
+    start,
     time_ms,
 )
 
@@ -278,12 +279,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="time every candidate tile configuration instead")
     parser.add_argument("--steps", action="store_true",
                         help="time notebook 08's kernel steps (simple -> tuned) instead")
-    parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
-    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
-    parser.add_argument("--allow-cpu", action="store_true",
-                        help="run on a CPU (interpreter: tiny sizes, meaningless times)")
+    add_common_arguments(parser)
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
-    if refuse_cpu(args.allow_cpu):
+    if not start(args):
         return 2
     copy, flops = copy_bandwidth(), matmul_tflops()
     print(f"device: {device_name()}")

@@ -6,6 +6,7 @@ replays when :data:`GRAPH_TIMING` is set; on a CPU a wall clock, which says noth
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import statistics
@@ -30,6 +31,8 @@ __all__ = [
     "save_results",
     "load_results",
     "refuse_cpu",
+    "add_common_arguments",
+    "start",
 ]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -169,3 +172,22 @@ def refuse_cpu(allow_cpu: bool) -> bool:
     print("No CUDA GPU: the kernels would run in Triton's interpreter. Pass --allow-cpu "
           "to run anyway (with small sizes).", file=sys.stderr)
     return True
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options every benchmark takes: ``--plot``, ``--json``, ``--graph`` and
+    ``--allow-cpu``."""
+    parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
+    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
+    parser.add_argument("--graph", action="store_true",
+                        help="time CUDA-graph replays (GPU time without launch overhead)")
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="run on a CPU (interpreter: tiny sizes, meaningless times)")
+
+
+def start(args: argparse.Namespace) -> bool:
+    """Apply the common options (``--graph`` sets :data:`GRAPH_TIMING`); False, after saying why,
+    when the benchmark should not run (no GPU and no ``--allow-cpu``)."""
+    global GRAPH_TIMING
+    GRAPH_TIMING = args.graph and ON_GPU
+    return not refuse_cpu(args.allow_cpu)

@@ -30,10 +30,11 @@ from . import core
 from .core import (
     DTYPES,
     Measurement,
+    add_common_arguments,
     copy_bandwidth,
     format_table,
-    refuse_cpu,
     save_results,
+    start,
     time_ms,
 )
 
@@ -262,15 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-n", type=int, default=None, help="keys per iteration")
     parser.add_argument("--num-warps", type=int, default=None)
     parser.add_argument("--num-stages", type=int, default=None)
-    parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
-    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
-    parser.add_argument("--graph", action="store_true",
-                        help="time CUDA-graph replays (GPU time without launch overhead)")
-    parser.add_argument("--allow-cpu", action="store_true",
-                        help="run on a CPU (interpreter: tiny sizes, meaningless times)")
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
-    core.GRAPH_TIMING = args.graph and ON_GPU
-    if refuse_cpu(args.allow_cpu):
+    if not start(args):
         return 2
     from ..kernels.decode import DecodeConfig, decode_config
 

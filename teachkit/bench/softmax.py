@@ -17,11 +17,12 @@ from . import core
 from .core import (
     DTYPES,
     Measurement,
+    add_common_arguments,
     copy_bandwidth,
     format_table,
     matmul_tflops,
-    refuse_cpu,
     save_results,
+    start,
     time_ms,
 )
 
@@ -101,15 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows x cols, e.g. 4096x16384")
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["fp32", "bf16"])
     parser.add_argument("--providers", nargs="+", default=None)
-    parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
-    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
-    parser.add_argument("--graph", action="store_true",
-                        help="time CUDA-graph replays (GPU time without launch overhead)")
-    parser.add_argument("--allow-cpu", action="store_true",
-                        help="run on a CPU (interpreter: tiny shapes, meaningless times)")
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
-    core.GRAPH_TIMING = args.graph and ON_GPU
-    if refuse_cpu(args.allow_cpu):
+    if not start(args):
         return 2
     copy = copy_bandwidth()
     print(f"device: {device_name()}")

@@ -256,6 +256,12 @@ def _probs_mistakes(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
         out["lse was subtracted along the key axis: (..., Lb) broadcasts against the last axis "
             "of (..., Lb, Sb). Use lse.unsqueeze(-1), one value per query row."] = torch.exp(
                 s - lse64.unsqueeze(-2))
+    work = lse.dtype  # exp(s) / exp(lse) in the learner's precision: where it breaks
+    s_work = (q.to(work) @ k.to(work).transpose(-2, -1)) * scale
+    out["you divided exp(s) by exp(lse). With scores in the hundreds exp gives NaN or infinity "
+        "(it overflows to inf, and inf / inf is NaN) or underflows to 0 in float32; "
+        "exponentiate the difference, exp(s - lse), which is <= 0."] = (
+            torch.exp(s_work) / torch.exp(lse).unsqueeze(-1)).double()
     return out
 
 

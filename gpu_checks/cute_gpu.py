@@ -108,10 +108,38 @@ def launch_overhead_us(cute_softmax) -> dict[str, float]:
     return out
 
 
+def graph_bench(json_path: str | None, copy: float | None = None) -> int:
+    """Benchmark on CUDA-graph replays (the GPU's time alone) and save the ``_cudagraph`` record
+    beside the plain one; 0 when it worked."""
+    from teachkit.bench import core
+    from teachkit.bench.core import copy_bandwidth, format_table, save_results
+    from teachkit.bench.softmax import SOFTMAX_SHAPES
+    from teachkit.cute.bench import bench_cute_softmax, record_path
+
+    print("\n== benchmark, CUDA-graph replays (the GPU's time alone, no launch overhead)")
+    copy = copy or copy_bandwidth()
+    path = Path(json_path or record_path(teachkit.device.device_name()))
+    core.GRAPH_TIMING = True
+    try:
+        graph = bench_cute_softmax(SOFTMAX_SHAPES, ("fp32", "bf16"), progress=False)
+        print(format_table(graph, ceiling=copy))
+        gpath = path.with_name(path.stem + "_cudagraph.json")
+        print(f"record: {save_results(gpath, graph, copy_gbps=copy)}")
+        return 0
+    except Exception:
+        traceback.print_exc()
+        print("(graph timing failed; the plain figures stand)")
+        return 1
+    finally:
+        core.GRAPH_TIMING = False
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="where to save the benchmark record")
     parser.add_argument("--no-bench", action="store_true", help="checks only")
+    parser.add_argument("--graph-only", action="store_true",
+                        help="only the CUDA-graph benchmark (no checks, no plain launches)")
     args = parser.parse_args()
     start = time.perf_counter()
     print(teachkit.describe())
@@ -139,8 +167,10 @@ def main() -> int:
     if not compile_all(kernel_module, dtypes, lengths + (100003, 1048576, 4096, 999)):
         return 1
 
-    print("\n== correctness against float64 torch.softmax")
     failed = 0
+    if args.graph_only:
+        return graph_bench(args.json)
+    print("\n== correctness against float64 torch.softmax")
     for rows in (1, 3, 37):
         try:
             checks = verify_softmax(cute_softmax, lengths, dtypes, rows=rows, device="cuda",
@@ -169,7 +199,6 @@ def main() -> int:
     torch.cuda.synchronize()
 
     if not args.no_bench:
-        from teachkit.bench import core
         from teachkit.bench.core import copy_bandwidth, format_table, save_results
         from teachkit.bench.softmax import SOFTMAX_SHAPES
         from teachkit.cute.bench import CUTE_PROVIDER, bench_cute_softmax, record_path
@@ -189,19 +218,7 @@ def main() -> int:
         path = save_results(args.json or record_path(teachkit.device.device_name()), results,
                             copy_gbps=copy)
         print(f"record: {path}")
-
-        print("\n== benchmark, CUDA-graph replays (the GPU's time alone, no launch overhead)")
-        core.GRAPH_TIMING = True
-        try:
-            graph = bench_cute_softmax(SOFTMAX_SHAPES, ("fp32", "bf16"), progress=False)
-            print(format_table(graph, ceiling=copy))
-            gpath = Path(path).with_name(Path(path).stem + "_cudagraph.json")
-            print(f"record: {save_results(gpath, graph, copy_gbps=copy)}")
-        except Exception:
-            traceback.print_exc()
-            print("(graph timing failed; the plain figures above stand)")
-        finally:
-            core.GRAPH_TIMING = False
+        graph_bench(args.json, copy)
         host_us = launch_overhead_us(cute_softmax)
         print(f"host time per call (no sync), 64 x 1024 fp32: CuTe {host_us['cute']:.0f} us, "
               f"Triton entry {host_us['triton']:.0f} us, torch {host_us['torch']:.0f} us")

@@ -1,6 +1,6 @@
 """GPU check of split-KV / paged decoding (notebook 09): correctness at real sizes, then timings.
 
-Run from the repository root on a CUDA machine:  python gpu_checks/decode_gpu.py
+Run from the repository root on a CUDA machine:  python gpu_checks/decode_gpu.py [--splits-only]
 Prints a compact report; exits 1 if any correctness check fails. Budget: under 3 minutes.
 
 1. correctness: decode_attention against a float64 (or chunked float32) reference: fp16/bf16/fp32,
@@ -14,6 +14,8 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 
 from __future__ import annotations
 
+import argparse
+import functools
 import math
 import sys
 import time
@@ -35,6 +37,14 @@ def say(msg: str) -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--splits-only", action="store_true",
+                        help="only the num_splits x BLOCK_N table at batch 1 (CUDA-graph and "
+                             "plain timings, host time per call)")
+    parser.add_argument("--json", default=None, help="where --splits-only saves its record")
+    parser.add_argument("--sweep-at", nargs=2, type=int, metavar=("B", "S"), default=None,
+                        help="only the config and num_splits sweep at batch B, cache length S")
+    args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
         return 2
@@ -56,6 +66,25 @@ def main() -> int:
     cap = torch.cuda.get_device_capability()
     say(f"{teachkit.describe()}; triton {triton.__version__}; {sm_count()} SMs; "
         f"default config D=128 fp16: {decode_config(128, torch.float16, cap)}")
+    if args.sweep_at:
+        sweep(*args.sweep_at, copy_bandwidth())
+        return 0
+    if args.splits_only:
+        from teachkit.bench import core
+        from teachkit.bench.core import save_results
+        from teachkit.cute.bench import device_slug
+
+        host_profile()
+        copy = copy_bandwidth()
+        say(f"copy bandwidth {copy:.0f} GB/s")
+        rows = [m for S in (1024, 4096, 16384, 65536) for m in split_table(1, S, copy)]
+        rows += split_table(2, 16384, copy)
+        core.GRAPH_TIMING = True  # the record says what was timed
+        slug = device_slug(teachkit.device.device_name())
+        path = Path(args.json or f"benchmarks/decode_splits_{slug}.json")
+        say(f"record: {save_results(path, rows, copy_gbps=copy)}")
+        core.GRAPH_TIMING = False
+        return 0
 
     # ---------------------------------------------------------------- 1. correctness
     def reference(q, k, v, lens):
@@ -206,6 +235,80 @@ def sweep(B: int, S: int, copy: float) -> None:
                     & set(range(1, 129)))
     cells = [f"{n}: {gbps(num_splits=n):.0f}" for n in splits]
     say(f"B={B} S={S // 1024}k num_splits sweep (heuristic {base}): " + ", ".join(cells))
+
+
+SPLIT_COUNTS = (1, 2, 4, 6, 8, 9, 12, 16, 20, 24, 32, 48, 64, 96, 128)
+
+
+def split_table(B: int, S: int, copy: float) -> list:
+    """GB/s of split-KV for num_splits x BLOCK_N, timed on CUDA-graph replays (the GPU's time;
+    returned as Measurements, provider ``splits=<n> BLOCK_N=<b>``) and with plain launches
+    (printed), plus the host time of one call: what choose_num_splits should pick."""
+    from teachkit.bench import core
+    from teachkit.bench.decode import decode_problem
+    from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
+
+    dev = teachkit.DEVICE
+    q = torch.randn(B, 32, 1, 128, device=dev, dtype=torch.float16)
+    k = torch.randn(B, 32, S, 128, device=dev, dtype=torch.float16)
+    v = torch.randn_like(k)
+    nbytes = 2 * k.numel() * k.element_size()
+    base = choose_num_splits(B * 32, -(-S // 64), sm_count())
+    fn = functools.partial(decode_attention, q, k, v, check_values=False)
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(100):
+        fn()
+    host = (time.perf_counter() - t0) / 100 * 1e6
+    torch.cuda.synchronize()
+    say(f"B={B} S={S // 1024}k: heuristic {base} splits; host {host:.0f} us per call")
+    out = []
+    for bn in (32, 64, 128):
+        cfg = DecodeConfig(bn, 4, 3 if bn <= 64 else 2)
+        cells = []
+        for n in SPLIT_COUNTS:
+            if n > -(-S // bn):
+                break
+            run = functools.partial(decode_attention, q, k, v, num_splits=n, config=cfg,
+                                    check_values=False)
+            core.GRAPH_TIMING = True
+            ms = core.time_ms(run, rep=30)
+            core.GRAPH_TIMING = False
+            p = nbytes / core.time_ms(run, warmup=5, rep=30) / 1e6
+            out.append(core.Measurement(decode_problem(B, S), "fp16", f"splits={n} BLOCK_N={bn}",
+                                        ms, nbytes / ms / 1e6, "GB/s"))
+            cells.append(f"{n}:{out[-1].value:.0f}/{p:.0f}")
+        say(f"  BLOCK_N={bn} splits:graph/plain GB/s  " + " ".join(cells))
+    return out
+
+
+def host_profile() -> None:
+    """Where the host time of one decode_attention call goes (cProfile, B=1, S=4k)."""
+    import cProfile
+    import pstats
+
+    from teachkit.kernels.decode import decode_attention
+
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.float16)
+    k = torch.randn(1, 32, 4096, 128, device="cuda", dtype=torch.float16)
+    v = torch.randn_like(k)
+    for n in (None, 1):
+        fn = functools.partial(decode_attention, q, k, v, num_splits=n, check_values=False)
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(300):
+            fn()
+        torch.cuda.synchronize()
+        say(f"host+GPU per call (num_splits={n}): {(time.perf_counter() - t0) / 300 * 1e6:.0f} us")
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        decode_attention(q, k, v, check_values=False)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(14)
 
 
 if __name__ == "__main__":

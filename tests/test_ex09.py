@@ -20,14 +20,14 @@ def _unless_full(rule):
 
 
 @pytest.mark.parametrize("wrong,message", [
-    (lambda p, k, s: max(1, min(-(-2 * s // p), k, MAX_SPLITS)), "already gives every SM"),
-    (_unless_full(lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS))), "rounded down"),
-    (_unless_full(lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS))), "one program per SM"),
-    (_unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS))),
+    (lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS)), "already gives every SM"),
+    (_unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), k, MAX_SPLITS))), "rounded up"),
+    (_unless_full(lambda p, k, s: max(1, min(s // p, k, MAX_SPLITS))), "one program per SM"),
+    (_unless_full(lambda p, k, s: max(1, min(2 * s // p, MAX_SPLITS))),
      "at least one key block"),
-    (_unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), k))), "MAX_SPLITS"),
-    (_unless_full(lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS)), "at least one split"),
-    (lambda p, k, s: 4, "ceil|no split"),
+    (_unless_full(lambda p, k, s: max(1, min(2 * s // p, k))), "MAX_SPLITS"),
+    (_unless_full(lambda p, k, s: min(2 * s // p, k, MAX_SPLITS)), "at least one split"),
+    (lambda p, k, s: 4, "// |no split"),
 ])
 def test_num_splits_explains_wrong_answers(wrong, message):
     with pytest.raises(ExerciseFailed, match=message) as info:

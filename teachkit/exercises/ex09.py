@@ -64,19 +64,20 @@ _call = call_learner
 
 
 def solution_num_splits(programs: int, key_blocks: int, sms: int) -> int:
-    """No split when every SM already has a program; else the smallest number of splits that
-    gives every SM two programs, within bounds.
+    """No split when every SM already has a program; else the most splits whose grid still fits
+    in one wave of two programs per SM, within bounds.
 
     The unsplit grid has ``programs`` programs (``B * H_kv``); ``s`` splits make
     ``programs * s``. If ``programs >= sms`` the grid is full and splitting only adds traffic:
-    ``s = 1``. Otherwise two programs per SM need ``s = ceil(2 * sms / programs)``. A split must
-    hold at least one key block, so ``s <= key_blocks``, and the merge kernel takes at most
-    ``MAX_SPLITS`` (128); there is always at least one split.
+    ``s = 1``. Otherwise one wave of two programs per SM holds ``s = 2 * sms // programs``
+    splits (rounded down: one split more would start a second wave that is nearly empty). A
+    split must hold at least one key block, so ``s <= key_blocks``, and the merge kernel takes
+    at most ``MAX_SPLITS`` (128); there is always at least one split.
     """
     if programs >= sms:
         return 1
-    want = -(-2 * sms // programs)  # ceil(2 * sms / programs), in integers
-    return max(1, min(want, key_blocks, MAX_SPLITS))
+    fit = 2 * sms // programs  # the most splits in one wave of 2 programs per SM
+    return max(1, min(fit, key_blocks, MAX_SPLITS))
 
 
 def _unless_full(rule: Callable[[int, int, int], int]) -> Callable[[int, int, int], int]:
@@ -86,42 +87,43 @@ def _unless_full(rule: Callable[[int, int, int], int]) -> Callable[[int, int, in
 _SPLIT_MISTAKES: dict[str, Callable[[int, int, int], int]] = {
     "you split a grid that already gives every SM a program: when programs >= sms, return 1 "
     "(more splits only add partial results to write and merge).":
-        lambda p, k, s: max(1, min(-(-2 * s // p), k, MAX_SPLITS)),
-    "you rounded down: 2 * sms // programs leaves some SMs with fewer than two programs. Round "
-    "up: -(-2 * sms // programs), or math.ceil(2 * sms / programs).":
-        _unless_full(lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS))),
+        lambda p, k, s: max(1, min(2 * s // p, k, MAX_SPLITS)),
+    "you rounded up: ceil(2 * sms / programs) makes a grid a little larger than one wave, and "
+    "the call waits for a second wave that is nearly empty (notebook 09's recorded sweep shows "
+    "the drop). Round down: 2 * sms // programs.":
+        _unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), k, MAX_SPLITS))),
     "you aimed at one program per SM. Two per SM let one program's memory stalls hide behind "
-    "another's: ceil(2 * sms / programs).":
-        _unless_full(lambda p, k, s: max(1, min(-(-s // p), k, MAX_SPLITS))),
+    "another's: 2 * sms // programs.":
+        _unless_full(lambda p, k, s: max(1, min(s // p, k, MAX_SPLITS))),
     "a split must hold at least one key block: bound the answer by key_blocks (a short cache "
     "cannot be cut into more pieces than it has blocks).":
-        _unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), MAX_SPLITS))),
+        _unless_full(lambda p, k, s: max(1, min(2 * s // p, MAX_SPLITS))),
     f"the merge kernel takes at most MAX_SPLITS = {MAX_SPLITS} partials per row: bound the "
     "answer by it.":
-        _unless_full(lambda p, k, s: max(1, min(-(-2 * s // p), k))),
+        _unless_full(lambda p, k, s: max(1, min(2 * s // p, k))),
     "there is always at least one split (an empty cache still needs its one program, which "
     "writes zeros): max(1, ...).":
-        _unless_full(lambda p, k, s: min(-(-2 * s // p), k, MAX_SPLITS)),
+        _unless_full(lambda p, k, s: min(2 * s // p, k, MAX_SPLITS)),
 }
 
 
 @exercise(
     "Choose the number of splits of a decoding grid",
-    "1 if programs >= sms (the grid is full); else splits = ceil(2 * sms / programs): enough "
-    "programs for two per SM; then at most key_blocks (a split holds a block or more), at most "
-    f"{MAX_SPLITS}, and at least 1.",
+    "1 if programs >= sms (the grid is full); else splits = 2 * sms // programs: the most that "
+    "fit in one wave of two programs per SM; then at most key_blocks (a split holds a block or "
+    f"more), at most {MAX_SPLITS}, and at least 1.",
 )
 def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
     """Check ``fn(programs, key_blocks, sms) -> int`` against the library's rule.
 
     Cases: a T4 (40 SMs), an A100 (108) and an H100 (132); unsplit grids of 1 to 1024
-    programs (batch 1 to 32 times 8 or 32 heads, and odd counts); caches of 0, 1, 3 key blocks
-    and of thousands.
+    programs (batch 1 to 32 times 8 or 32 heads, odd counts, exactly one per SM); caches of 0,
+    1, 3 key blocks and of thousands.
     """
     gen = fresh_generator()
     cases = [(b * h, blocks, sms) for sms in (40, 108, 132) for b in (1, 2, 8, 16, 32)
              for h in (8, 32) for blocks in (0, 1, 3, 2048)]
-    cases += [(1, 5000, 132), (1, 200, 132)]
+    cases += [(1, 5000, 132), (1, 200, 132), (132, 2048, 132), (40, 64, 40)]
     cases += [(_randint(1, 700, gen), _randint(0, 4000, gen), _randint(10, 150, gen))
               for _ in range(30)]
     for programs, blocks, sms in cases:
@@ -142,9 +144,9 @@ def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
 def _split_hint(programs: int, blocks: int, sms: int) -> str:
     if programs >= sms:
         return f"{programs} programs already give each of the {sms} SMs one: no split, 1."
-    return (f"two programs per SM need {2 * sms} programs, so ceil({2 * sms} / {programs}) = "
-            f"{-(-2 * sms // programs)} splits, then bounded by key_blocks = {blocks}, by "
-            f"{MAX_SPLITS} and from below by 1.")
+    return (f"one wave of two programs per SM holds {2 * sms} programs, so {2 * sms} // "
+            f"{programs} = {2 * sms // programs} splits, then bounded by key_blocks = {blocks}, "
+            f"by {MAX_SPLITS} and from below by 1.")
 
 
 # ---------------------------------------------------------------------------------------------

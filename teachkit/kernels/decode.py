@@ -279,9 +279,11 @@ GPU_CLASSES = {75: (7, 5), 80: (8, 0), 89: (8, 9), 90: (9, 0)}
 """Shared-memory classes of GPUs and the capability that stands for each in the compile check:
 sm_75 (T4, 64 KB a block), sm_80 (A100, 163 KB), sm_89 (L4, RTX, about 99 KB), sm_90 (H100,
 H200, 227 KB)."""
-_STAGES = {75: 2, 80: 3, 89: 2, 90: 3}
-"""Pipeline depth per class: 3 x 32 KB on sm_80 and sm_90, 2 x 32 KB on sm_89, 2 x 16 KB on a
-T4."""
+_STAGES = {75: 2, 80: 3, 89: 2, 90: 2}
+"""Pipeline depth per class: 3 x 32 KB on sm_80, 2 x 32 KB on sm_89 and sm_90, 2 x 16 KB on a
+T4. On an H100, 2 x 32 KB (three programs fit an SM) read the cache of 16 sequences at 3047-3098
+GB/s where 3 x 32 KB (two fit) read it at 2763-2806, and the two were equal at batch 1 and 8
+(``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
 def decode_config(head_dim: int, dtype: torch.dtype,
@@ -303,7 +305,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     Examples
     --------
     >>> decode_config(128, torch.float16, (9, 0))
-    DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+    DecodeConfig(block_n=64, num_warps=4, num_stages=2)
     """
     if capability is None:
         return _INTERPRETER_CONFIG
@@ -341,13 +343,18 @@ def sm_count(device: torch.device | str | None = None) -> int:
 
 
 def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) -> int:
-    """How many ranges to cut every row's keys into, so the grid fills the GPU.
+    """How many ranges to cut every row's keys into, so the grid fills the GPU in one wave.
 
     1 when the unsplit grid already gives every SM a program: splitting then only adds the
     partial results' traffic and a second launch (measured on an H100 at B = 8, H = 32: the
     unsplit kernel reads the cache at 3022-3116 GB/s, two splits at 2746-2806). Otherwise the
-    smallest number of splits that gives at least ``waves * sms`` programs, but no more splits
-    than there are key blocks (a split holds at least one block) nor :data:`MAX_SPLITS`.
+    most splits whose grid still fits in ``waves`` programs per SM, but no more splits than
+    there are key blocks (a split holds at least one block) nor :data:`MAX_SPLITS`.
+
+    Rounding down matters: a grid a little larger than a wave leaves a second, nearly empty
+    wave, and the whole call waits for it. On an H100 (132 SMs, two programs per SM) at B = 1,
+    H = 32, S = 16k, 8 splits (256 programs) read the cache at 2857 GB/s and 9 splits (288
+    programs) at 2612, timed on CUDA-graph replays.
 
     Parameters
     ----------
@@ -363,7 +370,7 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) 
     Examples
     --------
     >>> choose_num_splits(programs=32, key_blocks=2048, sms=132)  # B = 1, H = 32, S = 128k
-    9
+    8
     >>> choose_num_splits(programs=256, key_blocks=2048, sms=132)  # B = 8: full already
     1
     >>> choose_num_splits(programs=32, key_blocks=3, sms=132)  # a short cache: 3 blocks
@@ -371,8 +378,8 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) 
     """
     if programs >= sms:
         return 1
-    want = -(-waves * sms // max(programs, 1))  # ceil
-    return max(1, min(want, key_blocks, MAX_SPLITS))
+    fit = waves * sms // max(programs, 1)  # the most splits in one wave
+    return max(1, min(fit, key_blocks, MAX_SPLITS))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ def main() -> int:
                         help="only the num_splits x BLOCK_N table at batch 1 (CUDA-graph and "
                              "plain timings, host time per call)")
     parser.add_argument("--json", default=None, help="where --splits-only saves its record")
+    parser.add_argument("--profile", action="store_true",
+                        help="only the host-time profile of decode_attention (cProfile)")
     parser.add_argument("--sweep-at", nargs=2, type=int, metavar=("B", "S"), default=None,
                         help="only the config and num_splits sweep at batch B, cache length S")
     args = parser.parse_args()
@@ -66,6 +68,9 @@ def main() -> int:
     cap = torch.cuda.get_device_capability()
     say(f"{teachkit.describe()}; triton {triton.__version__}; {sm_count()} SMs; "
         f"default config D=128 fp16: {decode_config(128, torch.float16, cap)}")
+    if args.profile:
+        host_profile()
+        return 0
     if args.sweep_at:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
@@ -245,7 +250,7 @@ def split_table(B: int, S: int, copy: float) -> list:
     returned as Measurements, provider ``splits=<n> BLOCK_N=<b>``) and with plain launches
     (printed), plus the host time of one call: what choose_num_splits should pick."""
     from teachkit.bench import core
-    from teachkit.bench.decode import decode_problem
+    from teachkit.bench.decode import decode_problem, split_provider
     from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
 
     dev = teachkit.DEVICE
@@ -276,7 +281,7 @@ def split_table(B: int, S: int, copy: float) -> list:
             ms = core.time_ms(run, rep=30)
             core.GRAPH_TIMING = False
             p = nbytes / core.time_ms(run, warmup=5, rep=30) / 1e6
-            out.append(core.Measurement(decode_problem(B, S), "fp16", f"splits={n} BLOCK_N={bn}",
+            out.append(core.Measurement(decode_problem(B, S), "fp16", split_provider(n, bn),
                                         ms, nbytes / ms / 1e6, "GB/s"))
             cells.append(f"{n}:{out[-1].value:.0f}/{p:.0f}")
         say(f"  BLOCK_N={bn} splits:graph/plain GB/s  " + " ".join(cells))
@@ -308,7 +313,7 @@ def host_profile() -> None:
         decode_attention(q, k, v, check_values=False)
     prof.disable()
     torch.cuda.synchronize()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -29,6 +30,8 @@ __all__ = [
     "configure",
     "device_name",
     "describe",
+    "compute_capability",
+    "multiprocessors",
     "has_triton",
     "pick",
 ]
@@ -84,6 +87,33 @@ def device_name() -> str:
     if ON_GPU:
         return torch.cuda.get_device_name(DEVICE)
     return "CPU (Triton interpreter)" if has_triton() else "CPU"
+
+
+@functools.cache
+def _properties(index: int) -> object:
+    return torch.cuda.get_device_properties(index)
+
+
+def _index(device: torch.device | str | None) -> int:
+    device = torch.device("cuda" if device is None else device)
+    if device.type != "cuda":
+        raise ValueError(f"a CUDA device is needed, got {device}")
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
+def compute_capability(device: torch.device | str | None = None) -> tuple[int, int]:
+    """``(major, minor)`` compute capability of a CUDA device (default: the current one).
+
+    Read once per device and kept: kernels ask on every launch, and asking torch each time
+    costs microseconds a decoding step does not have.
+    """
+    props = _properties(_index(device))
+    return props.major, props.minor
+
+
+def multiprocessors(device: torch.device | str | None = None) -> int:
+    """Streaming multiprocessors of a CUDA device (132 on an H100 SXM), read once per device."""
+    return _properties(_index(device)).multi_processor_count
 
 
 def describe() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -77,3 +78,25 @@ def test_block_table_picture_labels_every_page():
     labels = {t.get_text() for t in right.texts}
     assert {"s0:0", "s0:1", "s1:0", "s1:1", "s1:2"} <= labels
     plt.close(fig)
+
+
+def test_split_sweep_draws_a_line_per_problem_and_rings_the_pick():
+    from teachkit.bench.decode import split_provider
+    from teachkit.plots.decode import plot_split_sweep
+
+    results = [Measurement(decode_problem(1, s), "fp16", split_provider(n, bn), 1.0,
+                           1000 + 100 * n - s / 1024, "GB/s")
+               for s in (1024, 16384) for bn in (32, 64) for n in (1, 2, 4, 8, 9)]
+    fig = plot_split_sweep(results, ceiling=3000, picks={decode_problem(1, 1024): 8},
+                           device="test GPU")
+    (ax,) = fig.axes
+    labelled = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+    assert [line.get_label() for line in labelled] == ["B=1 S=1024", "B=1 S=16384"]
+    assert list(labelled[0].get_xdata()) == [1, 2, 4, 8, 9]
+    rings = [line for line in ax.get_lines() if line.get_markerfacecolor() == "none"]
+    assert len(rings) == 1 and list(rings[0].get_xdata()) == [8]
+    with pytest.raises(ValueError, match="BLOCK_N = 128"):
+        plot_split_sweep(results, block_n=128)
+    with pytest.raises(ValueError, match="split-sweep label"):
+        plot_split_sweep([Measurement("B=1 S=1", "fp16", "SDPA flash", 1.0, 1.0, "GB/s")])
+    plt.close("all")

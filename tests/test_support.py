@@ -24,6 +24,16 @@ def test_world_is_decided_once():
     assert "torch" in teachkit.describe()
 
 
+def test_device_properties_are_read_once_per_gpu():
+    with pytest.raises(ValueError, match="CUDA device"):
+        device.compute_capability("cpu")
+    if device.ON_GPU:
+        assert device.compute_capability() == torch.cuda.get_device_capability()
+        assert device.compute_capability("cuda:0") == torch.cuda.get_device_capability(0)
+        props = torch.cuda.get_device_properties(0)
+        assert device.multiprocessors(torch.device("cuda", 0)) == props.multi_processor_count
+
+
 def test_relative_error_understands_nan_and_inf():
     ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0], dtype=torch.float64)
     assert relative_error(ref.float(), ref) == 0.0

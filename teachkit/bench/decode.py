@@ -45,6 +45,8 @@ __all__ = [
     "bench_decode",
     "decode_problem",
     "parse_problem",
+    "split_provider",
+    "parse_split_provider",
     "main",
 ]
 
@@ -73,6 +75,27 @@ def parse_problem(label: str) -> tuple[int, int]:
     match = re.fullmatch(r"B=(\d+) S=(\d+)", label)
     if not match:
         raise ValueError(f"not a decoding problem label: {label!r}; expected 'B=<int> S=<int>'")
+    return int(match[1]), int(match[2])
+
+
+def split_provider(num_splits: int, block_n: int) -> str:
+    """The provider label of split-KV forced to ``num_splits`` splits and ``BLOCK_N`` keys per
+    iteration, as a sweep records it, e.g. ``'splits=8 BLOCK_N=64'``."""
+    return f"splits={num_splits} BLOCK_N={block_n}"
+
+
+def parse_split_provider(label: str) -> tuple[int, int]:
+    """``(num_splits, block_n)`` from a label of :func:`split_provider`.
+
+    Examples
+    --------
+    >>> parse_split_provider(split_provider(8, 64))
+    (8, 64)
+    """
+    match = re.fullmatch(r"splits=(\d+) BLOCK_N=(\d+)", label)
+    if not match:
+        raise ValueError(f"not a split-sweep label: {label!r}; expected "
+                         "'splits=<int> BLOCK_N=<int>'")
     return int(match[1]), int(match[2])
 
 

@@ -53,7 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import INTERPRETED, ON_GPU
+from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
 from ..validation import require_float_tensor
 from .flash import HEAD_DIMS, LN2, LOG2E
 from .targets import KernelConfig, gpu_class
@@ -339,7 +339,7 @@ def sm_count(device: torch.device | str | None = None) -> int:
     """
     if INTERPRETED:
         return INTERPRETER_SMS
-    return torch.cuda.get_device_properties(device or "cuda").multi_processor_count
+    return multiprocessors(device)
 
 
 def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) -> int:
@@ -638,8 +638,7 @@ def decode_attention(
         return (out, lse) if return_lse else out
 
     if config is None:
-        capability = None if INTERPRETED else torch.cuda.get_device_capability(q.device)
-        config = decode_config(D, q.dtype, capability)
+        config = decode_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device))
     group = H // H_kv
     block_m = max(16, min(max_rows(D, q.dtype), triton.next_power_of_2(group * Lq)))
     row_blocks = triton.cdiv(group * Lq, block_m)

@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import INTERPRETED, ON_GPU
+from ..device import INTERPRETED, ON_GPU, compute_capability
 from ..validation import require_attention_inputs
 from .targets import KernelConfig, gpu_class
 
@@ -371,8 +371,8 @@ def flash_attention(
 
             config = tuned_config(q, k, v, bool(causal), scale)
         if config is None:
-            capability = None if INTERPRETED else torch.cuda.get_device_capability(q.device)
-            config = flash_config(D, q.dtype, capability, bool(causal))
+            config = flash_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device),
+                                  bool(causal))
         launch(q, k, v, out, lse, bool(causal), scale, config)
     return (out, lse) if return_lse else out
 
@@ -420,7 +420,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
 def _tma_ok(*tensors: torch.Tensor) -> bool:
     """Whether the copy engine can fetch these tensors' tiles: a Hopper GPU (or the
     interpreter), half precision, unit last stride and 16-byte aligned base and strides."""
-    if not INTERPRETED and torch.cuda.get_device_capability(tensors[0].device)[0] != 9:
+    if not INTERPRETED and compute_capability(tensors[0].device)[0] != 9:
         return False
     for t in tensors:
         size = t.element_size()

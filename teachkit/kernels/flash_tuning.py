@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..device import INTERPRETED
+from ..device import INTERPRETED, compute_capability
 from .flash import FlashConfig, flash_config, launch
 
 __all__ = ["candidate_configs", "sweep", "tuned_config", "TUNED"]
@@ -92,8 +92,8 @@ def sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fals
     _validate(q, k, v)
     D = q.shape[-1]
     scale = D ** -0.5 if scale is None else float(scale)
-    capability = None if INTERPRETED else torch.cuda.get_device_capability(q.device)
-    configs = configs if configs is not None else candidate_configs(D, q.dtype, capability)
+    cap = None if INTERPRETED else compute_capability(q.device)
+    configs = configs if configs is not None else candidate_configs(D, q.dtype, cap)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     timed: list[tuple[FlashConfig, float | None]] = []

@@ -21,6 +21,7 @@ from .figures import label_device, new_axes
 __all__ = [
     "plot_sm_occupancy",
     "plot_decode_bandwidth",
+    "plot_split_sweep",
     "plot_memory_snapshots",
     "plot_waste_against_page_size",
     "plot_block_table",
@@ -144,6 +145,67 @@ def plot_decode_bandwidth(results: list, ceiling: float | None = None,
     axes[1, 0].set_ylabel(f"speed-up over\n{baseline}")
     axes[0, -1].legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=11)
+    label_device(fig, device)
+    fig.tight_layout()
+    return fig
+
+
+def plot_split_sweep(results: list, ceiling: float | None = None, block_n: int = 64,
+                     picks: Mapping[str, int] | None = None, device: str | None = None,
+                     title: str = "Split-KV at batch 1: GB/s against the number of splits"
+                     ) -> plt.Figure:
+    """GB/s of split-KV against ``num_splits``, one line per problem (cache length), for the
+    sweep's runs at ``BLOCK_N = block_n``; a ring marks the split count a rule picks.
+
+    Parameters
+    ----------
+    results : list of teachkit.bench.Measurement
+        A sweep: problems of :func:`teachkit.bench.decode.decode_problem`, providers of
+        :func:`teachkit.bench.decode.split_provider`.
+    ceiling : float, optional
+        The measured copy bandwidth, a dotted line.
+    block_n : int
+        Which ``BLOCK_N`` of the sweep to draw.
+    picks : mapping of str to int, optional
+        Problem label to the number of splits to mark (e.g. what ``choose_num_splits`` returns).
+    device : str, optional
+        Written in the corner (default: this machine).
+    title : str
+        Figure title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from ..bench.decode import parse_problem, parse_split_provider
+
+    lines: dict[str, dict[int, float]] = {}
+    for r in results:
+        splits, bn = parse_split_provider(r.provider)
+        if bn == block_n:
+            lines.setdefault(r.problem, {})[splits] = r.value
+    if not lines:
+        raise ValueError(f"no results at BLOCK_N = {block_n} to draw")
+    fig, ax = new_axes(width=7.5, height=4.2)
+    for j, problem in enumerate(sorted(lines, key=parse_problem)):
+        pts = lines[problem]
+        xs = sorted(pts)
+        ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, color=f"C{j}", label=problem)
+        pick = (picks or {}).get(problem)
+        if pick in pts:
+            ax.plot([pick], [pts[pick]], "o", ms=11, mfc="none", mec=f"C{j}", mew=1.8)
+    if ceiling:
+        ax.axhline(ceiling, color="k", ls=":", lw=1)
+        ax.text(1, ceiling, f" copy {ceiling:.0f}", va="bottom", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({x for pts in lines.values() for x in pts})
+    ax.set_xticks(ticks, [str(x) for x in ticks], fontsize=8)
+    ax.set_xlabel(f"num_splits (BLOCK_N = {block_n})")
+    ax.set_ylabel("GB/s of K and V")
+    ax.set_ylim(0, max([v for pts in lines.values() for v in pts.values()] + [ceiling or 0]) * 1.1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title, fontsize=11)
     label_device(fig, device)
     fig.tight_layout()
     return fig

@@ -267,3 +267,25 @@ def test_configs_and_launch_list():
     names = [c.name for c in decode.launch_configs()]
     assert len(names) == len(set(names))
     assert any("page=16" in n for n in names) and any("merge" in n for n in names)
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="CUDA graphs need a GPU")
+def test_a_decoding_step_replays_from_a_cuda_graph():
+    dev = teachkit.DEVICE
+    q = torch.randn(2, 8, 1, 64, device=dev, dtype=torch.float16)
+    k, v = (torch.randn(2, 4, 1000, 64, device=dev, dtype=torch.float16) for _ in range(2))
+    lens = torch.tensor([1000, 517], device=dev, dtype=torch.int32)
+    decode_attention(q, k, v, cache_seqlens=lens)  # compile outside the capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        decode_attention(q, k, v, cache_seqlens=lens, check_values=False)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = decode_attention(q, k, v, cache_seqlens=lens, check_values=False)
+    q.copy_(torch.randn_like(q))  # the next step: new queries, one more token for sequence 1
+    lens[1] += 1
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, decode_attention(q, k, v, cache_seqlens=lens))

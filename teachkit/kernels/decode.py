@@ -56,7 +56,7 @@ import triton.language as tl
 from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
 from ..validation import require_float_tensor
 from .flash import HEAD_DIMS, LN2, LOG2E
-from .targets import KernelConfig, gpu_class
+from .targets import UNIT_HEAD_DIM_STRIDES, KernelConfig, gpu_class
 
 __all__ = [
     "HEAD_DIMS",
@@ -697,7 +697,7 @@ def launch_configs() -> list[KernelConfig]:
     :data:`MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim strides of 1 are constants, as
     Triton specialises them at launch for contiguous tensors.
     """
-    unit_strides = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
+    unit_strides = UNIT_HEAD_DIM_STRIDES
 
     def split_sig(ty: str) -> dict:
         sig = {n: f"*{ty}" for n in ("Q", "K", "V", "O")}
@@ -741,14 +741,15 @@ def launch_configs() -> list[KernelConfig]:
                          **unit_strides},
                         cfg.num_warps, cfg.num_stages, (cls,)))
         merge_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
+        merge_units = {"stride_pd": 1, "stride_od": 1}
         for name in ("stride_ps", "stride_pb", "stride_ph", "stride_pm", "stride_pd",
                      "stride_ls", "stride_lb", "stride_lh", "stride_lm", "stride_ob",
                      "stride_oh", "stride_om", "stride_od", "H", "Lq", "num_splits"):
-            merge_sig[name] = "i32"
+            merge_sig[name] = "constexpr" if name in merge_units else "i32"
         merge_sig.update({"HEAD_DIM": "constexpr", "SPLITS": "constexpr"})
         for d in (64, 128, 256):
             for splits in (2, MAX_SPLITS):
                 configs.append(KernelConfig(
                     f"decode merge {ty} D={d} SPLITS={splits}", _decode_merge_kernel, merge_sig,
-                    {"HEAD_DIM": d, "SPLITS": splits}, 4, 1))
+                    {"HEAD_DIM": d, "SPLITS": splits, **merge_units}, 4, 1))
     return configs

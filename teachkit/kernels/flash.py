@@ -33,7 +33,7 @@ import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU, compute_capability
 from ..validation import require_attention_inputs
-from .targets import KernelConfig, gpu_class
+from .targets import UNIT_HEAD_DIM_STRIDES, KernelConfig, gpu_class
 
 __all__ = [
     "HEAD_DIMS",
@@ -439,9 +439,9 @@ def launch_configs() -> list[KernelConfig]:
     """
     sig = {name: "*bf16" for name in ("Q", "K", "V", "O")}
     sig["LSE"] = "*fp32"
-    for t in "qkvo":
+    for t in "qkvo":  # head-dim strides of 1 are constants, as a launch specialises them
         for axis in "bhmd" if t in "qo" else "bhnd":
-            sig[f"stride_{t}{axis}"] = "i32"
+            sig[f"stride_{t}{axis}"] = "constexpr" if axis == "d" else "i32"
     sig.update({"H": "i32", "L": "i32", "S": "i32", "qk_scale": "fp32"})
     for c in ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PRECISION", "DOT_FP32", "USE_TMA"):
         sig[c] = "constexpr"
@@ -464,6 +464,6 @@ def launch_configs() -> list[KernelConfig]:
             _flash_fwd_kernel, signature,
             {"CAUSAL": causal, "HEAD_DIM": d, "BLOCK_M": cfg.block_m,
              "BLOCK_N": cfg.block_n, "PRECISION": "ieee" if size == 4 else "tf32",
-             "DOT_FP32": False, "USE_TMA": cfg.tma},
+             "DOT_FP32": False, "USE_TMA": cfg.tma, **UNIT_HEAD_DIM_STRIDES},
             cfg.num_warps, cfg.num_stages, caps))
     return configs

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["SHARED_MEMORY_LIMIT", "KernelConfig", "compile_for", "gpu_class"]
+__all__ = ["SHARED_MEMORY_LIMIT", "UNIT_HEAD_DIM_STRIDES", "KernelConfig", "compile_for",
+           "gpu_class"]
 
 SHARED_MEMORY_LIMIT = {75: 64 * 1024, 80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 """Largest shared memory one program (block) may use, in bytes, per compute capability."""
+UNIT_HEAD_DIM_STRIDES = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
+"""Constants of an attention kernel's compile check: Triton specialises an integer argument equal
+to 1 into a constant at launch, and the head-dim strides of contiguous tensors are 1."""
 
 
 def gpu_class(capability: tuple[int, int]) -> int:
@@ -56,6 +60,12 @@ class KernelConfig:
     capabilities : tuple of int
         The compute capabilities (keys of :data:`SHARED_MEMORY_LIMIT`) the kernel launches this
         configuration on, when it picks configurations by GPU; empty (the default) means all.
+    aligned : bool
+        Compile as a launch with the course's tensors specialises it: every pointer and every
+        ``stride_*`` integer divisible by 16 (torch allocations are aligned, and the strides of
+        contiguous tensors with the supported head dims are multiples of 16). Only with these
+        hints does the compiler vectorise loads and pipeline them through shared memory, so the
+        shared memory it reports is what the launch will ask for.
     """
 
     name: str
@@ -65,6 +75,17 @@ class KernelConfig:
     num_warps: int = 4
     num_stages: int = 3
     capabilities: tuple[int, ...] = ()
+    aligned: bool = True
+
+
+def alignment_hints(config: KernelConfig) -> dict:
+    """``triton.compile`` attributes marking the arguments a launch finds divisible by 16."""
+    if not config.aligned:
+        return {}
+    names = config.kernel.arg_names
+    return {(names.index(name),): [["tt.divisibility", 16]]
+            for name, ty in config.signature.items()
+            if ty.startswith("*") or (ty == "i32" and name.startswith("stride_"))}
 
 
 def compile_for(config: KernelConfig, capability: int) -> int:
@@ -73,7 +94,8 @@ def compile_for(config: KernelConfig, capability: int) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    src = ASTSource(config.kernel, signature=config.signature, constexprs=config.constexprs)
+    src = ASTSource(config.kernel, signature=config.signature, constexprs=config.constexprs,
+                    attrs=alignment_hints(config))
     compiled = triton.compile(
         src,
         target=GPUTarget("cuda", capability, 32),

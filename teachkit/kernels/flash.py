@@ -430,6 +430,20 @@ def _tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
+def attention_signature(scale: str, constexprs: tuple[str, ...]) -> dict:
+    """The compile-check signature of a FlashAttention kernel of this shape: bf16 ``Q, K, V, O``,
+    an fp32 ``LSE``, the strides of the four (head-dim strides the constant 1, as a launch
+    specialises them), ``H, L, S``, the float ``scale`` argument and the ``constexprs``."""
+    sig = {name: "*bf16" for name in ("Q", "K", "V", "O")}
+    sig["LSE"] = "*fp32"
+    for t in "qkvo":
+        for axis in "bhmd" if t in "qo" else "bhnd":
+            sig[f"stride_{t}{axis}"] = "constexpr" if axis == "d" else "i32"
+    sig.update({"H": "i32", "L": "i32", "S": "i32", scale: "fp32"})
+    sig.update(dict.fromkeys(constexprs, "constexpr"))
+    return sig
+
+
 def launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`flash_attention` may launch on a GPU, for compile checks.
 
@@ -437,14 +451,8 @@ def launch_configs() -> list[KernelConfig]:
     capabilities whose class picks it (a T4 never launches the tiles chosen for an H100);
     float16 and bfloat16 tiles take the same shared memory, so bfloat16 stands for both.
     """
-    sig = {name: "*bf16" for name in ("Q", "K", "V", "O")}
-    sig["LSE"] = "*fp32"
-    for t in "qkvo":  # head-dim strides of 1 are constants, as a launch specialises them
-        for axis in "bhmd" if t in "qo" else "bhnd":
-            sig[f"stride_{t}{axis}"] = "constexpr" if axis == "d" else "i32"
-    sig.update({"H": "i32", "L": "i32", "S": "i32", "qk_scale": "fp32"})
-    for c in ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PRECISION", "DOT_FP32", "USE_TMA"):
-        sig[c] = "constexpr"
+    sig = attention_signature("qk_scale", ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N",
+                                           "PRECISION", "DOT_FP32", "USE_TMA"))
     classes: dict[tuple[int, int, bool, FlashConfig], list[int]] = {}
     for (cls, d, size, causal), cfg in _GPU_TABLE.items():
         classes.setdefault((d, size, causal, cfg), []).append(cls)

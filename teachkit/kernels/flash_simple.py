@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRETED
-from .flash import _validate
+from .flash import _validate, attention_signature
 
 __all__ = ["flash_attention_simple"]
 
@@ -141,14 +141,8 @@ def launch_configs() -> list:
     64 x 64 tiles, 4 warps, 2 stages; bfloat16 stands for both half types)."""
     from .targets import UNIT_HEAD_DIM_STRIDES, KernelConfig
 
-    sig = {name: "*bf16" for name in ("Q", "K", "V", "O")}
-    sig["LSE"] = "*fp32"
-    for t in "qkvo":  # head-dim strides of 1 are constants, as a launch specialises them
-        for axis in "bhmd" if t in "qo" else "bhnd":
-            sig[f"stride_{t}{axis}"] = "constexpr" if axis == "d" else "i32"
-    sig.update({"H": "i32", "L": "i32", "S": "i32", "scale": "fp32"})
-    for c in ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PRECISION", "DOT_FP32"):
-        sig[c] = "constexpr"
+    sig = attention_signature("scale", ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N",
+                                        "PRECISION", "DOT_FP32"))
     return [KernelConfig(f"flash_simple bf16 D={d} causal", _flash_simple_kernel, sig,
                          {"CAUSAL": True, "HEAD_DIM": d, "BLOCK_M": 64, "BLOCK_N": 64,
                           "PRECISION": "tf32", "DOT_FP32": False, **UNIT_HEAD_DIM_STRIDES}, 4, 2)

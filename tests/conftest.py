@@ -6,6 +6,8 @@ import matplotlib
 import pytest
 import torch
 
+import teachkit  # noqa: F401  decides the world (TRITON_INTERPRET) before any test imports triton
+
 matplotlib.use("Agg")
 
 

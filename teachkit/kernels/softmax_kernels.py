@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import ON_GPU
+from ..device import ON_GPU, multiprocessors
 from ..validation import normalize_dim, require_float_tensor
 from .targets import KernelConfig
 
@@ -325,9 +325,8 @@ def softmax_split(x: torch.Tensor, dim: int = -1, chunk: int = SPLIT_CHUNK,
     return _run(x, dim, lambda x2, y2: _launch_split(x2, y2, chunk, block))
 
 
-@functools.cache
 def _sm_count() -> int:
-    return torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 8
+    return multiprocessors(0) if ON_GPU else 8
 
 
 def _split_chunk(n_rows: int, n_cols: int) -> int:

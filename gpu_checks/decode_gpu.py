@@ -194,6 +194,15 @@ def main() -> int:
     return 1 if FAILURES else 0
 
 
+def decoding_inputs(B: int, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """One new fp16 token per sequence against full caches (H = 32, D = 128): ``q, k, v`` and the
+    bytes of K and V, the numerator of every GB/s here."""
+    q = torch.randn(B, 32, 1, 128, device=teachkit.DEVICE, dtype=torch.float16)
+    k = torch.randn(B, 32, S, 128, device=teachkit.DEVICE, dtype=torch.float16)
+    v = torch.randn_like(k)
+    return q, k, v, 2 * k.numel() * k.element_size()
+
+
 def sweep(B: int, S: int, copy: float) -> None:
     """GB/s of split-KV (and paged, pages of 64) per config, then per num_splits."""
     from teachkit.bench.core import time_ms
@@ -205,14 +214,10 @@ def sweep(B: int, S: int, copy: float) -> None:
     )
     from teachkit.paging import paged_from_contiguous
 
-    dev = teachkit.DEVICE
-    q = torch.randn(B, 32, 1, 128, device=dev, dtype=torch.float16)
-    k = torch.randn(B, 32, S, 128, device=dev, dtype=torch.float16)
-    v = torch.randn_like(k)
-    lens = torch.full((B,), S, device=dev, dtype=torch.int32)
+    q, k, v, nbytes = decoding_inputs(B, S)
+    lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
     kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 64,
                                           gen=torch.Generator().manual_seed(0))
-    nbytes = 2 * k.numel() * k.element_size()
 
     def gbps(**kw) -> float:
         if "block_table" in kw:
@@ -253,11 +258,7 @@ def split_table(B: int, S: int, copy: float) -> list:
     from teachkit.bench.decode import decode_problem, split_provider
     from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
 
-    dev = teachkit.DEVICE
-    q = torch.randn(B, 32, 1, 128, device=dev, dtype=torch.float16)
-    k = torch.randn(B, 32, S, 128, device=dev, dtype=torch.float16)
-    v = torch.randn_like(k)
-    nbytes = 2 * k.numel() * k.element_size()
+    q, k, v, nbytes = decoding_inputs(B, S)
     base = choose_num_splits(B * 32, -(-S // 64), sm_count())
     fn = functools.partial(decode_attention, q, k, v, check_values=False)
     fn()
@@ -277,10 +278,8 @@ def split_table(B: int, S: int, copy: float) -> list:
                 break
             run = functools.partial(decode_attention, q, k, v, num_splits=n, config=cfg,
                                     check_values=False)
-            core.GRAPH_TIMING = True
-            ms = core.time_ms(run, rep=30)
-            core.GRAPH_TIMING = False
-            p = nbytes / core.time_ms(run, warmup=5, rep=30) / 1e6
+            ms = core.time_ms(run, rep=30, graph=True)
+            p = nbytes / core.time_ms(run, warmup=5, rep=30, graph=False) / 1e6
             out.append(core.Measurement(decode_problem(B, S), "fp16", split_provider(n, bn),
                                         ms, nbytes / ms / 1e6, "GB/s"))
             cells.append(f"{n}:{out[-1].value:.0f}/{p:.0f}")
@@ -295,9 +294,7 @@ def host_profile() -> None:
 
     from teachkit.kernels.decode import decode_attention
 
-    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.float16)
-    k = torch.randn(1, 32, 4096, 128, device="cuda", dtype=torch.float16)
-    v = torch.randn_like(k)
+    q, k, v, _ = decoding_inputs(1, 4096)
     for n in (None, 1):
         fn = functools.partial(decode_attention, q, k, v, num_splits=n, check_values=False)
         fn()

@@ -47,6 +47,7 @@ __all__ = [
     "parse_problem",
     "split_provider",
     "parse_split_provider",
+    "split_sweep_rates",
     "main",
 ]
 
@@ -97,6 +98,25 @@ def parse_split_provider(label: str) -> tuple[int, int]:
         raise ValueError(f"not a split-sweep label: {label!r}; expected "
                          "'splits=<int> BLOCK_N=<int>'")
     return int(match[1]), int(match[2])
+
+
+def split_sweep_rates(results: Iterable[Measurement], block_n: int = 64
+                      ) -> dict[str, dict[int, float]]:
+    """A split sweep's figures at one ``BLOCK_N``: problem label to ``{num_splits: value}``.
+
+    Examples
+    --------
+    >>> rows = [Measurement("B=1 S=4096", "fp16", split_provider(n, bn), 1.0, 100.0 * n, "GB/s")
+    ...         for n in (1, 8) for bn in (32, 64)]
+    >>> split_sweep_rates(rows)
+    {'B=1 S=4096': {1: 100.0, 8: 800.0}}
+    """
+    rates: dict[str, dict[int, float]] = {}
+    for r in results:
+        splits, bn = parse_split_provider(r.provider)
+        if bn == block_n:
+            rates.setdefault(r.problem, {})[splits] = r.value
+    return rates
 
 
 def _backend(name: str) -> object:

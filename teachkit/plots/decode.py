@@ -177,13 +177,9 @@ def plot_split_sweep(results: list, ceiling: float | None = None, block_n: int =
     -------
     matplotlib.figure.Figure
     """
-    from ..bench.decode import parse_problem, parse_split_provider
+    from ..bench.decode import parse_problem, split_sweep_rates
 
-    lines: dict[str, dict[int, float]] = {}
-    for r in results:
-        splits, bn = parse_split_provider(r.provider)
-        if bn == block_n:
-            lines.setdefault(r.problem, {})[splits] = r.value
+    lines = split_sweep_rates(results, block_n)
     if not lines:
         raise ValueError(f"no results at BLOCK_N = {block_n} to draw")
     fig, ax = new_axes(width=7.5, height=4.2)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import teachkit
-from teachkit.bench import load_results
+from teachkit.bench import load_results, save_results
+from teachkit.bench.core import Measurement
 from teachkit.bench.decode import (
     PAGED,
     SPLIT,
@@ -41,9 +42,18 @@ def test_cli_refuses_cpu_without_flag_and_records_with_it(tmp_path, capsys):
     assert main([]) == 2
     path = tmp_path / "decode.json"
     assert main(["--allow-cpu", "--batches", "1", "--lengths", "20", "--sdpa",
-                 "--json", str(path)]) == 0
+                 "--json", str(path), "--plot", str(tmp_path / "decode")]) == 0
     out = capsys.readouterr().out
-    assert "teachkit split-KV" in out and "results:" in out
+    assert "teachkit split-KV" in out and "results:" in out and "figure:" in out
+    assert (tmp_path / "decode.png").exists()
     results, record = load_results(path)
     assert {r.provider for r in results} == {UNSPLIT, PAGED, SPLIT}
     assert record["ceilings"]["copy_gbps"] > 0
+
+
+def test_records_keep_extra_entries_beside_the_results(tmp_path):
+    rows = [Measurement(decode_problem(1, 64), "fp16", SPLIT, 0.5, 10.0, "GB/s")]
+    path = save_results(tmp_path / "r.json", rows, {"memory": [{"L": 64}]}, copy_gbps=5.0)
+    results, record = load_results(path)
+    assert results == rows
+    assert record["memory"] == [{"L": 64}] and record["ceilings"] == {"copy_gbps": 5.0}

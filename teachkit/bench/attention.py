@@ -21,10 +21,10 @@ from .core import (
     Measurement,
     add_common_arguments,
     copy_bandwidth,
+    finish,
     format_table,
     matmul_tflops,
     progress,
-    save_results,
     start,
     time_ms,
 )
@@ -313,19 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = peak_memory()
         print(format_memory(rows))
         extra["memory"] = rows
-    if args.json:
-        path = save_results(args.json, results, copy_gbps=copy, matmul_tflops=flops)
-        if extra:
-            import json
 
-            record = json.loads(path.read_text())
-            record.update(extra)
-            path.write_text(json.dumps(record, indent=1) + "\n")
-        print(f"results: {path}")
-    if args.plot:
+    def figure() -> object:
         from ..plots.attention_bench import plot_attention_tflops
-        from ..plots.figures import save_figure
 
-        path = save_figure(plot_attention_tflops(results, flops), args.plot)
-        print(f"figure: {path}")
+        return plot_attention_tflops(results, flops)
+
+    finish(args, results, figure, extra,
+           copy_gbps=copy, matmul_tflops=flops)
     return 0

@@ -33,6 +33,7 @@ __all__ = [
     "refuse_cpu",
     "add_common_arguments",
     "start",
+    "finish",
 ]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -140,9 +141,11 @@ def format_table(results: list[Measurement], ceiling: float | None = None,
     return f"({unit}, {device or device_name()})\n" + "\n".join(lines)
 
 
-def save_results(path: str | Path, results: list[Measurement], **ceilings: float) -> Path:
+def save_results(path: str | Path, results: list[Measurement], extra: dict | None = None,
+                 **ceilings: float) -> Path:
     """Write results, the device's name and measured ceilings (e.g. ``copy_gbps=2998``) as JSON,
-    so a notebook on a machine without that GPU can show the figures measured on it."""
+    so a notebook on a machine without that GPU can show the figures measured on it; ``extra``
+    adds top-level entries (e.g. ``{"memory": rows}``)."""
     import torch as _torch
     import triton
 
@@ -156,6 +159,7 @@ def save_results(path: str | Path, results: list[Measurement], **ceilings: float
         if ON_GPU else "wall clock median (CPU)",
         "ceilings": ceilings,
         "results": [dataclasses.asdict(r) for r in results],
+        **(extra or {}),
     }
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
@@ -188,6 +192,20 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time CUDA-graph replays (GPU time without launch overhead)")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run on a CPU (interpreter: tiny sizes, meaningless times)")
+
+
+def finish(args: argparse.Namespace, results: list[Measurement],
+           figure: Callable[[], object] | None = None, extra: dict | None = None,
+           **ceilings: float) -> None:
+    """Do what the common options ask once a benchmark has run: ``--json`` saves the results
+    with ``extra`` and the ``ceilings`` (:func:`save_results`), ``--plot`` saves ``figure()``
+    under ``figures/``; each says where."""
+    if args.json:
+        print(f"results: {save_results(args.json, results, extra, **ceilings)}")
+    if args.plot and figure is not None:
+        from ..plots.figures import save_figure
+
+        print(f"figure: {save_figure(figure(), args.plot)}")
 
 
 def start(args: argparse.Namespace) -> bool:

@@ -32,8 +32,8 @@ from .core import (
     Measurement,
     add_common_arguments,
     copy_bandwidth,
+    finish,
     format_table,
-    save_results,
     start,
     time_ms,
 )
@@ -332,12 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     baseline = "SDPA cuDNN" if any(r.provider == "SDPA cuDNN" for r in results) else UNSPLIT
     print(format_table(results, ceiling=copy, baseline=baseline))
     print(summary(results, copy))
-    if args.json:
-        print(f"results: {save_results(args.json, results, copy_gbps=copy)}")
-    if args.plot:
-        from ..plots.decode import plot_decode_bandwidth
-        from ..plots.figures import save_figure
 
-        path = save_figure(plot_decode_bandwidth(results, copy), args.plot)
-        print(f"figure: {path}")
+    def figure() -> object:
+        from ..plots.decode import plot_decode_bandwidth
+
+        return plot_decode_bandwidth(results, copy)
+
+    finish(args, results, figure, copy_gbps=copy)
     return 0

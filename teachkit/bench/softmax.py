@@ -19,9 +19,9 @@ from .core import (
     Measurement,
     add_common_arguments,
     copy_bandwidth,
+    finish,
     format_table,
     matmul_tflops,
-    save_results,
     start,
     time_ms,
 )
@@ -112,19 +112,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "ceilings":
         flops = matmul_tflops()
         print(f"bf16 matmul: {flops:.0f} TFLOP/s")
-        if args.json:
-            print(f"results: {save_results(args.json, [], copy_gbps=copy, matmul_tflops=flops)}")
+        finish(args, [], copy_gbps=copy, matmul_tflops=flops)
         return 0
     shapes = args.shapes or (SOFTMAX_SHAPES if ON_GPU else [(64, 1000), (4, 20000)])
     results = bench_softmax(shapes, args.dtypes, args.providers)
     print(format_table(results, ceiling=copy))
-    if args.json:
-        print(f"results: {save_results(args.json, results, copy_gbps=copy)}")
-    if args.plot:
-        from ..plots.bench import plot_bandwidth
-        from ..plots.figures import save_figure
 
-        path = save_figure(plot_bandwidth(results, copy), args.plot)
-        print(f"figure: {path}")
+    def figure() -> object:
+        from ..plots.bench import plot_bandwidth
+
+        return plot_bandwidth(results, copy)
+
+    finish(args, results, figure, copy_gbps=copy)
     return 0
 

@@ -75,8 +75,7 @@ def main() -> int:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
     if args.splits_only:
-        from teachkit.bench.core import save_results
-        from teachkit.cute.bench import device_slug
+        from teachkit.bench.core import device_slug, save_results
 
         host_profile()
         copy = copy_bandwidth()

@@ -28,6 +28,7 @@ __all__ = [
     "matmul_tflops",
     "progress",
     "format_table",
+    "device_slug",
     "save_results",
     "load_results",
     "refuse_cpu",
@@ -139,6 +140,18 @@ def format_table(results: list[Measurement], ceiling: float | None = None,
             cells.append(f"{got[last] / ceiling:.0%}" if last in got else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return f"({unit}, {device or device_name()})\n" + "\n".join(lines)
+
+
+def device_slug(name: str) -> str:
+    """A file-name form of a device name, its first two words: ``'nvidia_h100'``.
+
+    Examples
+    --------
+    >>> device_slug("NVIDIA H200"), device_slug("NVIDIA H100 80GB HBM3")
+    ('nvidia_h200', 'nvidia_h100')
+    """
+    words = name.lower().replace("-", " ").split()[:2]
+    return "_".join(words) if words else "unknown"
 
 
 def save_results(path: str | Path, results: list[Measurement], extra: dict | None = None,

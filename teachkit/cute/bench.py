@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..bench.core import Measurement, load_results
+from ..bench.core import Measurement, device_slug, load_results
 from ..bench.softmax import SOFTMAX_SHAPES, bench_softmax
 
 __all__ = [
@@ -60,18 +60,6 @@ def bench_cute_softmax(
     ``2e-2``, which any correct bf16 result meets); a wrong one raises ``AssertionError``.
     """
     return bench_softmax(shapes, dtypes, progress=progress, table=cute_providers())
-
-
-def device_slug(name: str) -> str:
-    """A file-name form of a device name, its first two words: ``'nvidia_h100'``.
-
-    Examples
-    --------
-    >>> device_slug("NVIDIA H200"), device_slug("NVIDIA H100 80GB HBM3")
-    ('nvidia_h200', 'nvidia_h100')
-    """
-    words = name.lower().replace("-", " ").split()[:2]
-    return "_".join(words) if words else "unknown"
 
 
 def record_path(device: str = "NVIDIA H100", graph: bool = False) -> Path:

@@ -18,6 +18,7 @@ import teachkit.cute as tc
 from teachkit.bench.core import Measurement, save_results
 from teachkit.compare import relative_error
 from teachkit.cute import bench as cute_bench
+from teachkit.cute import entry
 from teachkit.cute.config import MAX_THREADS, MIN_THREADS, launch_config, vector_width
 from teachkit.cute.entry import INSTALL_HINT, load_kernel_module
 from teachkit.reduction import simulate_block_reduction
@@ -223,7 +224,7 @@ def test_cute_softmax_input_errors(bad, err, match):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_cute_softmax_without_gpu_says_so():
-    assert tc.available() is False
+    assert tc.available() is False and "no CUDA GPU" in tc.unavailable_reason()
     with pytest.raises(RuntimeError, match="needs a CUDA GPU.*simulate_cute_softmax"):
         tc.cute_softmax(torch.randn(4, 10))
 
@@ -232,6 +233,58 @@ def test_cute_softmax_without_gpu_says_so():
 def test_cute_softmax_rejects_cpu_tensors_on_a_gpu_machine():
     with pytest.raises(ValueError, match="x.cuda()"):
         tc.cute_softmax(torch.randn(4, 10))
+
+
+# --- where CuTe DSL runs: a CUDA GPU of sm_80 or newer, with nvidia-cutlass-dsl installed ----
+
+
+def fake_gpu(monkeypatch, capability, cutlass=True):
+    """Make ``teachkit.cute.entry`` see a GPU of ``capability`` (``None``: no GPU) and CuTe DSL
+    importable or not, on any machine."""
+    monkeypatch.setattr(entry, "_capability", lambda: capability)
+    monkeypatch.setattr(entry, "_cutlass_importable", lambda: cutlass)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+
+
+def test_without_a_gpu_the_reason_names_the_simulation(monkeypatch):
+    fake_gpu(monkeypatch, None)
+    assert tc.available() is False
+    assert "no CUDA GPU" in tc.unavailable_reason()
+    assert "simulate_cute_softmax" in tc.unavailable_reason()
+
+
+@pytest.mark.parametrize("cutlass", [True, False])
+def test_a_t4_is_too_old_for_cute_dsl_installed_or_not(monkeypatch, cutlass):
+    fake_gpu(monkeypatch, (7, 5), cutlass=cutlass)
+    assert tc.available() is False
+    reason = tc.unavailable_reason()
+    assert reason.startswith("CuTe DSL supports Ampere (sm_80) and newer; this GPU is sm_75")
+    assert "Tesla T4" in reason  # installing CuTe DSL would not help: the GPU is named first
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)])
+def test_ampere_and_newer_need_only_cute_dsl_installed(monkeypatch, capability):
+    fake_gpu(monkeypatch, capability, cutlass=False)
+    assert tc.available() is False and tc.unavailable_reason() == INSTALL_HINT
+    fake_gpu(monkeypatch, capability, cutlass=True)
+    assert tc.available() is True and tc.unavailable_reason() is None
+
+
+def test_cute_dsl_support_agrees_with_the_colab_gpu_table(monkeypatch):
+    from teachkit.gpus import COLAB_GPUS
+
+    for gpu in COLAB_GPUS:
+        fake_gpu(monkeypatch, gpu.capability)
+        assert tc.available() is gpu.cute_dsl, gpu.name
+
+
+def test_cute_softmax_on_a_gpu_older_than_sm80_says_why(monkeypatch):
+    x = torch.randn(4, 10)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    with pytest.raises(RuntimeError, match=r"Ampere \(sm_80\) and newer; this GPU is sm_75"):
+        tc.cute_softmax(x)
 
 
 def test_missing_cute_dsl_raises_import_error_with_the_install_command(monkeypatch):

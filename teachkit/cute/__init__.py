@@ -6,7 +6,8 @@ that part by hand: every thread keeps a running ``(m, d)`` over its vector loads
 pairs by register shuffles, and warps merge through shared memory (notebook 11).
 
 Importing this package needs neither a GPU nor CuTe DSL: only :func:`cute_softmax` does, and it
-imports :mod:`teachkit.cute.kernel` when called.
+imports :mod:`teachkit.cute.kernel` when called. CuTe DSL compiles for Ampere (sm_80) and newer, so
+in Colab the kernel runs on an L4, A100 or H100, not on a T4 (:func:`unavailable_reason` says so).
 
 Modules
 -------
@@ -16,7 +17,8 @@ config
 simulate
     the kernel's thread, warp and block tiers run in plain torch, with a trace of each tier.
 entry
-    ``cute_softmax`` (checked entry point), ``available``, ``kernel_source``.
+    ``cute_softmax`` (checked entry point), ``available`` and ``unavailable_reason`` (a CUDA
+    GPU of sm_80 or newer and CuTe DSL installed, or why not), ``kernel_source``.
 kernel
     the CuTe DSL kernel itself (imports ``cutlass``).
 verify
@@ -34,7 +36,7 @@ True
 """
 
 from .config import WARP_SIZE, LaunchConfig, launch_config, vector_width
-from .entry import INSTALL_HINT, available, cute_softmax, kernel_source
+from .entry import INSTALL_HINT, available, cute_softmax, kernel_source, unavailable_reason
 from .simulate import (
     CuteSoftmaxTrace,
     block_merge,
@@ -61,6 +63,7 @@ __all__ = [
     "simulate_cute_softmax",
     "thread_of_element",
     "to_thread_major",
+    "unavailable_reason",
     "vector_width",
     "warp_butterfly",
 ]

@@ -1,8 +1,9 @@
 """The checked entry point of the CuTe DSL kernel, and what can be known without importing it.
 
 :func:`cute_softmax` validates its input, then imports :mod:`teachkit.cute.kernel` (which needs
-``cutlass``) only when it is about to launch. :func:`available` says whether that can work here,
-and :func:`kernel_source` shows the kernel's code by reading the file, so a notebook on a machine
+``cutlass``) only when it is about to launch. :func:`available` says whether that can work here (a
+CUDA GPU of sm_80 or newer, and CuTe DSL installed) and :func:`unavailable_reason` why not;
+:func:`kernel_source` shows the kernel's code by reading the file, so a notebook on a machine
 without a GPU or CuTe DSL can still print it.
 """
 
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import torch
 
+from ..gpus import CUTE_DSL_MIN_CAPABILITY
 from ..source import SourceCode
 from ..validation import require_float_tensor
 
-__all__ = ["INSTALL_HINT", "KERNEL_DTYPES", "available", "cute_softmax", "kernel_source"]
+__all__ = ["INSTALL_HINT", "KERNEL_DTYPES", "available", "cute_softmax", "kernel_source",
+           "unavailable_reason"]
 
 INSTALL_HINT = (
     "teachkit.cute needs NVIDIA's CuTe DSL, the optional extra of teachkit: run "
@@ -38,15 +41,50 @@ def _cutlass_importable() -> bool:
     return True
 
 
-def available() -> bool:
-    """``True`` when the kernel can run here: a CUDA GPU is present and CuTe DSL imports.
+def _capability() -> tuple[int, int] | None:
+    """``(major, minor)`` of the current CUDA GPU, or ``None`` without one."""
+    if not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability())
+
+
+def unavailable_reason() -> str | None:
+    """Why the CuTe DSL kernel cannot run here, or ``None`` when it can.
+
+    Checked in the order a learner can act on: no CUDA GPU (the simulation stands in), a GPU
+    older than CuTe DSL supports (Ampere, sm_80: a T4 is sm_75; choose another runtime), then
+    CuTe DSL not installed (install it).
 
     Examples
     --------
-    >>> isinstance(available(), bool)
+    >>> reason = unavailable_reason()
+    >>> reason is None or isinstance(reason, str)
     True
     """
-    return torch.cuda.is_available() and _cutlass_importable()
+    capability = _capability()
+    if capability is None:
+        return ("no CUDA GPU here; teachkit.cute.simulate_cute_softmax runs the kernel's "
+                "thread, warp and block tiers in plain torch")
+    if capability < CUTE_DSL_MIN_CAPABILITY:
+        major, minor = capability
+        return (f"CuTe DSL supports Ampere (sm_80) and newer; this GPU is sm_{major}{minor} "
+                f"({torch.cuda.get_device_name()}); in Colab choose an L4, A100 or H100 "
+                "runtime, or use teachkit.cute.simulate_cute_softmax")
+    if not _cutlass_importable():
+        return INSTALL_HINT
+    return None
+
+
+def available() -> bool:
+    """``True`` when the kernel can run here: a CUDA GPU of sm_80 or newer, and CuTe DSL imports
+    (:func:`unavailable_reason` says what is missing).
+
+    Examples
+    --------
+    >>> available() == (unavailable_reason() is None)
+    True
+    """
+    return unavailable_reason() is None
 
 
 def load_kernel_module():
@@ -81,7 +119,7 @@ def cute_softmax(x: torch.Tensor) -> torch.Tensor:
     ValueError
         ``x`` is not 2-D, or is not on a CUDA device.
     RuntimeError
-        No CUDA GPU is present.
+        No CUDA GPU is present, or it is older than sm_80 (CuTe DSL needs Ampere or newer).
     ImportError
         CuTe DSL is not installed.
 
@@ -112,6 +150,13 @@ def cute_softmax(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"x is on {x.device}, but the CuTe kernel runs on a CUDA GPU; move it first, "
             "e.g. x.cuda()"
+        )
+    capability = tuple(torch.cuda.get_device_capability(x.device))
+    if capability < CUTE_DSL_MIN_CAPABILITY:
+        raise RuntimeError(
+            f"CuTe DSL supports Ampere (sm_80) and newer; this GPU is "
+            f"sm_{capability[0]}{capability[1]}; teachkit.cute.simulate_cute_softmax runs the "
+            "same tiers in plain torch"
         )
     kernel = load_kernel_module()
     if x.numel() == 0:

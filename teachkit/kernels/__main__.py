@@ -1,20 +1,58 @@
 """``python -m teachkit.kernels``: compile every kernel configuration for sm_75, 80, 89 and 90
-(no GPU needed) and check that each fits the shared memory of those GPUs."""
+(no GPU needed) and check that each fits the shared memory of those GPUs.
+
+``python -m teachkit.kernels --dot-evidence`` instead compiles notebook 08's FlashAttention
+forward configuration (D = 64, float16) for each of those GPUs and prints how many tensor-core
+(``mma.sync``, ``wgmma.mma_async``) and scalar FMA (``fma.rn.f32``) instructions its PTX holds:
+which unit ``tl.dot`` runs on, per GPU, with the installed Triton.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 
-def main() -> int:
-    """Run the compile check; exit status 1 if any configuration fails or does not fit."""
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m teachkit.kernels",
+        description="Compile the course's kernels for sm_75, sm_80, sm_89 and sm_90 (no GPU "
+                    "needed): check every configuration fits, or show which instructions "
+                    "multiply the flash kernel's tiles.")
+    parser.add_argument("--dot-evidence", action="store_true",
+                        help="count mma.sync / wgmma.mma_async / fma.rn.f32 in the PTX of "
+                             "notebook 08's flash forward kernel, per GPU")
+    parser.add_argument("--head-dim", type=int, default=64,
+                        help="head dim of the flash configuration (--dot-evidence; default 64)")
+    parser.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
+                        help="element type of the flash configuration (--dot-evidence)")
+    parser.add_argument("--causal", action="store_true",
+                        help="the causal flash configuration (--dot-evidence)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the compile check (exit status 1 if any configuration fails or does not fit), or
+    print the ``--dot-evidence`` table."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parse(argv)
     if os.environ.get("TRITON_INTERPRET") != "0":  # the compiler needs real @triton.jit functions
         env = dict(os.environ, TRITON_INTERPRET="0")
-        return os.spawnve(os.P_WAIT, sys.executable, [sys.executable, "-m", "teachkit.kernels"],
-                          env)
-    from .targets import SHARED_MEMORY_LIMIT, all_launch_configs, check_all
+        return os.spawnve(os.P_WAIT, sys.executable,
+                          [sys.executable, "-m", "teachkit.kernels", *argv], env)
+    from .targets import (
+        SHARED_MEMORY_LIMIT,
+        all_launch_configs,
+        check_all,
+        dot_evidence,
+        format_dot_evidence,
+    )
 
+    if args.dot_evidence:
+        evidence = dot_evidence(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
+        print(format_dot_evidence(evidence, args.head_dim, args.dtype, args.causal))
+        return 0
     problems = check_all()
     caps = ", ".join(f"sm_{c}" for c in SHARED_MEMORY_LIMIT)
     print("\n".join(problems) if problems else

@@ -10,8 +10,8 @@ Run from the repository root on a machine with a CUDA GPU and CuTe DSL (nvidia-c
    1M (odd ones too: scalar loads); 1, 3 and 37 rows; -inf / all -inf / NaN / +inf rows; a
    misaligned and a non-contiguous input; a side stream; the kernel against the simulation;
 3. benchmarks it beside teachkit.kernels.softmax and torch.softmax on SOFTMAX_SHAPES, with plain
-   launches and with CUDA-graph replays, saving benchmarks/cute_softmax_<device>.json and
-   ..._cudagraph.json (or --json PATH and its _cudagraph sibling), printing the tables and the
+   launches and with CUDA-graph replays, saving teachkit/benchmarks/cute_softmax_<device>.json
+   and ..._cudagraph.json (or --json PATH and its _cudagraph sibling), printing the tables and the
    host time per call of each provider.
 Exit status: 0 all good, 1 a check or compile failed, 2 no GPU / no CuTe DSL.
 """
@@ -136,7 +136,9 @@ def graph_bench(json_path: str | None, copy: float | None = None) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", default=None, help="where to save the benchmark record")
+    parser.add_argument("--json", default=None,
+                        help="where to save the benchmark record (default "
+                             "teachkit/benchmarks/cute_softmax_<device>.json)")
     parser.add_argument("--no-bench", action="store_true", help="checks only")
     parser.add_argument("--graph-only", action="store_true",
                         help="only the CUDA-graph benchmark (no checks, no plain launches)")

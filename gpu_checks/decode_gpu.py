@@ -41,7 +41,9 @@ def main() -> int:
     parser.add_argument("--splits-only", action="store_true",
                         help="only the num_splits x BLOCK_N table at batch 1 (CUDA-graph and "
                              "plain timings, host time per call)")
-    parser.add_argument("--json", default=None, help="where --splits-only saves its record")
+    parser.add_argument("--json", default=None,
+                        help="where --splits-only saves its record (default "
+                             "teachkit/benchmarks/decode_splits_<device>.json)")
     parser.add_argument("--profile", action="store_true",
                         help="only the host-time profile of decode_attention (cProfile)")
     parser.add_argument("--sweep-at", nargs=2, type=int, metavar=("B", "S"), default=None,
@@ -75,7 +77,7 @@ def main() -> int:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
     if args.splits_only:
-        from teachkit.bench.core import device_slug, save_results
+        from teachkit.bench.core import device_slug, record_path, save_results
 
         host_profile()
         copy = copy_bandwidth()
@@ -83,7 +85,7 @@ def main() -> int:
         rows = [m for S in (1024, 4096, 16384, 65536) for m in split_table(1, S, copy)]
         rows += split_table(2, 16384, copy)
         slug = device_slug(teachkit.device.device_name())
-        path = Path(args.json or f"benchmarks/decode_splits_{slug}.json")
+        path = args.json or record_path(f"decode_splits_{slug}", exists=False)
         timed = {"timing": "cuda-graph replays"}  # what split_table's records hold
         say(f"record: {save_results(path, rows, timed, copy_gbps=copy)}")
         return 0

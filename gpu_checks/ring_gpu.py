@@ -9,7 +9,7 @@
 2. gloo on GPUs (blocks travel through the CPU, attention on the GPU), W = 2.
 3. A failing rank over NCCL ends the run with that rank's error, quickly.
 4. bench_ring: growing N, fp16, H = 32, D = 128, causal (contiguous and striped) and unmasked,
-   under a per-process memory cap; saves benchmarks/ring_<device>_x<W>.json.
+   under a per-process memory cap; saves teachkit/benchmarks/ring_<device>_x<W>.json.
 
 Prints a compact report; exits 1 if any check fails. ``--cpu-smoke`` runs the same steps with
 gloo and tiny sizes on a machine without GPUs (checks the script, measures nothing).
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 import torch  # noqa: E402
 
 import teachkit  # noqa: E402
-from teachkit.bench import format_table  # noqa: E402
+from teachkit.bench import format_table, records_dir  # noqa: E402
 from teachkit.compare import relative_error  # noqa: E402
 from teachkit.ring import (  # noqa: E402
     RingCase,
@@ -127,7 +127,7 @@ def bench(world_size: int, cap: float, lengths: list[int]) -> None:
     else:
         result = bench_ring(world_size, lengths=lengths, memory_cap_gib=cap, repeats=3,
                             timeout_s=300, wall_s=420)
-        path = save_ring_bench(result, record_path(world_size))
+        path = save_ring_bench(result, record_path(world_size, folder=records_dir()))
     ctx = result.context
     speed = [r for r in result.results if r.unit == "TFLOP/s"]
     print(format_table(speed, baseline=speed[0].provider if speed else "1 GPU"))

@@ -15,10 +15,14 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import os
 import sys
+import traceback
 import warnings
+from collections.abc import Iterator
 from typing import TypeVar
 
 import torch
@@ -34,6 +38,11 @@ __all__ = [
     "multiprocessors",
     "has_triton",
     "pick",
+    "memory_budget",
+    "fits",
+    "fits_or_skip",
+    "is_out_of_memory",
+    "skip_if_out_of_memory",
 ]
 
 T = TypeVar("T")
@@ -140,3 +149,134 @@ def pick(cpu: T, gpu: T) -> T:
         The value for each world.
     """
     return gpu if ON_GPU else cpu
+
+
+# --- how much memory a problem may take -----------------------------------------------------------
+
+HOST_MEMORY_FALLBACK = 2**34
+"""What :func:`memory_budget` assumes on a CPU when the OS does not say (16 GiB)."""
+
+
+def _host_memory() -> int:
+    """The machine's physical memory in bytes, or :data:`HOST_MEMORY_FALLBACK`."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return HOST_MEMORY_FALLBACK
+
+
+def memory_budget(device: torch.device | str | None = None) -> int:
+    """Bytes this process may still allocate on ``device`` (default :data:`DEVICE`).
+
+    On a CUDA GPU: the smaller of the driver's free memory (``torch.cuda.mem_get_info``) and
+    what the per-process cap leaves (``fraction x total - reserved``, the fraction set by
+    ``torch.cuda.set_per_process_memory_fraction``, 1 where torch cannot say), plus what
+    PyTorch's caching allocator holds reserved but unused (``reserved - allocated``), which it
+    hands out again first. Other processes on the same GPU count against it through the
+    driver's free memory.
+
+    On a CPU: the machine's physical memory (``os.sysconf``; 16 GiB where the OS does not
+    say), a generous figure on purpose: the interpreter's problems are small, and the budget
+    only exists so that the same code runs in both worlds.
+    """
+    device = DEVICE if device is None else torch.device(device)
+    if device.type != "cuda":
+        return _host_memory()
+    index = _index(device)
+    free, total = torch.cuda.mem_get_info(index)
+    reserved = torch.cuda.memory_reserved(index)
+    allocated = torch.cuda.memory_allocated(index)
+    get_fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    fraction = get_fraction(index) if get_fraction is not None else 1.0
+    capped = int(fraction * total) - reserved
+    return max(0, min(free, capped) + reserved - allocated)
+
+
+def fits(nbytes: int, headroom: float = 0.9, device: torch.device | str | None = None) -> bool:
+    """True when ``nbytes`` fit in ``headroom`` times :func:`memory_budget` (the rest is left
+    for the allocator's rounding, kernels' workspaces and what an estimate forgot).
+
+    Examples
+    --------
+    >>> fits(1), fits(2**80)
+    (True, False)
+    """
+    return nbytes <= headroom * memory_budget(device)
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f}"
+
+
+def fits_or_skip(nbytes: int, what: str, headroom: float = 0.9) -> bool:
+    """:func:`fits`, and when it does not, one printed line saying that ``what`` is skipped.
+
+    For benchmark loops: ``if not fits_or_skip(estimate, label): continue``. The line goes to
+    stdout, so that a notebook shows it beside the results.
+    """
+    if fits(nbytes, headroom):
+        return True
+    where = "this GPU has free" if ON_GPU else "this machine has"
+    print(f"skipped {what}: it needs about {_gib(nbytes)} GiB, more than {where} "
+          f"({_gib(memory_budget())} GiB)")
+    return False
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for ``torch.cuda.OutOfMemoryError`` and for a ``RuntimeError`` that says
+    "out of memory" (how some backends and older torch report it)."""
+    if isinstance(err, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def free_cached_memory() -> None:
+    """Collect garbage, then hand PyTorch's cached GPU memory back to the driver."""
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _release_frames(err: BaseException) -> None:
+    """Let go of what the frames an error passed through hold (the failed block's tensors, also
+    through the closures of the functions those frames ran): clear each frame and unlink the
+    traceback, for the error and the ones it was raised while handling."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        tb = err.__traceback__
+        traceback.clear_frames(tb)
+        while tb is not None:  # a frame keeps its function (and its closure) until freed
+            tb.tb_next, tb = None, tb.tb_next
+        err = err.__context__
+
+
+@contextlib.contextmanager
+def skip_if_out_of_memory(what: str) -> Iterator[None]:
+    """Run the ``with`` block; if it runs out of GPU memory, say so in one line and go on.
+
+    The out-of-memory error (see :func:`is_out_of_memory`) is swallowed after the memory the
+    failed block held is freed (its frames are cleared, garbage collected, the allocator's cache
+    emptied), so that the next problem of a loop starts clean; every other exception propagates.
+
+    Examples
+    --------
+    >>> for n in (1, 2):
+    ...     with skip_if_out_of_memory(f"problem {n}"):
+    ...         if n == 1:
+    ...             raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+    ...         print(f"problem {n} ran")  # doctest: +ELLIPSIS
+    skipped problem 1: it needs more GPU memory than this GPU has free (... GiB)
+    problem 2 ran
+    """
+    try:
+        yield
+    except Exception as err:
+        if not is_out_of_memory(err):
+            raise
+        _release_frames(err)
+    else:
+        return
+    free_cached_memory()
+    print(f"skipped {what}: it needs more GPU memory than this GPU has free "
+          f"({_gib(memory_budget())} GiB)")

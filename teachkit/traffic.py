@@ -25,8 +25,9 @@ counting. In eager PyTorch a pass made of several torch ops also writes its temp
 memory; the model counts what one kernel per pass must move, which is what a Triton kernel
 (notebook 06) achieves.
 
-Run ``python -m teachkit.traffic --json benchmarks/traffic_nvidia_h100.json`` on a GPU to time
-every variant at a few shapes and to sweep the working-set size across the L2 cache.
+Run ``python -m teachkit.traffic --json teachkit/benchmarks/traffic_nvidia_h100.json`` on a GPU
+to time every variant at a few shapes and to sweep the working-set size across the L2 cache (the
+recorded one is read with ``teachkit.bench.load_record("traffic_nvidia_h100")``).
 
 Examples
 --------
@@ -48,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from .device import DEVICE, ON_GPU, device_name
+from .device import DEVICE, ON_GPU, device_name, fits_or_skip, skip_if_out_of_memory
 
 __all__ = [
     "VARIANTS",
@@ -58,6 +59,7 @@ __all__ = [
     "traffic_formula",
     "softmax_flops",
     "measure_variants",
+    "variants_bytes",
     "warm_time_ms",
     "working_set_sweep",
     "main",
@@ -233,41 +235,78 @@ def softmax_flops(M: int, N: int) -> int:
 
 # --- measuring -----------------------------------------------------------------------------------
 
+def variants_bytes(M: int, N: int, dtype: torch.dtype = torch.float32) -> int:
+    """GPU memory :func:`measure_variants` takes at its peak on an ``M x N`` input: the input,
+    its float64 reference, the op-by-op variant's three full-size temporaries (in the input's
+    dtype) and two float32 ones, plus what the timer takes.
+
+    Examples
+    --------
+    >>> from teachkit.bench.core import TIMING_BYTES
+    >>> variants_bytes(1000, 1000, torch.bfloat16) - TIMING_BYTES  # (2 + 8 + 3 x 2 + 2 x 4) B
+    24000000
+    """
+    from .bench.core import TIMING_BYTES
+
+    size = dtype.itemsize
+    return M * N * (4 * size + 8 + 2 * 4) + TIMING_BYTES
+
+
 def measure_variants(M: int, N: int, dtype: torch.dtype = torch.float32,
-                     include_copy: bool = True) -> list:
+                     include_copy: bool = True, progress: bool = True) -> list:
     """Time every variant's torch formulation on a random ``M x N`` input of ``dtype``.
 
     Outputs are checked against a float64 softmax first. Each variant gives two
     :class:`teachkit.bench.Measurement`: ``unit="GB/s effective"`` (model bytes / time) and
     ``unit="GB/s useful"`` (2 x tensor bytes / time: what one read and one write would need).
-    ``include_copy`` adds ``y.copy_(x)`` (2 x tensor bytes) as the reference.
+    ``include_copy`` adds ``y.copy_(x)`` (2 x tensor bytes) as the reference. A problem larger
+    than the GPU's free memory (:func:`variants_bytes`) is skipped with a printed note (the list
+    comes back empty), and so is a variant that runs out of it. ``progress`` draws a progress
+    bar naming the current variant.
     """
-    from .bench.core import DTYPES, Measurement, time_ms
-    from .compare import relative_error
+    from .bench.core import DTYPES, each_job, progress_bar
 
     dt = next(k for k, v in DTYPES.items() if v == dtype) if dtype in DTYPES.values() \
         else str(dtype).removeprefix("torch.")
-    x = torch.randn(M, N, device=DEVICE, dtype=dtype)
-    useful = 2 * x.numel() * x.element_size()
     problem = f"{M}x{N}"
-    results = []
-    ref = torch.softmax(x.double(), dim=-1)
-    tol = 1e-5 if dtype in (torch.float32, torch.float64) else 2e-2
-    for name in VARIANTS:
-        y, _ = run_variant(name, x)
-        err = relative_error(y, ref)
-        if not err < tol:
-            raise AssertionError(f"{name} is wrong on {problem} {dt}: relative error {err:.3g}")
-        ms = time_ms(lambda name=name: run_variant(name, x))
-        model = sum(traffic_model(name, M, N, x.element_size()).values())
-        results.append(Measurement(problem, dt, name, ms, model / ms / 1e6, "GB/s effective"))
-        results.append(Measurement(problem, dt, name, ms, useful / ms / 1e6, "GB/s useful"))
-    if include_copy:
-        y = torch.empty_like(x)
-        ms = time_ms(lambda: y.copy_(x))
-        results.append(Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s effective"))
-        results.append(Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s useful"))
+    results: list = []
+    if not fits_or_skip(variants_bytes(M, N, dtype), f"{problem} {dt}"):
+        return results
+    jobs = [*VARIANTS, "copy"] if include_copy else list(VARIANTS)
+    with skip_if_out_of_memory(f"{problem} {dt}"), \
+            progress_bar(len(jobs), progress) as bar:
+        x = torch.randn(M, N, device=DEVICE, dtype=dtype)
+        ref = torch.softmax(x.double(), dim=-1)
+        for name in each_job(bar, jobs, lambda n: f"{problem} {dt} {n}"):
+            with skip_if_out_of_memory(f"{problem} {dt} {name}"):
+                results += _time_variant(name, x, ref, dt)
     return results
+
+
+def _time_variant(name: str, x: torch.Tensor, ref: torch.Tensor, dt: str) -> list:
+    """Check one variant (or ``"copy"``) on ``x`` against ``ref`` and time it: two
+    Measurements, GB/s effective and GB/s useful."""
+    from .bench.core import Measurement, time_ms
+    from .compare import relative_error
+
+    M, N = x.shape
+    problem = f"{M}x{N}"
+    useful = 2 * x.numel() * x.element_size()
+    if name == "copy":
+        out = torch.empty_like(x)
+        ms = time_ms(lambda: out.copy_(x))
+        return [Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s effective"),
+                Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s useful")]
+    y, _ = run_variant(name, x)
+    err = relative_error(y, ref)
+    tol = 1e-5 if x.dtype in (torch.float32, torch.float64) else 2e-2
+    if not err < tol:
+        raise AssertionError(f"{name} is wrong on {problem} {dt}: relative error {err:.3g}")
+    del y
+    ms = time_ms(lambda: run_variant(name, x))
+    model = sum(traffic_model(name, M, N, x.element_size()).values())
+    return [Measurement(problem, dt, name, ms, model / ms / 1e6, "GB/s effective"),
+            Measurement(problem, dt, name, ms, useful / ms / 1e6, "GB/s useful")]
 
 
 def warm_time_ms(fn: Callable[[], object], calls: int = 20, replays: int = 10) -> float:
@@ -313,32 +352,47 @@ def l2_bytes() -> int | None:
     return getattr(torch.cuda.get_device_properties(0), "L2_cache_size", None)
 
 
-def working_set_sweep(sizes_mib: list[float], cols: int = 4096) -> list[dict]:
+def working_set_sweep(sizes_mib: list[float], cols: int = 4096,
+                      progress: bool = True) -> list[dict]:
     """Bandwidth of a copy and of ``torch.softmax`` against the working set, cold and warm.
 
     For each working set ``W`` (input + output bytes, float32), an input of ``W / 8`` elements
     (rows of ``cols``) is copied and softmaxed. *cold*: :func:`teachkit.bench.time_ms` (L2
     flushed before each call); *warm*: :func:`warm_time_ms` (back to back). GB/s = W / time.
     Returns one dict per size with ``working_set_bytes`` and ``copy_cold``, ``copy_warm``,
-    ``softmax_cold``, ``softmax_warm`` in GB/s.
+    ``softmax_cold``, ``softmax_warm`` in GB/s. A size that does not fit in the GPU's free
+    memory (``2.5 W`` at the peak, measured on an H100: the input, the copy's output, and
+    softmax outputs on two streams and in the CUDA graph's pool), or runs out of it, is
+    skipped with a printed note and has no dict. ``progress`` draws a progress bar.
     """
-    from .bench.core import time_ms
+    from .bench.core import TIMING_BYTES, each_job, progress_bar
 
     rows_out = []
-    for mib in sizes_mib:
-        n = int(mib * 2**20) // 8
-        rows = max(1, n // cols)
-        x = torch.randn(rows, cols, device=DEVICE)
-        y = torch.empty_like(x)
-        ws = 2 * x.numel() * x.element_size()
-        row = {"working_set_bytes": ws}
-        for name, fn in [("copy", lambda x=x, y=y: y.copy_(x)),
-                         ("softmax", lambda x=x: torch.softmax(x, dim=-1))]:
-            row[f"{name}_cold"] = ws / time_ms(fn) / 1e6
-            row[f"{name}_warm"] = ws / warm_time_ms(fn) / 1e6
-        rows_out.append(row)
-        del x, y
+    with progress_bar(len(sizes_mib), progress) as bar:
+        for mib in each_job(bar, sizes_mib, lambda m: f"working set {m:g} MiB"):
+            n = int(mib * 2**20) // 8
+            rows = max(1, n // cols)
+            ws = 2 * rows * cols * 4
+            what = f"working set {mib:g} MiB"
+            if not fits_or_skip(ws * 5 // 2 + TIMING_BYTES, what):
+                continue
+            with skip_if_out_of_memory(what):
+                rows_out.append(_working_set_row(rows, cols))
     return rows_out
+
+
+def _working_set_row(rows: int, cols: int) -> dict:
+    """Cold and warm GB/s of a copy and of a softmax of a ``rows x cols`` float32 input."""
+    from .bench.core import time_ms
+
+    x = torch.randn(rows, cols, device=DEVICE)
+    y = torch.empty_like(x)
+    ws = 2 * x.numel() * x.element_size()
+    row = {"working_set_bytes": ws}
+    for name, fn in [("copy", lambda: y.copy_(x)), ("softmax", lambda: torch.softmax(x, dim=-1))]:
+        row[f"{name}_cold"] = ws / time_ms(fn) / 1e6
+        row[f"{name}_warm"] = ws / warm_time_ms(fn) / 1e6
+    return row
 
 
 def format_variants(results: list) -> str:
@@ -369,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m teachkit.traffic", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
+    parser.add_argument("--json", default=None,
+                        help="save the results as JSON to this path (the course keeps its "
+                             "records in teachkit/benchmarks/<name>.json)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU at tiny sizes")
     args = parser.parse_args(argv)
     if not ON_GPU and not args.allow_cpu:
@@ -383,7 +439,6 @@ def main(argv: list[str] | None = None) -> int:
     for M, N in shapes:
         for dtype in (torch.float32, torch.bfloat16):
             results += measure_variants(M, N, dtype)
-            print(f"measured {M}x{N} {dtype}", file=sys.stderr)
     print(format_variants(results))
     rows = working_set_sweep(sweep)
     for r in rows:

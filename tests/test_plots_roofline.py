@@ -33,3 +33,21 @@ def test_plot_working_set():
     fig = plot_working_set(rows, copy_gbps=300.0, l2_bytes=50 * 2**20, device="GPU")
     assert isinstance(fig, plt.Figure)
     plt.close(fig)
+
+
+def test_plot_roofline_names_the_matmul_dtype():
+    def texts(fig):
+        return " ".join(t.get_text() for t in fig.axes[0].texts)
+
+    fig = plot_roofline(3000.0, 744.0, {"softmax": 0.625}, "H100")
+    assert "744 TFLOP/s (bf16 matmul)" in texts(fig)
+    plt.close(fig)
+    fig = plot_roofline(300.0, 65.0, {"softmax": 0.625}, "Tesla T4", matmul_dtype="float16")
+    assert "65 TFLOP/s (fp16 matmul)" in texts(fig)
+    plt.close(fig)
+
+
+def test_plot_working_set_with_every_size_skipped():
+    fig = plot_working_set([], copy_gbps=300.0, l2_bytes=4 * 2**20)
+    assert isinstance(fig, plt.Figure)
+    plt.close(fig)

@@ -4,15 +4,18 @@ Run from a shell::
 
     python -m teachkit.bench softmax               # the shapes of the course's softmax table
     python -m teachkit.bench softmax --dtypes bf16 --shapes 4x16777216 64x1048576
-    python -m teachkit.bench ceilings              # copy bandwidth and bf16 matmul rate only
+    python -m teachkit.bench ceilings              # copy bandwidth and matmul rate only
     python -m teachkit.bench traffic               # notebook 05: bytes moved per formulation, L2
     python -m teachkit.bench attention             # FlashAttention beside each SDPA backend
     python -m teachkit.bench decode                # split-KV and paged decoding
 
-Each run measures the ceilings first (a large device-to-device copy for bandwidth, a large bf16
-matmul for compute), then every provider on every problem, side by side in one process, and
-prints a table; ``--plot NAME`` saves a figure to ``figures/NAME.png`` and ``--json PATH`` keeps
-the record. Times are medians of CUDA-event timings (``triton.testing.do_bench``). On a CPU the
+Each run measures the ceilings first (a large device-to-device copy for bandwidth, a large
+matmul for compute, in bf16 from sm_80 on and fp16 before: :func:`matmul_dtype`), then every
+provider on every problem, side by side in one process, and prints a table, with a progress bar
+on stderr; ``--plot NAME`` saves a figure to ``figures/NAME.png`` and ``--json PATH`` keeps the
+record (the course's own are in ``teachkit/benchmarks/``: :func:`load_record` reads one by name,
+:func:`find_records` lists them). A problem too large for the GPU's free memory is skipped with a
+note. Times are medians of CUDA-event timings (``triton.testing.do_bench``). On a CPU the
 kernels run in Triton's interpreter, so times say nothing about a GPU; the CLI refuses to run
 there unless given ``--allow-cpu``.
 
@@ -24,10 +27,16 @@ from .core import (
                    DTYPES,
                    Measurement,
                    copy_bandwidth,
+                   find_records,
                    format_table,
+                   load_record,
                    load_results,
+                   matmul_dtype,
                    matmul_tflops,
-                   progress,
+                   progress_bar,
+                   record_path,
+                   recorded_matmul_dtype,
+                   records_dir,
                    refuse_cpu,
                    save_results,
                    time_ms,
@@ -40,10 +49,16 @@ __all__ = [
     "time_ms",
     "copy_bandwidth",
     "matmul_tflops",
-    "progress",
+    "matmul_dtype",
+    "recorded_matmul_dtype",
+    "progress_bar",
     "format_table",
     "save_results",
     "load_results",
+    "records_dir",
+    "record_path",
+    "find_records",
+    "load_record",
     "refuse_cpu",
     "SOFTMAX_SHAPES",
     "bench_softmax",

@@ -15,23 +15,34 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from ..device import DEVICE, ON_GPU, device_name
+from ..device import (
+    DEVICE,
+    ON_GPU,
+    device_name,
+    fits_or_skip,
+    is_out_of_memory,
+    skip_if_out_of_memory,
+)
 from .core import (
     DTYPES,
+    TIMING_BYTES,
     Measurement,
     add_common_arguments,
     copy_bandwidth,
+    dtype_name,
+    each_job,
     finish,
     format_table,
+    matmul_dtype,
     matmul_tflops,
-    progress,
+    progress_bar,
     start,
     time_ms,
 )
 
 __all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch_for",
-           "problem_name", "bench_attention", "step_providers", "bench_steps", "bench_sweep",
-           "peak_memory", "format_memory", "main"]
+           "problem_name", "attention_bytes", "bench_attention", "step_providers", "bench_steps",
+           "bench_sweep", "peak_memory", "format_memory", "main"]
 
 ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 """Sequence lengths L = S of the benchmark."""
@@ -63,6 +74,23 @@ def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> flo
 def problem_name(D: int, L: int, causal: bool) -> str:
     """How the benchmark names a problem, e.g. ``"D=64 L=4096 causal"`` (the plots parse it)."""
     return f"D={D} L={L}" + (" causal" if causal else "")
+
+
+def attention_bytes(B: int, H: int, L: int, D: int, dtype: str, scores: bool = False) -> int:
+    """GPU memory one attention problem of the benchmarks takes at its peak: q, k, v, an output
+    and the float32 copy of the first output that the others are checked against, plus what the
+    timer takes; with ``scores``, also what ``sdpa math`` materialises (float32 scores and
+    probabilities, ``B x H x L x L`` each, and float32 copies of q, k and v).
+
+    Examples
+    --------
+    >>> (attention_bytes(4, 32, 4096, 64, "fp16") - TIMING_BYTES) / 2**30  # 4 x 2 + 4 bytes
+    0.375
+    """
+    size = DTYPES[dtype].itemsize
+    tokens = B * H * L * D
+    extra = 2 * B * H * L * L * 4 + 3 * tokens * 4 if scores else 0
+    return tokens * (4 * size + 4) + extra + TIMING_BYTES
 
 
 def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str) -> tuple[torch.Tensor, ...]:
@@ -104,52 +132,70 @@ def bench_attention(
 ) -> list[Measurement]:
     """Time every provider on every (L = S, D, causal); TFLOP/s per :func:`attention_flops`.
 
-    A backend that refuses a problem (not built for this GPU, a head dim it lacks, out of
-    memory) is skipped. ``sdpa math`` materialises the scores, so it runs only up to
-    ``math_max_length``. Every output is checked against ``sdpa math`` (or, beyond its length,
-    the flash backend) before timing. The problem is named ``D=64 L=4096`` (or with ``causal``).
+    A backend that refuses a problem (not built for this GPU, a head dim it lacks) is skipped.
+    ``sdpa math`` materialises the scores, so it runs only up to ``math_max_length``. A problem,
+    or ``sdpa math`` on it, that would not fit in the GPU's free memory (:func:`attention_bytes`)
+    or runs out of it is skipped with a printed note. Every output is checked against the first
+    provider that runs, itself checked against float32 math on one sequence, before timing. The
+    problem is named ``D=64 L=4096`` (or with ``causal``). ``show_progress`` draws a progress
+    bar naming the current job.
     """
-    from ..compare import relative_error
-
     table = attention_providers()
     names = list(providers) if providers is not None else list(table)
-    jobs = [(L, D, c, p) for D in head_dims for c in causal for L in lengths for p in names]
+    problems = [(L, D, c) for D in head_dims for c in causal for L in lengths]
     results: list[Measurement] = []
-    current = None
-    ref = None
-    for i, (L, D, c, name) in enumerate(jobs):
-        if show_progress:
-            progress(i, len(jobs), f"D={D} L={L} causal={c} {name}")
-        if name == "sdpa math" and L > math_max_length:
-            continue
-        B = batch_for(L, tokens)
-        if current != (L, D, c):
-            current = (L, D, c)
-            q, k, v = _random_qkv(B, heads, L, D, dtype)
-            ref = None
-        fn = table[name]
-        try:
-            out = fn(q, k, v, c)
-        except (RuntimeError, ValueError, torch.OutOfMemoryError):
-            continue  # the backend does not take this problem here
-        if ref is None:  # the first provider that runs is checked against float32 math
-            sub = [t[:1, :2] for t in (q, k, v)]
-            want = F.scaled_dot_product_attention(*(t.float() for t in sub), is_causal=c)
-            got = fn(*sub, c).float()
-            if not relative_error(got, want) < 2e-2:
-                raise AssertionError(f"{name} is wrong on D={D} L={L} (first sequence, 2 heads)")
-            ref = out.float()
-        err = relative_error(out.float(), ref)
-        if not err < 2e-2:
-            raise AssertionError(f"{name} disagrees with the others on D={D} L={L}: {err:.2g}")
-        del out
-        ms = time_ms(lambda fn=fn, q=q, k=k, v=v, c=c: fn(q, k, v, c))
-        tflops = attention_flops(B, heads, L, L, D, c) / ms / 1e9
-        problem = problem_name(D, L, c)
-        results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
-    if show_progress:
-        progress(len(jobs), len(jobs), "done")
+    with progress_bar(len(problems) * len(names), show_progress) as bar:
+        for L, D, c in problems:
+            done = bar.n
+            B = batch_for(L, tokens)
+            label = f"{problem_name(D, L, c)} {dtype}"
+            if fits_or_skip(attention_bytes(B, heads, L, D, dtype), label):
+                with skip_if_out_of_memory(label):
+                    q, k, v = _random_qkv(B, heads, L, D, dtype)
+                    _attention_problem(table, names, q, k, v, c, dtype, math_max_length,
+                                       results, bar)
+                    del q, k, v
+            bar.update(done + len(names) - bar.n)
+        bar.set_description("done")
     return results
+
+
+def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: list[str],
+                       q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: bool, dtype: str,
+                       math_max_length: int, results: list[Measurement], bar: object) -> None:
+    """Check and time every provider on one problem, appending to ``results``."""
+    from ..compare import relative_error
+
+    B, H, L, D = q.shape
+    problem = problem_name(D, L, c)
+    ref = None
+    for name in each_job(bar, names, lambda n: f"{problem} {n}"):
+        if name == "sdpa math" and (L > math_max_length or not fits_or_skip(
+                attention_bytes(B, H, L, D, dtype, scores=True), f"{problem} {name}")):
+            continue
+        fn = table[name]
+        with skip_if_out_of_memory(f"{problem} {dtype} {name}"):
+            try:
+                out = fn(q, k, v, c)
+            except (RuntimeError, ValueError) as err:
+                if is_out_of_memory(err):
+                    raise
+                continue  # the backend does not take this problem here
+            if ref is None:  # the first provider that runs is checked against float32 math
+                sub = [t[:1, :2] for t in (q, k, v)]
+                want = F.scaled_dot_product_attention(*(t.float() for t in sub), is_causal=c)
+                got = fn(*sub, c).float()
+                if not relative_error(got, want) < 2e-2:
+                    raise AssertionError(f"{name} is wrong on {problem} (first sequence, "
+                                         "2 heads)")
+                ref = out.float()
+            err = relative_error(out.float(), ref)
+            if not err < 2e-2:
+                raise AssertionError(f"{name} disagrees with the others on {problem}: {err:.2g}")
+            del out
+            ms = time_ms(lambda fn=fn: fn(q, k, v, c))
+            tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
+            results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
 
 
 def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
@@ -174,51 +220,82 @@ def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
 
 def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
                 causal: Iterable[bool] = (False, True), dtype: str = "fp16",
-                tokens: int = TOKENS, heads: int = HEADS) -> list[Measurement]:
-    """Time :func:`step_providers` on one length: what each step of notebook 08 buys."""
+                tokens: int = TOKENS, heads: int = HEADS,
+                show_progress: bool = True) -> list[Measurement]:
+    """Time :func:`step_providers` on one length: what each step of notebook 08 buys.
+
+    A head dim whose problem would not fit in the GPU's free memory, or runs out of it, is
+    skipped with a printed note. ``show_progress`` draws a progress bar.
+    """
+    table = step_providers()
+    head_dims, causal = list(head_dims), list(causal)
+    results: list[Measurement] = []
+    B = batch_for(length, tokens)
+    with progress_bar(len(head_dims) * len(causal) * len(table), show_progress) as bar:
+        for D in head_dims:
+            done = bar.n
+            label = f"D={D} L={length} {dtype}"
+            if fits_or_skip(attention_bytes(B, heads, length, D, dtype), label):
+                with skip_if_out_of_memory(label):
+                    q, k, v = _random_qkv(B, heads, length, D, dtype)
+                    for c in causal:
+                        _steps_problem(table, q, k, v, c, dtype, results, bar)
+                    del q, k, v
+            bar.update(done + len(causal) * len(table) - bar.n)
+        bar.set_description("done")
+    return results
+
+
+def _steps_problem(table: dict[str, Callable[..., torch.Tensor]], q: torch.Tensor,
+                   k: torch.Tensor, v: torch.Tensor, c: bool, dtype: str,
+                   results: list[Measurement], bar: object) -> None:
+    """Check every step's kernel against SDPA on one problem, time it, append to ``results``."""
     from ..compare import relative_error
 
-    table = step_providers()
-    results = []
-    B = batch_for(length, tokens)
-    for D in head_dims:
-        q, k, v = _random_qkv(B, heads, length, D, dtype)
-        for c in causal:
-            want = F.scaled_dot_product_attention(q, k, v, is_causal=c)
-            for name, fn in table.items():
-                err = relative_error(fn(q, k, v, c), want)
-                if not err < 2e-2:
-                    raise AssertionError(f"{name} is wrong on D={D} causal={c}: {err:.2g}")
-                ms = time_ms(lambda fn=fn, q=q, k=k, v=v, c=c: fn(q, k, v, c))
-                tflops = attention_flops(B, heads, length, length, D, c) / ms / 1e9
-                problem = problem_name(D, length, c)
-                results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
-    return results
+    B, H, L, D = q.shape
+    problem = problem_name(D, L, c)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=c)
+    for name, fn in each_job(bar, table.items(), lambda item: f"{problem} {item[0]}"):
+        with skip_if_out_of_memory(f"{problem} {dtype} {name}"):
+            err = relative_error(fn(q, k, v, c), want)
+            if not err < 2e-2:
+                raise AssertionError(f"{name} is wrong on D={D} causal={c}: {err:.2g}")
+            ms = time_ms(lambda fn=fn: fn(q, k, v, c))
+            tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
+            results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
 
 
 def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
                 causal: Iterable[bool] = (False, True), dtype: str = "fp16",
-                tokens: int = TOKENS, heads: int = HEADS) -> list[Measurement]:
+                tokens: int = TOKENS, heads: int = HEADS,
+                show_progress: bool = True) -> list[Measurement]:
     """Time every candidate configuration of the kernel (tiles, warps, stages) on one length.
 
     The provider is named ``"BLOCK_M x BLOCK_N, W warps, S stages"``; configurations that do not
-    compile or launch on this GPU are left out.
+    compile or launch on this GPU are left out, and so, with a printed note, is a head dim whose
+    problem would not fit in the GPU's free memory. ``show_progress`` draws a progress bar over
+    the configurations of each problem.
     """
     from ..kernels.flash_tuning import sweep
 
     results = []
     B = batch_for(length, tokens)
     for D in head_dims:
-        q, k, v = _random_qkv(B, heads, length, D, dtype)
-        for c in causal:
-            problem = problem_name(D, length, c)
-            for cfg, ms in sweep(q, k, v, c):
-                if ms is None:
-                    continue
-                tflops = attention_flops(B, heads, length, length, D, c) / ms / 1e9
-                name = (f"{cfg.block_m} x {cfg.block_n}, {cfg.num_warps} warps, "
-                        f"{cfg.num_stages} stages" + (", TMA" if cfg.tma else ""))
-                results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+        label = f"D={D} L={length} {dtype}"
+        if not fits_or_skip(attention_bytes(B, heads, length, D, dtype), label):
+            continue
+        with skip_if_out_of_memory(label):
+            q, k, v = _random_qkv(B, heads, length, D, dtype)
+            for c in causal:
+                problem = problem_name(D, length, c)
+                for cfg, ms in sweep(q, k, v, c, progress=show_progress):
+                    if ms is None:
+                        continue
+                    tflops = attention_flops(B, heads, length, length, D, c) / ms / 1e9
+                    name = (f"{cfg.block_m} x {cfg.block_n}, {cfg.num_warps} warps, "
+                            f"{cfg.num_stages} stages" + (", TMA" if cfg.tma else ""))
+                    results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+            del q, k, v
     return results
 
 
@@ -288,9 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
     if not start(args):
         return 2
-    copy, flops = copy_bandwidth(), matmul_tflops()
+    mm_dtype = matmul_dtype()
+    copy, flops = copy_bandwidth(), matmul_tflops(dtype=mm_dtype)
     print(f"device: {device_name()}")
-    print(f"copy bandwidth: {copy:.0f} GB/s; bf16 matmul: {flops:.0f} TFLOP/s")
+    print(f"copy bandwidth: {copy:.0f} GB/s; {dtype_name(mm_dtype)} matmul: {flops:.0f} TFLOP/s")
     lengths = args.lengths or (ATTENTION_LENGTHS if ON_GPU else [64, 100])
     kwargs = {} if ON_GPU else {"tokens": 128, "heads": 2}
     causal = [c == "yes" for c in args.causal]
@@ -320,5 +398,5 @@ def main(argv: list[str] | None = None) -> int:
         return plot_attention_tflops(results, flops)
 
     finish(args, results, figure, extra,
-           copy_gbps=copy, matmul_tflops=flops)
+           copy_gbps=copy, matmul_tflops=flops, matmul_dtype=dtype_name(mm_dtype))
     return 0

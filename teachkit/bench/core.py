@@ -1,34 +1,56 @@
-"""What every benchmark shares: timing, the device's ceilings, tables, JSON records, a progress bar.
+"""What every benchmark shares: timing, the device's ceilings, tables, JSON records, progress bars.
 
 Times are medians of CUDA-event timings (``triton.testing.do_bench``) on a GPU, or of CUDA-graph
 replays when :data:`GRAPH_TIMING` is set; on a CPU a wall clock, which says nothing about a GPU.
+
+Records measured on GPUs ship with the package in ``teachkit/benchmarks/`` (one JSON file per
+record, named like ``softmax_nvidia_h100.json``): :func:`records_dir` is that folder,
+:func:`load_record` reads one by name and :func:`find_records` lists them.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.resources
 import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
-from ..device import DEVICE, ON_GPU, device_name
+from ..device import DEVICE, ON_GPU, compute_capability, device_name, memory_budget
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+    from tqdm.auto import tqdm
+
+T = TypeVar("T")
 
 __all__ = [
     "DTYPES",
     "Measurement",
     "time_ms",
+    "TIMING_BYTES",
     "copy_bandwidth",
+    "matmul_dtype",
+    "dtype_name",
+    "recorded_matmul_dtype",
     "matmul_tflops",
-    "progress",
+    "progress_bar",
+    "each_job",
     "format_table",
     "device_slug",
+    "records_dir",
+    "record_path",
+    "find_records",
+    "load_record",
     "save_results",
     "load_results",
     "refuse_cpu",
@@ -81,39 +103,114 @@ def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
     return statistics.median(times)
 
 
+TIMING_BYTES = 256 * 10**6 if ON_GPU else 0
+"""GPU memory :func:`time_ms` takes beside a problem: the buffer ``triton.testing.do_bench``
+writes to flush the L2 cache before every call (256 MB). Add it to a problem's estimate."""
+
+
 def copy_bandwidth(nbytes: int | None = None) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written.
 
-    ``nbytes`` defaults to 1 GiB on a GPU (far beyond any L2) and 64 MiB on a CPU. Always timed
-    with plain launches, even under :data:`GRAPH_TIMING`: captured in a CUDA graph the copy ran
-    at 2441 GB/s on an H100 against 2991 launched plainly (a graph records it as a memcpy node,
-    which the driver may give to the copy engines), and a 1 GiB copy has no launch overhead to
-    hide anyway.
+    ``nbytes`` defaults to 1 GiB on a GPU (far beyond any L2), less where the GPU has less
+    free (a quarter of :func:`teachkit.device.memory_budget`, at least 64 MiB: source and
+    destination then take half of it), and 64 MiB on a CPU. Always timed with plain launches,
+    even under :data:`GRAPH_TIMING`: captured in a CUDA graph the copy ran at 2441 GB/s on an
+    H100 against 2991 launched plainly (a graph records it as a memcpy node, which the driver
+    may give to the copy engines), and a 1 GiB copy has no launch overhead to hide anyway.
     """
-    nbytes = nbytes or (1 << 30 if ON_GPU else 1 << 26)
+    if not nbytes:
+        budget = max(0, memory_budget() - TIMING_BYTES)
+        nbytes = max(1 << 26, min(1 << 30, budget // 4)) if ON_GPU else 1 << 26
+    nbytes -= nbytes % 4
     src = torch.randn(nbytes // 4, device=DEVICE)
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src), graph=False)
     return 2 * nbytes / ms / 1e6
 
 
-def matmul_tflops(n: int | None = None) -> float:
-    """Rate of an ``n x n x n`` bf16 matmul (float32 on a CPU) on random data, in TFLOP/s."""
-    n = n or (8192 if ON_GPU else 1024)
-    dtype = torch.bfloat16 if ON_GPU else torch.float32
+def matmul_dtype(capability: tuple[int, int] | None = None) -> torch.dtype:
+    """The dtype :func:`matmul_tflops` times: the fastest tensor-core type the GPU has.
+
+    bfloat16 from compute capability 8.0 (Ampere) on, float16 before it (a T4, sm_75, has no
+    bf16 tensor cores: bf16 would be emulated and measure nothing useful), float32 on a CPU.
+    ``capability`` defaults to this machine's GPU (a CPU when there is none).
+
+    Examples
+    --------
+    >>> matmul_dtype((9, 0)), matmul_dtype((7, 5))
+    (torch.bfloat16, torch.float16)
+    """
+    if capability is None:
+        if not ON_GPU:
+            return torch.float32
+        capability = compute_capability()
+    return torch.bfloat16 if tuple(capability) >= (8, 0) else torch.float16
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """How records name a dtype: ``'bfloat16'`` for ``torch.bfloat16``.
+
+    Examples
+    --------
+    >>> dtype_name(torch.float16)
+    'float16'
+    """
+    return str(dtype).removeprefix("torch.")
+
+
+def recorded_matmul_dtype(record: dict) -> str:
+    """The dtype a record's ``matmul_tflops`` ceiling was timed in (``ceilings.matmul_dtype``).
+
+    Records written before the key existed were all measured on an H100 in bfloat16, so a
+    missing one reads ``'bfloat16'``.
+
+    Examples
+    --------
+    >>> recorded_matmul_dtype({"ceilings": {"matmul_tflops": 743.5}})
+    'bfloat16'
+    >>> recorded_matmul_dtype({"ceilings": {"matmul_tflops": 65.0, "matmul_dtype": "float16"}})
+    'float16'
+    """
+    return str(record.get("ceilings", {}).get("matmul_dtype", "bfloat16"))
+
+
+def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> float:
+    """Rate of an ``n x n x n`` matmul on random data, in TFLOP/s.
+
+    ``dtype`` defaults to :func:`matmul_dtype` (bf16 from sm_80 on, fp16 before, float32 on a
+    CPU). ``n`` defaults to 8192 on a GPU (halved until the three matrices fit in a quarter of
+    :func:`teachkit.device.memory_budget`) and 1024 on a CPU.
+    """
+    dtype = matmul_dtype() if dtype is None else dtype
+    size = torch.tensor([], dtype=dtype).element_size()
+    if not n:
+        n = 8192 if ON_GPU else 1024
+        while ON_GPU and n > 1024 and 3 * n * n * size > (memory_budget() - TIMING_BYTES) / 4:
+            n //= 2
     a = torch.randn(n, n, device=DEVICE, dtype=dtype)
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
     ms = time_ms(lambda: a @ b, graph=False)  # seconds of work: no overhead to hide
     return 2 * n**3 / ms / 1e9
 
 
-def progress(done: int, total: int, label: str) -> None:
-    """Draw a one-line progress bar on stderr: ``done`` of ``total`` jobs, the current one named."""
-    width = 28
-    filled = width * done // total
-    bar = "#" * filled + "." * (width - filled)
-    end = "\n" if done == total else ""
-    print(f"\r[{bar}] {done}/{total} {label:<40}", end=end, file=sys.stderr, flush=True)
+def progress_bar(total: int, enabled: bool = True, desc: str = "") -> tqdm:
+    """A ``tqdm.auto`` bar over ``total`` jobs (a widget in a notebook, text on stderr
+    elsewhere); ``enabled=False`` gives one that draws nothing. Name the current job with
+    ``bar.set_description(label)`` and count it with ``bar.update()``; close it at the end.
+    """
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=True, dynamic_ncols=True,
+                file=sys.stderr)
+
+
+def each_job(bar: tqdm, items: Iterable[T], name: Callable[[T], str]) -> Iterator[T]:
+    """Yield ``items`` one by one, showing ``name(item)`` on ``bar`` while each runs and counting
+    it once the loop body is done (a ``continue`` counts too)."""
+    for item in items:
+        bar.set_description(name(item))
+        yield item
+        bar.update()
 
 
 def format_table(results: list[Measurement], ceiling: float | None = None,
@@ -154,11 +251,75 @@ def device_slug(name: str) -> str:
     return "_".join(words) if words else "unknown"
 
 
+RECORD_SUFFIX = ".json"
+
+
+def records_dir() -> Traversable:
+    """The folder of recorded benchmarks, ``teachkit/benchmarks/``, shipped with the package.
+
+    A ``Traversable`` (``importlib.resources``); in a normal or editable install it is a
+    ``pathlib.Path``. Its records are read with :func:`load_record`.
+    """
+    return importlib.resources.files("teachkit") / "benchmarks"
+
+
+def find_records(prefix: str = "") -> list[str]:
+    """Names (without ``.json``) of the records whose name starts with ``prefix``, sorted.
+
+    Examples
+    --------
+    >>> "softmax_nvidia_h100" in find_records("softmax_")
+    True
+    """
+    folder = records_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(f.name.removesuffix(RECORD_SUFFIX) for f in folder.iterdir()
+                  if f.name.endswith(RECORD_SUFFIX) and f.name.startswith(prefix))
+
+
+def record_path(name: str, exists: bool = True) -> Traversable:
+    """Where the record ``name`` (``"softmax_nvidia_h100"``, with or without ``.json``) lives.
+
+    Parameters
+    ----------
+    name : str
+        The record's file name in :func:`records_dir`; not a path.
+    exists : bool
+        True: the record must exist (a ``FileNotFoundError`` naming those that do otherwise).
+        False: where a new record of that name goes (for scripts that write one).
+    """
+    if not name or "/" in name or "\\" in name:
+        raise ValueError(f"a record is named by its file name, e.g. 'softmax_nvidia_h100', not "
+                         f"{name!r}; read a file elsewhere with load_results(path)")
+    stem = name.removesuffix(RECORD_SUFFIX)
+    path = records_dir() / (stem + RECORD_SUFFIX)
+    if exists and not path.is_file():
+        available = ", ".join(find_records()) or "none"
+        raise FileNotFoundError(f"no benchmark record named {stem!r} in teachkit/benchmarks; "
+                                f"available: {available}")
+    return path
+
+
+def load_record(name: str) -> tuple[list[Measurement], dict]:
+    """Read a shipped record by name: :func:`load_results` of :func:`record_path`.
+
+    Examples
+    --------
+    >>> results, record = load_record("softmax_nvidia_h100")
+    >>> record["device"].startswith("NVIDIA H100")
+    True
+    """
+    return load_results(record_path(name))
+
+
 def save_results(path: str | Path, results: list[Measurement], extra: dict | None = None,
-                 **ceilings: float) -> Path:
-    """Write results, the device's name and measured ceilings (e.g. ``copy_gbps=2998``) as JSON,
-    so a notebook on a machine without that GPU can show the figures measured on it; ``extra``
-    adds top-level entries (e.g. ``{"memory": rows}``)."""
+                 **ceilings: float | str) -> Path:
+    """Write results, the device's name and measured ceilings (e.g. ``copy_gbps=2998``,
+    ``matmul_dtype="bfloat16"``) as JSON, so a notebook on a machine without that GPU can show
+    the figures measured on it; ``extra`` adds top-level entries (e.g. ``{"memory": rows}``).
+    The course's records go to ``record_path(name, exists=False)``
+    (``teachkit/benchmarks/<name>.json``)."""
     import torch as _torch
     import triton
 
@@ -178,12 +339,12 @@ def save_results(path: str | Path, results: list[Measurement], extra: dict | Non
     return path
 
 
-def load_results(path: str | Path) -> tuple[list[Measurement], dict]:
-    """Read what :func:`save_results` wrote: the measurements and the rest of the record."""
-    record = json.loads(Path(path).read_text())
+def load_results(path: str | Path | Traversable) -> tuple[list[Measurement], dict]:
+    """Read what :func:`save_results` wrote at ``path``: the measurements and the rest of the
+    record. A shipped record is read by name with :func:`load_record`."""
+    source = Path(path) if isinstance(path, str) else path
+    record = json.loads(source.read_text())
     return [Measurement(**r) for r in record.pop("results")], record
-
-
 
 
 def refuse_cpu(allow_cpu: bool) -> bool:
@@ -200,7 +361,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options every benchmark takes: ``--plot``, ``--json``, ``--graph`` and
     ``--allow-cpu``."""
     parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
-    parser.add_argument("--json", default=None, help="save the results as JSON to this path")
+    parser.add_argument("--json", default=None,
+                        help="save the results as JSON to this path (the course keeps its "
+                             "records in teachkit/benchmarks/<name>.json)")
     parser.add_argument("--graph", action="store_true",
                         help="time CUDA-graph replays (GPU time without launch overhead)")
     parser.add_argument("--allow-cpu", action="store_true",
@@ -209,7 +372,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 def finish(args: argparse.Namespace, results: list[Measurement],
            figure: Callable[[], object] | None = None, extra: dict | None = None,
-           **ceilings: float) -> None:
+           **ceilings: float | str) -> None:
     """Do what the common options ask once a benchmark has run: ``--json`` saves the results
     with ``extra`` and the ``ceilings`` (:func:`save_results`), ``--plot`` saves ``figure()``
     under ``figures/``; each says where."""

@@ -25,15 +25,24 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from ..device import DEVICE, ON_GPU, device_name
-from . import core
+from ..device import (
+    DEVICE,
+    ON_GPU,
+    device_name,
+    fits_or_skip,
+    is_out_of_memory,
+    skip_if_out_of_memory,
+)
 from .core import (
     DTYPES,
+    TIMING_BYTES,
     Measurement,
     add_common_arguments,
     copy_bandwidth,
+    each_job,
     finish,
     format_table,
+    progress_bar,
     start,
     time_ms,
 )
@@ -43,6 +52,7 @@ __all__ = [
     "DECODE_LENGTHS",
     "SDPA_BACKENDS",
     "bench_decode",
+    "decode_bytes",
     "decode_problem",
     "parse_problem",
     "split_provider",
@@ -136,6 +146,35 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     return out
 
 
+def decode_bytes(batch: int, length: int, dtype: str = "fp16", heads: int = 32,
+                 kv_heads: int | None = None, head_dim: int = 128) -> int:
+    """GPU memory one problem of :func:`bench_decode` takes before its paged provider: the
+    cache (K and V), the float32 reference's copies of one sequence's cache (and, with
+    grouped-query attention, the cache repeated to every query head), plus what the timer
+    takes. The paged provider needs one more copy of K and V (:func:`paged_bytes`).
+
+    Examples
+    --------
+    >>> decode_bytes(1, 1024, heads=2, head_dim=16) - TIMING_BYTES  # 128 KiB of cache, fp16
+    393216
+    """
+    kv_heads = heads if kv_heads is None else kv_heads
+    size = DTYPES[dtype].itemsize
+    cache = 2 * batch * kv_heads * length * head_dim * size
+    repeated = cache * heads // kv_heads if heads != kv_heads else 0
+    reference = 2 * heads * length * head_dim * 4
+    return cache + repeated + reference + TIMING_BYTES
+
+
+def paged_bytes(batch: int, length: int, dtype: str = "fp16", kv_heads: int = 32,
+                head_dim: int = 128, page_size: int = 16) -> int:
+    """The second copy of K and V that the paged provider builds (whole pages), in bytes, and
+    the one sequence's worth that scattering into pages copies on the way."""
+    size = DTYPES[dtype].itemsize
+    pages = batch * -(-length // page_size)
+    return (2 * pages * page_size + length) * kv_heads * head_dim * size
+
+
 def bench_decode(
     batches: Iterable[int] = DECODE_BATCHES,
     lengths: Iterable[int] = DECODE_LENGTHS,
@@ -150,6 +189,11 @@ def bench_decode(
     progress: bool = True,
 ) -> list[Measurement]:
     """Time decoding of one token per sequence on every (batch, cache length).
+
+    A problem whose cache would not fit in the GPU's free memory (:func:`decode_bytes`) is
+    skipped with a printed note, and so is the paged provider where its second copy of the
+    cache (:func:`paged_bytes`) would not fit beside the first; whatever runs out of memory
+    anyway is skipped the same way. Skipped problems have no :class:`Measurement`.
 
     Parameters
     ----------
@@ -169,7 +213,7 @@ def bench_decode(
     config : teachkit.kernels.decode.DecodeConfig, optional
         Force the split kernel's tiles, warps and stages (every teachkit provider).
     progress : bool
-        Draw a progress bar on stderr.
+        Draw a progress bar naming the current job.
 
     Returns
     -------
@@ -179,28 +223,30 @@ def bench_decode(
     kv_heads = heads if kv_heads is None else kv_heads
     problems = [(b, s) for b in batches for s in lengths]
     names = [f"SDPA {n}" for n in sdpa_backends] + [UNSPLIT, PAGED, SPLIT]
+    shape = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
     results: list[Measurement] = []
-    for i, (batch, length) in enumerate(problems):
-        step = (i * len(names), len(problems) * len(names)) if progress else None
-        results += _bench_problem(batch, length, DTYPES[dtype], dtype, heads, kv_heads, head_dim,
-                                  page_size, names, num_splits, config, step)
-        if ON_GPU:
-            torch.cuda.empty_cache()
-    if progress:
-        core.progress(len(problems) * len(names), len(problems) * len(names), "done")
+    with progress_bar(len(problems) * len(names), progress) as bar:
+        for batch, length in problems:
+            done = bar.n
+            label = f"{decode_problem(batch, length)} {dtype}"
+            bar.set_description(label)
+            if fits_or_skip(decode_bytes(batch, length, dtype, **shape), label):
+                with skip_if_out_of_memory(label):
+                    _bench_problem(batch, length, dtype, shape, page_size, names, num_splits,
+                                   config, results, bar)
+            bar.update(done + len(names) - bar.n)
+            if ON_GPU:
+                torch.cuda.empty_cache()
+        bar.set_description("done")
     return results
 
 
-def _bench_problem(batch: int, length: int, torch_dtype: torch.dtype, dtype: str, heads: int,
-                   kv_heads: int, head_dim: int, page_size: int, names: list[str],
-                   num_splits: int | None, config: object | None,
-                   step: tuple[int, int] | None) -> list[Measurement]:
-    """Check and time every provider on one (batch, length)."""
-    from torch.nn.attention import sdpa_kernel
-
-    from ..kernels.decode import decode_attention
-    from ..paging import paged_from_contiguous
-
+def _bench_problem(batch: int, length: int, dtype: str, shape: dict[str, int], page_size: int,
+                   names: list[str], num_splits: int | None, config: object | None,
+                   results: list[Measurement], bar: object) -> None:
+    """Check and time every provider on one (batch, length), appending to ``results``."""
+    heads, kv_heads, head_dim = shape["heads"], shape["kv_heads"], shape["head_dim"]
+    torch_dtype = DTYPES[dtype]
     label = decode_problem(batch, length)
     q = torch.randn(batch, heads, 1, head_dim, device=DEVICE, dtype=torch_dtype)
     k = torch.randn(batch, kv_heads, length, head_dim, device=DEVICE, dtype=torch_dtype)
@@ -209,37 +255,51 @@ def _bench_problem(batch: int, length: int, torch_dtype: torch.dtype, dtype: str
     group = heads // kv_heads
     ref = _reference(q, k.repeat_interleave(group, 1) if group > 1 else k,
                      v.repeat_interleave(group, 1) if group > 1 else v)
-    kw = {"config": config, "check_values": False}
-    gqa = {"enable_gqa": True} if group > 1 else {}
-    results = []
-    for j, name in enumerate(names):
-        if step is not None:
-            core.progress(step[0] + j, step[1], f"{label} {dtype} {name}")
-        if name.startswith("SDPA"):
-            def fn() -> torch.Tensor:
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, **gqa)
+    for name in each_job(bar, names, lambda n: f"{label} {dtype} {n}"):
+        what = f"{label} {dtype} {name}"
+        if name == PAGED and not fits_or_skip(
+                paged_bytes(batch, length, dtype, kv_heads, head_dim, page_size), what):
+            continue
+        with skip_if_out_of_memory(what):
+            ms = _time_decode(name, label, q, k, v, ref, page_size, num_splits, config)
+            if ms is not None:
+                results.append(Measurement(label, dtype, name, ms, nbytes / ms / 1e6, "GB/s"))
 
-            try:
-                with sdpa_kernel(_backend(name.removeprefix("SDPA "))):
-                    ms = _check_and_time(name, label, fn, ref)
-            except RuntimeError:  # this backend does not take the problem (or no memory)
-                if ON_GPU:
-                    torch.cuda.empty_cache()
-                continue
-        elif name == PAGED:  # the same cache in shuffled pages; built, timed, freed
-            lens = torch.full((batch,), length, dtype=torch.int32)
-            lens_dev = lens.to(DEVICE)
-            k_pool, v_pool, table = paged_from_contiguous(
-                k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
-            ms = _check_and_time(name, label, lambda kp=k_pool, vp=v_pool, t=table, n=lens_dev:
-                                 decode_attention(q, kp, vp, n, t, **kw), ref)
-            del k_pool, v_pool
-        else:
-            splits = 1 if name == UNSPLIT else num_splits
-            ms = _check_and_time(name, label, lambda n=splits: decode_attention(
-                q, k, v, num_splits=n, **kw), ref)
-        results.append(Measurement(label, dtype, name, ms, nbytes / ms / 1e6, "GB/s"))
-    return results
+
+def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 ref: torch.Tensor, page_size: int, num_splits: int | None,
+                 config: object | None) -> float | None:
+    """Check and time one provider on one problem: ms, or None where an SDPA backend refuses."""
+    from torch.nn.attention import sdpa_kernel
+
+    from ..kernels.decode import decode_attention
+    from ..paging import paged_from_contiguous
+
+    kw = {"config": config, "check_values": False}
+    if name.startswith("SDPA"):
+        gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
+
+        def fn() -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, **gqa)
+
+        try:
+            with sdpa_kernel(_backend(name.removeprefix("SDPA "))):
+                return _check_and_time(name, label, fn, ref)
+        except RuntimeError as err:  # this backend does not take the problem
+            if is_out_of_memory(err):
+                raise
+            return None
+    if name == PAGED:  # the same cache in shuffled pages; built, timed, freed on return
+        batch, length = k.shape[0], k.shape[2]
+        lens = torch.full((batch,), length, dtype=torch.int32)
+        lens_dev = lens.to(DEVICE)
+        k_pool, v_pool, table = paged_from_contiguous(
+            k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
+        return _check_and_time(name, label, lambda: decode_attention(
+            q, k_pool, v_pool, lens_dev, table, **kw), ref)
+    splits = 1 if name == UNSPLIT else num_splits
+    return _check_and_time(name, label, lambda: decode_attention(
+        q, k, v, num_splits=splits, **kw), ref)
 
 
 def _check_and_time(name: str, label: str, fn: Callable[[], torch.Tensor],

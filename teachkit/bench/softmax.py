@@ -12,21 +12,23 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from ..device import DEVICE, ON_GPU, device_name
+from ..device import DEVICE, ON_GPU, device_name, fits_or_skip, skip_if_out_of_memory
 from . import core
 from .core import (
     DTYPES,
     Measurement,
     add_common_arguments,
     copy_bandwidth,
+    dtype_name,
     finish,
     format_table,
+    matmul_dtype,
     matmul_tflops,
     start,
     time_ms,
 )
 
-__all__ = ["SOFTMAX_SHAPES", "softmax_providers", "bench_softmax", "main"]
+__all__ = ["SOFTMAX_SHAPES", "softmax_providers", "softmax_bytes", "bench_softmax", "main"]
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
                   (64, 1048576), (4, 16777216)]
@@ -47,6 +49,20 @@ def softmax_providers() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     }
 
 
+def softmax_bytes(rows: int, cols: int, dtype: str) -> int:
+    """GPU memory one softmax problem of :func:`bench_softmax` takes at its peak: the input, a
+    provider's output and the float32 reference (an input copy and its softmax), plus what the
+    timer takes (:data:`teachkit.bench.core.TIMING_BYTES`).
+
+    Examples
+    --------
+    >>> softmax_bytes(1024, 1024, "bf16") - core.TIMING_BYTES  # (2 + 2 + 4 + 4) bytes a value
+    12582912
+    """
+    size = DTYPES[dtype].itemsize
+    return rows * cols * (2 * size + 8) + core.TIMING_BYTES
+
+
 def bench_softmax(
     shapes: Iterable[tuple[int, int]] = SOFTMAX_SHAPES,
     dtypes: Iterable[str] = ("fp32", "bf16"),
@@ -58,33 +74,45 @@ def bench_softmax(
     shape and dtype; GB/s = 2 x tensor bytes / time.
 
     A provider that cannot take a shape (the fused kernel on rows longer than it holds) is
-    skipped. Outputs are checked against ``torch.softmax`` before timing.
+    skipped, and so, with a printed note, is a problem larger than the GPU's free memory
+    (:func:`softmax_bytes`) or one that runs out of it. Outputs are checked against
+    ``torch.softmax`` before timing. ``progress`` draws a progress bar naming the current job.
     """
-    from ..compare import relative_error
     from ..kernels.softmax_kernels import FUSED_MAX_COLS
 
     table = softmax_providers() if table is None else table
     names = list(providers) if providers is not None else list(table)
-    shapes, dtypes = list(shapes), list(dtypes)
-    jobs = [(s, d, p) for s in shapes for d in dtypes for p in names]
-    results = []
-    for i, ((rows, cols), dt, name) in enumerate(jobs):
-        if progress:
-            core.progress(i, len(jobs), f"{rows}x{cols} {dt} {name}")
-        if name == "fused" and cols > FUSED_MAX_COLS:
-            continue
-        x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
-        fn = table[name]
-        err = relative_error(fn(x), torch.softmax(x.float(), dim=-1))
-        if not err < 2e-2:
-            raise AssertionError(f"{name} is wrong on {rows}x{cols} {dt}: relative error {err}")
-        ms = time_ms(lambda fn=fn, x=x: fn(x))
-        gbps = 2 * x.numel() * x.element_size() / ms / 1e6
-        results.append(Measurement(f"{rows}x{cols}", dt, name, ms, gbps, "GB/s"))
-        del x
-    if progress:
-        core.progress(len(jobs), len(jobs), "done")
+    problems = [(s, d) for s in shapes for d in dtypes]
+    results: list[Measurement] = []
+    with core.progress_bar(len(problems) * len(names), progress) as bar:
+        for (rows, cols), dt in problems:
+            done = bar.n
+            label = f"{rows}x{cols} {dt}"
+            if fits_or_skip(softmax_bytes(rows, cols, dt), label):
+                with skip_if_out_of_memory(label):
+                    x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
+                    for name in core.each_job(bar, names, lambda n, label=label: f"{label} {n}"):
+                        if not (name == "fused" and cols > FUSED_MAX_COLS):
+                            with skip_if_out_of_memory(f"{label} {name}"):
+                                results.append(_time_provider(name, table[name], x, dt))
+                    del x
+            bar.update(done + len(names) - bar.n)
+        bar.set_description("done")
     return results
+
+
+def _time_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                   dtype: str) -> Measurement:
+    """Check one provider against ``torch.softmax`` in float32, then time it."""
+    from ..compare import relative_error
+
+    problem = f"{x.shape[0]}x{x.shape[1]}"
+    err = relative_error(fn(x), torch.softmax(x.float(), dim=-1))
+    if not err < 2e-2:
+        raise AssertionError(f"{name} is wrong on {problem} {dtype}: relative error {err}")
+    ms = time_ms(lambda: fn(x))
+    gbps = 2 * x.numel() * x.element_size() / ms / 1e6
+    return Measurement(problem, dtype, name, ms, gbps, "GB/s")
 
 
 def _parse_shape(text: str) -> tuple[int, int]:
@@ -110,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {device_name()}")
     print(f"copy bandwidth: {copy:.0f} GB/s (read + write)")
     if args.what == "ceilings":
-        flops = matmul_tflops()
-        print(f"bf16 matmul: {flops:.0f} TFLOP/s")
-        finish(args, [], copy_gbps=copy, matmul_tflops=flops)
+        dtype = matmul_dtype()
+        flops = matmul_tflops(dtype=dtype)
+        print(f"{dtype_name(dtype)} matmul: {flops:.0f} TFLOP/s")
+        finish(args, [], copy_gbps=copy, matmul_tflops=flops, matmul_dtype=dtype_name(dtype))
         return 0
     shapes = args.shapes or (SOFTMAX_SHAPES if ON_GPU else [(64, 1000), (4, 20000)])
     results = bench_softmax(shapes, args.dtypes, args.providers)

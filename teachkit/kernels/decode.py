@@ -575,7 +575,7 @@ def decode_attention(
 
     A call costs host time before the GPU starts: the checks, the buffers and two Triton
     launches, about 150 µs on an H100 machine, more than the kernels take on caches under 16k
-    tokens (``benchmarks/decode_nvidia_h100.json`` against ``..._cudagraph.json``). A decoding
+    tokens (records ``decode_nvidia_h100`` against ``decode_nvidia_h100_cudagraph``). A decoding
     loop should capture its step in a CUDA graph (``torch.cuda.graph``) and replay it, as
     serving engines do; pass ``check_values=False`` there, since the value checks synchronise
     with the GPU, which a capture forbids.

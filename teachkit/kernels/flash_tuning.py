@@ -66,7 +66,7 @@ def candidate_configs(head_dim: int, dtype: torch.dtype,
 
 def sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
           scale: float | None = None, configs: list[FlashConfig] | None = None,
-          ) -> list[tuple[FlashConfig, float | None]]:
+          progress: bool = True) -> list[tuple[FlashConfig, float | None]]:
     """Time the kernel with every configuration on one problem; fastest first.
 
     Parameters
@@ -79,6 +79,9 @@ def sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fals
         Defaults to ``1/sqrt(D)``.
     configs : list of FlashConfig, optional
         Defaults to :func:`candidate_configs` for the inputs and this GPU.
+    progress : bool
+        Draw a progress bar over the configurations (on a GPU; nothing is timed under the
+        interpreter, so nothing is drawn there).
 
     Returns
     -------
@@ -96,21 +99,30 @@ def sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fals
     configs = configs if configs is not None else candidate_configs(D, q.dtype, cap)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    timed: list[tuple[FlashConfig, float | None]] = []
-    for cfg in configs:
-        if INTERPRETED:
-            timed.append((cfg, None))
-            continue
-        import triton.testing
+    if INTERPRETED:
+        return [(cfg, None) for cfg in configs]
+    import triton.testing
 
-        try:
-            ms = triton.testing.do_bench(
-                lambda cfg=cfg: launch(q, k, v, out, lse, causal, scale, cfg),
-                warmup=10, rep=40, return_mode="median")
-        except Exception:  # noqa: BLE001 - out of resources or a compile failure: not a candidate
-            ms = None
-        timed.append((cfg, ms))
+    from ..bench.core import each_job, progress_bar
+
+    timed: list[tuple[FlashConfig, float | None]] = []
+    problem = f"D={D} L={q.shape[-2]}" + (" causal" if causal else "")
+    with progress_bar(len(configs), progress) as bar:
+        for cfg in each_job(bar, configs, lambda c: f"{problem} {_short(c)}"):
+            try:
+                ms = triton.testing.do_bench(
+                    lambda cfg=cfg: launch(q, k, v, out, lse, causal, scale, cfg),
+                    warmup=10, rep=40, return_mode="median")
+            except Exception:  # noqa: BLE001 - out of resources or a compile failure: not one
+                ms = None
+            timed.append((cfg, ms))
     return sorted(timed, key=lambda t: float("inf") if t[1] is None else t[1])
+
+
+def _short(cfg: FlashConfig) -> str:
+    """A configuration in a few characters, for a progress bar: ``'128x64 w8 s3'``."""
+    return (f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+            + (" tma" if cfg.tma else ""))
 
 
 def _bucket(n: int) -> int:
@@ -119,15 +131,16 @@ def _bucket(n: int) -> int:
 
 
 def tuned_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                 scale: float | None = None) -> FlashConfig:
+                 scale: float | None = None, progress: bool = True) -> FlashConfig:
     """The fastest configuration for this kind of problem, measured once and remembered.
 
     The first call for a (device, head dim, dtype, causal, power-of-two length buckets) key runs
-    :func:`sweep` on the given inputs; later calls reuse the winner from :data:`TUNED`.
+    :func:`sweep` on the given inputs (with a progress bar unless ``progress=False``); later
+    calls reuse the winner from :data:`TUNED`.
     """
     key = (str(q.device), q.shape[-1], q.dtype, causal, _bucket(q.shape[-2]), _bucket(k.shape[-2]))
     if key not in TUNED:
-        best, ms = sweep(q, k, v, causal, scale)[0]
+        best, ms = sweep(q, k, v, causal, scale, progress=progress)[0]
         if ms is None and not INTERPRETED:
             raise RuntimeError(f"no FlashAttention configuration ran for {key}")
         TUNED[key] = best

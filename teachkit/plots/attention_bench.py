@@ -6,6 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from .figures import label_device
+from .roofline import dtype_label
 
 __all__ = ["plot_attention_tflops"]
 
@@ -17,7 +18,8 @@ def _parse(problem: str) -> tuple[int, int, bool]:
 
 
 def plot_attention_tflops(results: list, ceiling: float | None = None,
-                          device: str | None = None) -> plt.Figure:
+                          device: str | None = None,
+                          ceiling_dtype: str = "bfloat16") -> plt.Figure:
     """TFLOP/s (y) against L = S (x, log scale) per provider; panels by (D, causal).
 
     Parameters
@@ -26,9 +28,12 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
         What :func:`teachkit.bench.attention.bench_attention` returned (problems named
         ``"D=64 L=4096"`` or ``"D=64 L=4096 causal"``).
     ceiling : float, optional
-        The measured bf16 matmul rate, drawn as a dashed line.
+        The measured matmul rate, drawn as a dashed line.
     device : str, optional
         Where the results were measured (default: this machine).
+    ceiling_dtype : str
+        The dtype the matmul rate was timed in (``teachkit.bench.recorded_matmul_dtype`` of a
+        record; float16 on a GPU without bfloat16 tensor cores).
     """
     panels = list(dict.fromkeys(_parse(r.problem)[::2] for r in results))
     providers = list(dict.fromkeys(r.provider for r in results))
@@ -44,8 +49,8 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
         ax.set_xscale("log", base=2)
         if ceiling:
             ax.axhline(ceiling, color="0.5", ls="--", lw=1)
-            ax.text(0.01, ceiling, f" bf16 matmul {ceiling:.0f}", va="top", fontsize=7,
-                    color="0.4", transform=ax.get_yaxis_transform())
+            ax.text(0.01, ceiling, f" {dtype_label(ceiling_dtype)} matmul {ceiling:.0f}",
+                    va="top", fontsize=7, color="0.4", transform=ax.get_yaxis_transform())
         ax.set_title(f"D = {D}" + (", causal" if causal else ""), fontsize=10)
         ax.set_xlabel("L = S")
         ax.grid(alpha=0.3)

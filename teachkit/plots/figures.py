@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import matplotlib
@@ -16,9 +17,20 @@ __all__ = ["figures_dir", "save_figure", "new_axes", "label_device"]
 
 
 def figures_dir() -> Path:
-    """The course's ``figures/`` folder (beside ``teachkit/``), else ``./figures``."""
-    repo = Path(__file__).resolve().parents[2] / "figures"
-    return repo if repo.is_dir() else Path.cwd() / "figures"
+    """Where :func:`save_figure` writes.
+
+    In order: the folder named by the environment variable ``TEACHKIT_FIGURES``; the course's
+    ``figures/`` folder when teachkit runs from a clone of the repository (an editable install),
+    so a clean run regenerates the figures the README shows; otherwise ``figures/`` in the
+    current folder, which is the notebook's own folder in Jupyter and ``/content`` in Colab,
+    where the file browser shows it.
+    """
+    if os.environ.get("TEACHKIT_FIGURES"):
+        return Path(os.environ["TEACHKIT_FIGURES"])
+    clone = Path(__file__).resolve().parents[2]
+    if (clone / "pyproject.toml").is_file() and (clone / "figures").is_dir():
+        return clone / "figures"
+    return Path.cwd() / "figures"
 
 
 def save_figure(fig: plt.Figure, name: str) -> Path:

@@ -5,12 +5,28 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["plot_roofline", "plot_traffic", "plot_working_set"]
+__all__ = ["plot_roofline", "plot_traffic", "plot_working_set", "dtype_label"]
+
+_SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+
+
+def dtype_label(dtype: object) -> str:
+    """The short name of a dtype for a figure: ``'bf16'`` for ``"bfloat16"``, ``"bf16"`` or
+    ``torch.bfloat16``; unknown names are returned as they are.
+
+    Examples
+    --------
+    >>> dtype_label("bfloat16"), dtype_label("torch.float16"), dtype_label("fp32")
+    ('bf16', 'fp16', 'fp32')
+    """
+    name = str(dtype).removeprefix("torch.")
+    return _SHORT.get(name, name)
 
 
 def plot_roofline(copy_gbps: float, peak_tflops: float,
                   points: dict[str, float], device: str,
-                  achieved: dict[str, float] | None = None) -> plt.Figure:
+                  achieved: dict[str, float] | None = None,
+                  matmul_dtype: object = "bfloat16") -> plt.Figure:
     """The roofline of a device with kernels placed at their arithmetic intensity.
 
     Attainable rate = min(peak, intensity x bandwidth), on log-log axes; the ridge point (where
@@ -21,13 +37,16 @@ def plot_roofline(copy_gbps: float, peak_tflops: float,
     copy_gbps : float
         Memory bandwidth in GB/s (the measured copy ceiling).
     peak_tflops : float
-        Compute ceiling in TFLOP/s (the measured bf16 matmul rate).
+        Compute ceiling in TFLOP/s (the measured matmul rate, see ``matmul_dtype``).
     points : dict[str, float]
         Kernel name -> arithmetic intensity in FLOP/byte; each is drawn on the roof.
     device : str
         Name of the device the ceilings come from, written in the title.
     achieved : dict[str, float], optional
         Kernel name -> measured TFLOP/s, drawn as hollow markers below the roof.
+    matmul_dtype : str or torch.dtype
+        The dtype the compute ceiling was measured in (:func:`teachkit.bench.matmul_dtype`;
+        ``teachkit.bench.recorded_matmul_dtype(record)`` for a record), written on the roof.
     """
     ridge = peak_tflops * 1e3 / copy_gbps
     lo = min([*points.values(), ridge]) / 10
@@ -41,8 +60,9 @@ def plot_roofline(copy_gbps: float, peak_tflops: float,
             color="0.3")
     ax.text(lo * 1.3, lo * 1.3 * copy_gbps / 1e3 * 5, f"{copy_gbps:.0f} GB/s",
             rotation=0, fontsize=8, color="0.3")
-    ax.text(hi / 1.3, peak_tflops * 1.15, f"{peak_tflops:.0f} TFLOP/s", ha="right", fontsize=8,
-            color="0.3")
+    ax.text(hi / 1.3, peak_tflops * 1.15,
+            f"{peak_tflops:.0f} TFLOP/s ({dtype_label(matmul_dtype)} matmul)", ha="right",
+            fontsize=8, color="0.3")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, x) in enumerate(points.items()):
         y = min(peak_tflops, x * copy_gbps / 1e3)
@@ -111,14 +131,17 @@ def plot_working_set(rows: list[dict], copy_gbps: float | None = None,
         Written in the title.
     """
     ws = np.array([r["working_set_bytes"] for r in rows]) / 2**20
-    keys = [k for k in rows[0] if k != "working_set_bytes"]
+    keys = [k for k in rows[0] if k != "working_set_bytes"] if rows else []
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    if not rows:  # every size was skipped (too large for this GPU's free memory)
+        ax.text(0.5, 0.5, "no working set measured", ha="center", va="center",
+                transform=ax.transAxes)
     for k in keys:
         style = "-" if k.endswith("warm") else "--"
         ax.semilogx(ws, [r[k] for r in rows], style, marker="o", ms=4,
                     label=k.replace("_", ", ") + (" (back to back)" if k.endswith("warm")
                                                   else " (L2 flushed)"))
-    if copy_gbps:
+    if copy_gbps and rows:
         ax.axhline(copy_gbps, color="k", ls=":", lw=1)
         ax.text(ws[-1], copy_gbps, f"copy ceiling {copy_gbps:.0f} GB/s ", ha="right",
                 va="bottom", fontsize=8)
@@ -130,6 +153,7 @@ def plot_working_set(rows: list[dict], copy_gbps: float | None = None,
     ax.set_ylabel("GB/s")
     ax.set_title(f"Bandwidth against working set{', ' + device if device else ''}")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    if keys:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

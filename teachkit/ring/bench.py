@@ -81,12 +81,16 @@ class RingBench:
     context: dict[str, float] = field(default_factory=dict)
 
 
-def record_path(world_size: int, folder: str | Path = "benchmarks") -> Path:
-    """``benchmarks/ring_<device>_x<W>.json``, e.g. ``ring_nvidia_h200_x4.json``."""
+def record_path(world_size: int, folder: str | Path | None = None) -> Path:
+    """Where a ring benchmark of ``world_size`` ranks on this device is recorded:
+    ``ring_<device>_x<W>.json`` (e.g. ``ring_nvidia_h200_x4.json``) in ``folder``, by default
+    the package's records (:func:`teachkit.bench.core.records_dir`), where notebook 10 finds it.
+    """
+    from ..bench.core import records_dir
     from ..device import device_name
 
     name = "_".join(device_name().lower().replace("(", "").replace(")", "").split()[:2])
-    return Path(folder) / f"ring_{name}_x{world_size}.json"
+    return Path(records_dir() if folder is None else folder) / f"ring_{name}_x{world_size}.json"
 
 
 def _oom_errors() -> tuple[type[BaseException], ...]:

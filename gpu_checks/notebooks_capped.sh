@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Run every notebook under nbval on a large GPU as if it had only GIB GiB of memory (a T4 has
+# 15, an L4 22): an IPython startup file caps each notebook kernel's PyTorch allocations with
+# torch.cuda.set_per_process_memory_fraction before the first cell runs.
+#
+#   bash gpu_checks/notebooks_capped.sh 15 [pytest options...]
+#
+# Run from the repository root with jupyter's kernel stack and nbval installed. Exits with
+# pytest's status; the IPython folder it makes is removed on every exit path.
+set -euo pipefail
+gib=${1:?usage: notebooks_capped.sh GIB [pytest options...]}
+shift
+ipython_dir=$(mktemp -d)
+trap 'rm -rf "$ipython_dir"' EXIT
+mkdir -p "$ipython_dir/profile_default/startup"
+cat > "$ipython_dir/profile_default/startup/00-memory-cap.py" <<EOF
+import torch
+
+if torch.cuda.is_available():
+    _total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, $gib * 2**30 / _total), 0)
+    print(f"memory capped at $gib GiB of {_total / 2**30:.0f}")
+EOF
+export IPYTHONDIR="$ipython_dir"
+python3 -m pytest -q --nbval-lax -p no:cacheprovider notebooks "$@"

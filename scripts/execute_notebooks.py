@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Run notebooks top to bottom in place, as they are committed: one clean run, no timestamps.
+
+Each notebook is executed by a fresh kernel in its own folder (so the outputs are what a
+learner who opens it sees), with cell timing switched off, so a re-run changes only what the
+code prints. Figures the notebooks save are regenerated in ``figures/``.
+
+Usage, from the repository root::
+
+    python scripts/execute_notebooks.py                    # every notebooks/NN_*.ipynb
+    python scripts/execute_notebooks.py notebooks/05_*.ipynb --jobs 2
+
+Needs ``nbclient`` and ``ipykernel`` (installed with the notebooks' requirements).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def execute(path: Path, timeout: int = 1800) -> tuple[str, float]:
+    """Execute ``path`` in place; return its name and the seconds it took."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    start = time.perf_counter()
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    for cell in nb.cells:
+        cell.get("metadata", {}).pop("execution", None)
+    nbformat.write(nb, path)
+    return path.name, time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="notebooks to run (default: every notebooks/NN_*.ipynb)")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks run side by side")
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for name, seconds in pool.map(execute, [p.resolve() for p in paths]):
+            print(f"{name}: {seconds:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

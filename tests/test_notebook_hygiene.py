@@ -1,0 +1,78 @@
+"""The notebooks as committed: stamped from the repository URL, one clean run, nothing personal.
+
+The committed outputs are what a learner sees on GitHub before running anything, so they come
+from one top-to-bottom run (``python scripts/execute_notebooks.py``), carry no execution
+timestamps (which churn every cell on every run) and print no machine paths.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+MACHINE_PATH = re.compile(r"(/work/|/tmp/|/home/|/root/|/Users/|/content/|[A-Z]:\\\\)")
+
+
+def load_stamp_script():
+    spec = importlib.util.spec_from_file_location("stamp_notebooks",
+                                                  ROOT / "scripts" / "stamp_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def code_cells(path: Path) -> list[dict]:
+    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 11
+
+
+def test_every_notebook_carries_the_link_and_setup_cell_of_the_repository_url():
+    stamp = load_stamp_script()
+    url = stamp.repository_url()
+    assert url.startswith("https://github.com/"), url
+    assert stamp.disagreements(url) == [], "run: python scripts/stamp_notebooks.py"
+
+
+def test_the_setup_cell_installs_from_the_url_only_where_teachkit_is_missing():
+    stamp = load_stamp_script()
+    url = "https://github.com/someone/fork"
+    source = stamp.setup_source(url)
+    assert f"git+{url}" in source and 'find_spec("teachkit") is None' in source
+    assert "-e" not in source.split()  # a regular install imports without a restart
+    assert stamp.colab_badge(url, "01_x.ipynb").endswith(
+        "(https://colab.research.google.com/github/someone/fork/blob/main/notebooks/01_x.ipynb)")
+    with pytest.raises(ValueError, match="OWNER/NAME"):
+        stamp.colab_badge("https://example.org/x", "01_x.ipynb")
+
+
+def test_the_setup_cell_does_nothing_where_teachkit_imports(capsys):
+    stamp = load_stamp_script()
+    exec(compile(stamp.setup_source("https://github.com/someone/fork"), "setup", "exec"), {})
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_committed_from_one_clean_run(path):
+    cells = code_cells(path)
+    counts = [c["execution_count"] for c in cells if "".join(c["source"]).strip()]
+    assert counts == list(range(1, len(counts) + 1)), "execution counts not 1, 2, 3, ..."
+    errors = [o.get("ename") for c in cells for o in c["outputs"] if o["output_type"] == "error"]
+    assert errors == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_no_timestamps_and_no_machine_paths(path):
+    cells = code_cells(path)
+    stamped = [i for i, c in enumerate(cells) if "execution" in c.get("metadata", {})]
+    assert stamped == [], "strip metadata.execution (scripts/execute_notebooks.py does)"
+    leaks = [i for i, c in enumerate(cells) if MACHINE_PATH.search(json.dumps(c["outputs"]))]
+    assert leaks == [], f"code cells {leaks} print a machine path"

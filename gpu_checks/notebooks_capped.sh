@@ -3,12 +3,14 @@
 # 15, an L4 22): an IPython startup file caps each notebook kernel's PyTorch allocations with
 # torch.cuda.set_per_process_memory_fraction before the first cell runs.
 #
-#   bash gpu_checks/notebooks_capped.sh 15 [pytest options...]
+#   bash gpu_checks/notebooks_capped.sh 15                      # every notebook
+#   bash gpu_checks/notebooks_capped.sh 22 notebooks/09_*.ipynb --durations=5
 #
+# Arguments after GIB replace the default `notebooks` (notebook paths and pytest options).
 # Run from the repository root with jupyter's kernel stack and nbval installed. Exits with
 # pytest's status; the IPython folder it makes is removed on every exit path.
 set -euo pipefail
-gib=${1:?usage: notebooks_capped.sh GIB [pytest options...]}
+gib=${1:?usage: notebooks_capped.sh GIB [notebooks and pytest options...]}
 shift
 ipython_dir=$(mktemp -d)
 trap 'rm -rf "$ipython_dir"' EXIT
@@ -22,4 +24,5 @@ if torch.cuda.is_available():
     print(f"memory capped at $gib GiB of {_total / 2**30:.0f}")
 EOF
 export IPYTHONDIR="$ipython_dir"
-python3 -m pytest -q --nbval-lax -p no:cacheprovider notebooks "$@"
+if [[ $# -eq 0 ]]; then set -- notebooks; fi
+python3 -m pytest -q --nbval-lax -p no:cacheprovider "$@"

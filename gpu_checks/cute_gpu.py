@@ -111,27 +111,33 @@ def launch_overhead_us(cute_softmax) -> dict[str, float]:
 def graph_bench(json_path: str | None, copy: float | None = None) -> int:
     """Benchmark on CUDA-graph replays (the GPU's time alone) and save the ``_cudagraph`` record
     beside the plain one; 0 when it worked."""
-    from teachkit.bench import core
-    from teachkit.bench.core import copy_bandwidth, format_table, save_results
+    from teachkit.bench.core import (
+        copy_bandwidth,
+        format_table,
+        record_path,
+        save_results,
+        timing_description,
+    )
     from teachkit.bench.softmax import SOFTMAX_SHAPES
-    from teachkit.cute.bench import bench_cute_softmax, record_path
+    from teachkit.cute.bench import bench_cute_softmax, cute_record_name
 
     print("\n== benchmark, CUDA-graph replays (the GPU's time alone, no launch overhead)")
     copy = copy or copy_bandwidth()
-    path = Path(json_path or record_path(teachkit.device.device_name()))
-    core.GRAPH_TIMING = True
+    if json_path:
+        gpath = Path(json_path).with_name(Path(json_path).stem + "_cudagraph.json")
+    else:
+        gpath = record_path(cute_record_name(teachkit.device.device_name(), graph=True),
+                            exists=False)
     try:
-        graph = bench_cute_softmax(SOFTMAX_SHAPES, ("fp32", "bf16"), progress=False)
+        graph = bench_cute_softmax(SOFTMAX_SHAPES, ("fp32", "bf16"), progress=False, graph=True)
         print(format_table(graph, ceiling=copy))
-        gpath = path.with_name(path.stem + "_cudagraph.json")
-        print(f"record: {save_results(gpath, graph, copy_gbps=copy)}")
+        timing = timing_description(graph=True)
+        print(f"record: {save_results(gpath, graph, timing=timing, copy_gbps=copy)}")
         return 0
     except Exception:
         traceback.print_exc()
         print("(graph timing failed; the plain figures stand)")
         return 1
-    finally:
-        core.GRAPH_TIMING = False
 
 
 def main() -> int:
@@ -201,9 +207,9 @@ def main() -> int:
     torch.cuda.synchronize()
 
     if not args.no_bench:
-        from teachkit.bench.core import copy_bandwidth, format_table, save_results
+        from teachkit.bench.core import copy_bandwidth, format_table, record_path, save_results
         from teachkit.bench.softmax import SOFTMAX_SHAPES
-        from teachkit.cute.bench import CUTE_PROVIDER, bench_cute_softmax, record_path
+        from teachkit.cute.bench import CUTE_PROVIDER, bench_cute_softmax, cute_record_name
 
         print("\n== benchmark (GB/s = 2 x bytes / time, do_bench median)")
         copy = copy_bandwidth()
@@ -212,12 +218,13 @@ def main() -> int:
         print(format_table(results, ceiling=copy))
         for r in results:
             if r.provider == CUTE_PROVIDER:
-                tri = next(q.value for q in results if (q.problem, q.dtype) == (r.problem, r.dtype)
+                tri = next(q.value for q in results if q.params == r.params
                            and q.provider == "teachkit.kernels.softmax")
                 print(f"{r.problem:>11} {r.dtype}: CuTe {r.value:5.0f} GB/s = "
                       f"{r.value / copy:4.0%} of copy, {r.value / tri:4.2f}x the Triton kernel, "
                       f"{r.ms * 1e3:8.1f} us")
-        path = save_results(args.json or record_path(teachkit.device.device_name()), results,
+        name = cute_record_name(teachkit.device.device_name())
+        path = save_results(args.json or record_path(name, exists=False), results,
                             copy_gbps=copy)
         print(f"record: {path}")
         graph_bench(args.json, copy)

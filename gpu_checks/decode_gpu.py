@@ -77,7 +77,12 @@ def main() -> int:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
     if args.splits_only:
-        from teachkit.bench.core import device_slug, record_path, save_results
+        from teachkit.bench.core import (
+            device_slug,
+            record_path,
+            save_results,
+            timing_description,
+        )
 
         host_profile()
         copy = copy_bandwidth()
@@ -86,8 +91,8 @@ def main() -> int:
         rows += split_table(2, 16384, copy)
         slug = device_slug(teachkit.device.device_name())
         path = args.json or record_path(f"decode_splits_{slug}", exists=False)
-        timed = {"timing": "cuda-graph replays"}  # what split_table's records hold
-        say(f"record: {save_results(path, rows, timed, copy_gbps=copy)}")
+        timing = timing_description(graph=True)  # how split_table times its Measurements
+        say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
         return 0
 
     # ---------------------------------------------------------------- 1. correctness
@@ -251,10 +256,11 @@ SPLIT_COUNTS = (1, 2, 4, 6, 8, 9, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 
 def split_table(B: int, S: int, copy: float) -> list:
     """GB/s of split-KV for num_splits x BLOCK_N, timed on CUDA-graph replays (the GPU's time;
-    returned as Measurements, provider ``splits=<n> BLOCK_N=<b>``) and with plain launches
+    returned as Measurements, provider ``splits=<n> BLOCK_N=<b>`` with those as
+    ``provider_params``) and with plain launches
     (printed), plus the host time of one call: what choose_num_splits should pick."""
     from teachkit.bench import core
-    from teachkit.bench.decode import decode_problem, split_provider
+    from teachkit.bench.decode import decode_params, decode_problem, split_params, split_provider
     from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
 
     q, k, v, nbytes = decoding_inputs(B, S)
@@ -280,7 +286,8 @@ def split_table(B: int, S: int, copy: float) -> list:
             ms = core.time_ms(run, rep=30, graph=True)
             p = nbytes / core.time_ms(run, warmup=5, rep=30, graph=False) / 1e6
             out.append(core.Measurement(decode_problem(B, S), "fp16", split_provider(n, bn),
-                                        ms, nbytes / ms / 1e6, "GB/s"))
+                                        ms, nbytes / ms / 1e6, "GB/s", decode_params(B, S),
+                                        split_params(n, bn)))
             cells.append(f"{n}:{out[-1].value:.0f}/{p:.0f}")
         say(f"  BLOCK_N={bn} splits:graph/plain GB/s  " + " ".join(cells))
     return out

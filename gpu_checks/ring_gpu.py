@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 import torch  # noqa: E402
 
 import teachkit  # noqa: E402
-from teachkit.bench import format_table, records_dir  # noqa: E402
+from teachkit.bench import format_table  # noqa: E402
 from teachkit.compare import relative_error  # noqa: E402
 from teachkit.ring import (  # noqa: E402
     RingCase,
@@ -123,16 +124,16 @@ def bench(world_size: int, cap: float, lengths: list[int]) -> None:
     if SMOKE:
         result = bench_ring(world_size, lengths=[32, 64], heads=2, head_dim=16, repeats=1,
                             allow_cpu=True)
-        path = save_ring_bench(result, Path("/tmp") / record_path(world_size).name)
+        path = save_ring_bench(result, record_path(world_size, folder=tempfile.gettempdir()))
     else:
         result = bench_ring(world_size, lengths=lengths, memory_cap_gib=cap, repeats=3,
                             timeout_s=300, wall_s=420)
-        path = save_ring_bench(result, record_path(world_size, folder=records_dir()))
+        path = save_ring_bench(result, record_path(world_size))  # the package's records
     ctx = result.context
     speed = [r for r in result.results if r.unit == "TFLOP/s"]
     print(format_table(speed, baseline=speed[0].provider if speed else "1 GPU"))
     print(format_table([r for r in result.results if r.unit == "GiB peak"]))
-    print("waiting: " + ", ".join(f"{r.problem} {r.provider.split(', ')[-1]} {r.value:.1f}%"
+    print("waiting: " + ", ".join(f"{r.problem} {r.provider_params['layout']} {r.value:.1f}%"
                                   for r in result.results if r.unit == "% waiting"))
     print(f"longest N: one GPU {int(ctx['longest_one_gpu'])}, ring {int(ctx['longest_ring'])} "
           f"(cap {cap} GiB); computed for {ctx['gpu_memory_gib']:.0f} GiB: "

@@ -5,11 +5,12 @@ than speed: the T4 (Turing, sm_75) has no bfloat16, 64 KB of shared memory per b
 (3.6 and 3.9, read from the PTX it writes) multiplies its ``tl.dot`` tiles on the FMA units rather
 than the tensor cores; CuTe DSL runs on
 Ampere (sm_80) and newer only; the H100 alone has Hopper's ``wgmma`` and TMA copy engine. The
-kernels pick their tiles per GPU class (:func:`teachkit.kernels.targets.gpu_class`), and the
-compile check of ``python -m teachkit.kernels`` proves they fit each of these GPUs without one.
+kernels pick their tiles per GPU class (:func:`gpu_class`), and the compile check of
+``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves they fit each of
+these GPUs without one.
 
-This module is a leaf: it imports no kernel, so the README, the notebooks and
-:mod:`teachkit.kernels.targets` can all read it (never the reverse).
+This module is a leaf: it imports no kernel, so the README, the notebooks, the kernels and their
+compile check can all read it (never the reverse).
 
 Examples
 --------
@@ -29,10 +30,12 @@ from dataclasses import dataclass
 __all__ = [
     "COLAB_GPUS",
     "CUTE_DSL_MIN_CAPABILITY",
+    "GPU_CLASSES",
     "SHARED_MEMORY_LIMIT",
     "ColabGpu",
     "by_capability",
     "describe_gpus",
+    "gpu_class",
     "gpu_table",
 ]
 
@@ -64,7 +67,7 @@ class ColabGpu:
         ``fma.rn.f32``: the FMA units, no tensor cores), ``"mma"`` (``mma.sync``, tensor cores)
         or ``"wgmma"`` (Hopper's warpgroup tensor-core instructions). Read from the PTX the
         compiler writes, not from memory: ``python -m teachkit.kernels --dot-evidence`` measures
-        it, and ``tests/test_kernel_targets.py`` checks this table against the installed Triton
+        it, and ``tests/test_compile_check.py`` checks this table against the installed Triton
         (measured the same with Triton 3.6, Colab's, and 3.9).
     tma : bool
         Whether the TMA copy engine and ``wgmma`` exist (Hopper): the flash kernel's ``tma``
@@ -119,6 +122,41 @@ COLAB_GPUS: tuple[ColabGpu, ...] = (
 SHARED_MEMORY_LIMIT: dict[int, int] = {g.sm: g.shared_memory_per_block for g in COLAB_GPUS}
 """Largest shared memory one program (block) may use, in bytes, per compute capability (75, 80,
 89, 90): the limits the compile check holds every kernel configuration to."""
+
+GPU_CLASSES: dict[int, tuple[int, int]] = {g.sm: g.capability for g in COLAB_GPUS}
+"""The classes the kernels pick their configurations by (:func:`gpu_class`), each with the
+capability of the Colab GPU that stands for it in the compile check: 75 (T4, 64 KB of shared
+memory a block), 80 (A100, 163 KB), 89 (L4, RTX: about 99 KB), 90 (H100, H200: 227 KB and TMA)."""
+
+
+def gpu_class(capability: tuple[int, int]) -> int:
+    """The class a kernel picks its configurations by: 75 below sm_80 (T4: 64 KB of shared
+    memory a block); 90 for Hopper (sm_90: 227 KB and TMA); 80 for the other large shared
+    memories (sm_80, sm_87, sm_100); 89 for the ~99 KB ones (sm_86, sm_89, sm_12x).
+
+    Parameters
+    ----------
+    capability : tuple of int
+        ``(major, minor)`` compute capability, as ``torch.cuda.get_device_capability`` says.
+
+    Returns
+    -------
+    int
+        A key of :data:`GPU_CLASSES`.
+
+    Examples
+    --------
+    >>> [gpu_class(c) for c in [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]]
+    [75, 80, 89, 89, 90, 80, 89]
+    """
+    major, minor = capability
+    if major < 8:
+        return 75
+    if major == 9:
+        return 90
+    if (major, minor) in ((8, 0), (8, 7)) or major == 10:
+        return 80
+    return 89
 
 
 def by_capability(capability: tuple[int, int]) -> ColabGpu | None:

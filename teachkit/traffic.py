@@ -42,10 +42,8 @@ True
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
@@ -258,13 +256,15 @@ def measure_variants(M: int, N: int, dtype: torch.dtype = torch.float32,
 
     Outputs are checked against a float64 softmax first. Each variant gives two
     :class:`teachkit.bench.Measurement`: ``unit="GB/s effective"`` (model bytes / time) and
-    ``unit="GB/s useful"`` (2 x tensor bytes / time: what one read and one write would need).
+    ``unit="GB/s useful"`` (2 x tensor bytes / time: what one read and one write would need),
+    with ``params`` ``rows``, ``cols`` and ``dtype``.
     ``include_copy`` adds ``y.copy_(x)`` (2 x tensor bytes) as the reference. A problem larger
     than the GPU's free memory (:func:`variants_bytes`) is skipped with a printed note (the list
     comes back empty), and so is a variant that runs out of it. ``progress`` draws a progress
     bar naming the current variant.
     """
-    from .bench.core import DTYPES, each_job, progress_bar
+    from .bench.core import DTYPES
+    from .progress import each_job, progress_bar
 
     dt = next(k for k, v in DTYPES.items() if v == dtype) if dtype in DTYPES.values() \
         else str(dtype).removeprefix("torch.")
@@ -286,17 +286,19 @@ def measure_variants(M: int, N: int, dtype: torch.dtype = torch.float32,
 def _time_variant(name: str, x: torch.Tensor, ref: torch.Tensor, dt: str) -> list:
     """Check one variant (or ``"copy"``) on ``x`` against ``ref`` and time it: two
     Measurements, GB/s effective and GB/s useful."""
-    from .bench.core import Measurement, time_ms
+    from .bench.core import Measurement, dtype_name, time_ms
     from .compare import relative_error
 
     M, N = x.shape
     problem = f"{M}x{N}"
+    params = {"rows": M, "cols": N, "dtype": dtype_name(x.dtype)}
     useful = 2 * x.numel() * x.element_size()
     if name == "copy":
         out = torch.empty_like(x)
         ms = time_ms(lambda: out.copy_(x))
-        return [Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s effective"),
-                Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s useful")]
+        return [Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s effective",
+                            params),
+                Measurement(problem, dt, "copy", ms, useful / ms / 1e6, "GB/s useful", params)]
     y, _ = run_variant(name, x)
     err = relative_error(y, ref)
     tol = 1e-5 if x.dtype in (torch.float32, torch.float64) else 2e-2
@@ -305,44 +307,23 @@ def _time_variant(name: str, x: torch.Tensor, ref: torch.Tensor, dt: str) -> lis
     del y
     ms = time_ms(lambda: run_variant(name, x))
     model = sum(traffic_model(name, M, N, x.element_size()).values())
-    return [Measurement(problem, dt, name, ms, model / ms / 1e6, "GB/s effective"),
-            Measurement(problem, dt, name, ms, useful / ms / 1e6, "GB/s useful")]
+    return [Measurement(problem, dt, name, ms, model / ms / 1e6, "GB/s effective", params),
+            Measurement(problem, dt, name, ms, useful / ms / 1e6, "GB/s useful", params)]
 
 
-def warm_time_ms(fn: Callable[[], object], calls: int = 20, replays: int = 10) -> float:
+def warm_time_ms(fn: Callable[[], object], rep: int = 20) -> float:
     """Median time of one ``fn()`` with the caches left warm between calls, in milliseconds.
 
-    :func:`teachkit.bench.time_ms` (``triton.testing.do_bench``) clears the L2 cache before every
-    call, so data always comes from HBM. Here, on a GPU, ``calls`` back-to-back calls are captured
-    in a CUDA graph (no launch overhead, no flush) and its replays are timed; a working set that
-    fits in L2 is then served from L2. On a CPU: a wall-clock median of back-to-back calls.
+    :func:`teachkit.bench.time_ms` with ``graph=True``: back-to-back calls captured in a CUDA
+    graph (``triton.testing.do_bench_cudagraph``: no launch overhead, and no flush of the L2
+    cache between calls), its replays timed; a working set that fits in L2 is then served from
+    L2. Plain launches (``graph=False``, ``triton.testing.do_bench``) clear the L2 cache before
+    every call, so their data always comes from HBM. ``rep`` is milliseconds of calls per replay
+    on a GPU, and calls on a CPU (a wall-clock median of back-to-back calls).
     """
-    if not ON_GPU:
-        from .bench.core import time_ms
+    from .bench.core import time_ms
 
-        return time_ms(fn, rep=replays)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    del graph
-    return sorted(times)[len(times) // 2]
+    return time_ms(fn, rep=rep, graph=True)
 
 
 def l2_bytes() -> int | None:
@@ -358,14 +339,16 @@ def working_set_sweep(sizes_mib: list[float], cols: int = 4096,
 
     For each working set ``W`` (input + output bytes, float32), an input of ``W / 8`` elements
     (rows of ``cols``) is copied and softmaxed. *cold*: :func:`teachkit.bench.time_ms` (L2
-    flushed before each call); *warm*: :func:`warm_time_ms` (back to back). GB/s = W / time.
+    flushed before each call); *warm*: :func:`warm_time_ms` (back to back, CUDA-graph
+    replays). GB/s = W / time.
     Returns one dict per size with ``working_set_bytes`` and ``copy_cold``, ``copy_warm``,
     ``softmax_cold``, ``softmax_warm`` in GB/s. A size that does not fit in the GPU's free
     memory (``2.5 W`` at the peak, measured on an H100: the input, the copy's output, and
     softmax outputs on two streams and in the CUDA graph's pool), or runs out of it, is
     skipped with a printed note and has no dict. ``progress`` draws a progress bar.
     """
-    from .bench.core import TIMING_BYTES, each_job, progress_bar
+    from .bench.core import TIMING_BYTES
+    from .progress import each_job, progress_bar
 
     rows_out = []
     with progress_bar(len(sizes_mib), progress) as bar:
@@ -415,11 +398,7 @@ SWEEP_MIB = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256, 512, 1024, 4096]
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m teachkit.traffic [--json PATH] [--allow-cpu]``."""
-    import dataclasses
-
-    import triton
-
-    from .bench.core import copy_bandwidth
+    from .bench.core import copy_bandwidth, save_results, timing_description
 
     parser = argparse.ArgumentParser(prog="python -m teachkit.traffic", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -445,21 +424,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['working_set_bytes'] / 2**20:8.0f} MiB  " + "  ".join(
             f"{k} {v:6.0f}" for k, v in r.items() if k != "working_set_bytes"))
     if args.json:
-        record = {
-            "device": device_name(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "timing": "do_bench median (CUDA events, L2 flushed) for variants and 'cold'; "
-                      "CUDA-graph replays of 20 back-to-back calls for 'warm'"
-            if ON_GPU else "wall clock median (CPU)",
-            "ceilings": {"copy_gbps": copy},
-            "l2_bytes": l2_bytes(),
-            "results": [dataclasses.asdict(r) for r in results],
-            "working_set": rows,
-        }
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1) + "\n")
+        timing = (f"{timing_description()} for variants and 'cold' (L2 flushed); "
+                  f"{timing_description(graph=True)} of back-to-back calls for 'warm'"
+                  if ON_GPU else timing_description())
+        path = save_results(args.json, results, {"l2_bytes": l2_bytes(), "working_set": rows},
+                            timing=timing, copy_gbps=copy)
         print(f"results: {path}")
     return 0
 

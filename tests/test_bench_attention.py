@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from teachkit.bench.attention import attention_flops, batch_for, bench_attention
+from teachkit.bench.attention import (
+    attention_flops,
+    attention_params,
+    batch_for,
+    bench_attention,
+    problem_name,
+)
 from teachkit.bench.core import format_table
 from teachkit.plots.attention_bench import plot_attention_tflops
 
@@ -18,6 +24,10 @@ def test_tiny_run_checks_every_provider_and_tabulates():
                           tokens=33, heads=2, show_progress=False)
     assert {r.provider for r in res} == {"sdpa math", "teachkit flash"}
     assert {r.problem for r in res} == {"D=16 L=33", "D=16 L=33 causal"}
+    for r in res:
+        assert r.params == attention_params(16, 33, r.params["causal"], "fp16")
+        assert r.problem == problem_name(16, 33, r.params["causal"])
+        assert r.provider_params == {}
     table = format_table(res, baseline=("sdpa math",))
     assert "teachkit flash / sdpa math" in table
     fig = plot_attention_tflops(res, ceiling=1.0, device="test device")
@@ -29,3 +39,27 @@ def test_steps_run_and_agree():
 
     res = bench_steps(40, [16], [True], tokens=40, heads=1)
     assert [r.provider for r in res] == list(step_providers())
+    assert all(r.params == {"D": 16, "L": 40, "S": 40, "causal": True, "dtype": "float16"}
+               for r in res)
+
+
+def test_sweep_providers_carry_their_configuration():
+    from types import SimpleNamespace
+
+    from teachkit.bench.attention import sweep_params
+
+    config = SimpleNamespace(block_m=128, block_n=64, num_warps=8, num_stages=3, tma=True)
+    assert sweep_params(config) == {"block_m": 128, "block_n": 64, "num_warps": 8,
+                                    "num_stages": 3, "tma": True}
+
+
+def test_plot_reads_params_not_labels():
+    from teachkit.bench.core import Measurement
+
+    rows = [Measurement("a label", "fp16", "teachkit flash", 1.0, float(L), "TFLOP/s",
+                        attention_params(D, L, c, "fp16"))
+            for D in (64, 128) for c in (False, True) for L in (2048, 1024)]
+    fig = plot_attention_tflops(rows)
+    assert [ax.get_title() for ax in fig.axes] == ["D = 64", "D = 64, causal", "D = 128",
+                                                    "D = 128, causal"]
+    assert list(fig.axes[0].get_lines()[0].get_xdata()) == [1024, 2048]

@@ -15,7 +15,7 @@ import torch
 from inputs import RTOL, randn
 
 import teachkit.cute as tc
-from teachkit.bench.core import Measurement, save_results
+from teachkit.bench.core import Measurement, load_record, load_results, save_results
 from teachkit.compare import relative_error
 from teachkit.cute import bench as cute_bench
 from teachkit.cute import entry
@@ -299,14 +299,17 @@ def test_missing_cute_dsl_raises_import_error_with_the_install_command(monkeypat
 
 
 def test_record_names_and_loading(tmp_path):
-    assert cute_bench.device_slug("NVIDIA H100 80GB HBM3") == "nvidia_h100"
-    assert cute_bench.record_path("NVIDIA H100 80GB HBM3").name == "cute_softmax_nvidia_h100.json"
-    assert cute_bench.record_path("NVIDIA H200", graph=True).name.endswith("h200_cudagraph.json")
-    assert cute_bench.load_record(tmp_path / "missing.json") is None
-    rows = [Measurement("64x1000", "fp32", p, 0.1, v, "GB/s")
+    assert cute_bench.cute_record_name("NVIDIA H100 80GB HBM3") == "cute_softmax_nvidia_h100"
+    assert cute_bench.cute_record_name("NVIDIA H200", graph=True) == \
+        "cute_softmax_nvidia_h200_cudagraph"
+    for graph in (False, True):  # the shipped records, read by name
+        results, record = load_record(cute_bench.cute_record_name("NVIDIA H100", graph))
+        assert {r.provider for r in results} >= {cute_bench.CUTE_PROVIDER, "torch"}
+    params = {"rows": 64, "cols": 1000, "dtype": "float32"}
+    rows = [Measurement("64x1000", "fp32", p, 0.1, v, "GB/s", params)
             for p, v in (("torch", 900.0), (cute_bench.CUTE_PROVIDER, 1000.0))]
     path = save_results(tmp_path / "r.json", rows, copy_gbps=2000.0)
-    results, record = cute_bench.load_record(path)
+    results, record = load_results(path)
     assert results == rows and record["ceilings"] == {"copy_gbps": 2000.0}
 
 

@@ -76,10 +76,10 @@ def test_row_softmax_without_max():
 
 
 def test_row_softmax_wrong_stride():
-    from teachkit.kernels.teaching import _row_softmax_kernel
+    from teachkit.kernels.teaching import row_softmax_kernel
 
     with pytest.raises(ExerciseFailed, match="row stride"):
-        ex06.check_row_softmax(_launcher(_row_softmax_kernel, use_n_cols_as_stride=True))
+        ex06.check_row_softmax(_launcher(row_softmax_kernel, use_n_cols_as_stride=True))
 
 
 def test_row_softmax_wrong_dtype():

@@ -23,14 +23,24 @@ def test_the_four_colab_gpus_and_their_facts():
                                                            "H100": 80.0}
 
 
-def test_shared_memory_limits_are_the_compile_checks():
-    from teachkit.kernels import targets
-
+def test_shared_memory_limits_and_gpu_classes():
     assert SHARED_MEMORY_LIMIT == {75: 64 * 1024, 80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
     assert list(SHARED_MEMORY_LIMIT) == [75, 80, 89, 90]  # the order the check reports in
-    assert targets.SHARED_MEMORY_LIMIT is SHARED_MEMORY_LIMIT  # re-exported, one source
+    assert gpus.GPU_CLASSES == {75: (7, 5), 80: (8, 0), 89: (8, 9), 90: (9, 0)}
     for g in COLAB_GPUS:  # each GPU's class in the kernels' tables is its own
-        assert targets.gpu_class(g.capability) == g.sm
+        assert gpus.gpu_class(g.capability) == g.sm
+    assert gpus.gpu_class((8, 6)) == 89 and gpus.gpu_class((10, 0)) == 80
+
+
+def test_gpus_is_a_leaf():
+    import ast
+    import inspect
+
+    for node in ast.walk(ast.parse(inspect.getsource(gpus))):  # no kernel, nothing of teachkit
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and not node.module.startswith("teachkit"), node.module
+        elif isinstance(node, ast.Import):
+            assert not any(alias.name.startswith("teachkit") for alias in node.names)
 
 
 def test_lookup_and_frozen():

@@ -260,11 +260,13 @@ def test_choose_num_splits_fills_the_gpu_within_bounds():
 
 
 def test_configs_and_launch_list():
+    from teachkit.kernels.compile_check import decode_launch_configs
+
     cfg = decode.decode_config(128, torch.float16, (9, 0))
     assert 2 * cfg.block_n * 128 * 2 == 32 * 1024
     assert decode.decode_config(16, torch.float16, (8, 0)).block_n == 128
     assert decode.decode_config(256, torch.float32, (7, 5)).block_n == 16
-    names = [c.name for c in decode.launch_configs()]
+    names = [c.name for c in decode_launch_configs()]
     assert len(names) == len(set(names))
     assert any("page=16" in n for n in names) and any("merge" in n for n in names)
 

@@ -166,20 +166,34 @@ def test_bad_inputs_say_what_to_pass(gen):
 
 
 def test_configs_tile_the_diagonal_and_are_all_listed():
-    for cls in flash.GPU_CLASSES:
+    from teachkit.gpus import GPU_CLASSES
+    from teachkit.kernels.compile_check import flash_launch_configs
+
+    listed = {(c.constexprs["HEAD_DIM"], c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"],
+               c.num_warps, c.num_stages, c.constexprs["USE_TMA"], c.constexprs["CAUSAL"], cap)
+              for c in flash_launch_configs() for cap in c.capabilities}
+    for cls, capability in GPU_CLASSES.items():
         for D in flash.HEAD_DIMS:
             for dtype in (torch.float16, torch.bfloat16, torch.float32):
                 for causal in (False, True):
-                    cfg = flash.flash_config(D, dtype, (cls // 10, cls % 10), causal)
+                    cfg = flash.flash_config(D, dtype, capability, causal)
                     assert cfg.block_m % cfg.block_n == 0  # the causal split needs it
                     assert cfg.num_stages in (2, 3, 4) and cfg.num_warps in (4, 8)
+                    assert (D, *cfg, causal, cls) in listed  # compile-checked on its class
     cfg = flash.flash_config(64, torch.float16)  # the interpreter's
     assert cfg.block_m % cfg.block_n == 0
-    listed = {(c.constexprs["HEAD_DIM"], c.constexprs["BLOCK_M"], c.constexprs["BLOCK_N"],
-               c.num_warps, c.num_stages, c.constexprs["USE_TMA"], c.constexprs["CAUSAL"])
-              for c in flash.launch_configs()}
-    for (_, D, _, causal), cfg in flash._GPU_TABLE.items():
-        assert (D, *cfg, causal) in listed
+    assert flash.flash_config(16, torch.float16, (9, 0)) == flash.flash_config(64, torch.float16,
+                                                                              (9, 0))
+    with pytest.raises(ValueError, match="head dim 48"):
+        flash.flash_config(48, torch.float16, (8, 0))
+
+
+def test_tuning_lives_beside_the_kernel():
+    from teachkit.kernels import flash_tuning
+
+    assert flash_tuning.TUNED is flash.TUNED and flash_tuning.sweep is flash.sweep
+    assert flash_tuning.candidate_configs is flash.candidate_configs
+    assert flash_tuning.tuned_config is flash.tuned_config
 
 
 @pytest.mark.parametrize("causal", [False, True])

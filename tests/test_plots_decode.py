@@ -11,7 +11,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from teachkit.bench.core import Measurement  # noqa: E402
-from teachkit.bench.decode import decode_problem  # noqa: E402
+from teachkit.bench.decode import (  # noqa: E402
+    decode_params,
+    decode_problem,
+    split_params,
+    split_provider,
+)
 from teachkit.paging import (  # noqa: E402
     POLICIES,
     build_block_table,
@@ -23,7 +28,9 @@ from teachkit.plots.decode import (  # noqa: E402
     plot_decode_bandwidth,
     plot_memory_snapshots,
     plot_sm_occupancy,
+    plot_split_sweep,
     plot_waste_against_page_size,
+    split_sweep_rates,
 )
 
 
@@ -40,7 +47,8 @@ def test_sm_occupancy_fills_one_square_per_busy_sm():
 
 
 def test_decode_bandwidth_has_a_column_per_batch_and_speedups():
-    results = [Measurement(decode_problem(b, s), "fp16", p, 1.0, v * s / 1024, "GB/s")
+    results = [Measurement(decode_problem(b, s), "fp16", p, 1.0, v * s / 1024, "GB/s",
+                           decode_params(b, s))
                for b in (1, 8) for s in (1024, 4096, 16384)
                for p, v in (("SDPA flash", 2.0), ("teachkit unsplit", 1.0),
                             ("teachkit split-KV", 3.0))]
@@ -80,15 +88,31 @@ def test_block_table_picture_labels_every_page():
     plt.close(fig)
 
 
-def test_split_sweep_draws_a_line_per_problem_and_rings_the_pick():
-    from teachkit.bench.decode import split_provider
-    from teachkit.plots.decode import plot_split_sweep
+def test_decode_bandwidth_reads_params_not_labels():
+    results = [Measurement("a label", "fp16", "teachkit split-KV", 1.0, float(s), "GB/s",
+                           decode_params(b, s)) for b in (1, 8) for s in (64, 128)]
+    fig = plot_decode_bandwidth(results)
+    (line,) = fig.axes[0].get_lines()
+    assert list(line.get_xdata()) == [64, 128] and fig.axes[1].get_title() == "batch 8"
+    plt.close(fig)
 
-    results = [Measurement(decode_problem(1, s), "fp16", split_provider(n, bn), 1.0,
-                           1000 + 100 * n - s / 1024, "GB/s")
-               for s in (1024, 16384) for bn in (32, 64) for n in (1, 2, 4, 8, 9)]
-    fig = plot_split_sweep(results, ceiling=3000, picks={decode_problem(1, 1024): 8},
-                           device="test GPU")
+
+def _sweep() -> list[Measurement]:
+    return [Measurement(decode_problem(1, s), "fp16", split_provider(n, bn), 1.0,
+                        1000 + 100 * n - s / 1024, "GB/s", decode_params(1, s),
+                        split_params(n, bn))
+            for s in (16384, 1024) for bn in (32, 64) for n in (1, 2, 4, 8, 9)]
+
+
+def test_split_sweep_rates_by_batch_and_length():
+    rates = split_sweep_rates(_sweep(), block_n=32)
+    assert list(rates) == [(1, 16384), (1, 1024)]
+    assert rates[1, 1024] == {n: 1000 + 100 * n - 1 for n in (1, 2, 4, 8, 9)}
+
+
+def test_split_sweep_draws_a_line_per_problem_and_rings_the_pick():
+    results = _sweep()
+    fig = plot_split_sweep(results, ceiling=3000, picks={(1, 1024): 8}, device="test GPU")
     (ax,) = fig.axes
     labelled = [line for line in ax.get_lines() if not line.get_label().startswith("_")]
     assert [line.get_label() for line in labelled] == ["B=1 S=1024", "B=1 S=16384"]
@@ -97,6 +121,7 @@ def test_split_sweep_draws_a_line_per_problem_and_rings_the_pick():
     assert len(rings) == 1 and list(rings[0].get_xdata()) == [8]
     with pytest.raises(ValueError, match="BLOCK_N = 128"):
         plot_split_sweep(results, block_n=128)
-    with pytest.raises(ValueError, match="split-sweep label"):
-        plot_split_sweep([Measurement("B=1 S=1", "fp16", "SDPA flash", 1.0, 1.0, "GB/s")])
+    with pytest.raises(ValueError, match="not a split sweep's provider"):
+        plot_split_sweep([Measurement("B=1 S=1", "fp16", "SDPA flash", 1.0, 1.0, "GB/s",
+                                      decode_params(1, 1))])
     plt.close("all")

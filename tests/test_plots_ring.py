@@ -62,10 +62,14 @@ def test_memory_bars_stack_every_buffer():
 
 
 def test_bench_lines_per_provider_and_mask_ignore_other_units():
-    rows = [Measurement(f"{mask} N={n}", "fp16", prov, 10.0 * n, 1.0, "TFLOP/s")
-            for mask in ("full", "causal") for n in (1024, 2048)
-            for prov in ("1 GPU", "ring, 4 GPUs")]
-    rows.append(Measurement("full N=1024", "fp16", "1 GPU", 1.0, 3.0, "GiB peak"))
+    def params(n: int, causal: bool) -> dict:
+        return {"N": n, "causal": causal, "dtype": "float16"}
+
+    rows = [Measurement(f"{'causal' if c else 'full'} N={n}", "fp16", prov, 10.0 * n, 1.0,
+                        "TFLOP/s", params(n, c))
+            for c in (False, True) for n in (1024, 2048) for prov in ("1 GPU", "ring, 4 GPUs")]
+    rows.append(Measurement("full N=1024", "fp16", "1 GPU", 1.0, 3.0, "GiB peak",
+                            params(1024, False)))
     fig = plot_ring_bench(rows)
     ax = fig.axes[0]
     assert len(ax.lines) == 4 and ax.get_xscale() == "log"

@@ -1,6 +1,9 @@
-"""The recorded GPU benchmarks ship with the package and load by name."""
+"""The recorded GPU benchmarks ship with the package, load by name and key their results by
+parameters."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -13,7 +16,17 @@ from teachkit.bench import (
     recorded_matmul_dtype,
     records_dir,
     save_results,
+    timing_description,
 )
+
+PROBLEM_KEYS = {  # the params every result of a record family carries
+    "softmax_": {"rows", "cols", "dtype"},
+    "cute_softmax_": {"rows", "cols", "dtype"},
+    "traffic_": {"rows", "cols", "dtype"},
+    "attention_": {"D", "L", "S", "causal", "dtype"},
+    "decode_": {"B", "S", "dtype"},
+    "ring_": {"N", "causal", "dtype"},
+}
 
 
 def test_every_shipped_record_loads():
@@ -25,6 +38,44 @@ def test_every_shipped_record_loads():
         assert isinstance(record["device"], str) and "ceilings" in record
         assert all(isinstance(r, Measurement) for r in results)
         assert load_results(record_path(name)) == (results, record)
+
+
+def test_every_shipped_result_carries_its_params():
+    for name in find_records():
+        rows = json.loads(record_path(name).read_text())["results"]
+        keys = next((k for prefix, k in PROBLEM_KEYS.items() if name.startswith(prefix)), None)
+        assert keys is not None or not rows, f"{name}: a record family without known params"
+        for row in rows:
+            assert set(row["params"]) == keys, (name, row)
+            assert row["params"]["dtype"] in ("float32", "float16", "bfloat16"), (name, row)
+            assert isinstance(row["provider_params"], dict), (name, row)
+
+
+def test_parametrised_providers_carry_their_parameters():
+    sweep, _ = load_record("attention_sweep_nvidia_h100")
+    assert all(set(r.provider_params) == {"block_m", "block_n", "num_warps", "num_stages", "tma"}
+               for r in sweep)
+    splits, _ = load_record("decode_splits_nvidia_h100")
+    assert all(set(r.provider_params) == {"num_splits", "block_n"} for r in splits)
+    plain, _ = load_record("decode_nvidia_h100")
+    assert all(r.provider_params == {} for r in plain)
+
+
+def test_params_round_trip_and_old_records_are_refused(tmp_path):
+    rows = [Measurement("B=1 S=64", "fp16", "splits=2 BLOCK_N=32", 0.5, 10.0, "GB/s",
+                        {"B": 1, "S": 64, "dtype": "float16"}, {"num_splits": 2, "block_n": 32}),
+            Measurement("D=16 L=8 causal", "fp16", "torch", 0.5, 1.0, "TFLOP/s",
+                        {"D": 16, "L": 8, "S": 8, "causal": True, "dtype": "float16"})]
+    path = save_results(tmp_path / "r.json", rows, timing=timing_description(graph=True))
+    results, record = load_results(path)
+    assert results == rows and results[1].provider_params == {}
+    assert record["timing"] == timing_description(graph=True)
+    old = json.loads(path.read_text())
+    for row in old["results"]:
+        del row["params"]
+    path.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="without params"):
+        load_results(path)
 
 
 def test_records_dir_is_the_package_folder():

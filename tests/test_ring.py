@@ -352,7 +352,8 @@ def test_a_failing_rank_ends_the_run_with_its_error():
     with pytest.raises(RingError, match="rank 1 of 2 failed: ValueError") as info:
         run_ring(workers.fail_on_rank, 2, {"rank": 1, "message": "bad block"}, timeout_s=30)
     assert time.monotonic() - start < 30
-    assert info.value.rank == 1
+    assert info.value.rank == 1  # the root cause, even if rank 0's lost connection came first
+    assert "ValueError" in info.value.failures[1]
     assert "bad block (raised on purpose by rank 1)" in str(info.value)
     assert "fail_on_rank" in info.value.remote_traceback  # the rank's own traceback
 
@@ -363,6 +364,8 @@ def test_a_stuck_rank_times_out_instead_of_hanging():
         run_ring(workers.stall_on_rank, 2, {"rank": 1, "seconds": 60}, timeout_s=1, wall_s=40)
     assert time.monotonic() - start < 30
     assert not isinstance(info.value, RingTimeout)
+    assert info.value.stuck == [1]  # the rank that never answered is named too
+    assert "rank(s) [1] reported nothing" in str(info.value)
 
 
 # --- the launcher's bookkeeping, without processes -------------------------------------------
@@ -412,5 +415,7 @@ def test_run_ring_validates_backend_and_sizes():
         run_ring(workers.describe_rank, 0)
     with pytest.raises(ValueError, match="timeout_s must be a positive number"):
         run_ring(workers.describe_rank, 2, timeout_s=-1)
+    with pytest.raises(ValueError, match="timeout_s must be a positive number.*finite"):
+        run_ring(workers.describe_rank, 2, timeout_s=float("inf"))
     with pytest.raises(ValueError, match="not a multiple of world_size=3"):
         run_ring_attention_cases([RingCase(*(torch.zeros(1, 1, 8, 16),) * 3)], 3)

@@ -66,3 +66,28 @@ def test_measure_variants_small():
     assert names == set(VARIANTS) | {"copy"}
     assert all(r.value > 0 and r.ms > 0 for r in results)
     assert {r.unit for r in results} == {"GB/s effective", "GB/s useful"}
+    assert all(r.params == {"rows": 5, "cols": 37, "dtype": "float32"} for r in results)
+
+
+def test_warm_timer_is_the_bench_timer(monkeypatch):
+    from teachkit.bench import core
+    from teachkit.traffic import warm_time_ms
+
+    calls = []
+    monkeypatch.setattr(core, "time_ms", lambda fn, **kw: calls.append(kw) or 1.5)
+    assert warm_time_ms(lambda: None) == 1.5
+    assert calls == [{"rep": 20, "graph": True}]
+
+
+def test_cli_records_params_and_its_timing(tmp_path, capsys):
+    from teachkit.bench import load_results
+    from teachkit.traffic import main
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU run of the command")
+    path = tmp_path / "traffic.json"
+    assert main(["--allow-cpu", "--json", str(path)]) == 0
+    results, record = load_results(path)
+    assert {(r.params["rows"], r.params["cols"]) for r in results} == {(64, 1000)}
+    assert record["timing"] == "wall clock median (CPU)" and record["working_set"]
+    assert "results:" in capsys.readouterr().out

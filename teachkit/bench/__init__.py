@@ -15,7 +15,9 @@ provider on every problem, side by side in one process, and prints a table, with
 on stderr; ``--plot NAME`` saves a figure to ``figures/NAME.png`` and ``--json PATH`` keeps the
 record (the course's own are in ``teachkit/benchmarks/``: :func:`load_record` reads one by name,
 :func:`find_records` lists them). A problem too large for the GPU's free memory is skipped with a
-note. Times are medians of CUDA-event timings (``triton.testing.do_bench``). On a CPU the
+note. Times are medians of CUDA-event timings (``triton.testing.do_bench``), or of CUDA-graph
+replays with ``--graph``. Every result carries its problem's parameters (``params``, and
+``provider_params`` for a parametrised provider): :class:`Measurement`. On a CPU the
 kernels run in Triton's interpreter, so times say nothing about a GPU; the CLI refuses to run
 there unless given ``--allow-cpu``.
 
@@ -40,6 +42,7 @@ from .core import (
                    refuse_cpu,
                    save_results,
                    time_ms,
+                   timing_description,
 )
 from .softmax import SOFTMAX_SHAPES, bench_softmax, softmax_providers
 
@@ -47,6 +50,7 @@ __all__ = [
     "DTYPES",
     "Measurement",
     "time_ms",
+    "timing_description",
     "copy_bandwidth",
     "matmul_tflops",
     "matmul_dtype",

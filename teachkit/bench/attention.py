@@ -41,8 +41,9 @@ from .core import (
 )
 
 __all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch_for",
-           "problem_name", "attention_bytes", "bench_attention", "step_providers", "bench_steps",
-           "bench_sweep", "peak_memory", "format_memory", "main"]
+           "problem_name", "attention_params", "attention_bytes", "bench_attention",
+           "step_providers", "bench_steps", "bench_sweep", "sweep_params", "peak_memory",
+           "format_memory", "main"]
 
 ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 """Sequence lengths L = S of the benchmark."""
@@ -72,8 +73,21 @@ def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> flo
 
 
 def problem_name(D: int, L: int, causal: bool) -> str:
-    """How the benchmark names a problem, e.g. ``"D=64 L=4096 causal"`` (the plots parse it)."""
+    """How the benchmark labels a problem in tables, e.g. ``"D=64 L=4096 causal"``; its
+    parameters are :func:`attention_params`."""
     return f"D={D} L={L}" + (" causal" if causal else "")
+
+
+def attention_params(D: int, L: int, causal: bool, dtype: str) -> dict[str, int | bool | str]:
+    """The parameters of one attention problem (``L = S``), as its :class:`Measurement` keeps
+    them.
+
+    Examples
+    --------
+    >>> attention_params(64, 4096, True, "fp16")
+    {'D': 64, 'L': 4096, 'S': 4096, 'causal': True, 'dtype': 'float16'}
+    """
+    return {"D": D, "L": L, "S": L, "causal": causal, "dtype": dtype_name(DTYPES[dtype])}
 
 
 def attention_bytes(B: int, H: int, L: int, D: int, dtype: str, scores: bool = False) -> int:
@@ -129,6 +143,7 @@ def bench_attention(
     tokens: int = TOKENS,
     heads: int = HEADS,
     show_progress: bool = True,
+    graph: bool = False,
 ) -> list[Measurement]:
     """Time every provider on every (L = S, D, causal); TFLOP/s per :func:`attention_flops`.
 
@@ -137,8 +152,9 @@ def bench_attention(
     or ``sdpa math`` on it, that would not fit in the GPU's free memory (:func:`attention_bytes`)
     or runs out of it is skipped with a printed note. Every output is checked against the first
     provider that runs, itself checked against float32 math on one sequence, before timing. The
-    problem is named ``D=64 L=4096`` (or with ``causal``). ``show_progress`` draws a progress
-    bar naming the current job.
+    problem is labelled ``D=64 L=4096`` (or with ``causal``); its parameters are
+    :func:`attention_params`. ``show_progress`` draws a progress bar naming the current job;
+    ``graph`` times CUDA-graph replays.
     """
     table = attention_providers()
     names = list(providers) if providers is not None else list(table)
@@ -153,7 +169,7 @@ def bench_attention(
                 with skip_if_out_of_memory(label):
                     q, k, v = _random_qkv(B, heads, L, D, dtype)
                     _attention_problem(table, names, q, k, v, c, dtype, math_max_length,
-                                       results, bar)
+                                       results, bar, graph)
                     del q, k, v
             bar.update(done + len(names) - bar.n)
         bar.set_description("done")
@@ -162,7 +178,8 @@ def bench_attention(
 
 def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: list[str],
                        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: bool, dtype: str,
-                       math_max_length: int, results: list[Measurement], bar: object) -> None:
+                       math_max_length: int, results: list[Measurement], bar: object,
+                       graph: bool = False) -> None:
     """Check and time every provider on one problem, appending to ``results``."""
     from ..compare import relative_error
 
@@ -193,9 +210,10 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
             if not err < 2e-2:
                 raise AssertionError(f"{name} disagrees with the others on {problem}: {err:.2g}")
             del out
-            ms = time_ms(lambda fn=fn: fn(q, k, v, c))
+            ms = time_ms(lambda fn=fn: fn(q, k, v, c), graph=graph)
             tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
-            results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+            results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s",
+                                       attention_params(D, L, c, dtype)))
 
 
 def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
@@ -221,11 +239,12 @@ def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
 def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
                 causal: Iterable[bool] = (False, True), dtype: str = "fp16",
                 tokens: int = TOKENS, heads: int = HEADS,
-                show_progress: bool = True) -> list[Measurement]:
+                show_progress: bool = True, graph: bool = False) -> list[Measurement]:
     """Time :func:`step_providers` on one length: what each step of notebook 08 buys.
 
     A head dim whose problem would not fit in the GPU's free memory, or runs out of it, is
-    skipped with a printed note. ``show_progress`` draws a progress bar.
+    skipped with a printed note. ``show_progress`` draws a progress bar; ``graph`` times
+    CUDA-graph replays.
     """
     table = step_providers()
     head_dims, causal = list(head_dims), list(causal)
@@ -239,7 +258,7 @@ def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
                 with skip_if_out_of_memory(label):
                     q, k, v = _random_qkv(B, heads, length, D, dtype)
                     for c in causal:
-                        _steps_problem(table, q, k, v, c, dtype, results, bar)
+                        _steps_problem(table, q, k, v, c, dtype, results, bar, graph)
                     del q, k, v
             bar.update(done + len(causal) * len(table) - bar.n)
         bar.set_description("done")
@@ -248,7 +267,7 @@ def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
 
 def _steps_problem(table: dict[str, Callable[..., torch.Tensor]], q: torch.Tensor,
                    k: torch.Tensor, v: torch.Tensor, c: bool, dtype: str,
-                   results: list[Measurement], bar: object) -> None:
+                   results: list[Measurement], bar: object, graph: bool = False) -> None:
     """Check every step's kernel against SDPA on one problem, time it, append to ``results``."""
     from ..compare import relative_error
 
@@ -260,9 +279,10 @@ def _steps_problem(table: dict[str, Callable[..., torch.Tensor]], q: torch.Tenso
             err = relative_error(fn(q, k, v, c), want)
             if not err < 2e-2:
                 raise AssertionError(f"{name} is wrong on D={D} causal={c}: {err:.2g}")
-            ms = time_ms(lambda fn=fn: fn(q, k, v, c))
+            ms = time_ms(lambda fn=fn: fn(q, k, v, c), graph=graph)
             tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
-            results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+            results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s",
+                                       attention_params(D, L, c, dtype)))
 
 
 def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
@@ -271,10 +291,13 @@ def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
                 show_progress: bool = True) -> list[Measurement]:
     """Time every candidate configuration of the kernel (tiles, warps, stages) on one length.
 
-    The provider is named ``"BLOCK_M x BLOCK_N, W warps, S stages"``; configurations that do not
-    compile or launch on this GPU are left out, and so, with a printed note, is a head dim whose
-    problem would not fit in the GPU's free memory. ``show_progress`` draws a progress bar over
-    the configurations of each problem.
+    The provider is labelled ``"BLOCK_M x BLOCK_N, W warps, S stages"`` (``", TMA"`` after it
+    where keys and values come through TMA) and its ``provider_params`` are the configuration's
+    fields (``block_m``, ``block_n``, ``num_warps``, ``num_stages``, ``tma``); configurations
+    that do not compile or launch on this GPU are left out, and so, with a printed note, is a
+    head dim whose problem would not fit in the GPU's free memory. ``show_progress`` draws a
+    progress bar over the configurations of each problem. Times are
+    :func:`teachkit.kernels.flash_tuning.sweep`'s (plain launches).
     """
     from ..kernels.flash_tuning import sweep
 
@@ -294,9 +317,26 @@ def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
                     tflops = attention_flops(B, heads, length, length, D, c) / ms / 1e9
                     name = (f"{cfg.block_m} x {cfg.block_n}, {cfg.num_warps} warps, "
                             f"{cfg.num_stages} stages" + (", TMA" if cfg.tma else ""))
-                    results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s"))
+                    results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s",
+                                               attention_params(D, length, c, dtype),
+                                               sweep_params(cfg)))
             del q, k, v
     return results
+
+
+def sweep_params(config: object) -> dict[str, int | bool]:
+    """A configuration's fields as a sweep's ``provider_params``: ``block_m``, ``block_n``,
+    ``num_warps``, ``num_stages`` and ``tma``.
+
+    Examples
+    --------
+    >>> from collections import namedtuple
+    >>> Config = namedtuple("Config", "block_m block_n num_warps num_stages tma")
+    >>> sweep_params(Config(128, 64, 8, 3, False))
+    {'block_m': 128, 'block_n': 64, 'num_warps': 8, 'num_stages': 3, 'tma': False}
+    """
+    return {name: getattr(config, name)
+            for name in ("block_m", "block_n", "num_warps", "num_stages", "tma")}
 
 
 def peak_memory(lengths: Iterable[int] = (1024, 2048, 4096, 8192, 16384), D: int = 64,
@@ -365,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
     if not start(args):
         return 2
+    if args.sweep and args.graph:  # the sweep's timer is flash_tuning.sweep's: plain launches
+        print("--graph does not apply to --sweep: it times plain launches", file=sys.stderr)
+        args.graph = False
     mm_dtype = matmul_dtype()
     copy, flops = copy_bandwidth(), matmul_tflops(dtype=mm_dtype)
     print(f"device: {device_name()}")
@@ -380,11 +423,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{problem}: " + "; ".join(f"{r.provider}: {r.value:.0f}" for r in best[:5]))
     elif args.steps:
         results = bench_steps(lengths[0] if args.lengths else pick_steps_length(), args.head_dims,
-                              causal, args.dtype, **kwargs)
+                              causal, args.dtype, **kwargs, graph=args.graph)
         print(format_table(results, ceiling=flops, baseline=("simple",)))
     else:
         results = bench_attention(lengths, args.head_dims, causal, args.dtype, args.providers,
-                                  **kwargs)
+                                  **kwargs, graph=args.graph)
         print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
     extra = {}
     if args.memory and ON_GPU:

@@ -1,7 +1,14 @@
 """What every benchmark shares: timing, the device's ceilings, tables, JSON records, progress bars.
 
 Times are medians of CUDA-event timings (``triton.testing.do_bench``) on a GPU, or of CUDA-graph
-replays when :data:`GRAPH_TIMING` is set; on a CPU a wall clock, which says nothing about a GPU.
+replays when a benchmark is asked for them (``graph=True``, the CLI's ``--graph``); on a CPU a
+wall clock, which says nothing about a GPU.
+
+A :class:`Measurement` names its problem and provider by parameters, as
+``triton.testing.Benchmark`` keys its results by ``x_names`` and ``line_vals``: ``params`` (the
+problem's, e.g. ``{"B": 8, "S": 16384, "dtype": "float16"}``) and ``provider_params`` (a
+parametrised provider's, e.g. ``{"num_splits": 8, "block_n": 64}``). Its ``problem`` and
+``provider`` strings are labels for tables and legends; nothing reads them back.
 
 Records measured on GPUs ship with the package in ``teachkit/benchmarks/`` (one JSON file per
 record, named like ``softmax_nvidia_h100.json``): :func:`records_dir` is that folder,
@@ -14,22 +21,22 @@ import argparse
 import dataclasses
 import importlib.resources
 import json
+import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
 from ..device import DEVICE, ON_GPU, compute_capability, device_name, memory_budget
+from ..progress import each_job, progress_bar
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-    from tqdm.auto import tqdm
 
 T = TypeVar("T")
 
@@ -37,6 +44,7 @@ __all__ = [
     "DTYPES",
     "Measurement",
     "time_ms",
+    "timing_description",
     "TIMING_BYTES",
     "copy_bandwidth",
     "matmul_dtype",
@@ -59,38 +67,60 @@ __all__ = [
     "finish",
 ]
 
+Param = int | float | bool | str
+"""A parameter's value in a record: what JSON keeps as it is."""
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass
 class Measurement:
-    """One timed provider on one problem."""
+    """One timed provider on one problem.
+
+    Attributes
+    ----------
+    problem, dtype, provider : str
+        Labels for tables and legends (``"B=8 S=16384"``, ``"fp16"``, ``"teachkit split-KV"``);
+        read nothing from them: the parameters are in ``params`` and ``provider_params``.
+    ms : float
+        The median time of one call.
+    value : float
+        The figure of merit, in ``unit`` (GB/s, TFLOP/s, ...).
+    unit : str
+        What ``value`` counts.
+    params : dict
+        The problem's parameters, as ``triton.testing.Benchmark``'s ``x_names`` name them, with
+        its dtype's torch name: ``{"rows": 16384, "cols": 1024, "dtype": "float32"}``.
+    provider_params : dict
+        A parametrised provider's parameters (empty for the others): a split sweep's
+        ``{"num_splits": 8, "block_n": 64}``.
+    """
 
     problem: str
     dtype: str
     provider: str
     ms: float
-    value: float  # GB/s or TFLOP/s, per ``unit``
+    value: float
     unit: str
-
-
-GRAPH_TIMING = False
-"""Time CUDA-graph replays (``triton.testing.do_bench_cudagraph``) instead of plain launches:
-the GPU's time alone, without Python's launch overhead. Set by ``--graph``."""
+    params: dict[str, Param]
+    provider_params: dict[str, Param] = field(default_factory=dict)
 
 
 def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
-            graph: bool | None = None) -> float:
+            graph: bool = False) -> float:
     """Median time of ``fn()`` in milliseconds: CUDA events on a GPU, a wall clock on a CPU.
 
     ``warmup`` and ``rep`` are milliseconds of warm-up and measurement on a GPU (as
-    ``triton.testing.do_bench`` takes them) and call counts on a CPU. With ``graph`` (default
-    :data:`GRAPH_TIMING`), calls are captured in a CUDA graph and its replays are timed.
+    ``triton.testing.do_bench`` takes them) and call counts on a CPU. On a GPU, plain launches
+    are timed with the L2 cache flushed before every call; with ``graph``, back-to-back calls
+    are captured in a CUDA graph and its replays are timed
+    (``triton.testing.do_bench_cudagraph``): the GPU's time alone, without Python's launch
+    overhead, and with no flush between calls. ``graph`` means nothing on a CPU.
     """
     if ON_GPU:
         import triton.testing
 
-        if GRAPH_TIMING if graph is None else graph:
+        if graph:
             fn()  # compile outside the capture
             return float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
         return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
@@ -101,6 +131,19 @@ def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
         fn()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
+
+
+def timing_description(graph: bool = False) -> str:
+    """How :func:`time_ms` timed on this machine, as a record's ``timing`` says it.
+
+    Examples
+    --------
+    >>> timing_description(graph=True) in ("cuda-graph replays", "wall clock median (CPU)")
+    True
+    """
+    if not ON_GPU:
+        return "wall clock median (CPU)"
+    return "cuda-graph replays" if graph else "do_bench median (CUDA events)"
 
 
 TIMING_BYTES = 256 * 10**6 if ON_GPU else 0
@@ -114,9 +157,10 @@ def copy_bandwidth(nbytes: int | None = None) -> float:
     ``nbytes`` defaults to 1 GiB on a GPU (far beyond any L2), less where the GPU has less
     free (a quarter of :func:`teachkit.device.memory_budget`, at least 64 MiB: source and
     destination then take half of it), and 64 MiB on a CPU. Always timed with plain launches,
-    even under :data:`GRAPH_TIMING`: captured in a CUDA graph the copy ran at 2441 GB/s on an
-    H100 against 2991 launched plainly (a graph records it as a memcpy node, which the driver
-    may give to the copy engines), and a 1 GiB copy has no launch overhead to hide anyway.
+    even where a benchmark times CUDA-graph replays: captured in a CUDA graph the copy ran at
+    2441 GB/s on an H100 against 2991 launched plainly (a graph records it as a memcpy node,
+    which the driver may give to the copy engines), and a 1 GiB copy has no launch overhead to
+    hide anyway.
     """
     if not nbytes:
         budget = max(0, memory_budget() - TIMING_BYTES)
@@ -193,31 +237,12 @@ def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> flo
     return 2 * n**3 / ms / 1e9
 
 
-def progress_bar(total: int, enabled: bool = True, desc: str = "") -> tqdm:
-    """A ``tqdm.auto`` bar over ``total`` jobs (a widget in a notebook, text on stderr
-    elsewhere); ``enabled=False`` gives one that draws nothing. Name the current job with
-    ``bar.set_description(label)`` and count it with ``bar.update()``; close it at the end.
-    """
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, disable=not enabled, leave=True, dynamic_ncols=True,
-                file=sys.stderr)
-
-
-def each_job(bar: tqdm, items: Iterable[T], name: Callable[[T], str]) -> Iterator[T]:
-    """Yield ``items`` one by one, showing ``name(item)`` on ``bar`` while each runs and counting
-    it once the loop body is done (a ``continue`` counts too)."""
-    for item in items:
-        bar.set_description(name(item))
-        yield item
-        bar.update()
-
-
 def format_table(results: list[Measurement], ceiling: float | None = None,
                  baseline: str | tuple[str, ...] = "torch", device: str | None = None) -> str:
     """A Markdown table: one row per (problem, dtype), one column per provider, then the last
     provider's ratio to each ``baseline`` provider present and to ``ceiling``. ``device`` names
-    where the results were measured (default: this machine)."""
+    where the results were measured (default: this machine). Rows and columns are headed by the
+    results' labels."""
     providers = list(dict.fromkeys(r.provider for r in results))
     keys = list(dict.fromkeys((r.problem, r.dtype) for r in results))
     unit = results[0].unit if results else ""
@@ -240,14 +265,17 @@ def format_table(results: list[Measurement], ceiling: float | None = None,
 
 
 def device_slug(name: str) -> str:
-    """A file-name form of a device name, its first two words: ``'nvidia_h100'``.
+    """A file-name form of a device name, its first two words (letters and digits):
+    ``'nvidia_h100'``.
 
     Examples
     --------
     >>> device_slug("NVIDIA H200"), device_slug("NVIDIA H100 80GB HBM3")
     ('nvidia_h200', 'nvidia_h100')
+    >>> device_slug("NVIDIA A100-SXM4-80GB"), device_slug("CPU (Triton interpreter)")
+    ('nvidia_a100', 'cpu_triton')
     """
-    words = name.lower().replace("-", " ").split()[:2]
+    words = re.sub(r"[^a-z0-9]+", " ", name.lower()).split()[:2]
     return "_".join(words) if words else "unknown"
 
 
@@ -313,24 +341,26 @@ def load_record(name: str) -> tuple[list[Measurement], dict]:
     return load_results(record_path(name))
 
 
-def save_results(path: str | Path, results: list[Measurement], extra: dict | None = None,
+def save_results(path: str | Path, results: list[Measurement],
+                 extra: dict | None = None, *, timing: str | None = None,
                  **ceilings: float | str) -> Path:
     """Write results, the device's name and measured ceilings (e.g. ``copy_gbps=2998``,
     ``matmul_dtype="bfloat16"``) as JSON, so a notebook on a machine without that GPU can show
     the figures measured on it; ``extra`` adds top-level entries (e.g. ``{"memory": rows}``).
+    ``timing`` says how the results were timed (default :func:`timing_description` of plain
+    launches; ``timing_description(graph=True)`` for CUDA-graph replays). Each result keeps its
+    ``params`` and ``provider_params``.
     The course's records go to ``record_path(name, exists=False)``
     (``teachkit/benchmarks/<name>.json``)."""
-    import torch as _torch
     import triton
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "device": device_name(),
-        "torch": _torch.__version__,
+        "torch": torch.__version__,
         "triton": triton.__version__,
-        "timing": ("cuda-graph replays" if GRAPH_TIMING else "do_bench median (CUDA events)")
-        if ON_GPU else "wall clock median (CPU)",
+        "timing": timing_description() if timing is None else timing,
         "ceilings": ceilings,
         "results": [dataclasses.asdict(r) for r in results],
         **(extra or {}),
@@ -341,10 +371,18 @@ def save_results(path: str | Path, results: list[Measurement], extra: dict | Non
 
 def load_results(path: str | Path | Traversable) -> tuple[list[Measurement], dict]:
     """Read what :func:`save_results` wrote at ``path``: the measurements and the rest of the
-    record. A shipped record is read by name with :func:`load_record`."""
+    record. A shipped record is read by name with :func:`load_record`.
+
+    Raises ``ValueError`` for a record whose results have no ``params`` (written before
+    measurements carried their parameters): run its benchmark again.
+    """
     source = Path(path) if isinstance(path, str) else path
     record = json.loads(source.read_text())
-    return [Measurement(**r) for r in record.pop("results")], record
+    rows = record.pop("results")
+    if any("params" not in r for r in rows):
+        raise ValueError(f"{source}: results without params (an old record); run its "
+                         "benchmark again to write one that has them")
+    return [Measurement(**r) for r in rows], record
 
 
 def refuse_cpu(allow_cpu: bool) -> bool:
@@ -374,10 +412,12 @@ def finish(args: argparse.Namespace, results: list[Measurement],
            figure: Callable[[], object] | None = None, extra: dict | None = None,
            **ceilings: float | str) -> None:
     """Do what the common options ask once a benchmark has run: ``--json`` saves the results
-    with ``extra`` and the ``ceilings`` (:func:`save_results`), ``--plot`` saves ``figure()``
-    under ``figures/``; each says where."""
+    with ``extra`` and the ``ceilings`` (:func:`save_results`, timed as ``--graph`` says),
+    ``--plot`` saves ``figure()`` under ``figures/``; each says where."""
     if args.json:
-        print(f"results: {save_results(args.json, results, extra, **ceilings)}")
+        path = save_results(args.json, results, extra,
+                            timing=timing_description(args.graph), **ceilings)
+        print(f"results: {path}")
     if args.plot and figure is not None:
         from ..plots.figures import save_figure
 
@@ -385,8 +425,7 @@ def finish(args: argparse.Namespace, results: list[Measurement],
 
 
 def start(args: argparse.Namespace) -> bool:
-    """Apply the common options (``--graph`` sets :data:`GRAPH_TIMING`); False, after saying why,
-    when the benchmark should not run (no GPU and no ``--allow-cpu``)."""
-    global GRAPH_TIMING
-    GRAPH_TIMING = args.graph and ON_GPU
+    """False, after saying why, when the benchmark should not run (no GPU and no
+    ``--allow-cpu``). ``--graph`` is not applied here: a benchmark passes ``graph=args.graph``
+    down to what it times, and :func:`finish` to the record."""
     return not refuse_cpu(args.allow_cpu)

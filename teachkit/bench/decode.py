@@ -13,13 +13,13 @@ Providers: ``SDPA <backend>`` (``scaled_dot_product_attention`` forced onto each
 provider is checked against a float32 reference before it is timed.
 
 Tile size, warps, stages and the number of splits can be forced from the command line
-(``--block-n``, ``--num-warps``, ``--num-stages``, ``--num-splits``) to sweep them.
+(``--block-n``, ``--num-warps``, ``--num-stages``, ``--num-splits``) to sweep them; the
+measurements of the teachkit providers then carry what was forced as ``provider_params``.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable, Iterable
 
@@ -39,6 +39,7 @@ from .core import (
     Measurement,
     add_common_arguments,
     copy_bandwidth,
+    dtype_name,
     each_job,
     finish,
     format_table,
@@ -54,10 +55,9 @@ __all__ = [
     "bench_decode",
     "decode_bytes",
     "decode_problem",
-    "parse_problem",
+    "decode_params",
     "split_provider",
-    "parse_split_provider",
-    "split_sweep_rates",
+    "split_params",
     "main",
 ]
 
@@ -71,62 +71,40 @@ SPLIT, UNSPLIT, PAGED = "teachkit split-KV", "teachkit unsplit", "teachkit paged
 
 
 def decode_problem(batch: int, length: int) -> str:
-    """The label of one problem, e.g. ``'B=8 S=16384'`` (:func:`parse_problem` reads it back)."""
+    """The table label of one problem, e.g. ``'B=8 S=16384'``; its parameters are
+    :func:`decode_params`."""
     return f"B={batch} S={length}"
 
 
-def parse_problem(label: str) -> tuple[int, int]:
-    """``(batch, length)`` from a label of :func:`decode_problem`.
+def decode_params(batch: int, length: int, dtype: str = "fp16") -> dict[str, int | str]:
+    """The parameters of one decoding problem, as its :class:`Measurement` keeps them: ``B``
+    sequences, ``S`` cached tokens each, and the dtype.
 
     Examples
     --------
-    >>> parse_problem(decode_problem(8, 16384))
-    (8, 16384)
+    >>> decode_params(8, 16384)
+    {'B': 8, 'S': 16384, 'dtype': 'float16'}
     """
-    match = re.fullmatch(r"B=(\d+) S=(\d+)", label)
-    if not match:
-        raise ValueError(f"not a decoding problem label: {label!r}; expected 'B=<int> S=<int>'")
-    return int(match[1]), int(match[2])
+    return {"B": batch, "S": length, "dtype": dtype_name(DTYPES[dtype])}
 
 
 def split_provider(num_splits: int, block_n: int) -> str:
     """The provider label of split-KV forced to ``num_splits`` splits and ``BLOCK_N`` keys per
-    iteration, as a sweep records it, e.g. ``'splits=8 BLOCK_N=64'``."""
+    iteration, as a sweep records it, e.g. ``'splits=8 BLOCK_N=64'``; its parameters are
+    :func:`split_params`."""
     return f"splits={num_splits} BLOCK_N={block_n}"
 
 
-def parse_split_provider(label: str) -> tuple[int, int]:
-    """``(num_splits, block_n)`` from a label of :func:`split_provider`.
+def split_params(num_splits: int, block_n: int) -> dict[str, int]:
+    """The ``provider_params`` of split-KV forced to ``num_splits`` splits and ``BLOCK_N`` keys
+    per iteration (what :func:`teachkit.plots.decode.plot_split_sweep` reads).
 
     Examples
     --------
-    >>> parse_split_provider(split_provider(8, 64))
-    (8, 64)
+    >>> split_params(8, 64)
+    {'num_splits': 8, 'block_n': 64}
     """
-    match = re.fullmatch(r"splits=(\d+) BLOCK_N=(\d+)", label)
-    if not match:
-        raise ValueError(f"not a split-sweep label: {label!r}; expected "
-                         "'splits=<int> BLOCK_N=<int>'")
-    return int(match[1]), int(match[2])
-
-
-def split_sweep_rates(results: Iterable[Measurement], block_n: int = 64
-                      ) -> dict[str, dict[int, float]]:
-    """A split sweep's figures at one ``BLOCK_N``: problem label to ``{num_splits: value}``.
-
-    Examples
-    --------
-    >>> rows = [Measurement("B=1 S=4096", "fp16", split_provider(n, bn), 1.0, 100.0 * n, "GB/s")
-    ...         for n in (1, 8) for bn in (32, 64)]
-    >>> split_sweep_rates(rows)
-    {'B=1 S=4096': {1: 100.0, 8: 800.0}}
-    """
-    rates: dict[str, dict[int, float]] = {}
-    for r in results:
-        splits, bn = parse_split_provider(r.provider)
-        if bn == block_n:
-            rates.setdefault(r.problem, {})[splits] = r.value
-    return rates
+    return {"num_splits": num_splits, "block_n": block_n}
 
 
 def _backend(name: str) -> object:
@@ -187,6 +165,7 @@ def bench_decode(
     num_splits: int | None = None,
     config: object | None = None,
     progress: bool = True,
+    graph: bool = False,
 ) -> list[Measurement]:
     """Time decoding of one token per sequence on every (batch, cache length).
 
@@ -214,11 +193,15 @@ def bench_decode(
         Force the split kernel's tiles, warps and stages (every teachkit provider).
     progress : bool
         Draw a progress bar naming the current job.
+    graph : bool
+        Time CUDA-graph replays (:func:`teachkit.bench.core.time_ms`).
 
     Returns
     -------
     list of Measurement
-        ``value`` in GB/s of K and V read; ``problem`` labels from :func:`decode_problem`.
+        ``value`` in GB/s of K and V read; ``params`` from :func:`decode_params`, ``problem``
+        labels from :func:`decode_problem`; a teachkit provider's ``provider_params`` hold what
+        was forced (``num_splits``; ``block_n``, ``num_warps``, ``num_stages`` of ``config``).
     """
     kv_heads = heads if kv_heads is None else kv_heads
     problems = [(b, s) for b in batches for s in lengths]
@@ -233,7 +216,7 @@ def bench_decode(
             if fits_or_skip(decode_bytes(batch, length, dtype, **shape), label):
                 with skip_if_out_of_memory(label):
                     _bench_problem(batch, length, dtype, shape, page_size, names, num_splits,
-                                   config, results, bar)
+                                   config, results, bar, graph)
             bar.update(done + len(names) - bar.n)
             if ON_GPU:
                 torch.cuda.empty_cache()
@@ -243,11 +226,12 @@ def bench_decode(
 
 def _bench_problem(batch: int, length: int, dtype: str, shape: dict[str, int], page_size: int,
                    names: list[str], num_splits: int | None, config: object | None,
-                   results: list[Measurement], bar: object) -> None:
+                   results: list[Measurement], bar: object, graph: bool = False) -> None:
     """Check and time every provider on one (batch, length), appending to ``results``."""
     heads, kv_heads, head_dim = shape["heads"], shape["kv_heads"], shape["head_dim"]
     torch_dtype = DTYPES[dtype]
     label = decode_problem(batch, length)
+    params = decode_params(batch, length, dtype)
     q = torch.randn(batch, heads, 1, head_dim, device=DEVICE, dtype=torch_dtype)
     k = torch.randn(batch, kv_heads, length, head_dim, device=DEVICE, dtype=torch_dtype)
     v = torch.randn_like(k)
@@ -261,14 +245,26 @@ def _bench_problem(batch: int, length: int, dtype: str, shape: dict[str, int], p
                 paged_bytes(batch, length, dtype, kv_heads, head_dim, page_size), what):
             continue
         with skip_if_out_of_memory(what):
-            ms = _time_decode(name, label, q, k, v, ref, page_size, num_splits, config)
+            ms = _time_decode(name, label, q, k, v, ref, page_size, num_splits, config, graph)
             if ms is not None:
-                results.append(Measurement(label, dtype, name, ms, nbytes / ms / 1e6, "GB/s"))
+                results.append(Measurement(label, dtype, name, ms, nbytes / ms / 1e6, "GB/s",
+                                           params, _forced(name, num_splits, config)))
+
+
+def _forced(name: str, num_splits: int | None, config: object | None) -> dict[str, int]:
+    """What a teachkit provider was forced to run with, as its ``provider_params``."""
+    if name.startswith("SDPA"):
+        return {}
+    forced = {"num_splits": num_splits} if name == SPLIT and num_splits is not None else {}
+    if config is not None:
+        forced.update(block_n=config.block_n, num_warps=config.num_warps,
+                      num_stages=config.num_stages)
+    return forced
 
 
 def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  ref: torch.Tensor, page_size: int, num_splits: int | None,
-                 config: object | None) -> float | None:
+                 config: object | None, graph: bool = False) -> float | None:
     """Check and time one provider on one problem: ms, or None where an SDPA backend refuses."""
     from torch.nn.attention import sdpa_kernel
 
@@ -284,7 +280,7 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
 
         try:
             with sdpa_kernel(_backend(name.removeprefix("SDPA "))):
-                return _check_and_time(name, label, fn, ref)
+                return _check_and_time(name, label, fn, ref, graph)
         except RuntimeError as err:  # this backend does not take the problem
             if is_out_of_memory(err):
                 raise
@@ -296,21 +292,21 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
         k_pool, v_pool, table = paged_from_contiguous(
             k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
         return _check_and_time(name, label, lambda: decode_attention(
-            q, k_pool, v_pool, lens_dev, table, **kw), ref)
+            q, k_pool, v_pool, lens_dev, table, **kw), ref, graph)
     splits = 1 if name == UNSPLIT else num_splits
     return _check_and_time(name, label, lambda: decode_attention(
-        q, k, v, num_splits=splits, **kw), ref)
+        q, k, v, num_splits=splits, **kw), ref, graph)
 
 
 def _check_and_time(name: str, label: str, fn: Callable[[], torch.Tensor],
-                    ref: torch.Tensor) -> float:
+                    ref: torch.Tensor, graph: bool = False) -> float:
     """Check ``fn()`` against the float32 reference, then time it."""
     from ..compare import relative_error
 
     err = relative_error(fn(), ref)
     if not err < 1e-2:
         raise AssertionError(f"{name} is wrong on {label}: relative error {err:.3g}")
-    return time_ms(fn)
+    return time_ms(fn, graph=graph)
 
 
 def summary(results: list[Measurement], ceiling: float) -> str:
@@ -319,8 +315,8 @@ def summary(results: list[Measurement], ceiling: float) -> str:
 
     Examples
     --------
-    >>> rows = [Measurement("B=1 S=4096", "fp16", p, 1.0, v, "GB/s") for p, v in
-    ...         (("SDPA cuDNN", 1650), (UNSPLIT, 500), (PAGED, 2600), (SPLIT, 2700))]
+    >>> rows = [Measurement("B=1 S=4096", "fp16", p, 1.0, v, "GB/s", decode_params(1, 4096))
+    ...         for p, v in (("SDPA cuDNN", 1650), (UNSPLIT, 500), (PAGED, 2600), (SPLIT, 2700))]
     >>> for part in summary(rows, ceiling=3000).split(", "):
     ...     print(part)
     B=1 S=4096: split-KV 2700 GB/s = 90% of copy
@@ -388,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         lengths=args.lengths or (DECODE_LENGTHS if ON_GPU else (40, 100)),
         dtype=args.dtype, heads=heads, kv_heads=args.kv_heads, head_dim=head_dim,
         page_size=args.page_size, sdpa_backends=args.sdpa, num_splits=args.num_splits,
-        config=config)
+        config=config, graph=args.graph)
     baseline = "SDPA cuDNN" if any(r.provider == "SDPA cuDNN" for r in results) else UNSPLIT
     print(format_table(results, ceiling=copy, baseline=baseline))
     print(summary(results, copy))

@@ -28,7 +28,8 @@ from .core import (
     time_ms,
 )
 
-__all__ = ["SOFTMAX_SHAPES", "softmax_providers", "softmax_bytes", "bench_softmax", "main"]
+__all__ = ["SOFTMAX_SHAPES", "softmax_providers", "softmax_bytes", "softmax_params",
+           "bench_softmax", "main"]
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
                   (64, 1048576), (4, 16777216)]
@@ -63,15 +64,29 @@ def softmax_bytes(rows: int, cols: int, dtype: str) -> int:
     return rows * cols * (2 * size + 8) + core.TIMING_BYTES
 
 
+def softmax_params(rows: int, cols: int, dtype: str) -> dict[str, int | str]:
+    """The parameters of one softmax problem, as its :class:`Measurement` keeps them.
+
+    Examples
+    --------
+    >>> softmax_params(16384, 1024, "fp32")
+    {'rows': 16384, 'cols': 1024, 'dtype': 'float32'}
+    """
+    return {"rows": rows, "cols": cols, "dtype": dtype_name(DTYPES[dtype])}
+
+
 def bench_softmax(
     shapes: Iterable[tuple[int, int]] = SOFTMAX_SHAPES,
     dtypes: Iterable[str] = ("fp32", "bf16"),
     providers: Iterable[str] | None = None,
     progress: bool = True,
     table: dict[str, Callable[[torch.Tensor], torch.Tensor]] | None = None,
+    graph: bool = False,
 ) -> list[Measurement]:
     """Time every softmax provider (of ``table``, default :func:`softmax_providers`) on every
-    shape and dtype; GB/s = 2 x tensor bytes / time.
+    shape and dtype; GB/s = 2 x tensor bytes / time. Each :class:`Measurement` has the
+    problem's :func:`softmax_params`; ``graph`` times CUDA-graph replays
+    (:func:`teachkit.bench.core.time_ms`).
 
     A provider that cannot take a shape (the fused kernel on rows longer than it holds) is
     skipped, and so, with a printed note, is a problem larger than the GPU's free memory
@@ -94,7 +109,8 @@ def bench_softmax(
                     for name in core.each_job(bar, names, lambda n, label=label: f"{label} {n}"):
                         if not (name == "fused" and cols > FUSED_MAX_COLS):
                             with skip_if_out_of_memory(f"{label} {name}"):
-                                results.append(_time_provider(name, table[name], x, dt))
+                                results.append(_time_provider(name, table[name], x, dt,
+                                                              graph))
                     del x
             bar.update(done + len(names) - bar.n)
         bar.set_description("done")
@@ -102,7 +118,7 @@ def bench_softmax(
 
 
 def _time_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
-                   dtype: str) -> Measurement:
+                   dtype: str, graph: bool = False) -> Measurement:
     """Check one provider against ``torch.softmax`` in float32, then time it."""
     from ..compare import relative_error
 
@@ -110,9 +126,10 @@ def _time_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: tor
     err = relative_error(fn(x), torch.softmax(x.float(), dim=-1))
     if not err < 2e-2:
         raise AssertionError(f"{name} is wrong on {problem} {dtype}: relative error {err}")
-    ms = time_ms(lambda: fn(x))
+    ms = time_ms(lambda: fn(x), graph=graph)
     gbps = 2 * x.numel() * x.element_size() / ms / 1e6
-    return Measurement(problem, dtype, name, ms, gbps, "GB/s")
+    return Measurement(problem, dtype, name, ms, gbps, "GB/s",
+                       softmax_params(x.shape[0], x.shape[1], dtype))
 
 
 def _parse_shape(text: str) -> tuple[int, int]:
@@ -144,11 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         finish(args, [], copy_gbps=copy, matmul_tflops=flops, matmul_dtype=dtype_name(dtype))
         return 0
     shapes = args.shapes or (SOFTMAX_SHAPES if ON_GPU else [(64, 1000), (4, 20000)])
-    results = bench_softmax(shapes, args.dtypes, args.providers)
+    results = bench_softmax(shapes, args.dtypes, args.providers, graph=args.graph)
     print(format_table(results, ceiling=copy))
 
     def figure() -> object:
-        from ..plots.bench import plot_bandwidth
+        from ..plots.softmax_bench import plot_bandwidth
 
         return plot_bandwidth(results, copy)
 

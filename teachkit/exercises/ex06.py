@@ -73,7 +73,7 @@ def _raise_if_stub(fn: object) -> None:
 
 
 def solution_row_softmax(x: torch.Tensor) -> torch.Tensor:
-    """Launch :func:`teachkit.kernels.teaching._row_softmax_kernel`: one program per row.
+    """Launch :func:`teachkit.kernels.teaching.row_softmax_kernel`: one program per row.
 
     The block is the next power of two of the row length; lanes past the end are loaded as
     ``-inf`` (``mask=cols < n_cols, other=float("-inf")``), which neither raises the maximum nor
@@ -92,7 +92,7 @@ def solution_row_softmax(x: torch.Tensor) -> torch.Tensor:
     rows, n_cols = x.shape
     y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
     block = triton.next_power_of_2(n_cols)
-    teaching._row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block)
+    teaching.row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block)
     return y
 
 

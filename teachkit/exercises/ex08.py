@@ -89,7 +89,7 @@ def solution_key_range(start_m: int, S: int, block_m: int, block_n: int,
     Keys ``[0, full_end)`` come in whole blocks that every query of the block sees: no mask.
     Keys ``[full_end, end)`` are loaded and masked: the last block, cut at ``S``, and with
     ``causal`` the blocks the diagonal crosses. Keys from ``end`` on are never loaded. The rule
-    is the one of :func:`teachkit.kernels.flash._flash_fwd_kernel`; ``block_m`` is a multiple
+    is the one of :func:`teachkit.kernels.flash.flash_fwd_kernel`; ``block_m`` is a multiple
     of ``block_n`` and ``start_m`` a multiple of ``block_m``, so every bound is a block edge
     (or ``S``).
 

@@ -5,12 +5,17 @@
 forward configuration (D = 64, float16) for each of those GPUs and prints how many tensor-core
 (``mma.sync``, ``wgmma.mma_async``) and scalar FMA (``fma.rn.f32``) instructions its PTX holds:
 which unit ``tl.dot`` runs on, per GPU, with the installed Triton.
+
+Both compile in worker processes (:mod:`teachkit.kernels.compile_check`); a SIGTERM stops them
+with the check.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
 
 
@@ -32,22 +37,36 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _run_compiled(argv: list[str]) -> int:
+    """Run ``python -m teachkit.kernels argv`` again with ``TRITON_INTERPRET=0`` and return its
+    exit status. A SIGTERM to this process is passed on to it, which stops its compile workers
+    (:mod:`teachkit.kernels.compile_check`); if this process stops waiting for any other reason
+    (Ctrl-C), it terminates the child before it returns."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    child = subprocess.Popen([sys.executable, "-m", "teachkit.kernels", *argv], env=env)
+
+    def forward(signum: int, frame: object) -> None:
+        child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if child.poll() is None:
+            child.terminate()
+            child.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the compile check (exit status 1 if any configuration fails or does not fit), or
     print the ``--dot-evidence`` table."""
     argv = sys.argv[1:] if argv is None else argv
     args = _parse(argv)
     if os.environ.get("TRITON_INTERPRET") != "0":  # the compiler needs real @triton.jit functions
-        env = dict(os.environ, TRITON_INTERPRET="0")
-        return os.spawnve(os.P_WAIT, sys.executable,
-                          [sys.executable, "-m", "teachkit.kernels", *argv], env)
-    from .targets import (
-        SHARED_MEMORY_LIMIT,
-        all_launch_configs,
-        check_all,
-        dot_evidence,
-        format_dot_evidence,
-    )
+        return _run_compiled(argv)
+    from ..gpus import SHARED_MEMORY_LIMIT
+    from .compile_check import all_launch_configs, check_all, dot_evidence, format_dot_evidence
 
     if args.dot_evidence:
         evidence = dot_evidence(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)

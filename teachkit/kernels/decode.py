@@ -37,10 +37,11 @@ order: its token ``t`` lives in page ``block_table[b, t // page_size]`` at slot
 ``t % page_size``. The kernel translates every key row through the table; a row of one head is
 ``D`` contiguous values (256 bytes for ``D = 128`` in fp16), so the reads stay coalesced.
 
-:func:`decode_attention` validates, picks a configuration and the number of splits
-(:func:`choose_num_splits`) and launches; ``num_splits=1`` runs the split kernel alone, writing
-the final output: the plain, unsplit forward pass. :func:`launch_configs` lists every
-configuration for the compile check of ``python -m teachkit.kernels``.
+:func:`decode_attention` validates, picks a configuration (:func:`decode_config`) and the number
+of splits (:func:`choose_num_splits`) and launches :func:`decode_split_kernel`, then
+:func:`decode_merge_kernel`; ``num_splits=1`` runs the split kernel alone, writing the final
+output: the plain, unsplit forward pass. The compile check of ``python -m teachkit.kernels``
+(:mod:`teachkit.kernels.compile_check`) proves every configuration fits the GPUs learners use.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
+from ..gpus import gpu_class
 from ..validation import require_float_tensor
 from .flash import HEAD_DIMS, LN2, LOG2E
-from .targets import UNIT_HEAD_DIM_STRIDES, KernelConfig, gpu_class
 
 __all__ = [
     "HEAD_DIMS",
@@ -66,7 +67,9 @@ __all__ = [
     "decode_attention",
     "decode_config",
     "decode_mask",
-    "launch_configs",
+    "decode_merge_kernel",
+    "decode_split_kernel",
+    "fold_key_block",
     "max_rows",
     "sm_count",
 ]
@@ -86,14 +89,18 @@ _MAX_GRID_YZ = 65535
 # The split kernel
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, seqlen, row_pos,
-                    stride_kp, stride_kn, stride_kd, stride_vp, stride_vn, stride_vd, qk_scale,
-                    MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                    PRECISION: tl.constexpr, DOT_FP32: tl.constexpr):
+def fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, seqlen, row_pos,
+                   stride_kp, stride_kn, stride_kd, stride_vp, stride_vn, stride_vd, qk_scale,
+                   MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                   PRECISION: tl.constexpr, DOT_FP32: tl.constexpr):
     """Fold the keys ``start_n .. start_n + BLOCK_N - 1`` into ``(acc, l, m)`` (``m`` in log2
     units). Contiguous cache (``PAGE_SIZE == 0``): key ``j`` is row ``j`` of ``K``. Paged: row
     ``j % PAGE_SIZE`` of page ``table_row[j // PAGE_SIZE]``. ``MASKED`` blocks drop keys past the
-    sequence and keys later than a query's position ``row_pos``."""
+    sequence and keys later than a query's position ``row_pos``.
+
+    Shapes: ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)``, ``l_i``, ``m_i`` and ``row_pos``
+    ``(BLOCK_M,)``, ``offs_n`` ``(BLOCK_N,)``, ``offs_d`` ``(HEAD_DIM,)``; the key and value
+    tiles are ``(BLOCK_N, HEAD_DIM)``, the scores ``(BLOCK_M, BLOCK_N)``."""
     cols = start_n + offs_n
     in_seq = cols < seqlen
     if PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0:  # the block lies in one page: one entry
@@ -139,7 +146,7 @@ def _fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, 
 
 
 @triton.jit
-def _decode_split_kernel(
+def decode_split_kernel(
     Q, K, V, SEQLENS, TABLE, O, LSE,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -153,7 +160,13 @@ def _decode_split_kernel(
 ):
     """Program ``(split, b * H_KV + kv_head, row block)``: the rows ``(query head, query token)``
     that share one cache head, against one range of its keys. Writes the rows' output normalised
-    over the range (``O``, float32 partials or the final output) and their natural-log lse."""
+    over the range (``O``, float32 partials or the final output) and their natural-log lse.
+
+    Shapes: ``Q`` ``(B, H, Lq, HEAD_DIM)``; ``K`` and ``V`` ``(B, H_KV, S, HEAD_DIM)``, or page
+    pools ``(num_pages, PAGE_SIZE, H_KV, HEAD_DIM)`` with ``TABLE`` ``(B, max_pages)``;
+    ``SEQLENS`` ``(B,)``; ``O`` ``(num_splits, B, H, Lq, HEAD_DIM)`` and ``LSE``
+    ``(num_splits, B, H, Lq)``. The program holds ``BLOCK_M`` rows: ``q`` and ``acc``
+    ``(BLOCK_M, HEAD_DIM)``, ``m`` and ``l`` ``(BLOCK_M,)``."""
     split = tl.program_id(0)
     num_splits = tl.num_programs(0)
     b = tl.program_id(1) // H_KV
@@ -196,17 +209,17 @@ def _decode_split_kernel(
     last_shared = tl.minimum(end, seqlen - Lq + 1)
     full_end = tl.maximum(start, start + ((last_shared - start) // BLOCK_N) * BLOCK_N)
     for start_n in range(start, full_end, BLOCK_N):
-        acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
-                                        offs_n, offs_d, seqlen, row_pos,
-                                        stride_kb, stride_kn, stride_kd,
-                                        stride_vb, stride_vn, stride_vd, qk_scale,
-                                        False, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
+        acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
+                                       offs_n, offs_d, seqlen, row_pos,
+                                       stride_kb, stride_kn, stride_kd,
+                                       stride_vb, stride_vn, stride_vd, qk_scale,
+                                       False, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
     for start_n in range(full_end, end, BLOCK_N):
-        acc, l_i, m_i = _fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
-                                        offs_n, offs_d, seqlen, row_pos,
-                                        stride_kb, stride_kn, stride_kd,
-                                        stride_vb, stride_vn, stride_vd, qk_scale,
-                                        True, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
+        acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
+                                       offs_n, offs_d, seqlen, row_pos,
+                                       stride_kb, stride_kn, stride_kd,
+                                       stride_vb, stride_vn, stride_vd, qk_scale,
+                                       True, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
 
     # No key seen (an empty split, or a query before the first key): zeros and lse = -inf.
     # (l == 0, not l > 0: a NaN must reach the merge, as it reaches SDPA's output.)
@@ -224,7 +237,7 @@ def _decode_split_kernel(
 # The merge kernel
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _decode_merge_kernel(
+def decode_merge_kernel(
     O_PART, LSE_PART, O, LSE,
     stride_ps, stride_pb, stride_ph, stride_pm, stride_pd,
     stride_ls, stride_lb, stride_lh, stride_lm,
@@ -233,7 +246,11 @@ def _decode_merge_kernel(
     HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
 ):
     """Program ``row``: merge the ``num_splits`` partial results of one (sequence, head, query
-    token) by their lse, the rule of :func:`teachkit.attention.merge_partials` for many parts."""
+    token) by their lse, the rule of :func:`teachkit.attention.merge_partials` for many parts.
+
+    Shapes: ``O_PART`` ``(num_splits, B, H, Lq, HEAD_DIM)`` and ``LSE_PART``
+    ``(num_splits, B, H, Lq)`` float32; ``O`` ``(B, H, Lq, HEAD_DIM)``; ``LSE`` ``(B, H, Lq)``
+    contiguous. A row loads ``(SPLITS, HEAD_DIM)`` partials and ``(SPLITS,)`` lse."""
     row = tl.program_id(0)
     b = (row // (H * Lq)).to(tl.int64)
     h = ((row // Lq) % H).to(tl.int64)
@@ -275,15 +292,11 @@ _INTERPRETER_CONFIG = DecodeConfig(16, 4, 1)
 _STAGE_BYTES = 32 * 1024
 """Bytes of K and V one iteration loads on a GPU (``2 * BLOCK_N * D * element size``): large
 contiguous tiles, several in flight (``num_stages``) to keep the memory system busy."""
-GPU_CLASSES = {75: (7, 5), 80: (8, 0), 89: (8, 9), 90: (9, 0)}
-"""Shared-memory classes of GPUs and the capability that stands for each in the compile check:
-sm_75 (T4, 64 KB a block), sm_80 (A100, 163 KB), sm_89 (L4, RTX, about 99 KB), sm_90 (H100,
-H200, 227 KB)."""
 _STAGES = {75: 2, 80: 3, 89: 2, 90: 2}
-"""Pipeline depth per class: 3 x 32 KB on sm_80, 2 x 32 KB on sm_89 and sm_90, 2 x 16 KB on a
-T4. On an H100, 2 x 32 KB (three programs fit an SM) read the cache of 16 sequences at 3047-3098
-GB/s where 3 x 32 KB (two fit) read it at 2763-2806, and the two were equal at batch 1 and 8
-(``gpu_checks/decode_gpu.py --sweep-at``)."""
+"""Pipeline depth per GPU class (:func:`teachkit.gpus.gpu_class`): 3 x 32 KB on sm_80, 2 x 32 KB
+on sm_89 and sm_90, 2 x 16 KB on a T4. On an H100, 2 x 32 KB (three programs fit an SM) read the
+cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 2763-2806, and the
+two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
 def decode_config(head_dim: int, dtype: torch.dtype,
@@ -667,7 +680,7 @@ def decode_attention(
     else:
         k_strides, v_strides = k_cache.stride(), v_cache.stride()
         table, stride_tb = seqlens, 0  # not read: any int32 tensor
-    _decode_split_kernel[(num_splits, B * H_kv, row_blocks)](
+    decode_split_kernel[(num_splits, B * H_kv, row_blocks)](
         q, k_cache, v_cache, seqlens, table, o_part, lse_part,
         *q.stride(), *k_strides, *v_strides, stride_tb,
         *o_part.stride(), *lse_part.stride(),
@@ -678,7 +691,7 @@ def decode_attention(
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1:
-        _decode_merge_kernel[(B * H * Lq,)](
+        decode_merge_kernel[(B * H * Lq,)](
             o_part, lse_part, out, lse,
             *o_part.stride(), *lse_part.stride(), *out.stride(),
             H, Lq, num_splits,
@@ -686,70 +699,3 @@ def decode_attention(
         )
     return (out, lse) if return_lse else out
 
-
-def launch_configs() -> list[KernelConfig]:
-    """Every configuration :func:`decode_attention` may launch on a GPU, for compile checks.
-
-    The split kernel per (GPU class, head dim, element size), for one query row
-    (``BLOCK_M = 16``) and for the most rows (grouped-query attention, several tokens; in float32
-    for ``D >= 128`` only); in 16-bit with ``D`` of 64 and 128 also with pages of 16 (one table
-    entry per key) and of 128 (one per key block); the merge kernel for 2 and
-    :data:`MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim strides of 1 are constants, as
-    Triton specialises them at launch for contiguous tensors.
-    """
-    unit_strides = UNIT_HEAD_DIM_STRIDES
-
-    def split_sig(ty: str) -> dict:
-        sig = {n: f"*{ty}" for n in ("Q", "K", "V", "O")}
-        sig.update({"SEQLENS": "*i32", "TABLE": "*i32", "LSE": "*fp32"})
-        for name in ("stride_qb", "stride_qh", "stride_qm", "stride_qd", "stride_kb",
-                     "stride_kh", "stride_kn", "stride_kd", "stride_vb", "stride_vh",
-                     "stride_vn", "stride_vd", "stride_tb", "stride_os", "stride_ob",
-                     "stride_oh", "stride_om", "stride_od", "stride_ls", "stride_lb",
-                     "stride_lh", "stride_lm", "H_KV", "Lq"):
-            sig[name] = "constexpr" if name in unit_strides else "i32"
-        sig["qk_scale"] = "fp32"
-        for c in ("GROUP", "HEAD_DIM", "BLOCK_M", "BLOCK_N", "PAGE_SIZE", "PRECISION",
-                  "DOT_FP32"):
-            sig[c] = "constexpr"
-        return sig
-
-    configs = []
-    for size, ty in ((2, "bf16"), (4, "fp32")):
-        dtype = torch.float32 if size == 4 else torch.bfloat16
-        for d in HEAD_DIMS:
-            rows = max_rows(d, dtype)
-            # (page size, rows): contiguous; pages smaller than a key block (one table entry
-            # per key); pages of whole key blocks (one entry per block). Fewer in float32 and
-            # for the paged variants, to keep the check short: the tiles are the same.
-            variants = [(0, 16)]
-            if size == 2 or d >= 128:
-                variants.append((0, rows))
-            if size == 2 and d in (64, 128):
-                variants += [(16, 16), (128, rows)]
-            for cls, capability in GPU_CLASSES.items():
-                cfg = decode_config(d, dtype, capability)
-                for page_size, block_m in variants:
-                    configs.append(KernelConfig(
-                        f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
-                        f"page={page_size or 'none'} warps={cfg.num_warps} "
-                        f"stages={cfg.num_stages} (for sm_{cls}-class GPUs)",
-                        _decode_split_kernel, split_sig(ty),
-                        {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
-                         "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
-                         "PRECISION": "ieee" if size == 4 else "tf32", "DOT_FP32": False,
-                         **unit_strides},
-                        cfg.num_warps, cfg.num_stages, (cls,)))
-        merge_sig = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
-        merge_units = {"stride_pd": 1, "stride_od": 1}
-        for name in ("stride_ps", "stride_pb", "stride_ph", "stride_pm", "stride_pd",
-                     "stride_ls", "stride_lb", "stride_lh", "stride_lm", "stride_ob",
-                     "stride_oh", "stride_om", "stride_od", "H", "Lq", "num_splits"):
-            merge_sig[name] = "constexpr" if name in merge_units else "i32"
-        merge_sig.update({"HEAD_DIM": "constexpr", "SPLITS": "constexpr"})
-        for d in (64, 128, 256):
-            for splits in (2, MAX_SPLITS):
-                configs.append(KernelConfig(
-                    f"decode merge {ty} D={d} SPLITS={splits}", _decode_merge_kernel, merge_sig,
-                    {"HEAD_DIM": d, "SPLITS": splits, **merge_units}, 4, 1))
-    return configs

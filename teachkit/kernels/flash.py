@@ -17,9 +17,13 @@ On Hopper (sm_90) the configurations marked ``tma`` fetch the query, key and val
 tensor descriptors: the copy engine moves a whole tile per instruction and pads rows past the
 end with zeros, so tails need no load masks (the score masks stay).
 
-:func:`flash_attention` validates, picks a configuration by head dim, dtype, mask and GPU, and
-launches. :func:`launch_configs` lists every configuration it may pick, for the compile check of
-``python -m teachkit.kernels``.
+:func:`flash_attention` validates, picks a configuration by head dim, dtype, mask and GPU
+(:func:`flash_config`, a table measured on the GPUs), and launches. The configuration can also be
+chosen by measurement on the GPU at hand: :func:`candidate_configs` lists the tiles worth timing,
+:func:`sweep` times them on one problem, and ``flash_attention(..., autotune=True)`` does so once
+per kind of problem and remembers the fastest (:data:`TUNED`). The compile check of
+``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves that every
+configuration of the table fits the shared memory of the GPUs learners use.
 """
 
 from __future__ import annotations
@@ -32,16 +36,23 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU, compute_capability
+from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
 from ..validation import require_attention_inputs
-from .targets import UNIT_HEAD_DIM_STRIDES, KernelConfig, gpu_class
 
 __all__ = [
     "HEAD_DIMS",
+    "LN2",
+    "LOG2E",
+    "TUNED",
     "FlashConfig",
+    "attend_key_block",
+    "candidate_configs",
     "flash_attention",
     "flash_config",
+    "flash_fwd_kernel",
     "launch",
-    "launch_configs",
+    "sweep",
+    "tuned_config",
 ]
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -58,15 +69,20 @@ _MAX_GRID_Y = 65535
 # The kernel
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _attend_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n, offs_m, offs_n, S,
-                  stride_kn, stride_vn, qk_scale,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                  DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_N: tl.constexpr,
-                  HEAD_DIM: tl.constexpr):
+def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n, offs_m, offs_n, S,
+                     stride_kn, stride_vn, qk_scale,
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                     DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_N: tl.constexpr,
+                     HEAD_DIM: tl.constexpr):
     """Fold the key/value block starting at ``start_n`` into ``(acc, l, m)`` (``m`` in log2
     units of the scaled scores). ``MASKED`` blocks mask keys past ``S`` and, if ``CAUSAL``,
     keys above the diagonal; the others are loaded and used whole. With ``USE_TMA``, ``K`` and
-    ``V`` are tensor descriptors: the copy engine fetches the blocks (rows past ``S`` as zeros)."""
+    ``V`` are tensor descriptors: the copy engine fetches the blocks (rows past ``S`` as zeros).
+
+    Shapes: ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)``, ``l_i``, ``m_i`` and ``offs_m``
+    ``(BLOCK_M,)``, ``offs_n`` ``(BLOCK_N,)``, ``k_ptrs`` and ``v_ptrs`` ``(BLOCK_N, HEAD_DIM)``
+    pointers to the block at key 0; the scores ``qk`` and weights ``p`` are
+    ``(BLOCK_M, BLOCK_N)``."""
     cols = start_n + offs_n
     if USE_TMA:
         k = K.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
@@ -104,7 +120,7 @@ def _attend_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n, offs_m,
 
 
 @triton.jit
-def _flash_fwd_kernel(
+def flash_fwd_kernel(
     Q, K, V, O, LSE,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -115,6 +131,12 @@ def _flash_fwd_kernel(
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
+    """Program ``(query block, b * H + h)``: rows ``start_m .. start_m + BLOCK_M - 1`` of the
+    output of one (batch, head). ``Q`` and ``O`` are ``(B, H, L, HEAD_DIM)``, ``K`` and ``V``
+    ``(B, H, S, HEAD_DIM)`` (or tensor descriptors of them with ``USE_TMA``), ``LSE``
+    ``(B, H, L)`` float32; the program holds ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)`` and ``m``,
+    ``l`` ``(BLOCK_M,)``, and folds ``(BLOCK_N, HEAD_DIM)`` key blocks in with
+    :func:`attend_key_block`."""
     if CAUSAL:  # the last query blocks see the most keys: start them first (a shorter tail)
         start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     else:
@@ -158,15 +180,15 @@ def _flash_fwd_kernel(
         full_end = s_full
         end = S
     for start_n in range(0, full_end, BLOCK_N):
-        acc, l_i, m_i = _attend_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n,
-                                      offs_m, offs_n, S, stride_kn, stride_vn, qk_scale,
-                                      False, CAUSAL, PRECISION, DOT_FP32, USE_TMA, BLOCK_N,
-                                      HEAD_DIM)
+        acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h,
+                                         start_n, offs_m, offs_n, S, stride_kn, stride_vn,
+                                         qk_scale, False, CAUSAL, PRECISION, DOT_FP32, USE_TMA,
+                                         BLOCK_N, HEAD_DIM)
     for start_n in range(full_end, end, BLOCK_N):
-        acc, l_i, m_i = _attend_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n,
-                                      offs_m, offs_n, S, stride_kn, stride_vn, qk_scale,
-                                      True, CAUSAL, PRECISION, DOT_FP32, USE_TMA, BLOCK_N,
-                                      HEAD_DIM)
+        acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h,
+                                         start_n, offs_m, offs_n, S, stride_kn, stride_vn,
+                                         qk_scale, True, CAUSAL, PRECISION, DOT_FP32, USE_TMA,
+                                         BLOCK_N, HEAD_DIM)
 
     # Every real row saw at least key 0, so l >= 1; padding rows are not stored.
     acc = acc * (1.0 / l_i)[:, None]
@@ -195,37 +217,34 @@ class FlashConfig(NamedTuple):
 _INTERPRETER_CONFIG = FlashConfig(16, 16, 4, 1)
 """Under the interpreter: small tiles, so tests on tiny shapes stay fast."""
 
-GPU_CLASSES = (75, 80, 89, 90)
-"""Classes the configurations are chosen for: sm_75 (T4, 64 KB of shared memory a block), sm_80
-(A100: 163 KB), sm_89 (L4, RTX: about 99 KB) and sm_90 (H100, H200: 227 KB and TMA)."""
-_CHECKED_ON = {75: (75,), 80: (80,), 89: (89,), 90: (90,)}
-"""The capabilities of the compile check that stand for each class."""
-
-# (gpu class, head dim, bytes per element, causal) -> config; fp16 and bf16 share their tiles.
-# Class 80/90's half-precision entries were measured on an H100 (fp16, B=4, H=32, L=1k-16k; the
-# sweep of teachkit.kernels.flash_tuning): 8 warps on 128 x 64 tiles win for D = 64 and 128;
-# on sm_90, 128 x 128 tiles fed by TMA win for D = 128 (506 against 495 TFLOP/s at L = 4096,
-# 543 against 490 at 16384).
-_GPU_TABLE: dict[tuple[int, int, int, bool], FlashConfig] = {}
-for _cls in GPU_CLASSES:
-    for _d in HEAD_DIMS:
-        for _size in (2, 4):
-            for _causal in (False, True):
-                if _size == 4:  # float32: twice the bytes per tile, ieee dot (no tensor cores)
-                    _cfg = FlashConfig(64, 32, 4, 2) if _d <= 64 else FlashConfig(32, 32, 4, 2)
-                    if _d == 256:
-                        _cfg = FlashConfig(16, 16, 4, 2)
-                elif _d <= 64:
-                    _cfg = {75: FlashConfig(128, 64, 4, 2), 80: FlashConfig(128, 64, 8, 3),
-                            89: FlashConfig(128, 64, 4, 3), 90: FlashConfig(128, 64, 8, 3)}[_cls]
-                elif _d == 128:  # 4 stages: 511 TFLOP/s without a mask, 3 stages: 449 causal
-                    _cfg = {75: FlashConfig(64, 64, 4, 2),
-                            80: FlashConfig(128, 64, 8, 3 if _causal else 4),
-                            89: FlashConfig(128, 64, 8, 2),
-                            90: FlashConfig(128, 128, 8, 3, tma=True)}[_cls]
-                else:  # 256
-                    _cfg = FlashConfig(64, 32, 8, 2) if _cls != 75 else FlashConfig(32, 32, 4, 2)
-                _GPU_TABLE[(_cls, _d, _size, _causal)] = _cfg
+# Tiles per (GPU class, head dim), measured: teachkit.gpus.gpu_class gives the class; head dims
+# 16 and 32 take the tiles of 64; float16 and bfloat16 share their tiles. Class 80/90's
+# half-precision entries were measured on an H100 (fp16, B=4, H=32, L=1k-16k, by sweep() below):
+# 8 warps on 128 x 64 tiles win for D = 64 and 128; on sm_90, 128 x 128 tiles fed by TMA win for
+# D = 128 (506 against 495 TFLOP/s at L = 4096, 543 against 490 at 16384).
+_HALF_TILES: dict[tuple[int, int], FlashConfig] = {
+    (75, 64): FlashConfig(128, 64, 4, 2),
+    (80, 64): FlashConfig(128, 64, 8, 3),
+    (89, 64): FlashConfig(128, 64, 4, 3),
+    (90, 64): FlashConfig(128, 64, 8, 3),
+    (75, 128): FlashConfig(64, 64, 4, 2),
+    (80, 128): FlashConfig(128, 64, 8, 4),  # 4 stages: 511 TFLOP/s without a mask
+    (89, 128): FlashConfig(128, 64, 8, 2),
+    (90, 128): FlashConfig(128, 128, 8, 3, tma=True),
+    (75, 256): FlashConfig(32, 32, 4, 2),
+    (80, 256): FlashConfig(64, 32, 8, 2),
+    (89, 256): FlashConfig(64, 32, 8, 2),
+    (90, 256): FlashConfig(64, 32, 8, 2),
+}
+_CAUSAL_TILES: dict[tuple[int, int], FlashConfig] = {
+    (80, 128): FlashConfig(128, 64, 8, 3),  # 3 stages: 449 TFLOP/s causal
+}
+"""Where a causal launch takes other tiles (a shallower pipeline) than in :data:`_HALF_TILES`."""
+_FP32_TILES: dict[int, FlashConfig] = {  # every GPU class: twice the bytes per tile, ieee dot
+    64: FlashConfig(64, 32, 4, 2),
+    128: FlashConfig(32, 32, 4, 2),
+    256: FlashConfig(16, 16, 4, 2),
+}
 
 
 def flash_config(head_dim: int, dtype: torch.dtype,
@@ -239,19 +258,31 @@ def flash_config(head_dim: int, dtype: torch.dtype,
     dtype : torch.dtype
         float16, bfloat16 or float32.
     capability : tuple of int, optional
-        ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
+        ``(major, minor)`` of the GPU (its class, :func:`teachkit.gpus.gpu_class`, picks the
+        row of the measured table); ``None`` means the interpreter's small fixed config.
     causal : bool
         Whether the launch is causal (the measured best pipeline depth differs).
 
     Returns
     -------
     FlashConfig
-        ``(BLOCK_M, BLOCK_N, num_warps, num_stages)``; ``BLOCK_M`` is a multiple of ``BLOCK_N``.
+        ``(BLOCK_M, BLOCK_N, num_warps, num_stages, tma)``; ``BLOCK_M`` is a multiple of
+        ``BLOCK_N``.
+
+    Examples
+    --------
+    >>> flash_config(64, torch.float16, (8, 0))
+    FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, tma=False)
     """
     if capability is None:
         return _INTERPRETER_CONFIG
-    size = 4 if dtype == torch.float32 else 2
-    return _GPU_TABLE[(gpu_class(capability), head_dim, size, bool(causal))]
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim {head_dim} is not supported; pass one of {HEAD_DIMS}")
+    d = max(head_dim, 64)  # head dims 16 and 32 take the tiles of 64
+    if dtype == torch.float32:
+        return _FP32_TILES[d]
+    key = (gpu_class(capability), d)
+    return _CAUSAL_TILES.get(key, _HALF_TILES[key]) if causal else _HALF_TILES[key]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,9 +350,8 @@ def flash_attention(
         Launch with these tiles, warps and stages instead of the table's choice (for tuning
         sweeps); ``block_m`` must be a multiple of ``block_n``, both powers of two >= 16.
     autotune : bool
-        Time the candidates of :func:`teachkit.kernels.flash_tuning.candidate_configs` on this
-        problem the first time its kind is seen and keep the fastest
-        (:func:`~teachkit.kernels.flash_tuning.tuned_config`). Under the interpreter there is
+        Time the candidates of :func:`candidate_configs` on this problem the first time its
+        kind is seen and keep the fastest (:func:`tuned_config`). Under the interpreter there is
         one small candidate, so this changes nothing there.
 
     Returns
@@ -367,8 +397,6 @@ def flash_attention(
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     if out.numel() > 0:
         if config is None and autotune:
-            from .flash_tuning import tuned_config
-
             config = tuned_config(q, k, v, bool(causal), scale)
         if config is None:
             config = flash_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device),
@@ -406,7 +434,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         Q, K, V = desc(q, config.block_m), desc(k, config.block_n), desc(v, config.block_n)
     else:
         Q, K, V = q, k, v
-    _flash_fwd_kernel[grid](
+    flash_fwd_kernel[grid](
         Q, K, V, out, lse,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         H, L, k.shape[2], scale,
@@ -430,48 +458,133 @@ def _tma_ok(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def attention_signature(scale: str, constexprs: tuple[str, ...]) -> dict:
-    """The compile-check signature of a FlashAttention kernel of this shape: bf16 ``Q, K, V, O``,
-    an fp32 ``LSE``, the strides of the four (head-dim strides the constant 1, as a launch
-    specialises them), ``H, L, S``, the float ``scale`` argument and the ``constexprs``."""
-    sig = {name: "*bf16" for name in ("Q", "K", "V", "O")}
-    sig["LSE"] = "*fp32"
-    for t in "qkvo":
-        for axis in "bhmd" if t in "qo" else "bhnd":
-            sig[f"stride_{t}{axis}"] = "constexpr" if axis == "d" else "i32"
-    sig.update({"H": "i32", "L": "i32", "S": "i32", scale: "fp32"})
-    sig.update(dict.fromkeys(constexprs, "constexpr"))
-    return sig
+
+# ---------------------------------------------------------------------------------------------
+# Choosing the configuration by measurement: candidates, a timed sweep, the autotuner's cache
+# ---------------------------------------------------------------------------------------------
+# Four numbers set how the kernel runs: BLOCK_M query rows per program (more rows reuse each
+# loaded key block more often), BLOCK_N keys per step (larger steps mean fewer rescalings and
+# longer matrix products, but more registers and shared memory), num_warps (the threads that
+# share a tile) and num_stages (how many key/value blocks the compiler prefetches while the
+# current one is used). The best choice depends on the GPU, the head dim, the dtype and the mask.
+# Under Triton's interpreter there is one small candidate: timings there say nothing about a GPU.
+TUNED: dict[tuple, FlashConfig] = {}
+"""The autotuner's choices, keyed by (device, head dim, dtype, causal, length buckets)."""
 
 
-def launch_configs() -> list[KernelConfig]:
-    """Every configuration :func:`flash_attention` may launch on a GPU, for compile checks.
+def candidate_configs(head_dim: int, dtype: torch.dtype,
+                      capability: tuple[int, int] | None) -> list[FlashConfig]:
+    """The configurations worth timing for one head dim and dtype on one GPU.
 
-    One per (configuration, head dim, element size, causal), each checked only on the
-    capabilities whose class picks it (a T4 never launches the tiles chosen for an H100);
-    float16 and bfloat16 tiles take the same shared memory, so bfloat16 stands for both.
+    ``BLOCK_M`` in 64/128, ``BLOCK_N`` in 32/64/128 (at most ``BLOCK_M``: the causal loop needs
+    ``BLOCK_M`` to be a multiple of ``BLOCK_N``), 4 or 8 warps, 2 to 4 stages; tiles whose
+    operands alone would not fit in the GPU's shared memory are left out (the compiler would
+    refuse them). ``capability=None`` (the interpreter) gives the one small config.
+
+    Examples
+    --------
+    >>> len(candidate_configs(64, torch.float16, (9, 0))) > 10
+    True
+    >>> candidate_configs(64, torch.float16, None)
+    [FlashConfig(block_m=16, block_n=16, num_warps=4, num_stages=1, tma=False)]
     """
-    sig = attention_signature("qk_scale", ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N",
-                                           "PRECISION", "DOT_FP32", "USE_TMA"))
-    classes: dict[tuple[int, int, bool, FlashConfig], list[int]] = {}
-    for (cls, d, size, causal), cfg in _GPU_TABLE.items():
-        classes.setdefault((d, size, causal, cfg), []).append(cls)
-    configs = []
-    for (d, size, causal, cfg), used_by in classes.items():
-        ty = "fp32" if size == 4 else "bf16"
-        signature = {**sig, **{n: f"*{ty}" for n in ("Q", "K", "V", "O")}}
-        if cfg.tma:
-            rows = {"Q": cfg.block_m, "K": cfg.block_n, "V": cfg.block_n}
-            signature.update({n: f"tensordesc<{ty}[1, 1, {r}, {d}]>" for n, r in rows.items()})
-        gpus = "/".join(f"sm_{c}" for c in used_by)
-        caps = tuple(cap for c in used_by for cap in _CHECKED_ON[c])
-        configs.append(KernelConfig(
-            f"flash {ty} D={d} causal={causal} BLOCK_M={cfg.block_m} BLOCK_N={cfg.block_n} "
-            f"warps={cfg.num_warps} stages={cfg.num_stages}{' TMA' if cfg.tma else ''} "
-            f"(for {gpus}-class GPUs)",
-            _flash_fwd_kernel, signature,
-            {"CAUSAL": causal, "HEAD_DIM": d, "BLOCK_M": cfg.block_m,
-             "BLOCK_N": cfg.block_n, "PRECISION": "ieee" if size == 4 else "tf32",
-             "DOT_FP32": False, "USE_TMA": cfg.tma, **UNIT_HEAD_DIM_STRIDES},
-            cfg.num_warps, cfg.num_stages, caps))
-    return configs
+    if capability is None:
+        return [flash_config(head_dim, dtype, None)]
+    cap = capability[0] * 10 + capability[1]
+    limit = max(v for c, v in SHARED_MEMORY_LIMIT.items() if c <= cap) if cap >= 75 else 48 * 1024
+    size = torch.tensor([], dtype=dtype).element_size()
+    out = []
+    for bm in (64, 128):
+        for bn in (32, 64, 128):
+            if bm % bn:
+                continue
+            for warps in (4, 8):
+                for stages in (2, 3, 4):
+                    # q once, plus `stages` buffers of a k and a v block
+                    smem = size * head_dim * (bm + 2 * bn * stages)
+                    if smem <= limit:
+                        out.append(FlashConfig(bm, bn, warps, stages))
+                        if capability[0] == 9 and size == 2 and warps == 8 and bm == 128:
+                            out.append(FlashConfig(bm, bn, warps, stages, tma=True))
+    return out
+
+
+def sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+          scale: float | None = None, configs: list[FlashConfig] | None = None,
+          progress: bool = True) -> list[tuple[FlashConfig, float | None]]:
+    """Time the kernel with every configuration on one problem; fastest first.
+
+    Parameters
+    ----------
+    q, k, v : torch.Tensor
+        As for :func:`flash_attention` (validated there first).
+    causal : bool
+        The mask to tune for.
+    scale : float, optional
+        Defaults to ``1/sqrt(D)``.
+    configs : list of FlashConfig, optional
+        Defaults to :func:`candidate_configs` for the inputs and this GPU.
+    progress : bool
+        Draw a progress bar over the configurations (on a GPU; nothing is timed under the
+        interpreter, so nothing is drawn there).
+
+    Returns
+    -------
+    list of (FlashConfig, float or None)
+        Each configuration with its median time in ms (``triton.testing.do_bench``), or None
+        where it did not compile or launch (too much shared memory, too many registers).
+        Under the interpreter every time is None: nothing is timed there.
+    """
+    _validate(q, k, v)
+    D = q.shape[-1]
+    scale = D ** -0.5 if scale is None else float(scale)
+    cap = None if INTERPRETED else compute_capability(q.device)
+    configs = configs if configs is not None else candidate_configs(D, q.dtype, cap)
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    if INTERPRETED:
+        return [(cfg, None) for cfg in configs]
+    import triton.testing
+
+    from ..progress import each_job, progress_bar
+
+    timed: list[tuple[FlashConfig, float | None]] = []
+    problem = f"D={D} L={q.shape[-2]}" + (" causal" if causal else "")
+    with progress_bar(len(configs), progress) as bar:
+        for cfg in each_job(bar, configs, lambda c: f"{problem} {_short(c)}"):
+            try:
+                ms = triton.testing.do_bench(
+                    lambda cfg=cfg: launch(q, k, v, out, lse, causal, scale, cfg),
+                    warmup=10, rep=40, return_mode="median")
+            except Exception:  # noqa: BLE001 - out of resources or a compile failure: not one
+                ms = None
+            timed.append((cfg, ms))
+    return sorted(timed, key=lambda t: float("inf") if t[1] is None else t[1])
+
+
+def _short(cfg: FlashConfig) -> str:
+    """A configuration in a few characters, for a progress bar: ``'128x64 w8 s3'``."""
+    return (f"{cfg.block_m}x{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+            + (" tma" if cfg.tma else ""))
+
+
+def _bucket(n: int) -> int:
+    """Lengths that tune alike share a power-of-two bucket."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def tuned_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                 scale: float | None = None, progress: bool = True) -> FlashConfig:
+    """The fastest configuration for this kind of problem, measured once and remembered.
+
+    The first call for a (device, head dim, dtype, causal, power-of-two length buckets) key runs
+    :func:`sweep` on the given inputs (with a progress bar unless ``progress=False``); later
+    calls reuse the winner from :data:`TUNED`.
+    """
+    key = (str(q.device), q.shape[-1], q.dtype, causal, _bucket(q.shape[-2]), _bucket(k.shape[-2]))
+    if key not in TUNED:
+        best, ms = sweep(q, k, v, causal, scale, progress=progress)[0]
+        if ms is None and not INTERPRETED:
+            raise RuntimeError(f"no FlashAttention configuration ran for {key}")
+        TUNED[key] = best
+    return TUNED[key]

@@ -16,13 +16,13 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRETED
-from .flash import _validate, attention_signature
+from .flash import _validate
 
-__all__ = ["flash_attention_simple"]
+__all__ = ["flash_attention_simple", "flash_simple_kernel"]
 
 
 @triton.jit
-def _flash_simple_kernel(
+def flash_simple_kernel(
     Q, K, V, O, LSE,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -32,6 +32,10 @@ def _flash_simple_kernel(
     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
 ):
+    """Program ``(query block, b * H + h)``: ``BLOCK_M`` rows of the output of one (batch, head).
+    ``Q`` and ``O`` are ``(B, H, L, HEAD_DIM)``, ``K`` and ``V`` ``(B, H, S, HEAD_DIM)``, ``LSE``
+    ``(B, H, L)`` float32 (natural log); every ``(BLOCK_N, HEAD_DIM)`` key block is loaded, masked
+    and folded into the running ``m``, ``l`` ``(BLOCK_M,)`` and ``acc`` ``(BLOCK_M, HEAD_DIM)``."""
     # This program: query rows [start_m, start_m + BLOCK_M) of one (batch, head).
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
@@ -125,7 +129,7 @@ def flash_attention_simple(
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     if out.numel():
         grid = (triton.cdiv(L, block_m), B * H)
-        _flash_simple_kernel[grid](
+        flash_simple_kernel[grid](
             q, k, v, out, lse,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             H, L, S, scale,
@@ -135,15 +139,3 @@ def flash_attention_simple(
         )
     return out, lse
 
-
-def launch_configs() -> list:
-    """The GPU launches of :func:`flash_attention_simple` for the compile check (its default
-    64 x 64 tiles, 4 warps, 2 stages; bfloat16 stands for both half types)."""
-    from .targets import UNIT_HEAD_DIM_STRIDES, KernelConfig
-
-    sig = attention_signature("scale", ("CAUSAL", "HEAD_DIM", "BLOCK_M", "BLOCK_N",
-                                        "PRECISION", "DOT_FP32"))
-    return [KernelConfig(f"flash_simple bf16 D={d} causal", _flash_simple_kernel, sig,
-                         {"CAUSAL": True, "HEAD_DIM": d, "BLOCK_M": 64, "BLOCK_N": 64,
-                          "PRECISION": "tf32", "DOT_FP32": False, **UNIT_HEAD_DIM_STRIDES}, 4, 2)
-            for d in (64, 128)]

@@ -32,19 +32,25 @@ import triton.language as tl
 
 from ..device import ON_GPU, multiprocessors
 from ..validation import normalize_dim, require_float_tensor
-from .targets import KernelConfig
 
 __all__ = [
     "FUSED_MAX_COLS",
     "SPLIT_CHUNK",
+    "blog_kernel",
+    "fused_config",
+    "fused_kernel",
+    "merge_combine",
+    "online_kernel",
+    "online_update",
+    "online_update_tile",
     "softmax",
-    "softmax_fused",
     "softmax_blog",
+    "softmax_fused",
     "softmax_online",
     "softmax_split",
-    "merge_combine",
-    "fused_config",
-    "launch_configs",
+    "split_depth",
+    "split_normalize_kernel",
+    "split_stats_kernel",
 ]
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -76,8 +82,9 @@ def merge_combine(m_a, d_a, m_b, d_b):
 
 
 @triton.jit
-def _online_update(m, d, x):
-    """Fold one value per lane into running per-lane ``(m, d)``."""
+def online_update(m, d, x):
+    """Fold one value per lane into running per-lane ``(m, d)``: ``m``, ``d`` and ``x`` are
+    ``(BLOCK,)``, one entry per lane."""
     m_new = tl.maximum(m, x)
     safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     return m_new, d * tl.exp2((m - safe) * LOG2E) + tl.exp2((x - safe) * LOG2E)
@@ -87,8 +94,11 @@ def _online_update(m, d, x):
 # Fused: whole rows in registers
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _fused_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def fused_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program ``i``: the softmax of rows ``i * BLOCK_M`` to ``i * BLOCK_M + BLOCK_M - 1`` of
+    ``X`` ``(n_rows, n_cols)`` into ``Y``, each row whole in one ``(BLOCK_M, BLOCK_N)`` tile
+    (``BLOCK_N >= n_cols``; lanes past the row's end read ``-inf`` and add 0)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
@@ -119,15 +129,18 @@ def _launch_fused(x2: torch.Tensor, y2: torch.Tensor) -> None:
     n_rows, n_cols = x2.shape
     block_m, block_n, num_warps = fused_config(n_cols)
     grid = (triton.cdiv(n_rows, block_m),)
-    _fused_kernel[grid](x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
-                        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    fused_kernel[grid](x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
+                       BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
 
 
 # ---------------------------------------------------------------------------------------------
 # The blog posts' two-pass kernel: scalar (m, d) per row, updated once per block
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _blog_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+def blog_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """Program ``row``: the softmax of one row of ``X`` ``(n_rows, n_cols)`` into ``Y``, in two
+    passes over ``(BLOCK,)`` blocks: the first keeps a scalar running ``(m, d)``, reducing every
+    block to its maximum and sum; the second normalises."""
     row = tl.program_id(0).to(tl.int64)
     x_row, y_row = X + row * stride_x, Y + row * stride_y
     m = float("-inf")
@@ -150,7 +163,11 @@ def _blog_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 # Two passes with per-lane (m, d) merged by tl.reduce
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+def online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """Program ``row``: the softmax of one row of ``X`` ``(n_rows, n_cols)`` into ``Y``, in two
+    passes. The first keeps ``BLOCK`` lanes of running ``(m, d)`` (``(BLOCK,)`` each), updated
+    with no reduction in the loop, and merges the lanes once with ``tl.reduce``; the second
+    normalises."""
     row = tl.program_id(0).to(tl.int64)
     x_row, y_row = X + row * stride_x, Y + row * stride_y
     m = tl.full([BLOCK], float("-inf"), tl.float32)
@@ -158,7 +175,7 @@ def _online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
-        m, d = _online_update(m, d, x)
+        m, d = online_update(m, d, x)
     m_row, d_row = tl.reduce((m, d), 0, merge_combine)
     inv_d = 1.0 / d_row
     for start in range(0, n_cols, BLOCK):
@@ -172,9 +189,10 @@ def _online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 # Split rows: partial (m, d) per chunk, then merge and normalise
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _online_update_tile(m, d, x):
-    """Fold a ``[DEPTH, LANES]`` tile into per-lane ``(m, d)``: one max over the tile's column
-    first, so one rescale per lane and tile instead of one per element (fewer exponentials)."""
+def online_update_tile(m, d, x):
+    """Fold a ``(DEPTH, BLOCK)`` tile ``x`` into per-lane ``(m, d)``, ``(BLOCK,)`` each: one max
+    over the tile's column first, so one rescale per lane and tile instead of one per element
+    (fewer exponentials)."""
     m_new = tl.maximum(m, tl.max(x, axis=0))
     safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     terms = tl.exp2((x - safe[None, :]) * LOG2E)
@@ -182,8 +200,12 @@ def _online_update_tile(m, d, x):
 
 
 @triton.jit
-def _split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr,
-                        BLOCK: tl.constexpr, DEPTH: tl.constexpr):
+def split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr,
+                       BLOCK: tl.constexpr, DEPTH: tl.constexpr):
+    """Program ``(row, chunk)``: the ``(m, d)`` of columns ``chunk * CHUNK`` to
+    ``(chunk + 1) * CHUNK - 1`` of one row of ``X`` ``(n_rows, n_cols)``, read in
+    ``(DEPTH, BLOCK)`` tiles into ``BLOCK`` lanes, merged, and written to ``M[row, chunk]`` and
+    ``D[row, chunk]`` (both ``(n_rows, n_chunks)``, float32)."""
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     x_row = X + row * stride_x
@@ -193,15 +215,18 @@ def _split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr
     for start in range(chunk * CHUNK, chunk * CHUNK + CHUNK, BLOCK * DEPTH):
         cols = start + tile
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
-        m, d = _online_update_tile(m, d, x)
+        m, d = online_update_tile(m, d, x)
     m_c, d_c = tl.reduce((m, d), 0, merge_combine)
     tl.store(M + row * n_chunks + chunk, m_c)
     tl.store(D + row * n_chunks + chunk, d_c)
 
 
 @triton.jit
-def _split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
-                            CHUNK: tl.constexpr, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+def split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
+                           CHUNK: tl.constexpr, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Program ``(row, chunk)``: merge the row's ``n_chunks`` partial ``(m, d)`` of ``M`` and
+    ``D`` (``(n_rows, n_chunks)``, float32), then write the softmax of the chunk's columns of
+    ``X`` ``(n_rows, n_cols)`` to ``Y``."""
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     # Every program merges its row's partials itself: n_chunks pairs, a few KB at most.
@@ -222,7 +247,7 @@ def _split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
         tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 
-def _split_depth(chunk: int, block: int) -> int:
+def split_depth(chunk: int, block: int) -> int:
     """Tile depth of the split stats kernel: 4 rows of ``block`` lanes where the chunk allows."""
     depth = 4
     while (chunk // block) % depth:
@@ -236,12 +261,12 @@ def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) ->
     m = torch.empty(n_rows, n_chunks, dtype=torch.float32, device=x2.device)
     d = torch.empty_like(m)
     grid = (n_rows, n_chunks)
-    depth = _split_depth(chunk, block)
-    _split_stats_kernel[grid](x2, m, d, n_cols, x2.stride(0), n_chunks,
-                              CHUNK=chunk, BLOCK=block, DEPTH=depth, num_warps=8)
+    depth = split_depth(chunk, block)
+    split_stats_kernel[grid](x2, m, d, n_cols, x2.stride(0), n_chunks,
+                             CHUNK=chunk, BLOCK=block, DEPTH=depth, num_warps=8)
     block_p = min(1024, triton.next_power_of_2(n_chunks))
-    _split_normalize_kernel[grid](x2, y2, m, d, n_cols, x2.stride(0), y2.stride(0), n_chunks,
-                                  CHUNK=chunk, BLOCK=block, BLOCK_P=block_p, num_warps=8)
+    split_normalize_kernel[grid](x2, y2, m, d, n_cols, x2.stride(0), y2.stride(0), n_chunks,
+                                 CHUNK=chunk, BLOCK=block, BLOCK_P=block_p, num_warps=8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,16 +326,16 @@ def softmax_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 def softmax_blog(x: torch.Tensor, dim: int = -1, block: int = 1024) -> torch.Tensor:
     """The blog posts' two-pass online kernel: one program per row, a scalar ``(m, d)``."""
     def launch(x2, y2):
-        _blog_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
-                                     BLOCK=block, num_warps=4)
+        blog_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
+                                    BLOCK=block, num_warps=4)
     return _run(x, dim, launch)
 
 
 def softmax_online(x: torch.Tensor, dim: int = -1, block: int = LANES) -> torch.Tensor:
     """Two passes, one program per row, per-lane ``(m, d)`` merged once by ``tl.reduce``."""
     def launch(x2, y2):
-        _online_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
-                                       BLOCK=block, num_warps=8)
+        online_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
+                                      BLOCK=block, num_warps=8)
     return _run(x, dim, launch)
 
 
@@ -375,36 +400,3 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
             _launch_split(x2, y2, chunk, min(LANES, chunk))
     return _run(x, dim, launch)
 
-
-def launch_configs() -> list[KernelConfig]:
-    """Every configuration :func:`softmax` and the named variants can launch, for compile checks."""
-    configs = []
-    for ty in ("fp32", "bf16"):  # fp16 tiles are laid out as bf16 ones: same shared memory
-        ptr = f"*{ty}"
-        for n in (2**i for i in range(15)):
-            block_m, block_n, warps = fused_config(n)
-            configs.append(KernelConfig(
-                f"fused {ty} BLOCK_M={block_m} BLOCK_N={block_n}", _fused_kernel,
-                {"X": ptr, "Y": ptr, "n_rows": "i32", "n_cols": "i32", "stride_x": "i32",
-                 "stride_y": "i32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"},
-                {"BLOCK_M": block_m, "BLOCK_N": block_n}, warps))
-        rows = {"X": ptr, "Y": ptr, "n_cols": "i32", "stride_x": "i32", "stride_y": "i32",
-                "BLOCK": "constexpr"}
-        configs.append(KernelConfig(f"blog {ty}", _blog_kernel, rows, {"BLOCK": 1024}, 4))
-        configs.append(KernelConfig(f"online {ty}", _online_kernel, rows, {"BLOCK": 2048}, 8))
-        chunk = SPLIT_CHUNK
-        while chunk >= 2048:
-            configs.append(KernelConfig(
-                f"split stats {ty} CHUNK={chunk}", _split_stats_kernel,
-                {"X": ptr, "M": "*fp32", "D": "*fp32", "n_cols": "i32", "stride_x": "i32",
-                 "n_chunks": "i32", "CHUNK": "constexpr", "BLOCK": "constexpr",
-                 "DEPTH": "constexpr"},
-                {"CHUNK": chunk, "BLOCK": 2048, "DEPTH": _split_depth(chunk, 2048)}, 8))
-            configs.append(KernelConfig(
-                f"split normalize {ty} CHUNK={chunk}", _split_normalize_kernel,
-                {"X": ptr, "Y": ptr, "M": "*fp32", "D": "*fp32", "n_cols": "i32",
-                 "stride_x": "i32", "stride_y": "i32", "n_chunks": "i32", "CHUNK": "constexpr",
-                 "BLOCK": "constexpr", "BLOCK_P": "constexpr"},
-                {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
-            chunk //= 2
-    return configs

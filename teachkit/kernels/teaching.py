@@ -2,18 +2,19 @@ r"""Small Triton kernels for notebook 06: a first kernel, a one-row softmax, a r
 
 They are teaching code, written to be read beside :mod:`teachkit.kernels.softmax_kernels`:
 
-``row_max``
+``row_max`` (kernel ``row_max_kernel``)
     The first kernel: one program per row, a masked load with ``other=-inf``, ``tl.max``.
-``row_softmax``
+``row_softmax`` (kernel ``row_softmax_kernel``)
     The simplest fused softmax: one program per row, the whole row in one block (exercise 1's
     solution).
 ``merge_combine_natural`` and ``reduce_stats``
     The merge of two ``(m, d)`` pairs in natural units (``exp``, as in notebooks 03-04) and a
     kernel that reduces lanes of pairs with ``tl.reduce`` and any such combine (exercise 2).
 ``fused_one_row``
-    The course's ``_fused_kernel`` launched for one row of *any* length, past the
-    :data:`~teachkit.kernels.softmax_kernels.FUSED_MAX_COLS` the entry point allows, to see where
-    a row stops fitting in registers (GPU only; under the interpreter it is merely slow).
+    The course's :func:`~teachkit.kernels.softmax_kernels.fused_kernel` launched for one row of
+    *any* length, past the :data:`~teachkit.kernels.softmax_kernels.FUSED_MAX_COLS` the entry
+    point allows, to see where a row stops fitting in registers (GPU only; under the interpreter
+    it is merely slow).
 
 All take tensors on :data:`teachkit.DEVICE` (CPU tensors under Triton's interpreter).
 """
@@ -33,14 +34,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .softmax_kernels import _fused_kernel
+from .softmax_kernels import fused_kernel
 
 __all__ = [
-    "row_max",
-    "row_softmax",
+    "fused_one_row",
     "merge_combine_natural",
     "reduce_stats",
-    "fused_one_row",
+    "row_max",
+    "row_max_kernel",
+    "row_softmax",
+    "row_softmax_kernel",
 ]
 
 
@@ -48,7 +51,9 @@ __all__ = [
 # A first kernel: the maximum of every row
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _row_max_kernel(X, OUT, n_cols, stride_x, BLOCK: tl.constexpr):
+def row_max_kernel(X, OUT, n_cols, stride_x, BLOCK: tl.constexpr):
+    """Program ``row``: the maximum of row ``row`` of ``X`` ``(rows, n_cols)`` into ``OUT[row]``
+    (``OUT`` is ``(rows,)``)."""
     row = tl.program_id(0)                       # which row this program owns
     cols = tl.arange(0, BLOCK)                   # BLOCK offsets, a power of two >= n_cols
     mask = cols < n_cols                         # lanes past the row's end read nothing
@@ -71,7 +76,7 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     """
     rows, n_cols = x.shape
     out = torch.empty(rows, dtype=x.dtype, device=x.device)
-    _row_max_kernel[(rows,)](x, out, n_cols, x.stride(0), BLOCK=triton.next_power_of_2(n_cols))
+    row_max_kernel[(rows,)](x, out, n_cols, x.stride(0), BLOCK=triton.next_power_of_2(n_cols))
     return out
 
 
@@ -79,7 +84,9 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
 # A one-row softmax: the whole row in one block
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _row_softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+def row_softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """Program ``row``: the softmax of row ``row`` of ``X`` ``(rows, n_cols)`` into the same row
+    of ``Y``, the whole row in one ``(BLOCK,)`` block (``BLOCK >= n_cols``, a power of two)."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -116,8 +123,8 @@ def row_softmax(x: torch.Tensor) -> torch.Tensor:
     """
     rows, n_cols = x.shape
     y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
-    _row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0),
-                                 BLOCK=triton.next_power_of_2(n_cols))
+    row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0),
+                                BLOCK=triton.next_power_of_2(n_cols))
     return y
 
 
@@ -214,8 +221,8 @@ def reduce_stats(m: torch.Tensor, d: torch.Tensor,
 # The fused kernel past its limit
 # ---------------------------------------------------------------------------------------------
 def fused_one_row(x: torch.Tensor, num_warps: int = 16) -> torch.Tensor:
-    """Launch the course's ``_fused_kernel`` with one row per program and ``BLOCK_N`` the next
-    power of two of the row length, whatever that length.
+    """Launch the course's :func:`~teachkit.kernels.softmax_kernels.fused_kernel` with one row
+    per program and ``BLOCK_N`` the next power of two of the row length, whatever that length.
 
     :func:`teachkit.kernels.softmax_fused` refuses rows longer than ``FUSED_MAX_COLS``; this
     wrapper does not, so a GPU can show what happens when a row no longer fits in registers.
@@ -229,6 +236,6 @@ def fused_one_row(x: torch.Tensor, num_warps: int = 16) -> torch.Tensor:
     """
     rows, n_cols = x.shape
     y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
-    _fused_kernel[(rows,)](x, y, rows, n_cols, x.stride(0), y.stride(0),
-                           BLOCK_M=1, BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps)
+    fused_kernel[(rows,)](x, y, rows, n_cols, x.stride(0), y.stride(0),
+                          BLOCK_M=1, BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps)
     return y

@@ -12,7 +12,8 @@ errors             relative error against input scale, naive vs safe (02)
 traces             the running max and denominator along a row (03)
 reduction_tree     a GPU block's butterfly and shared-memory reduction (03)
 merges             chunk-local probabilities rescaled; the weights of merged parts (04)
-bench              achieved bandwidth per provider against the copy ceiling (06)
+roofline           the roofline; bytes moved per softmax variant; bandwidth against working set (05)
+softmax_bench      achieved bandwidth per softmax provider against the copy ceiling (06)
 attention          memory against length; the causal tile schedule (07, 08)
 attention_bench    TFLOP/s against length per attention provider (08)
 decode             decoding: programs against SMs, paged-cache waste, block tables, speed-ups (09)
@@ -21,12 +22,12 @@ cute               a row over threads and vectors; what each tier holds (11)
 =================  ==========================================================================
 """
 
-from .bench import plot_bandwidth
 from .errors import error_vs_scale, plot_error_vs_scale, scaled_rows
 from .figures import figures_dir, label_device, new_axes, save_figure
 from .merges import chunk_weights, plot_chunk_rescale, plot_part_weights
 from .overflow import dtype_color, dtype_name, plot_broken_rows, plot_exp_range, plot_temperature
 from .reduction_tree import butterfly_values, plot_block_reduction_tree
+from .softmax_bench import plot_bandwidth
 from .traces import max_jumps, plot_online_trace
 
 __all__ = [

@@ -11,12 +11,6 @@ from .roofline import dtype_label
 __all__ = ["plot_attention_tflops"]
 
 
-def _parse(problem: str) -> tuple[int, int, bool]:
-    """``"D=64 L=4096 causal"`` -> ``(64, 4096, True)``."""
-    parts = problem.split()
-    return int(parts[0][2:]), int(parts[1][2:]), "causal" in parts
-
-
 def plot_attention_tflops(results: list, ceiling: float | None = None,
                           device: str | None = None,
                           ceiling_dtype: str = "bfloat16") -> plt.Figure:
@@ -25,8 +19,8 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
     Parameters
     ----------
     results : list of teachkit.bench.Measurement
-        What :func:`teachkit.bench.attention.bench_attention` returned (problems named
-        ``"D=64 L=4096"`` or ``"D=64 L=4096 causal"``).
+        What :func:`teachkit.bench.attention.bench_attention` returned (or a saved record):
+        read by their ``params`` ``D``, ``L`` and ``causal``.
     ceiling : float, optional
         The measured matmul rate, drawn as a dashed line.
     device : str, optional
@@ -35,14 +29,17 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
         The dtype the matmul rate was timed in (``teachkit.bench.recorded_matmul_dtype`` of a
         record; float16 on a GPU without bfloat16 tensor cores).
     """
-    panels = list(dict.fromkeys(_parse(r.problem)[::2] for r in results))
+    def panel(r: object) -> tuple[int, bool]:
+        return r.params["D"], r.params["causal"]
+
+    panels = list(dict.fromkeys(panel(r) for r in results))
     providers = list(dict.fromkeys(r.provider for r in results))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False,
                              sharey=True)
     for ax, (D, causal) in zip(axes[0], panels, strict=True):
         for prov in providers:
-            pts = sorted((_parse(r.problem)[1], r.value) for r in results
-                         if r.provider == prov and _parse(r.problem)[::2] == (D, causal))
+            pts = sorted((r.params["L"], r.value) for r in results
+                         if r.provider == prov and panel(r) == (D, causal))
             if pts:
                 style = {"lw": 2.5, "color": "k"} if prov.startswith("teachkit") else {"lw": 1.2}
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=prov, **style)

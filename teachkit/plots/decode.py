@@ -10,7 +10,7 @@ what :func:`teachkit.paging.simulate_serving` measured; :func:`plot_block_table`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import torch
@@ -21,6 +21,7 @@ from .figures import label_device, new_axes
 __all__ = [
     "plot_sm_occupancy",
     "plot_decode_bandwidth",
+    "split_sweep_rates",
     "plot_split_sweep",
     "plot_memory_snapshots",
     "plot_waste_against_page_size",
@@ -87,7 +88,8 @@ def plot_decode_bandwidth(results: list, ceiling: float | None = None,
     Parameters
     ----------
     results : list of teachkit.bench.Measurement
-        What :func:`teachkit.bench.decode.bench_decode` returned (or a saved record).
+        What :func:`teachkit.bench.decode.bench_decode` returned (or a saved record): read by
+        their ``params`` ``B`` (the column) and ``S`` (the x axis).
     ceiling : float, optional
         The measured copy bandwidth, a dashed line.
     baseline : str
@@ -101,12 +103,9 @@ def plot_decode_bandwidth(results: list, ceiling: float | None = None,
     -------
     matplotlib.figure.Figure
     """
-    from ..bench.decode import parse_problem
-
     table: dict[int, dict[str, dict[int, float]]] = {}
     for r in results:
-        batch, length = parse_problem(r.problem)
-        table.setdefault(batch, {}).setdefault(r.provider, {})[length] = r.value
+        table.setdefault(r.params["B"], {}).setdefault(r.provider, {})[r.params["S"]] = r.value
     providers = list(dict.fromkeys(r.provider for r in results))
     batches = sorted(table)
     fig, axes = plt.subplots(2, len(batches), figsize=(4.2 * len(batches), 6.4), squeeze=False,
@@ -150,8 +149,42 @@ def plot_decode_bandwidth(results: list, ceiling: float | None = None,
     return fig
 
 
+def split_sweep_rates(results: Iterable, block_n: int = 64
+                      ) -> dict[tuple[int, int], dict[int, float]]:
+    """A split sweep's figures at one ``BLOCK_N``: ``(B, S)`` to ``{num_splits: value}``, in
+    the order measured.
+
+    Parameters
+    ----------
+    results : iterable of teachkit.bench.Measurement
+        A sweep: ``params`` with ``B`` and ``S``, ``provider_params`` with ``num_splits`` and
+        ``block_n`` (:func:`teachkit.bench.decode.split_params`); others raise ``ValueError``.
+    block_n : int
+        Which ``BLOCK_N`` of the sweep to keep.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as Row
+    >>> rows = [Row(params={"B": 1, "S": 4096}, provider="", value=100.0 * n,
+    ...             provider_params={"num_splits": n, "block_n": bn})
+    ...         for n in (1, 8) for bn in (32, 64)]
+    >>> split_sweep_rates(rows)
+    {(1, 4096): {1: 100.0, 8: 800.0}}
+    """
+    rates: dict[tuple[int, int], dict[int, float]] = {}
+    for r in results:
+        swept = r.provider_params
+        if "num_splits" not in swept or "block_n" not in swept:
+            raise ValueError(f"{r.provider!r} is not a split sweep's provider: its "
+                             "provider_params need num_splits and block_n")
+        if swept["block_n"] == block_n:
+            rates.setdefault((r.params["B"], r.params["S"]), {})[swept["num_splits"]] = r.value
+    return rates
+
+
 def plot_split_sweep(results: list, ceiling: float | None = None, block_n: int = 64,
-                     picks: Mapping[str, int] | None = None, device: str | None = None,
+                     picks: Mapping[tuple[int, int], int] | None = None,
+                     device: str | None = None,
                      title: str = "Split-KV at batch 1: GB/s against the number of splits"
                      ) -> plt.Figure:
     """GB/s of split-KV against ``num_splits``, one line per problem (cache length), for the
@@ -160,14 +193,14 @@ def plot_split_sweep(results: list, ceiling: float | None = None, block_n: int =
     Parameters
     ----------
     results : list of teachkit.bench.Measurement
-        A sweep: problems of :func:`teachkit.bench.decode.decode_problem`, providers of
-        :func:`teachkit.bench.decode.split_provider`.
+        A sweep, as :func:`split_sweep_rates` reads it; the lines are labelled with the
+        results' ``problem``.
     ceiling : float, optional
         The measured copy bandwidth, a dotted line.
     block_n : int
         Which ``BLOCK_N`` of the sweep to draw.
-    picks : mapping of str to int, optional
-        Problem label to the number of splits to mark (e.g. what ``choose_num_splits`` returns).
+    picks : mapping of (int, int) to int, optional
+        ``(B, S)`` to the number of splits to mark (e.g. what ``choose_num_splits`` returns).
     device : str, optional
         Written in the corner (default: this machine).
     title : str
@@ -177,16 +210,17 @@ def plot_split_sweep(results: list, ceiling: float | None = None, block_n: int =
     -------
     matplotlib.figure.Figure
     """
-    from ..bench.decode import parse_problem, split_sweep_rates
-
+    results = list(results)
     lines = split_sweep_rates(results, block_n)
     if not lines:
         raise ValueError(f"no results at BLOCK_N = {block_n} to draw")
+    labels = {(r.params["B"], r.params["S"]): r.problem for r in results}
     fig, ax = new_axes(width=7.5, height=4.2)
-    for j, problem in enumerate(sorted(lines, key=parse_problem)):
+    for j, problem in enumerate(sorted(lines)):
         pts = lines[problem]
         xs = sorted(pts)
-        ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, color=f"C{j}", label=problem)
+        ax.plot(xs, [pts[x] for x in xs], marker="o", ms=4, color=f"C{j}",
+                label=labels[problem])
         pick = (picks or {}).get(problem)
         if pick in pts:
             ax.plot([pick], [pts[pick]], "o", ms=11, mfc="none", mec=f"C{j}", mew=1.8)

@@ -222,8 +222,8 @@ def plot_ring_bench(results: Sequence, title: str = "Ring attention against one 
     Parameters
     ----------
     results : sequence of teachkit.bench.Measurement
-        What :func:`teachkit.ring.bench_ring` measured (rows of other units are ignored);
-        problems are named ``"full N=..."`` or ``"causal N=..."``.
+        What :func:`teachkit.ring.bench_ring` measured (rows of other units are ignored): read
+        by their ``params`` ``N`` and ``causal``.
     title : str
         Axes title.
     unit : str
@@ -237,8 +237,8 @@ def plot_ring_bench(results: Sequence, title: str = "Ring attention against one 
     rows = [r for r in results if r.unit == unit]
     series: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for r in rows:
-        mask, _, n = r.problem.partition(" N=")
-        series.setdefault((r.provider, mask), []).append((int(n), r.ms))
+        mask = "causal" if r.params["causal"] else "full"
+        series.setdefault((r.provider, mask), []).append((r.params["N"], r.ms))
     providers = list(dict.fromkeys(p for p, _ in series))
     for (provider, mask), points in series.items():
         points.sort()

@@ -23,22 +23,27 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..bench.core import DTYPES, Measurement, save_results
+from ..bench import core
+from ..bench.core import DTYPES, Measurement, device_slug, dtype_name, save_results
 from ..validation import require_positive_int
 from .attention import ring_attention
 from .launch import RingContext, run_ring
 from .layout import local_length
 from .memory import longest_sequence, ring_memory
 
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
 __all__ = [
     "RingBench",
     "bench_ring",
     "ring_benchmark_worker",
     "ring_flops",
+    "ring_record_name",
     "record_path",
     "save_ring_bench",
 ]
@@ -63,7 +68,9 @@ class RingBench:
     Attributes
     ----------
     results : list of Measurement
-        Per (mask, length): ``unit="TFLOP/s"`` rows for providers ``"1 GPU"``,
+        Per (mask, length), with ``params`` ``N``, ``causal`` and ``dtype`` and
+        ``provider_params`` ``world_size`` (and ``layout`` for the ring):
+        ``unit="TFLOP/s"`` rows for providers ``"1 GPU"``,
         ``"ring, W GPUs, contiguous"`` and, causal only, ``"ring, W GPUs, striped"``
         (``"1 process"``, ``"ring, W processes, ..."`` on a CPU; ``ms`` is the time);
         ``unit="GiB peak"`` rows, the peak allocated memory of the one GPU and of the fullest
@@ -81,16 +88,30 @@ class RingBench:
     context: dict[str, float] = field(default_factory=dict)
 
 
-def record_path(world_size: int, folder: str | Path | None = None) -> Path:
-    """Where a ring benchmark of ``world_size`` ranks on this device is recorded:
-    ``ring_<device>_x<W>.json`` (e.g. ``ring_nvidia_h200_x4.json``) in ``folder``, by default
-    the package's records (:func:`teachkit.bench.core.records_dir`), where notebook 10 finds it.
+def ring_record_name(world_size: int, device: str | None = None) -> str:
+    """The name of a ring benchmark's record of ``world_size`` ranks on ``device`` (default:
+    this one), for :func:`teachkit.bench.core.load_record`.
+
+    Examples
+    --------
+    >>> ring_record_name(4, "NVIDIA H200")
+    'ring_nvidia_h200_x4'
     """
-    from ..bench.core import records_dir
     from ..device import device_name
 
-    name = "_".join(device_name().lower().replace("(", "").replace(")", "").split()[:2])
-    return Path(records_dir() if folder is None else folder) / f"ring_{name}_x{world_size}.json"
+    return f"ring_{device_slug(device or device_name())}_x{world_size}"
+
+
+def record_path(world_size: int, folder: str | Path | None = None) -> Path | Traversable:
+    """Where a ring benchmark of ``world_size`` ranks on this device is recorded:
+    :func:`ring_record_name` ``.json`` (e.g. ``ring_nvidia_h200_x4.json``) in ``folder``, by
+    default the package's records (:func:`teachkit.bench.core.record_path`), where notebook 10
+    finds it.
+    """
+    name = ring_record_name(world_size)
+    if folder is None:
+        return core.record_path(name, exists=False)
+    return Path(folder) / f"{name}{core.RECORD_SUFFIX}"
 
 
 def _oom_errors() -> tuple[type[BaseException], ...]:
@@ -113,7 +134,14 @@ def _peak(device: torch.device) -> int:
 
 
 def _median_seconds(fn: Any, device: torch.device, repeats: int, before: Any = None) -> float:
-    """Median wall time of ``fn()`` after one warm-up; ``before()`` runs untimed before each."""
+    """Median wall time of ``fn()`` after one warm-up; ``before()`` runs untimed before each.
+
+    Not :func:`teachkit.bench.core.time_ms`: every rank must run ``fn`` (a ring of collective
+    sends and receives) the same number of times, in step, behind ``before`` (a barrier), and
+    the time is the whole step's, communication included; ``time_ms`` picks its number of calls
+    from each process's own estimate and flushes the L2 cache between them. The one-GPU
+    baseline is timed the same way, so that both sides of the comparison are.
+    """
     times = []
     for i in range(repeats + 1):
         if before is not None:
@@ -283,21 +311,24 @@ def bench_ring(
     results: list[Measurement] = []
     for row in rows:
         problem = f"{'causal' if row['causal'] else 'full'} N={row['N']}"
+        params = {"N": row["N"], "causal": row["causal"], "dtype": dtype_name(DTYPES[dtype])}
         flops = ring_flops(batch, heads, row["N"], head_dim, row["causal"])
-        runs = [(one_name, row["one"])]
-        runs += [(f"{ring_name}, {layout}", got) for layout, got in row["ring"].items()]
-        for provider, got in runs:
+        runs = [(one_name, {"world_size": 1}, row["one"])]
+        runs += [(f"{ring_name}, {layout}", {"world_size": world_size, "layout": layout}, got)
+                 for layout, got in row["ring"].items()]
+        for provider, swept, got in runs:
             if got is None:
                 continue
             ms = got["seconds"] * 1e3
+            keys = {"params": params, "provider_params": swept}
             results.append(Measurement(problem, dtype, provider, ms, flops / got["seconds"] / 1e12,
-                                       "TFLOP/s"))
+                                       "TFLOP/s", **keys))
             if got["peak"]:
                 results.append(Measurement(problem, dtype, provider, ms, got["peak"] / 2**30,
-                                           "GiB peak"))
+                                           "GiB peak", **keys))
             if provider != one_name:
                 results.append(Measurement(problem, dtype, provider, got["wait_ms"],
-                                           100 * got["wait_ms"] / ms, "% waiting"))
+                                           100 * got["wait_ms"] / ms, "% waiting", **keys))
     gpu_memory = float(rows[0]["gpu_memory"]) if rows else 0.0
     memory = min(gpu_memory, memory_cap_gib * 2**30) if memory_cap_gib else gpu_memory
     one_max, ring_max = longest_sequence(gpu_memory, batch, heads, head_dim, world_size,

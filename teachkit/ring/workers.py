@@ -24,15 +24,18 @@ True
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
-from .attention import BlockFn, _require_blocks, ring_attention
-from .launch import RingContext, run_ring
+from ..validation import require_positive_int
+from .attention import BlockFn, _block_fn, _require_blocks, ring_attention
+from .launch import RingContext, _require_seconds, choose_backend, run_ring
 from .layout import local_length, require_layout, shard, unshard
 
 __all__ = [
@@ -176,6 +179,42 @@ def attention_cases(ctx: RingContext, cases: Sequence[RingCase]) -> list[dict[st
     return results
 
 
+def _require_case(case: RingCase, world_size: int) -> None:
+    """Check a case here, in the parent, rather than fail in every rank after start-up."""
+    for name in ("q", "k", "v"):
+        got = getattr(case, name)
+        if not isinstance(got, torch.Tensor):
+            raise TypeError(f"{name} must be a (batch, heads, length, head_dim) tensor, got "
+                            f"{type(got).__name__}")
+        if got.dim() != 4:
+            raise ValueError(f"{name} must be a (batch, heads, length, head_dim) tensor, got "
+                             f"shape {tuple(got.shape)}")
+    _require_blocks(case.q, case.k, case.v)
+    if case.k.shape != case.v.shape:
+        raise ValueError(f"k and v travel around the ring in buffers of one shape, got "
+                         f"k{tuple(case.k.shape)} and v{tuple(case.v.shape)}")
+    require_layout(case.layout)
+    local_length(case.q.shape[-2], world_size)
+    for name in ("causal", "overlap"):
+        if not isinstance(getattr(case, name), bool):
+            raise TypeError(f"{name} must be True or False, got {getattr(case, name)!r}")
+    if case.scale is not None and (isinstance(case.scale, bool)
+                                   or not isinstance(case.scale, numbers.Real)
+                                   or not math.isfinite(case.scale)):
+        raise ValueError(f"scale must be a finite number or None (1/sqrt(head_dim)), got "
+                         f"{case.scale!r}")
+    _block_fn(case.block_attention)
+    fn = case.block_attention
+    if callable(fn) and (getattr(fn, "__module__", None) in (None, "__main__")
+                         or "<" in getattr(fn, "__qualname__", "<")):
+        raise TypeError(
+            f"block_attention must be 'flash', 'torch' or a function defined at the top level "
+            f"of an importable module (the ranks import it by name), not "
+            f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', fn)} (notebook "
+            "code, a lambda or a nested function)")
+    require_positive_int(case.repeats, "repeats")
+
+
 def run_ring_attention_cases(
     cases: Sequence[RingCase], world_size: int, backend: str | None = None,
     timeout_s: float = 60.0, wall_s: float | None = None,
@@ -189,7 +228,8 @@ def run_ring_attention_cases(
     ----------
     cases : sequence of RingCase
         Whole sequences ``(B, H, N, D)`` (any device; they are sent from the CPU) and options.
-        ``world_size`` must divide every ``N``.
+        ``world_size`` must divide every ``N``. Every case is checked here, before any process
+        starts (``TypeError``/``ValueError`` naming the field).
     world_size, backend, timeout_s, wall_s
         As in :func:`~teachkit.ring.launch.run_ring`.
 
@@ -198,28 +238,28 @@ def run_ring_attention_cases(
     list of RingRun
         One per case, in order.
     """
+    if isinstance(cases, RingCase) or not isinstance(cases, Iterable):
+        raise TypeError(f"cases must be a list of RingCase objects, got {type(cases).__name__}; "
+                        "pass e.g. [RingCase(q, k, v)]")
     cases = list(cases)
+    require_positive_int(world_size, "world_size")
     sent = []
-    for case in cases:
+    for i, case in enumerate(cases):
         if not isinstance(case, RingCase):
-            raise TypeError(f"cases must hold RingCase objects, got {type(case).__name__}")
-        for name in ("q", "k", "v"):
-            if not isinstance(getattr(case, name), torch.Tensor) or getattr(case, name).dim() != 4:
-                got = getattr(case, name)
-                raise ValueError(
-                    f"{name} must be a (batch, heads, length, head_dim) tensor, got "
-                    f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}"
-                )
-        _require_blocks(case.q, case.k, case.v)
-        require_layout(case.layout)
-        local_length(case.q.shape[-2], world_size)
+            raise TypeError(f"cases must hold RingCase objects, got {type(case).__name__} at "
+                            f"cases[{i}]")
+        _require_case(case, world_size)
         values = {f.name: getattr(case, f.name) for f in fields(case)}
         values.update({name: getattr(case, name).detach().cpu() for name in ("q", "k", "v")})
         sent.append(RingCase(**values))
+    if not sent:  # nothing to run: check the other arguments, start no process
+        choose_backend(world_size, backend)
+        _require_seconds(timeout_s, "timeout_s")
+        if wall_s is not None:
+            _require_seconds(wall_s, "wall_s")
+        return []
     per_rank = run_ring(attention_cases, world_size, {"cases": sent}, backend=backend,
                         timeout_s=timeout_s, wall_s=wall_s)
-    from .launch import choose_backend
-
     chosen = choose_backend(world_size, backend)
     runs = []
     for i, case in enumerate(sent):
@@ -240,7 +280,7 @@ def run_ring_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, world_size: int, causal: bool = False,
     layout: str = "contiguous", scale: float | None = None,
     block_attention: str | BlockFn = "flash", overlap: bool = True, backend: str | None = None,
-    timeout_s: float = 60.0,
+    timeout_s: float = 60.0, wall_s: float | None = None,
 ) -> RingRun:
     """Ring attention of whole sequences in ``world_size`` new processes, assembled here.
 
@@ -257,7 +297,7 @@ def run_ring_attention(
     causal, layout, scale, block_attention, overlap
         As in :func:`~teachkit.ring.attention.ring_attention`. ``block_attention="torch"``
         takes float64 (an exact check); the default ``"flash"`` is the course's kernel.
-    backend, timeout_s
+    backend, timeout_s, wall_s
         As in :func:`~teachkit.ring.launch.run_ring`.
 
     Returns
@@ -265,4 +305,4 @@ def run_ring_attention(
     RingRun
     """
     case = RingCase(q, k, v, causal, layout, scale, block_attention, overlap)
-    return run_ring_attention_cases([case], world_size, backend, timeout_s)[0]
+    return run_ring_attention_cases([case], world_size, backend, timeout_s, wall_s)[0]

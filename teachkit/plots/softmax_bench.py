@@ -1,4 +1,5 @@
-"""Benchmark figures: achieved bandwidth per provider and shape against the copy ceiling."""
+"""Softmax benchmark figures: achieved bandwidth per provider and shape against the copy
+ceiling (notebook 06)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def plot_bandwidth(results: list, ceiling: float | None = None,
     Parameters
     ----------
     results : list of teachkit.bench.Measurement
-        What :func:`teachkit.bench.bench_softmax` returned.
+        What :func:`teachkit.bench.bench_softmax` returned (or a saved record): grouped by
+        their ``params`` (``rows``, ``cols``, ``dtype``), labelled by ``problem``.
     ceiling : float, optional
         The measured copy bandwidth, drawn as a dashed line.
     title : str
@@ -26,25 +28,28 @@ def plot_bandwidth(results: list, ceiling: float | None = None,
     device : str, optional
         The device the results were measured on, written in the corner (default: this one).
     """
-    dtypes = list(dict.fromkeys(r.dtype for r in results))
+    dtypes = list(dict.fromkeys(r.params["dtype"] for r in results))
     providers = list(dict.fromkeys(r.provider for r in results))
-    problems = list(dict.fromkeys(r.problem for r in results))
+    labels = {(r.params["rows"], r.params["cols"]): r.problem for r in results}
+    problems = list(labels)  # (rows, cols), in the order measured
     fig, axes = plt.subplots(len(dtypes), 1, figsize=(11, 3.4 * len(dtypes)), squeeze=False)
     width = 0.8 / max(len(providers), 1)
     for ax, dt in zip(axes[:, 0], dtypes, strict=True):
+        mine = [r for r in results if r.params["dtype"] == dt]
         for j, prov in enumerate(providers):
-            vals = {r.problem: r.value for r in results if r.dtype == dt and r.provider == prov}
+            vals = {(r.params["rows"], r.params["cols"]): r.value for r in mine
+                    if r.provider == prov}
             xs = [i + (j - (len(providers) - 1) / 2) * width for i, p in enumerate(problems)
                   if p in vals]
             ax.bar(xs, [vals[p] for p in problems if p in vals], width, label=prov)
-        top = max([r.value for r in results if r.dtype == dt] + [ceiling or 0])
+        top = max([r.value for r in mine] + [ceiling or 0])
         ax.set_ylim(0, top * 1.35)  # headroom for the legend above the bars
         if ceiling:
             ax.axhline(ceiling, color="k", ls="--", lw=1)
             ax.text(-0.5, ceiling, f" copy {ceiling:.0f} GB/s", va="bottom", ha="left",
                     fontsize=8)
-        ax.set_xticks(np.arange(len(problems)), problems, fontsize=8)
-        ax.set_ylabel(f"{dt}: GB/s")
+        ax.set_xticks(np.arange(len(problems)), [labels[p] for p in problems], fontsize=8)
+        ax.set_ylabel(f"{mine[0].dtype}: GB/s")
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].legend(fontsize=8, ncol=min(len(providers), 3), loc="upper right")
     axes[0, 0].set_title(title)

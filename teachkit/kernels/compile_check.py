@@ -1,0 +1,525 @@
+"""Compile the kernels for the GPUs learners use, on any machine, and read their resource use.
+
+``triton.compile`` can target any CUDA architecture without a GPU present, so CI checks that every
+configuration a kernel may launch fits the shared memory of a T4 (sm_75), an A100 (sm_80), an L4
+(sm_89) and an H100 (sm_90): ``python -m teachkit.kernels`` runs :func:`check_all`.
+
+This is the one module that imports every kernel module: the kernels import only
+:mod:`teachkit.gpus` (their GPU classes and limits) and each other, and each family's list of
+launch configurations lives here, beside the check that compiles them:
+
+:func:`softmax_launch_configs`
+    The softmax kernels of :mod:`teachkit.kernels.softmax_kernels`.
+:func:`flash_launch_configs`
+    :func:`~teachkit.kernels.flash.flash_fwd_kernel`, one per entry of
+    :func:`~teachkit.kernels.flash.flash_config`'s table.
+:func:`flash_simple_launch_configs`
+    :func:`~teachkit.kernels.flash_simple.flash_simple_kernel`, notebook 08's first kernel.
+:func:`decode_launch_configs`
+    The split and merge kernels of :mod:`teachkit.kernels.decode`.
+
+``python -m teachkit.kernels --dot-evidence`` compiles notebook 08's FlashAttention forward
+configuration for each GPU and counts which instructions multiply its tiles
+(:func:`dot_evidence`).
+
+Examples
+--------
+>>> len(all_launch_configs())
+188
+>>> config = flash_forward_config(90)
+>>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
+(128, 64, 8)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from ..gpus import GPU_CLASSES, SHARED_MEMORY_LIMIT
+from . import decode, flash, flash_simple
+from . import softmax_kernels as sk
+
+__all__ = [
+    "DOT_INSTRUCTIONS",
+    "UNIT_HEAD_DIM_STRIDES",
+    "KernelConfig",
+    "alignment_hints",
+    "all_launch_configs",
+    "check_all",
+    "check_config",
+    "compile_for",
+    "decode_launch_configs",
+    "dot_evidence",
+    "dot_instructions",
+    "dot_path",
+    "flash_forward_config",
+    "flash_launch_configs",
+    "flash_simple_launch_configs",
+    "format_dot_evidence",
+    "kernel_signature",
+    "softmax_launch_configs",
+]
+
+UNIT_HEAD_DIM_STRIDES = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
+"""Constants of an attention kernel's compile check: Triton specialises an integer argument equal
+to 1 into a constant at launch, and the head-dim strides of contiguous tensors are 1."""
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One launch configuration of a kernel: what ``triton.compile`` needs to build it.
+
+    Attributes
+    ----------
+    name : str
+        A label for messages, e.g. ``"fused fp16 BLOCK_N=16384"``.
+    kernel : object
+        The ``@triton.jit`` function.
+    signature : dict
+        Argument name to Triton type (``"*fp32"``, ``"i32"``, ``"constexpr"``), in the kernel's
+        argument order (:func:`kernel_signature`).
+    constexprs : dict
+        Values of the ``tl.constexpr`` arguments.
+    num_warps : int
+        Warps per program.
+    num_stages : int
+        Software pipelining depth.
+    capabilities : tuple of int
+        The compute capabilities (keys of :data:`~teachkit.gpus.SHARED_MEMORY_LIMIT`) the kernel
+        launches this configuration on, when it picks configurations by GPU; empty (the
+        default) means all.
+    aligned : bool
+        Compile as a launch with the course's tensors specialises it: every pointer and every
+        ``stride_*`` integer divisible by 16 (torch allocations are aligned, and the strides of
+        contiguous tensors with the supported head dims are multiples of 16). Only with these
+        hints does the compiler vectorise loads and pipeline them through shared memory, so the
+        shared memory it reports is what the launch will ask for.
+    """
+
+    name: str
+    kernel: object
+    signature: dict = field(hash=False)
+    constexprs: dict = field(hash=False)
+    num_warps: int = 4
+    num_stages: int = 3
+    capabilities: tuple[int, ...] = ()
+    aligned: bool = True
+
+
+def kernel_signature(kernel: object, types: dict[str, str], constexprs: dict) -> dict[str, str]:
+    """Argument name to Triton type for every argument of ``kernel``, in its order.
+
+    Parameters
+    ----------
+    kernel : object
+        A ``@triton.jit`` function.
+    types : dict
+        Types of the arguments that are not 32-bit integers: pointers (``"*bf16"``), floats
+        (``"fp32"``), tensor descriptors. Names the kernel does not take are ignored.
+    constexprs : dict
+        The values of the configuration's constants: its ``tl.constexpr`` arguments and the
+        integers a launch specialises to constants (:data:`UNIT_HEAD_DIM_STRIDES`); these are
+        typed ``"constexpr"``.
+
+    Returns
+    -------
+    dict
+        The signature of a :class:`KernelConfig`; every other argument is ``"i32"``.
+    """
+    return {name: "constexpr" if name in constexprs else types.get(name, "i32")
+            for name in kernel.arg_names}
+
+
+def _config(name: str, kernel: object, types: dict[str, str], constexprs: dict,
+            num_warps: int = 4, num_stages: int = 3,
+            capabilities: tuple[int, ...] = ()) -> KernelConfig:
+    """A :class:`KernelConfig` whose signature :func:`kernel_signature` writes."""
+    return KernelConfig(name, kernel, kernel_signature(kernel, types, constexprs), constexprs,
+                        num_warps, num_stages, capabilities)
+
+
+# ---------------------------------------------------------------------------------------------
+# The launch configurations of every kernel family
+# ---------------------------------------------------------------------------------------------
+def softmax_launch_configs() -> list[KernelConfig]:
+    """Every configuration :func:`~teachkit.kernels.softmax` and the named variants can launch.
+
+    float16 tiles are laid out as bfloat16 ones (same shared memory), so bfloat16 stands for
+    both: the fused kernel for rows of 1 to 16384 columns (the tiles
+    :func:`~teachkit.kernels.softmax_kernels.fused_config` picks per power of two), the blog and
+    online kernels, and the split kernels for chunks of 16384 down to 2048 columns.
+    """
+    configs = []
+    for ty in ("fp32", "bf16"):
+        types = {"X": f"*{ty}", "Y": f"*{ty}", "M": "*fp32", "D": "*fp32"}
+        for n in (2**i for i in range(15)):
+            block_m, block_n, warps = sk.fused_config(n)
+            configs.append(_config(f"fused {ty} BLOCK_M={block_m} BLOCK_N={block_n}",
+                                   sk.fused_kernel, types,
+                                   {"BLOCK_M": block_m, "BLOCK_N": block_n}, warps))
+        configs.append(_config(f"blog {ty}", sk.blog_kernel, types, {"BLOCK": 1024}, 4))
+        configs.append(_config(f"online {ty}", sk.online_kernel, types, {"BLOCK": 2048}, 8))
+        for chunk in (sk.SPLIT_CHUNK // 2**i for i in range(4)):  # 16384 .. 2048
+            configs.append(_config(
+                f"split stats {ty} CHUNK={chunk}", sk.split_stats_kernel, types,
+                {"CHUNK": chunk, "BLOCK": 2048, "DEPTH": sk.split_depth(chunk, 2048)}, 8))
+            configs.append(_config(
+                f"split normalize {ty} CHUNK={chunk}", sk.split_normalize_kernel, types,
+                {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
+    return configs
+
+
+def _attention_types(ty: str, scale: str) -> dict[str, str]:
+    """The non-integer arguments of an attention kernel: ``Q, K, V, O`` of type ``ty``, a
+    float32 ``LSE`` and the float ``scale`` argument."""
+    return {**dict.fromkeys(("Q", "K", "V", "O"), f"*{ty}"), "LSE": "*fp32", scale: "fp32"}
+
+
+def flash_launch_configs() -> list[KernelConfig]:
+    """Every configuration :func:`~teachkit.kernels.flash.flash_attention` may launch on a GPU.
+
+    One per (configuration, head dim, element size, causal) of
+    :func:`~teachkit.kernels.flash.flash_config`'s table, each checked only on the capabilities
+    whose class picks it (a T4 never launches the tiles chosen for an H100); float16 and
+    bfloat16 tiles take the same shared memory, so bfloat16 stands for both.
+    """
+    classes: dict[tuple[int, str, bool, flash.FlashConfig], list[int]] = {}
+    for cls, capability in GPU_CLASSES.items():
+        for d in flash.HEAD_DIMS:
+            for ty, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                for causal in (False, True):
+                    cfg = flash.flash_config(d, dtype, capability, causal)
+                    classes.setdefault((d, ty, causal, cfg), []).append(cls)
+    configs = []
+    for (d, ty, causal, cfg), used_by in classes.items():
+        types = _attention_types(ty, "qk_scale")
+        if cfg.tma:
+            rows = {"Q": cfg.block_m, "K": cfg.block_n, "V": cfg.block_n}
+            types.update({n: f"tensordesc<{ty}[1, 1, {r}, {d}]>" for n, r in rows.items()})
+        gpus = "/".join(f"sm_{c}" for c in used_by)
+        configs.append(_config(
+            f"flash {ty} D={d} causal={causal} BLOCK_M={cfg.block_m} BLOCK_N={cfg.block_n} "
+            f"warps={cfg.num_warps} stages={cfg.num_stages}{' TMA' if cfg.tma else ''} "
+            f"(for {gpus}-class GPUs)",
+            flash.flash_fwd_kernel, types,
+            {"CAUSAL": causal, "HEAD_DIM": d, "BLOCK_M": cfg.block_m,
+             "BLOCK_N": cfg.block_n, "PRECISION": "ieee" if ty == "fp32" else "tf32",
+             "DOT_FP32": False, "USE_TMA": cfg.tma, **UNIT_HEAD_DIM_STRIDES},
+            cfg.num_warps, cfg.num_stages,
+            tuple(used_by)))  # a class is checked on its Colab GPU, whose sm is the class
+    return configs
+
+
+def flash_simple_launch_configs() -> list[KernelConfig]:
+    """The GPU launches of :func:`~teachkit.kernels.flash_simple.flash_attention_simple`: its
+    default 64 x 64 tiles, 4 warps, 2 stages, causal, ``D`` of 64 and 128 (bfloat16 stands for
+    both half types)."""
+    return [_config(f"flash_simple bf16 D={d} causal", flash_simple.flash_simple_kernel,
+                    _attention_types("bf16", "scale"),
+                    {"CAUSAL": True, "HEAD_DIM": d, "BLOCK_M": 64, "BLOCK_N": 64,
+                     "PRECISION": "tf32", "DOT_FP32": False, **UNIT_HEAD_DIM_STRIDES}, 4, 2)
+            for d in (64, 128)]
+
+
+def _decode_variants(ty: str, head_dim: int) -> list[tuple[int, int]]:
+    """``(page size, BLOCK_M)`` of the split kernel's checked launches: contiguous for one query
+    row; contiguous for the most rows (in float32 for ``D >= 128`` only); in 16-bit with ``D``
+    of 64 and 128 also pages smaller than a key block (one table entry per key) and pages of
+    whole key blocks (one entry per block). Fewer in float32 and for the paged variants, to
+    keep the check short: the tiles are the same."""
+    rows = decode.max_rows(head_dim, torch.float32 if ty == "fp32" else torch.bfloat16)
+    variants = [(0, 16)]
+    if ty == "bf16" or head_dim >= 128:
+        variants.append((0, rows))
+    if ty == "bf16" and head_dim in (64, 128):
+        variants += [(16, 16), (128, rows)]
+    return variants
+
+
+def decode_launch_configs() -> list[KernelConfig]:
+    """Every configuration :func:`~teachkit.kernels.decode.decode_attention` may launch on a GPU.
+
+    The split kernel per (GPU class, head dim, element size) in the variants of
+    :func:`_decode_variants`; the merge kernel for 2 and
+    :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
+    strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
+    """
+    configs = []
+    for ty, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        split_types = {**dict.fromkeys(("Q", "K", "V", "O"), f"*{ty}"), "SEQLENS": "*i32",
+                       "TABLE": "*i32", "LSE": "*fp32", "qk_scale": "fp32"}
+        for d in decode.HEAD_DIMS:
+            for cls, capability in GPU_CLASSES.items():
+                cfg = decode.decode_config(d, dtype, capability)
+                for page_size, block_m in _decode_variants(ty, d):
+                    configs.append(_config(
+                        f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
+                        f"page={page_size or 'none'} warps={cfg.num_warps} "
+                        f"stages={cfg.num_stages} (for sm_{cls}-class GPUs)",
+                        decode.decode_split_kernel, split_types,
+                        {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
+                         "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
+                         "PRECISION": "ieee" if ty == "fp32" else "tf32", "DOT_FP32": False,
+                         **UNIT_HEAD_DIM_STRIDES},
+                        cfg.num_warps, cfg.num_stages, (cls,)))
+        merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
+        for d in (64, 128, 256):
+            for splits in (2, decode.MAX_SPLITS):
+                configs.append(_config(
+                    f"decode merge {ty} D={d} SPLITS={splits}", decode.decode_merge_kernel,
+                    merge_types,
+                    {"HEAD_DIM": d, "SPLITS": splits, "stride_pd": 1, "stride_od": 1}, 4, 1))
+    return configs
+
+
+def all_launch_configs() -> list[KernelConfig]:
+    """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
+    return (softmax_launch_configs() + flash_launch_configs() + flash_simple_launch_configs()
+            + decode_launch_configs())
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling for a GPU that is not here
+# ---------------------------------------------------------------------------------------------
+def alignment_hints(config: KernelConfig) -> dict:
+    """``triton.compile`` attributes marking the arguments a launch finds divisible by 16."""
+    if not config.aligned:
+        return {}
+    names = config.kernel.arg_names
+    return {(names.index(name),): [["tt.divisibility", 16]]
+            for name, ty in config.signature.items()
+            if ty.startswith("*") or (ty == "i32" and name.startswith("stride_"))}
+
+
+def _compile(config: KernelConfig, capability: int) -> object:
+    """``triton.compile`` of ``config`` for ``sm_<capability>``: the compiled kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(config.kernel, signature=config.signature, constexprs=config.constexprs,
+                    attrs=alignment_hints(config))
+    return triton.compile(
+        src,
+        target=GPUTarget("cuda", capability, 32),
+        options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+    )
+
+
+def compile_for(config: KernelConfig, capability: int) -> int:
+    """Compile ``config`` for ``sm_<capability>`` and return its shared memory in bytes."""
+    return int(_compile(config, capability).metadata.shared)
+
+
+def check_config(config: KernelConfig, capability: int) -> str | None:
+    """Compile one configuration for one capability; return a problem line, or ``None``."""
+    try:
+        shared = compile_for(config, capability)
+    except Exception as err:  # noqa: BLE001 - report every failure, not just the first
+        return f"sm_{capability} {config.name}: does not compile: {err}"
+    if shared > SHARED_MEMORY_LIMIT[capability]:
+        return (f"sm_{capability} {config.name}: {shared} bytes of shared memory, more than "
+                f"the {SHARED_MEMORY_LIMIT[capability]} a block may use")
+    return None
+
+
+def _default_sigterm() -> None:
+    """Initializer of the compile workers: SIGTERM ends a worker at once (a forked worker would
+    otherwise inherit the handler :func:`_worker_pool` gives its parent)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _worker_pool(workers: int | None) -> Iterator[object]:
+    """A ``multiprocessing`` pool of compile workers that never outlive the check.
+
+    Leaving the block, normally or by an exception, terminates the workers. A SIGTERM to this
+    process (from the main thread) raises ``SystemExit(143)`` where it is waiting, so the
+    workers are terminated before it exits: a stopped check leaves no compile running.
+    """
+    import multiprocessing
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    handles = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if handles else None
+    pool = multiprocessing.Pool(workers, initializer=_default_sigterm)
+    try:
+        yield pool
+    finally:
+        if handles:  # a second SIGTERM must not interrupt the clean-up
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        pool.terminate()
+        pool.join()
+        if handles:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _parallel_map(fn: Callable, jobs: list, workers: int | None) -> list:
+    """``[fn(job) for job in jobs]`` computed by :func:`_worker_pool`'s processes."""
+    with _worker_pool(workers) as pool:
+        return pool.map(fn, jobs, chunksize=1)
+
+
+def _check_index(job: tuple[int, int]) -> str | None:
+    return check_config(all_launch_configs()[job[0]], job[1])
+
+
+def check_all(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT),
+              workers: int | None = None) -> list[str]:
+    """Compile every configuration for every capability in parallel; return the problems.
+
+    Must run with ``TRITON_INTERPRET=0`` (the compiler needs real ``@triton.jit`` functions);
+    ``python -m teachkit.kernels`` arranges that. A SIGTERM stops the worker processes too.
+    """
+    jobs = [(i, cap) for i, config in enumerate(all_launch_configs()) for cap in capabilities
+            if not config.capabilities or cap in config.capabilities]
+    return [p for p in _parallel_map(_check_index, jobs, workers) if p]
+
+
+# ---------------------------------------------------------------------------------------------
+# Which instructions multiply the tiles: evidence from the compiler's PTX
+# ---------------------------------------------------------------------------------------------
+DOT_INSTRUCTIONS = {
+    "mma.sync": r"\bmma\.sync\.",
+    "wgmma.mma_async": r"\bwgmma\.mma_async\.",
+    "fma.rn.f32": r"\bfma\.rn\.f32\b",
+}
+"""PTX instructions counted by :func:`dot_instructions`, name to pattern: ``mma.sync`` is a warp's
+tensor-core product (sm_75 to sm_89, and sm_90 without wgmma), ``wgmma.mma_async`` a
+warpgroup's (Hopper), ``fma.rn.f32`` one thread's scalar fused multiply-add (the FMA path; a
+kernel uses a few for its softmax, a ``tl.dot`` on this path thousands)."""
+
+
+def dot_instructions(config: KernelConfig, capability: int) -> dict[str, int]:
+    """Compile ``config`` for ``sm_<capability>`` and count its matrix instructions in the PTX.
+
+    Needs no GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels --dot-evidence``
+    arranges that). A kernel whose ``tl.dot`` runs on the tensor cores shows ``mma.sync`` or
+    ``wgmma.mma_async`` instructions; one whose products run on the FMA units shows none and
+    thousands of ``fma.rn.f32`` (every multiply-add of the tile, unrolled per thread).
+
+    Returns
+    -------
+    dict
+        :data:`DOT_INSTRUCTIONS`' names to their counts in the PTX.
+    """
+    ptx = _compile(config, capability).asm["ptx"]
+    return {name: len(re.findall(pattern, ptx)) for name, pattern in DOT_INSTRUCTIONS.items()}
+
+
+def dot_path(counts: dict[str, int]) -> str:
+    """The unit :func:`dot_instructions`' counts say ``tl.dot`` runs on: ``"wgmma"``,
+    ``"mma"`` (tensor cores) or ``"fma"`` (FMA units), the words of
+    :attr:`teachkit.gpus.ColabGpu.triton_dot`.
+
+    Examples
+    --------
+    >>> dot_path({"mma.sync": 0, "wgmma.mma_async": 16, "fma.rn.f32": 36})
+    'wgmma'
+    >>> dot_path({"mma.sync": 0, "wgmma.mma_async": 0, "fma.rn.f32": 16480})
+    'fma'
+    """
+    if counts["wgmma.mma_async"]:
+        return "wgmma"
+    return "mma" if counts["mma.sync"] else "fma"
+
+
+def flash_forward_config(capability: int, head_dim: int = 64, dtype: str = "fp16",
+                         causal: bool = False) -> KernelConfig:
+    """The FlashAttention forward configuration a GPU of ``sm_<capability>`` launches.
+
+    Taken from :func:`flash_launch_configs` (the table
+    :func:`~teachkit.kernels.flash.flash_attention` picks from, by head dim, element size, mask
+    and GPU class), with its pointers typed ``dtype``: the compile check's configurations are
+    typed bfloat16, which stands for float16 there (same tiles, same shared memory) but not
+    here, since a T4 has no bfloat16 tensor cores. The defaults are notebook 08's benchmark:
+    ``D = 64``, float16, no mask.
+
+    Parameters
+    ----------
+    capability : int
+        ``75``, ``80``, ``89`` or ``90`` (a key of :data:`~teachkit.gpus.SHARED_MEMORY_LIMIT`).
+    head_dim : int
+        One of :data:`teachkit.kernels.flash.HEAD_DIMS`.
+    dtype : str
+        ``"fp16"``, ``"bf16"`` or ``"fp32"``.
+    causal : bool
+        The causal configuration (its pipeline depth may differ).
+    """
+    if capability not in SHARED_MEMORY_LIMIT:
+        raise ValueError(f"capability must be one of {tuple(SHARED_MEMORY_LIMIT)}, got "
+                         f"{capability!r}")
+    if dtype not in ("fp16", "bf16", "fp32"):
+        raise ValueError(f"dtype must be 'fp16', 'bf16' or 'fp32', got {dtype!r}")
+    stored = "fp32" if dtype == "fp32" else "bf16"
+    for config in flash_launch_configs():
+        c = config.constexprs
+        if (capability in config.capabilities and c["HEAD_DIM"] == head_dim
+                and c["CAUSAL"] == causal and stored in config.signature["Q"]):
+            signature = {name: ty.replace(stored, dtype) for name, ty in config.signature.items()}
+            name = config.name.replace(stored, dtype, 1)
+            return replace(config, name=name, signature=signature)
+    raise ValueError(f"no flash configuration for sm_{capability}, head dim {head_dim}, "
+                     f"{dtype}, causal={causal}; head dims: {flash.HEAD_DIMS}")
+
+
+def _dot_evidence_one(job: tuple[int, int, str, bool]) -> dict[str, int]:
+    capability, head_dim, dtype, causal = job
+    return dot_instructions(flash_forward_config(capability, head_dim, dtype, causal), capability)
+
+
+def dot_evidence(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT), head_dim: int = 64,
+                 dtype: str = "fp16", causal: bool = False,
+                 workers: int | None = None) -> dict[int, dict[str, int]]:
+    """:func:`dot_instructions` of :func:`flash_forward_config` for each capability, compiled
+    in parallel processes: which unit the flash kernel's ``tl.dot`` runs on, per GPU.
+
+    Must run with ``TRITON_INTERPRET=0``, as :func:`check_all`.
+    """
+    jobs = [(cap, head_dim, dtype, causal) for cap in capabilities]
+    return dict(zip(capabilities, _parallel_map(_dot_evidence_one, jobs, workers), strict=True))
+
+
+def format_dot_evidence(evidence: dict[int, dict[str, int]], head_dim: int = 64,
+                        dtype: str = "fp16", causal: bool = False) -> str:
+    """A table of :func:`dot_evidence`: one row per capability, its tiles, the counts and the
+    unit they point to.
+
+    Examples
+    --------
+    >>> counts = {"mma.sync": 128, "wgmma.mma_async": 0, "fma.rn.f32": 36}
+    >>> print(format_dot_evidence({80: counts}))  # doctest: +ELLIPSIS
+    flash forward, D=64 fp16, causal=False, Triton ...
+    arch   tiles (M x N, warps, stages)  mma.sync  wgmma.mma_async  fma.rn.f32  tl.dot runs on
+    sm_80  128 x 64, 8 warps, 3 stages        128                0          36  tensor cores (mma)
+    """
+    import triton
+
+    words = {"fma": "FMA units (no tensor cores)", "mma": "tensor cores (mma)",
+             "wgmma": "tensor cores (wgmma)"}
+    head = ["arch", "tiles (M x N, warps, stages)", *DOT_INSTRUCTIONS, "tl.dot runs on"]
+    rows = []
+    for cap, counts in evidence.items():
+        cfg = flash_forward_config(cap, head_dim, dtype, causal)
+        c = cfg.constexprs
+        tiles = (f"{c['BLOCK_M']} x {c['BLOCK_N']}, {cfg.num_warps} warps, "
+                 f"{cfg.num_stages} stages{', TMA' if c['USE_TMA'] else ''}")
+        rows.append([f"sm_{cap}", tiles, *(str(counts[n]) for n in DOT_INSTRUCTIONS),
+                     words[dot_path(counts)]])
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    numeric = range(2, 2 + len(DOT_INSTRUCTIONS))
+    lines = [f"flash forward, D={head_dim} {dtype}, causal={causal}, Triton {triton.__version__}"]
+    for r in [head, *rows]:
+        cells = [cell.rjust(w) if i in numeric and r is not head else cell.ljust(w)
+                 for i, (cell, w) in enumerate(zip(r, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

@@ -36,6 +36,7 @@ from .core import (
     matmul_dtype,
     matmul_tflops,
     progress_bar,
+    run_problem,
     start,
     time_ms,
 )
@@ -162,16 +163,12 @@ def bench_attention(
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), show_progress) as bar:
         for L, D, c in problems:
-            done = bar.n
             B = batch_for(L, tokens)
-            label = f"{problem_name(D, L, c)} {dtype}"
-            if fits_or_skip(attention_bytes(B, heads, L, D, dtype), label):
-                with skip_if_out_of_memory(label):
-                    q, k, v = _random_qkv(B, heads, L, D, dtype)
-                    _attention_problem(table, names, q, k, v, c, dtype, math_max_length,
-                                       results, bar, graph)
-                    del q, k, v
-            bar.update(done + len(names) - bar.n)
+            run_problem(bar, len(names), f"{problem_name(D, L, c)} {dtype}",
+                        attention_bytes(B, heads, L, D, dtype),
+                        lambda B=B, L=L, D=D, c=c: _attention_problem(
+                            table, names, *_random_qkv(B, heads, L, D, dtype), c, dtype,
+                            math_max_length, results, bar, graph))
         bar.set_description("done")
     return results
 
@@ -252,15 +249,13 @@ def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
     B = batch_for(length, tokens)
     with progress_bar(len(head_dims) * len(causal) * len(table), show_progress) as bar:
         for D in head_dims:
-            done = bar.n
-            label = f"D={D} L={length} {dtype}"
-            if fits_or_skip(attention_bytes(B, heads, length, D, dtype), label):
-                with skip_if_out_of_memory(label):
-                    q, k, v = _random_qkv(B, heads, length, D, dtype)
-                    for c in causal:
-                        _steps_problem(table, q, k, v, c, dtype, results, bar, graph)
-                    del q, k, v
-            bar.update(done + len(causal) * len(table) - bar.n)
+            def run(D: int = D) -> None:
+                q, k, v = _random_qkv(B, heads, length, D, dtype)
+                for c in causal:
+                    _steps_problem(table, q, k, v, c, dtype, results, bar, graph)
+
+            run_problem(bar, len(causal) * len(table), f"D={D} L={length} {dtype}",
+                        attention_bytes(B, heads, length, D, dtype), run)
         bar.set_description("done")
     return results
 

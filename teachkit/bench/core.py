@@ -28,17 +28,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..device import DEVICE, ON_GPU, compute_capability, device_name, memory_budget
+from ..device import (
+    DEVICE,
+    ON_GPU,
+    compute_capability,
+    device_name,
+    fits_or_skip,
+    memory_budget,
+    skip_if_out_of_memory,
+)
 from ..progress import each_job, progress_bar
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
-
-T = TypeVar("T")
 
 __all__ = [
     "DTYPES",
@@ -53,6 +59,7 @@ __all__ = [
     "matmul_tflops",
     "progress_bar",
     "each_job",
+    "run_problem",
     "format_table",
     "device_slug",
     "records_dir",
@@ -229,12 +236,27 @@ def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> flo
     size = torch.tensor([], dtype=dtype).element_size()
     if not n:
         n = 8192 if ON_GPU else 1024
-        while ON_GPU and n > 1024 and 3 * n * n * size > (memory_budget() - TIMING_BYTES) / 4:
+        room = (memory_budget() - TIMING_BYTES) / 4 if ON_GPU else 0
+        while ON_GPU and n > 1024 and 3 * n * n * size > room:
             n //= 2
     a = torch.randn(n, n, device=DEVICE, dtype=dtype)
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
     ms = time_ms(lambda: a @ b, graph=False)  # seconds of work: no overhead to hide
     return 2 * n**3 / ms / 1e9
+
+
+def run_problem(bar: object, jobs: int, label: str, nbytes: int, run: Callable[[], None]) -> None:
+    """Run one problem of a benchmark loop: ``run()``, unless its ``nbytes`` do not fit in the
+    GPU's free memory (:func:`teachkit.device.fits_or_skip`) or it runs out of memory
+    (:func:`teachkit.device.skip_if_out_of_memory`), each skipped with a printed note naming
+    ``label``. ``bar`` (:func:`progress_bar`) counts the problem's ``jobs`` either way, however
+    many of them ``run`` counted itself.
+    """
+    done = bar.n
+    if fits_or_skip(nbytes, label):
+        with skip_if_out_of_memory(label):
+            run()
+    bar.update(done + jobs - bar.n)
 
 
 def format_table(results: list[Measurement], ceiling: float | None = None,

@@ -44,6 +44,7 @@ from .core import (
     finish,
     format_table,
     progress_bar,
+    run_problem,
     start,
     time_ms,
 )
@@ -210,14 +211,12 @@ def bench_decode(
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), progress) as bar:
         for batch, length in problems:
-            done = bar.n
             label = f"{decode_problem(batch, length)} {dtype}"
             bar.set_description(label)
-            if fits_or_skip(decode_bytes(batch, length, dtype, **shape), label):
-                with skip_if_out_of_memory(label):
-                    _bench_problem(batch, length, dtype, shape, page_size, names, num_splits,
-                                   config, results, bar, graph)
-            bar.update(done + len(names) - bar.n)
+            run_problem(bar, len(names), label, decode_bytes(batch, length, dtype, **shape),
+                        lambda batch=batch, length=length: _bench_problem(
+                            batch, length, dtype, shape, page_size, names, num_splits, config,
+                            results, bar, graph))
             if ON_GPU:
                 torch.cuda.empty_cache()
         bar.set_description("done")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from ..device import DEVICE, ON_GPU, device_name, fits_or_skip, skip_if_out_of_memory
+from ..device import DEVICE, ON_GPU, device_name, skip_if_out_of_memory
 from . import core
 from .core import (
     DTYPES,
@@ -101,18 +101,16 @@ def bench_softmax(
     results: list[Measurement] = []
     with core.progress_bar(len(problems) * len(names), progress) as bar:
         for (rows, cols), dt in problems:
-            done = bar.n
             label = f"{rows}x{cols} {dt}"
-            if fits_or_skip(softmax_bytes(rows, cols, dt), label):
-                with skip_if_out_of_memory(label):
-                    x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
-                    for name in core.each_job(bar, names, lambda n, label=label: f"{label} {n}"):
-                        if not (name == "fused" and cols > FUSED_MAX_COLS):
-                            with skip_if_out_of_memory(f"{label} {name}"):
-                                results.append(_time_provider(name, table[name], x, dt,
-                                                              graph))
-                    del x
-            bar.update(done + len(names) - bar.n)
+
+            def run(rows: int = rows, cols: int = cols, dt: str = dt, label: str = label) -> None:
+                x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
+                for name in core.each_job(bar, names, lambda n: f"{label} {n}"):
+                    if not (name == "fused" and cols > FUSED_MAX_COLS):
+                        with skip_if_out_of_memory(f"{label} {name}"):
+                            results.append(_time_provider(name, table[name], x, dt, graph))
+
+            core.run_problem(bar, len(names), label, softmax_bytes(rows, cols, dt), run)
         bar.set_description("done")
     return results
 

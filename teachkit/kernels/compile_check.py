@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..gpus import GPU_CLASSES, SHARED_MEMORY_LIMIT
-from . import decode, flash, flash_simple
+from . import decode, flash, flash_backward, flash_simple
 from . import softmax_kernels as sk
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "dot_evidence",
     "dot_instructions",
     "dot_path",
+    "flash_backward_launch_configs",
     "flash_forward_config",
     "flash_launch_configs",
     "flash_simple_launch_configs",
@@ -228,6 +229,45 @@ def flash_simple_launch_configs() -> list[KernelConfig]:
             for d in (64, 128)]
 
 
+def flash_backward_launch_configs() -> list[KernelConfig]:
+    """Every configuration of :func:`~teachkit.kernels.flash_backward.flash_backward` on a GPU.
+
+    The dK/dV and dQ kernels per (tiles, head dim, element size) of
+    :func:`~teachkit.kernels.flash_backward.backward_config`, causal (the causal kernels hold
+    the unmasked loop too, so they are the larger), each checked on the capabilities whose
+    class picks the tiles; and the delta kernel. bfloat16 stands for both half types.
+    """
+    classes: dict[tuple[int, str, flash_backward.BackwardConfig], list[int]] = {}
+    for cls, capability in GPU_CLASSES.items():
+        for d in (64, 128, 256):  # head dims 16 and 32 take the tiles of 64
+            for ty, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                cfg = flash_backward.backward_config(d, dtype, capability)
+                classes.setdefault((d, ty, cfg), []).append(cls)
+    configs = []
+    for (d, ty, cfg), used_by in classes.items():
+        types = {**dict.fromkeys(("Q", "K", "V", "DO", "DQ", "DK", "DV"), f"*{ty}"),
+                 "LSE": "*fp32", "DELTA": "*fp32", "scale": "fp32"}
+        gpus = "/".join(f"sm_{c}" for c in used_by)
+        common = {"CAUSAL": True, "HEAD_DIM": d, "PRECISION": "ieee" if ty == "fp32" else "tf32",
+                  "DOT_FP32": False}
+        for kernel, block_m, block_n in (
+                (flash_backward.flash_bwd_dkdv_kernel, cfg.kv_block_m, cfg.kv_block_n),
+                (flash_backward.flash_bwd_dq_kernel, cfg.q_block_m, cfg.q_block_n)):
+            configs.append(_config(
+                f"flash backward {kernel.__name__[10:-7]} {ty} D={d} BLOCK_M={block_m} "
+                f"BLOCK_N={block_n} warps={cfg.num_warps} stages={cfg.num_stages} "
+                f"(for {gpus}-class GPUs)",
+                kernel, types, {**common, "BLOCK_M": block_m, "BLOCK_N": block_n},
+                cfg.num_warps, cfg.num_stages, tuple(used_by)))
+    for ty in ("bf16", "fp32"):
+        configs.append(_config(
+            f"flash backward delta {ty} D=256", flash_backward.flash_bwd_delta_kernel,
+            {"O": f"*{ty}", "DO": f"*{ty}", "DLSE": "*fp32", "DELTA": "*fp32"},
+            {"HAS_DLSE": True, "HEAD_DIM": 256, "BLOCK_M": 32, "stride_od": 1,
+             "stride_dod": 1}))
+    return configs
+
+
 def _decode_variants(ty: str, head_dim: int) -> list[tuple[int, int]]:
     """``(page size, BLOCK_M)`` of the split kernel's checked launches: contiguous for one query
     row; contiguous for the most rows (in float32 for ``D >= 128`` only); in 16-bit with ``D``
@@ -282,7 +322,7 @@ def decode_launch_configs() -> list[KernelConfig]:
 def all_launch_configs() -> list[KernelConfig]:
     """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
     return (softmax_launch_configs() + flash_launch_configs() + flash_simple_launch_configs()
-            + decode_launch_configs())
+            + flash_backward_launch_configs() + decode_launch_configs())
 
 
 # ---------------------------------------------------------------------------------------------

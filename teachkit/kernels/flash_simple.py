@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRETED
-from .flash import _validate
+from .flash import check_inputs
 
 __all__ = ["flash_attention_simple", "flash_simple_kernel"]
 
@@ -116,7 +116,10 @@ def flash_attention_simple(
     >>> teachkit.relative_error(out, ref) < 1e-2
     True
     """
-    _validate(q, k, v)
+    check_inputs(q, k, v)
+    if k.shape[1] != q.shape[1]:
+        raise ValueError(f"flash_attention_simple needs k and v with the {q.shape[1]} heads of "
+                         "q; teachkit.kernels.flash_attention takes grouped-query attention")
     B, H, L, D = q.shape
     S = k.shape[2]
     if S == 0:

@@ -1,6 +1,7 @@
 r"""Exercises of notebook 03, the online softmax: the online step, the merge, the warp butterfly.
 
-Each exercise has a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_<name>`` in
+:mod:`teachkit.exercises.solutions.ex03`:
 
 * :func:`check_online_step` -- one step of the running update
   :math:`m_j = \max(m_{j-1}, x_j)`, :math:`d_j = d_{j-1} e^{m_{j-1}-m_j} + e^{x_j - m_j}`;
@@ -19,16 +20,20 @@ from collections.abc import Callable
 import torch
 
 from ..compare import relative_error
-from ..softmax import exp_shift, merge_stats, softmax_stats
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from ..softmax import exp_shift, softmax_stats
+from .checking import (
+    ExerciseFailed,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    matching_mistake,
+)
 
 __all__ = [
     "check_online_step",
-    "solution_online_step",
     "check_merge",
-    "solution_merge",
     "check_warp_allreduce",
-    "solution_warp_allreduce",
 ]
 
 Stats = tuple[torch.Tensor, torch.Tensor]
@@ -61,14 +66,6 @@ def _nan_check(d: torch.Tensor, ref_d: torch.Tensor, case: str, advice: str) -> 
     )
 
 
-def _known_mistake(d: torch.Tensor, mistakes: dict[str, torch.Tensor]) -> str | None:
-    """The explanation of the first known wrong answer that ``d`` reproduces, if any."""
-    for explanation, wrong in mistakes.items():
-        if wrong.shape == d.shape and relative_error(d, wrong) <= 1e-4:
-            return explanation
-    return None
-
-
 def _check_stats(
     got: Stats,
     ref: Stats,
@@ -97,7 +94,7 @@ def _check_stats(
         "(new) maximum before exp, so every exponent is at most 0.",
     )
     if relative_error(d, ref_d) > rtol:
-        explanation = _known_mistake(d, mistakes or {})
+        explanation = matching_mistake(d, mistakes or {}, rtol=1e-4)
         if explanation:
             raise ExerciseFailed(f"On {case}: {explanation}")
     expect_close(m, ref_m, f"{case} (the maximum m)", rtol=rtol, advice=advice_m)
@@ -107,32 +104,6 @@ def _check_stats(
 # --------------------------------------------------------------------------------------------
 # Exercise 1: the online step
 # --------------------------------------------------------------------------------------------
-
-
-def solution_online_step(m: torch.Tensor, d: torch.Tensor, x: torch.Tensor) -> Stats:
-    r"""One step of the online softmax: fold the new elements ``x`` into the running ``(m, d)``.
-
-    .. math::  m' = \max(m, x), \qquad d' = d\, e^{m - m'} + e^{x - m'}.
-
-    Vectorised: ``m``, ``d`` and ``x`` hold one entry per row. While a row has seen only
-    ``-inf`` (a masked prefix), ``m = m' = -inf`` and ``m - m'`` is NaN;
-    :func:`~teachkit.softmax.exp_shift` makes that factor 0, so ``d`` stays 0 instead of NaN.
-
-    Parameters
-    ----------
-    m, d : torch.Tensor
-        The running maximum and denominator of each row (start from ``-inf`` and ``0``).
-    x : torch.Tensor
-        The next element of each row.
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        The updated ``(m, d)``.
-    """
-    m_new = torch.maximum(m, x)
-    d_new = d * exp_shift(m, m_new) + exp_shift(x, m_new)
-    return m_new, d_new
 
 
 def _step_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, torch.dtype, float]]:
@@ -226,31 +197,6 @@ def check_online_step(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], S
 # --------------------------------------------------------------------------------------------
 # Exercise 2: the merge of two partial statistics
 # --------------------------------------------------------------------------------------------
-
-
-def solution_merge(
-    m_a: torch.Tensor, d_a: torch.Tensor, m_b: torch.Tensor, d_b: torch.Tensor
-) -> Stats:
-    r"""Merge the statistics of two parts of a row into those of the whole row.
-
-    .. math::  m = \max(m_a, m_b), \qquad d = d_a e^{m_a - m} + d_b e^{m_b - m}.
-
-    Each ``d`` is measured against its own part's maximum, so both are brought to the common
-    maximum ``m`` before they are added. A part with no mass, ``(-inf, 0)``, must add nothing:
-    :func:`~teachkit.softmax.exp_shift` gives 0 where ``m = -inf`` instead of NaN.
-
-    Parameters
-    ----------
-    m_a, d_a, m_b, d_b : torch.Tensor
-        The statistics of the two parts (shapes that broadcast).
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        ``(m, d)`` of the two parts together.
-    """
-    m = torch.maximum(m_a, m_b)
-    return m, d_a * exp_shift(m_a, m) + d_b * exp_shift(m_b, m)
 
 
 MERGE_ADVICE = (
@@ -385,33 +331,6 @@ def check_merge(fn: Callable[..., Stats]) -> None:
 # --------------------------------------------------------------------------------------------
 # Exercise 3: a warp's butterfly all-reduce
 # --------------------------------------------------------------------------------------------
-
-
-def solution_warp_allreduce(m: torch.Tensor, d: torch.Tensor) -> Stats:
-    """Reduce the lanes of a warp by butterfly shuffles, so that every lane ends with the total.
-
-    The last axis holds the lanes (a power of two, 32 on NVIDIA GPUs). At each offset
-    ``lanes/2, ..., 2, 1``, every lane merges its pair with the one of lane ``lane ^ offset``
-    (``__shfl_xor_sync`` on a GPU). After ``log2(lanes)`` steps each lane has merged with every
-    other lane exactly once, so all lanes hold the warp's ``(m, d)``.
-
-    Parameters
-    ----------
-    m, d : torch.Tensor
-        ``(..., lanes)``: each lane's statistics.
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        ``(..., lanes)``: the warp's statistics, in every lane.
-    """
-    lanes = torch.arange(m.shape[-1], device=m.device)
-    offset = m.shape[-1] // 2
-    while offset:
-        partner = lanes ^ offset
-        m, d = merge_stats(m, d, m[..., partner], d[..., partner])
-        offset //= 2
-    return m, d
 
 
 def _lane_stats(x: torch.Tensor, lanes: int) -> Stats:

@@ -21,7 +21,7 @@ import torch
 from ..compare import describe_mismatch, relative_error
 
 __all__ = ["ExerciseFailed", "exercise", "expect_close", "expect", "fresh_generator",
-           "call_learner", "random_int", "random_normal", "matching_mistake"]
+           "call_learner", "random_int", "random_normal", "matching_mistake", "expect_stats_pair"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -162,3 +162,17 @@ def matching_mistake(got: object, mistakes: Mapping[str, torch.Tensor],
         if wrong.shape == got.shape and relative_error(got, wrong) <= rtol:
             return explanation
     return None
+
+
+def expect_stats_pair(out: object, case: str,
+                      what: str = "your function") -> tuple[torch.Tensor, torch.Tensor]:
+    """Check that ``out``, what ``what`` returned on ``case``, is a pair of tensors ``(m, d)``;
+    return it."""
+    expect(isinstance(out, tuple | list) and len(out) == 2,
+           f"On {case}: {what} should return a pair (m, d), got {type(out).__name__}.")
+    m, d = out
+    for name, t in (("m", m), ("d", d)):
+        expect(isinstance(t, torch.Tensor),
+               f"On {case}: {what} returned {name} of type {type(t).__name__}; return torch "
+               "tensors.")
+    return m, d

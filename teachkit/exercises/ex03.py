@@ -26,6 +26,7 @@ from .checking import (
     exercise,
     expect,
     expect_close,
+    expect_stats_pair,
     fresh_generator,
     matching_mistake,
 )
@@ -38,22 +39,6 @@ __all__ = [
 
 Stats = tuple[torch.Tensor, torch.Tensor]
 NEG_INF = float("-inf")
-
-
-def _as_pair(out: object, what: str, case: str) -> Stats:
-    """Check that a learner's function returned a pair of tensors; return it."""
-    if not (isinstance(out, tuple | list) and len(out) == 2):
-        raise ExerciseFailed(
-            f"On {case}: {what} should return a pair (m, d), got {type(out).__name__}."
-        )
-    m, d = out
-    for name, t in (("m", m), ("d", d)):
-        if not isinstance(t, torch.Tensor):
-            raise ExerciseFailed(
-                f"On {case}: {what} returned {name} of type {type(t).__name__}; "
-                "return torch tensors."
-            )
-    return m, d
 
 
 def _nan_check(d: torch.Tensor, ref_d: torch.Tensor, case: str, advice: str) -> None:
@@ -173,7 +158,7 @@ def check_online_step(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], S
         m = torch.full(rows.shape[:-1], NEG_INF, dtype=state_dtype)
         d = torch.zeros(rows.shape[:-1], dtype=state_dtype)
         for j in range(rows.shape[-1]):
-            m, d = _as_pair(fn(m, d, rows[..., j]), "online_step", case)
+            m, d = expect_stats_pair(fn(m, d, rows[..., j]), case, "online_step")
             expect(
                 m.shape == rows.shape[:-1] and d.shape == rows.shape[:-1],
                 f"On {case}: after step {j + 1}, (m, d) have shapes {tuple(m.shape)} and "
@@ -225,7 +210,7 @@ def _random_tree(
     while len(items) > 1:
         i = int(torch.randint(len(items) - 1, (1,), generator=g))
         a, b = items[i], items[i + 1]
-        items[i : i + 2] = [_as_pair(merge(a[0], a[1], b[0], b[1]), "merge", case)]
+        items[i : i + 2] = [expect_stats_pair(merge(a[0], a[1], b[0], b[1]), case, "merge")]
     return items[0]
 
 
@@ -269,7 +254,7 @@ def check_merge(fn: Callable[..., Stats]) -> None:
         sb = tuple(t.to(dtype) for t in softmax_stats(xb))
         ref = softmax_stats(torch.cat([xa, xb], dim=-1))
         advice = MASK_ADVICE if "-inf" in case else MERGE_ADVICE
-        got = _as_pair(fn(*sa, *sb), "merge", case)
+        got = expect_stats_pair(fn(*sa, *sb), case, "merge")
         m_ab = torch.maximum(sa[0], sb[0])
         mistakes = {
             "your d matches d_a + d_b. The two sums are measured against different maxima "
@@ -283,7 +268,7 @@ def check_merge(fn: Callable[..., Stats]) -> None:
                      "factor is exp(m_part - m) <= 1."] = (
                 sa[1] * torch.exp(m_ab - sa[0]) + sb[1] * torch.exp(m_ab - sb[0]))
         _check_stats(got, ref, case, rtol, advice, mistakes=mistakes)
-        swapped = _as_pair(fn(*sb, *sa), "merge", case + ", parts swapped")
+        swapped = expect_stats_pair(fn(*sb, *sa), case + ", parts swapped", "merge")
         for name, u, v in (("m", got[0], swapped[0]), ("d", got[1], swapped[1])):
             expect(
                 relative_error(u, v) <= 1e-6,
@@ -302,7 +287,7 @@ def check_merge(fn: Callable[..., Stats]) -> None:
     case = f"3 rows of {n} values, the first 5 masked, cut into pieces of sizes {sizes}"
     acc = parts[0]
     for p in parts[1:]:
-        acc = _as_pair(fn(*acc, *p), "merge", case)
+        acc = expect_stats_pair(fn(*acc, *p), case, "merge")
     _check_stats(acc, ref, case + ", merged left to right", 1e-5, MERGE_ADVICE,
                  advice_nan=MASK_ADVICE)
     for k in range(3):
@@ -317,9 +302,10 @@ def check_merge(fn: Callable[..., Stats]) -> None:
         ("merge((m, d), (-inf, 0))", (m, d, empty_m, empty_d)),
         ("merge((-inf, 0), (m, d))", (empty_m, empty_d, m, d)),
     ):
-        got = _as_pair(fn(*args), "merge", case)
+        got = expect_stats_pair(fn(*args), case, "merge")
         _check_stats(got, (m.double(), d.double()), f"{case}: the identity", 1e-6, MASK_ADVICE)
-    got_m, got_d = _as_pair(fn(empty_m, empty_d, empty_m, empty_d), "merge", "two empty parts")
+    got_m, got_d = expect_stats_pair(fn(empty_m, empty_d, empty_m, empty_d), "two empty parts",
+                                     "merge")
     _nan_check(got_d, empty_d, "merge((-inf, 0), (-inf, 0))", MASK_ADVICE)
     expect(
         bool((got_m == NEG_INF).all()) and bool((got_d == 0).all()),
@@ -375,7 +361,7 @@ def check_warp_allreduce(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> N
         m, d = _lane_stats(x.double(), lanes)
         ref_m, ref_d = softmax_stats(x.double())
         ref = (ref_m.unsqueeze(-1).expand(m.shape), ref_d.unsqueeze(-1).expand(d.shape))
-        got = _as_pair(fn(m.clone(), d.clone()), "warp_allreduce", case)
+        got = expect_stats_pair(fn(m.clone(), d.clone()), case, "warp_allreduce")
         expect(
             got[0].shape == m.shape and got[1].shape == d.shape,
             f"On {case}: expected (m, d) of shape {tuple(m.shape)} (one pair per lane, every lane "

@@ -38,6 +38,7 @@ from .checking import (
     exercise,
     expect,
     expect_close,
+    expect_stats_pair,
     fresh_generator,
     random_int,
 )
@@ -57,17 +58,6 @@ MASK_ADVICE = (
 )
 
 
-
-
-def _as_pair(out: object, case: str) -> Stats:
-    """Check that the learner returned a pair of tensors; return it."""
-    expect(isinstance(out, tuple | list) and len(out) == 2,
-           f"On {case}: return a pair (m, d), got {type(out).__name__}.")
-    m, d = out
-    for name, t in (("m", m), ("d", d)):
-        expect(isinstance(t, torch.Tensor),
-               f"On {case}: {name} should be a torch.Tensor, got {type(t).__name__}.")
-    return m, d
 
 
 def _check_pair(got: Stats, ref: Stats, case: str, rtol: float,
@@ -224,7 +214,7 @@ def check_fold_vector(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], S
             v = x[:, k * vec:(k + 1) * vec].float()
             here = f"{case}, vector {k} (elements {k * vec}..{(k + 1) * vec - 1})"
             wrong = _fold_wrong(m.double(), d.double(), v.double())
-            got = _as_pair(call_learner(fn, here, m.clone(), d.clone(), v.clone()), here)
+            got = expect_stats_pair(call_learner(fn, here, m.clone(), d.clone(), v.clone()), here)
             ref = softmax_stats(x[:, :(k + 1) * vec].float().double())
             _check_pair(got, ref, here, 1e-5, wrong,
                         "d' = d * exp(m - m') + sum(exp(v - m')), with m' = max(m, max(v)).")
@@ -287,7 +277,8 @@ def check_block_merge(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None
     ]
     for case, x, threads, vec in cases:
         trace = simulate_cute_softmax(x, threads=threads, vec=vec)
-        got = _as_pair(call_learner(fn, case, trace.warp_m.clone(), trace.warp_d.clone()), case)
+        got = expect_stats_pair(
+            call_learner(fn, case, trace.warp_m.clone(), trace.warp_d.clone()), case)
         ref = softmax_stats(x.double())
         _check_pair(got, ref, case, 1e-5, _block_wrong(trace.warp_m.double(),
                                                        trace.warp_d.double()),

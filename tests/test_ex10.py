@@ -11,7 +11,7 @@ from teachkit.exercises import ex10
 from teachkit.exercises.checking import ExerciseFailed
 from teachkit.exercises.solutions import ex10 as solutions
 from teachkit.ring.attention import attend_block
-from teachkit.ring.layout import CAUSAL, FULL, STRICT
+from teachkit.tiling import FULL, MASKED, STRICT
 
 
 def _ring_rank_with(mistake: str, q, ks, vs, rank, causal, layout):
@@ -23,7 +23,7 @@ def _ring_rank_with(mistake: str, q, ks, vs, rank, causal, layout):
         if mistake == "no masks":
             mask = FULL
         elif mistake == "causal for strict" and mask == STRICT:
-            mask = CAUSAL
+            mask = MASKED
         o, l_ = attend_block(q, ks[src], vs[src], mask, block_attention="torch")
         if out is None:
             out, lse = o, l_
@@ -38,7 +38,7 @@ def _ring_rank_with(mistake: str, q, ks, vs, rank, causal, layout):
 # --- exercise 1: ring_plan -------------------------------------------------------------------
 
 
-def _plan(forward=False, striped_diagonal="causal", contiguous_own="causal", ignore_causal=False):
+def _plan(forward=False, striped_diagonal="masked", contiguous_own="masked", ignore_causal=False):
     def plan(rank, world_size, causal, layout):
         out = []
         for t in range(world_size):
@@ -48,9 +48,9 @@ def _plan(forward=False, striped_diagonal="causal", contiguous_own="causal", ign
             elif layout == "contiguous":
                 mask = "full" if src < rank else contiguous_own if src == rank else "skip"
             else:
-                mask = "causal" if src < rank else striped_diagonal if src == rank else "strict"
-                if striped_diagonal == "all causal":
-                    mask = "causal"
+                mask = "masked" if src < rank else striped_diagonal if src == rank else "strict"
+                if striped_diagonal == "all masked":
+                    mask = "masked"
             out.append((src, mask))
         return out
 
@@ -59,14 +59,19 @@ def _plan(forward=False, striped_diagonal="causal", contiguous_own="causal", ign
 
 @pytest.mark.parametrize("wrong,message", [
     (_plan(forward=True), r"came from r - 1.*\(r - t\) mod W, not \(r \+ t\)"),
-    (_plan(striped_diagonal="all causal"), "the diagonal is masked too, so b < a"),
-    (_plan(contiguous_own="full"), "its own block is 'causal'"),
+    (_plan(striped_diagonal="all masked"), "the diagonal is masked too, so b < a"),
+    (_plan(contiguous_own="full"), "its own block is 'masked'"),
     (_plan(ignore_causal=True), "every block is 'full'"),
 ])
 def test_ring_plan_explains_wrong_answers(wrong, message):
     with pytest.raises(ExerciseFailed, match=message) as info:
         ex10.check_ring_plan(wrong)
     assert "On rank" in str(info.value) and "expected" in str(info.value)
+
+
+def test_ring_plan_names_the_kinds_for_an_unknown_mask():
+    with pytest.raises(ExerciseFailed, match="is MASKED, named 'masked'"):
+        ex10.check_ring_plan(_plan(contiguous_own="causal"))
 
 
 def test_ring_plan_wants_one_pair_per_step():

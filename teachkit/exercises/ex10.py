@@ -33,17 +33,8 @@ import torch
 from ..attention import merge_partials
 from ..compare import relative_error
 from ..ring.attention import attend_block
-from ..ring.layout import (
-    CAUSAL,
-    FULL,
-    LAYOUTS,
-    SKIP,
-    STRICT,
-    block_mask,
-    positions,
-    shard,
-    source_rank,
-)
+from ..ring.layout import LAYOUTS, block_mask, positions, shard, source_rank
+from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
 from .checking import (
     ExerciseFailed,
     call_learner,
@@ -70,7 +61,7 @@ Pair = tuple[torch.Tensor, torch.Tensor]
 
 @functools.cache
 def _mask_from_positions(rank: int, src: int, world_size: int, n: int, causal: bool,
-                         layout: str) -> str:
+                         layout: str) -> TileKind:
     """Classify a block by its explicit token-level mask: the reference of exercise 1."""
     if not causal:
         return FULL
@@ -83,7 +74,7 @@ def _mask_from_positions(rank: int, src: int, world_size: int, n: int, causal: b
         return SKIP
     a, b = torch.arange(n)[:, None], torch.arange(n)[None, :]
     if torch.equal(visible, b <= a):
-        return CAUSAL
+        return MASKED
     if torch.equal(visible, b < a):
         return STRICT
     raise AssertionError(f"unexpected mask for rank {rank}, block of {src}")  # pragma: no cover
@@ -111,7 +102,7 @@ def _plan_advice(rank: int, world_size: int, step: int, got: tuple, want: tuple,
     pk = positions(src, world_size, n, layout).tolist()
     where = (f"rank {rank} holds tokens {pq}... and the block of rank {src} holds keys at "
              f"{pk}...; ")
-    if layout == "striped" and src > rank and g_mask == CAUSAL:
+    if layout == "striped" and src > rank and g_mask == MASKED:
         return where + (f"key b = a is token {src} + W a, after query token {rank} + W a: "
                         "the diagonal is masked too, so b < a ('strict').")
     if layout == "striped" and src < rank and g_mask == STRICT:
@@ -121,21 +112,33 @@ def _plan_advice(rank: int, world_size: int, step: int, got: tuple, want: tuple,
                         "before and after the queries: never all visible, never none.")
     if layout == "contiguous":
         return where + ("an earlier rank's keys all precede this rank's queries ('full'), its "
-                        "own block is 'causal', a later rank's keys all follow ('skip').")
-    return where + f"expected {w_mask!r}."
+                        "own block is 'masked' (b <= a), a later rank's keys all follow ('skip').")
+    return where + f"expected '{w_mask}'."
+
+
+def _as_kind(mask: object, where: str) -> TileKind:
+    """The learner's mask as a :class:`TileKind`, or an :class:`ExerciseFailed` saying what to
+    return."""
+    try:
+        return TileKind.parse(mask, "the mask")
+    except ValueError as err:
+        hint = (" A block the causal diagonal crosses (b <= a) is MASKED, named 'masked'."
+                if str(mask).lower() == "causal" else "")
+        raise ExerciseFailed(f"On {where}: {err}.{hint}") from None
 
 
 @exercise(
     "The blocks a rank meets, in order, and their masks",
     "At step t rank r holds the block of rank s = (r - t) % W (blocks move to r + 1). Not "
-    "causal: 'full'. Contiguous: 'full' if s < r, 'causal' if s == r, 'skip' if s > r. "
-    "Striped: 'causal' if s <= r, 'strict' if s > r.",
+    "causal: FULL. Contiguous: FULL if s < r, MASKED if s == r, SKIP if s > r. Striped: MASKED "
+    "if s <= r, STRICT if s > r (teachkit.tiling.TileKind members, or their names 'full', ...).",
 )
-def check_ring_plan(fn: Callable[..., list[tuple[int, str]]]) -> None:
+def check_ring_plan(fn: Callable[..., list[tuple[int, TileKind | str]]]) -> None:
     """Check ``fn(rank, world_size, causal, layout) -> [(source, mask), ...]`` for every rank.
 
-    Each mask is compared with the one read off the explicit token-level causal mask between the
-    rank's query positions and the block's key positions. Cases: ``W`` = 1 to 6, both layouts,
+    Each mask (a :class:`~teachkit.tiling.TileKind` or its name) is compared with the one read
+    off the explicit token-level causal mask between the rank's query positions and the block's
+    key positions. Cases: ``W`` = 1 to 6, both layouts,
     causal or not, and random ``W`` up to 9.
     """
     gen = fresh_generator()
@@ -157,10 +160,12 @@ def check_ring_plan(fn: Callable[..., list[tuple[int, str]]]) -> None:
                         src = (rank - step) % world_size
                         want = (src, _mask_from_positions(rank, src, world_size, 4, causal,
                                                           layout))
-                        if tuple(pair) != want:
+                        got_pair = (pair[0], _as_kind(pair[1], f"{case}, step {step}"))
+                        if got_pair != want:
                             raise ExerciseFailed(
-                                f"On {case}, step {step}: expected {want}, got {tuple(pair)}. "
-                                + _plan_advice(rank, world_size, step, tuple(pair), want,
+                                f"On {case}, step {step}: expected ({want[0]}, {want[1]}), got "
+                                f"({got_pair[0]!r}, {got_pair[1]}). "
+                                + _plan_advice(rank, world_size, step, got_pair, want,
                                                causal, layout))
 
 
@@ -184,8 +189,9 @@ def _strict_mistakes(q: torch.Tensor, k: torch.Tensor,
     n = q.shape[-2]
     ones = torch.ones(n, n, dtype=torch.bool)
     return {
-        "you kept the diagonal (b <= a, the 'causal' mask). In the strict mask key b = a is a "
-        "later token than query a: mask it too.": _masked_reference(q, k, v, ones.tril()),
+        "you kept the diagonal (b <= a, the causal mask of a 'masked' block). In the strict mask "
+        "key b = a is a later token than query a: mask it too.": _masked_reference(
+            q, k, v, ones.tril()),
         "you shifted the wrong way (queries 0..n-2 against keys 1..n-1): query a must see keys "
         "0..a-1, so drop the *first* query and the *last* key.": _masked_reference(
             q, k, v, ones.triu(1)),
@@ -256,7 +262,7 @@ def _partials(q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], r
         src = source_rank(rank, step, len(ks))
         mask = block_mask(rank, src, len(ks), causal, layout)
         if strict_as_causal and mask == STRICT:
-            mask = CAUSAL
+            mask = MASKED
         parts.append(attend_block(q.double(), ks[src].double(), vs[src].double(), mask,
                                   block_attention="torch"))
     return parts

@@ -45,12 +45,7 @@ from .attention import (
 from .bench import RingBench, bench_ring, ring_record_path, save_ring_bench
 from .launch import RingContext, RingError, RingTimeout, choose_backend, run_ring
 from .layout import (
-    BLOCK_MASKS,
-    CAUSAL,
-    FULL,
     LAYOUTS,
-    SKIP,
-    STRICT,
     block_mask,
     local_length,
     positions,
@@ -65,12 +60,7 @@ from .workers import RingCase, RingRun, run_ring_attention, run_ring_attention_c
 
 __all__ = [
     "BLOCK_ATTENTION",
-    "BLOCK_MASKS",
-    "CAUSAL",
-    "FULL",
     "LAYOUTS",
-    "SKIP",
-    "STRICT",
     "RankResult",
     "RingBench",
     "RingCase",

@@ -7,6 +7,7 @@ import torch
 
 from ...attention import blockwise_attention, merge_partials
 from ...ring.attention import attend_block
+from ...tiling import FULL, MASKED, SKIP, STRICT, TileKind
 
 __all__ = ["solution_ring_plan", "solution_strict_block", "solution_ring_rank"]
 
@@ -14,32 +15,33 @@ NEG_INF = float("-inf")
 
 
 def solution_ring_plan(rank: int, world_size: int, causal: bool,
-                       layout: str) -> list[tuple[int, str]]:
+                       layout: str) -> list[tuple[int, TileKind]]:
     """The ``(source rank, mask)`` of the key/value block rank ``rank`` holds at each step.
 
     Blocks move one rank forward per step (to ``r + 1``), so at step ``t`` rank ``r`` holds the
     block that started on rank ``s = (r - t) mod W``; at step 0 its own. The mask compares the
     token positions: contiguous rank ``r`` holds ``r n .. (r+1) n - 1``, so an earlier rank's
-    block (``s < r``) is visible in full, its own is causal and a later one is skipped. Striped
-    rank ``r`` holds tokens ``r + W a``; key ``b`` of rank ``s`` (token ``s + W b``) is visible to
-    query ``a`` iff ``W (b - a) <= r - s``: ``b <= a`` ("causal") when ``s <= r``, ``b < a``
-    ("strict") when ``s > r``. Without a causal mask every block is "full".
+    block (``s < r``) is visible in full, its own is masked as causal and a later one is
+    skipped. Striped rank ``r`` holds tokens ``r + W a``; key ``b`` of rank ``s`` (token
+    ``s + W b``) is visible to query ``a`` iff ``W (b - a) <= r - s``: ``b <= a`` (``MASKED``)
+    when ``s <= r``, ``b < a`` (``STRICT``) when ``s > r``. Without a causal mask every block is
+    ``FULL``.
 
     Returns
     -------
-    list of (int, str)
-        One ``(source rank, mask)`` per step ``t = 0 .. W-1``; masks are ``"full"``,
-        ``"causal"``, ``"strict"`` or ``"skip"``.
+    list of (int, TileKind)
+        One ``(source rank, mask)`` per step ``t = 0 .. W-1``; masks are
+        :class:`~teachkit.tiling.TileKind` members: ``FULL``, ``MASKED``, ``STRICT`` or ``SKIP``.
     """
     plan = []
     for step in range(world_size):
         src = (rank - step) % world_size
         if not causal:
-            mask = "full"
+            mask = FULL
         elif layout == "contiguous":
-            mask = "full" if src < rank else "causal" if src == rank else "skip"
+            mask = FULL if src < rank else MASKED if src == rank else SKIP
         else:
-            mask = "causal" if src <= rank else "strict"
+            mask = MASKED if src <= rank else STRICT
         plan.append((src, mask))
     return plan
 

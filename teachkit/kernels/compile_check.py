@@ -15,6 +15,9 @@ launch configurations lives here, beside the check that compiles them:
     :func:`~teachkit.kernels.flash.flash_config`'s table.
 :func:`flash_simple_launch_configs`
     :func:`~teachkit.kernels.flash_simple.flash_simple_kernel`, notebook 08's first kernel.
+:func:`decode_simple_launch_configs`
+    The two kernels of :mod:`teachkit.kernels.decode_simple`, notebook 09's first split-KV
+    decoding.
 :func:`decode_launch_configs`
     The split and merge kernels of :mod:`teachkit.kernels.decode`.
 
@@ -25,7 +28,7 @@ configuration for each GPU and counts which instructions multiply its tiles
 Examples
 --------
 >>> len(all_launch_configs())
-188
+200
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..gpus import GPU_CLASSES, SHARED_MEMORY_LIMIT
-from . import decode, flash, flash_backward, flash_simple
+from . import decode, decode_simple, flash, flash_backward, flash_simple
 from . import softmax_kernels as sk
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "check_config",
     "compile_for",
     "decode_launch_configs",
+    "decode_simple_launch_configs",
     "dot_evidence",
     "dot_instructions",
     "dot_path",
@@ -283,6 +287,28 @@ def _decode_variants(ty: str, head_dim: int) -> list[tuple[int, int]]:
     return variants
 
 
+def decode_simple_launch_configs() -> list[KernelConfig]:
+    """The GPU launches of :func:`~teachkit.kernels.decode_simple.decode_attention_simple`:
+    the split kernel (64 keys per block, 4 warps, 2 stages) and the merge kernel for 2 and
+    :data:`~teachkit.kernels.decode.MAX_SPLITS` splits, for ``D`` of 64 and 128 in bfloat16
+    (standing for both half types) and float32."""
+    configs = []
+    for ty in ("bf16", "fp32"):
+        split_types = {**dict.fromkeys(("Q", "K", "V"), f"*{ty}"), "O_PART": "*fp32",
+                       "LSE_PART": "*fp32", "scale": "fp32"}
+        merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
+        for d in (64, 128):
+            configs.append(_config(
+                f"decode_simple split {ty} D={d}", decode_simple.decode_simple_split_kernel,
+                split_types, {"HEAD_DIM": d, "BLOCK_N": 64, "stride_qd": 1, "stride_kd": 1,
+                              "stride_vd": 1}, 4, 2))
+            configs += [_config(f"decode_simple merge {ty} D={d} SPLITS={splits}",
+                                decode_simple.decode_simple_merge_kernel, merge_types,
+                                {"HEAD_DIM": d, "SPLITS": splits}, 4, 1)
+                        for splits in (2, decode.MAX_SPLITS)]
+    return configs
+
+
 def decode_launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`~teachkit.kernels.decode.decode_attention` may launch on a GPU.
 
@@ -322,7 +348,8 @@ def decode_launch_configs() -> list[KernelConfig]:
 def all_launch_configs() -> list[KernelConfig]:
     """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
     return (softmax_launch_configs() + flash_launch_configs() + flash_simple_launch_configs()
-            + flash_backward_launch_configs() + decode_launch_configs())
+            + flash_backward_launch_configs() + decode_simple_launch_configs()
+            + decode_launch_configs())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,13 +31,9 @@ import torch
 
 from ..attention import blockwise_attention
 from ..softmax import merge_lse
+from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
 from ..validation import compute_dtype, require_attention_inputs, require_positive_int
 from .layout import (
-    BLOCK_MASKS,
-    CAUSAL,
-    FULL,
-    SKIP,
-    STRICT,
     block_mask,
     require_layout,
     shard,
@@ -89,19 +85,20 @@ def _block_fn(block_attention: str | BlockFn) -> BlockFn:
     )
 
 
-def _call_shape(mask: str) -> tuple[slice, slice, bool]:
+def _call_shape(mask: TileKind) -> tuple[slice, slice, bool]:
     """Query rows, keys, and the top-left causal flag of the attention call a mask needs."""
     if mask == FULL:
         return slice(None), slice(None), False
-    if mask == CAUSAL:
+    if mask == MASKED:
         return slice(None), slice(None), True
     if mask == STRICT:  # b < a: queries 1.. against keys ..n-2, causal; query 0 sees nothing
         return slice(1, None), slice(None, -1), True
-    raise ValueError(f"mask must be one of {BLOCK_MASKS[1:]} to be computed, got {mask!r}")
+    raise ValueError(f"mask must be FULL, MASKED or STRICT to be computed, got {mask!r}")
 
 
 def attend_block(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str, scale: float | None = None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: TileKind | str,
+    scale: float | None = None,
     block_attention: str | BlockFn = "flash",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of a block of queries to one block of keys/values under a ring block mask.
@@ -111,10 +108,11 @@ def attend_block(
     q, k, v : torch.Tensor
         ``(B, H, n, D)`` blocks (``"flash"`` needs a head dim of the kernel's and a float16,
         bfloat16 or float32 dtype; ``"torch"`` takes any float dtype and any rank >= 2).
-    mask : str
-        ``"full"``, ``"causal"`` (local key ``b <= `` local query ``a``), ``"strict"``
-        (``b < a``, computed as causal attention of ``q[1:]`` against ``k[:-1]``), or ``"skip"``
-        (nothing seen: zeros and ``lse = -inf``, without calling the kernel).
+    mask : TileKind or str
+        A :class:`~teachkit.tiling.TileKind` or its name: ``"full"``, ``"masked"`` (local key
+        ``b <= `` local query ``a``), ``"strict"`` (``b < a``, computed as causal attention of
+        ``q[1:]`` against ``k[:-1]``), or ``"skip"`` (nothing seen: zeros and ``lse = -inf``,
+        without calling the kernel).
     scale : float, optional
         Multiplies the scores; defaults to ``1/sqrt(D)``.
     block_attention : str or callable
@@ -140,8 +138,7 @@ def attend_block(
     True
     """
     fn = _block_fn(block_attention)
-    if mask not in BLOCK_MASKS:
-        raise ValueError(f"mask must be one of {BLOCK_MASKS}, got {mask!r}")
+    mask = TileKind.parse(mask, "mask")
     lse_dtype = compute_dtype(q.dtype)
     out = q.new_zeros(q.shape[:-1] + v.shape[-1:])
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=lse_dtype, device=q.device)
@@ -204,14 +201,14 @@ def merge_partials_(out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor,
 
 def ring_step(
     out: torch.Tensor, lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    mask: str, scale: float | None = None, block_attention: str | BlockFn = "flash",
+    mask: TileKind | str, scale: float | None = None, block_attention: str | BlockFn = "flash",
 ) -> None:
     """One step of the ring for one rank: attend ``q`` to the block in hand, merge into ``out``.
 
     ``out`` (float32/float64, ``(..., n, Dv)``) and ``lse`` (``(..., n)``) start as zeros and
-    ``-inf`` and are updated in place with :func:`merge_partials_`. A ``"skip"`` block is not
-    computed; a ``"strict"`` block's partial covers queries ``1..n-1`` and is merged into those
-    rows only (query 0 sees none of its keys).
+    ``-inf`` and are updated in place with :func:`merge_partials_`. ``mask`` is as
+    :func:`attend_block` takes it. A ``SKIP`` block is not computed; a ``STRICT`` block's partial
+    covers queries ``1..n-1`` and is merged into those rows only (query 0 sees none of its keys).
 
     Examples
     --------
@@ -223,6 +220,7 @@ def ring_step(
     >>> torch.allclose(out, naive_attention(q, k, v))
     True
     """
+    mask = TileKind.parse(mask, "mask")
     if mask == SKIP:
         return
     rows, keys, causal = _call_shape(mask)

@@ -192,14 +192,6 @@ def test_configs_tile_the_diagonal_and_are_all_listed():
         flash.flash_config(48, torch.float16, (8, 0))
 
 
-def test_tuning_lives_beside_the_kernel():
-    from teachkit.kernels import flash_tuning
-
-    assert flash_tuning.TUNED is flash.TUNED and flash_tuning.sweep is flash.sweep
-    assert flash_tuning.candidate_configs is flash.candidate_configs
-    assert flash_tuning.tuned_config is flash.tuned_config
-
-
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_simple_kernel_matches_float64(gen, dtype, causal):

@@ -247,9 +247,9 @@ def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
     that do not compile or launch on this GPU are left out, and so, with a printed note, is a
     head dim whose problem would not fit in the GPU's free memory. ``show_progress`` draws a
     progress bar over the configurations of each problem. Times are
-    :func:`teachkit.kernels.flash_tuning.sweep`'s (plain launches).
+    :func:`teachkit.kernels.flash.sweep`'s (plain launches).
     """
-    from ..kernels.flash_tuning import sweep
+    from ..kernels.flash import sweep
 
     results = []
     B = batch_for(length, tokens)

@@ -13,6 +13,7 @@ and compares with a float64 reference. Three outcomes:
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -21,7 +22,8 @@ import torch
 from ..compare import describe_mismatch, relative_error
 
 __all__ = ["ExerciseFailed", "exercise", "expect_close", "expect", "fresh_generator",
-           "call_learner", "random_int", "random_normal", "matching_mistake", "expect_stats_pair"]
+           "call_learner", "random_int", "raise_if_stub", "random_normal", "matching_mistake",
+           "expect_stats_pair"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,6 +96,18 @@ def expect_close(
             f"On {case}: relative error {err:.3g} (allowed {rtol:g}); "
             f"{describe_mismatch(got, ref)}." + (f"\n  {advice}" if advice else "")
         )
+
+
+def raise_if_stub(kernel: object) -> None:
+    """Raise ``NotImplementedError`` while a ``@triton.jit`` function's source still holds the
+    stub's ``raise NotImplementedError`` line: a compiled Triton function cannot raise, so a
+    checker reads the source before it launches the learner's kernel."""
+    try:
+        src = inspect.getsource(getattr(kernel, "fn", kernel))
+    except (OSError, TypeError):
+        return
+    if "raise NotImplementedError" in src:
+        raise NotImplementedError
 
 
 def fresh_generator() -> torch.Generator:

@@ -17,7 +17,6 @@ float64 references.
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 from collections.abc import Callable
@@ -29,7 +28,14 @@ import triton
 from ..compare import relative_error
 from ..device import DEVICE
 from ..kernels import teaching
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from .checking import (
+    ExerciseFailed,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    raise_if_stub,
+)
 
 __all__ = [
     "check_row_softmax",
@@ -52,17 +58,6 @@ def _quiet(fn: Callable, *args: object) -> object:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         return fn(*args)
-
-
-def _raise_if_stub(fn: object) -> None:
-    """Raise ``NotImplementedError`` when ``fn``'s source still holds the stub's ``raise`` (a
-    ``@triton.jit`` function cannot raise when compiled, so the checker reads its source)."""
-    try:
-        src = inspect.getsource(getattr(fn, "fn", fn))
-    except (OSError, TypeError):
-        return
-    if "raise NotImplementedError" in src:
-        raise NotImplementedError
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,7 +192,7 @@ def check_combine(combine: object) -> None:
         The learner's ``@triton.jit`` function ``(m_a, d_a, m_b, d_b) -> (m, d)``, with
         ``d = sum exp(x - m)`` (natural units).
     """
-    _raise_if_stub(combine)
+    raise_if_stub(combine)
     expect(hasattr(combine, "fn") and callable(getattr(combine, "fn", None)),
            f"{getattr(combine, '__name__', combine)!r} is not a Triton function: put @triton.jit "
            "above def, so tl.reduce can call it inside the kernel.")

@@ -37,6 +37,7 @@ __all__ = [
     "compute_capability",
     "multiprocessors",
     "has_triton",
+    "interpreter_switched_off",
     "pick",
     "memory_budget",
     "fits",
@@ -80,6 +81,17 @@ INTERPRETED: bool = not ON_GPU
 
 DEVICE: torch.device = torch.device("cuda" if ON_GPU else "cpu")
 """Where the course puts its tensors: ``cuda`` on a GPU machine, else ``cpu``."""
+
+
+def interpreter_switched_off() -> bool:
+    """``True`` when no Triton kernel can run: no CUDA GPU, yet ``TRITON_INTERPRET`` holds a false
+    value (``0``, ``false``, ``off``, ``no``, empty), so Triton neither interprets nor finds a
+    driver. ``python -m teachkit.kernels`` sets it on purpose to compile without running; a
+    kernel launch checks it first (:func:`teachkit.validation.require_kernel_world`).
+    """
+    value = os.environ.get("TRITON_INTERPRET")
+    return (not ON_GPU and value is not None
+            and value.strip().lower() not in ("1", "true", "on", "yes", "y"))
 
 
 def has_triton() -> bool:

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRETED
+from ..validation import require_no_grad
 from .flash import _validate
 
 __all__ = ["flash_attention_simple", "flash_simple_kernel"]
@@ -116,6 +117,8 @@ def flash_attention_simple(
     >>> teachkit.relative_error(out, ref) < 1e-2
     True
     """
+    require_no_grad(("q", q), ("k", k), ("v", v), kernel="flash_attention_simple",
+                    reference="teachkit.attention.blockwise_attention")
     _validate(q, k, v)
     B, H, L, D = q.shape
     S = k.shape[2]

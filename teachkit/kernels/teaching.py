@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..validation import require_kernel_tensor, require_power_of_two
 from .softmax_kernels import fused_kernel
 
 __all__ = [
@@ -45,6 +46,16 @@ __all__ = [
     "row_softmax",
     "row_softmax_kernel",
 ]
+
+
+def _rows_input(x: object, kernel: str, reference: str) -> torch.Tensor:
+    """Check a ``(rows, n_cols)`` input of a teaching kernel; return it with unit column stride
+    (the kernels index columns as ``row * stride + col``)."""
+    require_kernel_tensor(x, "x", kernel, reference)
+    if x.dim() != 2:
+        raise ValueError(f"{kernel} takes a 2-D (rows, n_cols) tensor, got shape "
+                         f"{tuple(x.shape)}; reshape it, e.g. x.reshape(-1, x.shape[-1])")
+    return x if x.stride(1) == 1 or x.shape[1] <= 1 else x.contiguous()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +85,14 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     torch.Tensor
         ``(rows,)`` of ``x``'s dtype.
     """
+    x = _rows_input(x, "row_max", "torch.amax(x, dim=1)")
     rows, n_cols = x.shape
+    if n_cols == 0 and rows > 0:
+        raise ValueError(f"row_max of rows with no element is undefined (x has shape "
+                         f"{tuple(x.shape)}); pass at least one column, as torch.amax needs")
     out = torch.empty(rows, dtype=x.dtype, device=x.device)
+    if rows == 0:
+        return out
     row_max_kernel[(rows,)](x, out, n_cols, x.stride(0), BLOCK=triton.next_power_of_2(n_cols))
     return out
 
@@ -121,8 +138,11 @@ def row_softmax(x: torch.Tensor) -> torch.Tensor:
     >>> row_softmax(x).cpu()
     tensor([[0.0152, 0.1125, 0.0414, 0.8310]])
     """
+    x = _rows_input(x, "row_softmax", "the torch reference teachkit.softmax.safe_softmax")
     rows, n_cols = x.shape
     y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
     row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0),
                                 BLOCK=triton.next_power_of_2(n_cols))
     return y
@@ -207,11 +227,23 @@ def reduce_stats(m: torch.Tensor, d: torch.Tensor,
     (torch.Tensor, torch.Tensor)
         ``(rows,)`` float32 each: the merged statistics of every row.
     """
+    reference = "the torch reference teachkit.softmax.reduce_stats"
+    m = require_kernel_tensor(m, "m", "reduce_stats", reference)
+    d = require_kernel_tensor(d, "d", "reduce_stats", reference)
+    if m.dim() != 2 or m.shape != d.shape:
+        raise ValueError(f"m and d must be 2-D (rows, lanes) of one shape, got m"
+                         f"{tuple(m.shape)} and d{tuple(d.shape)}")
+    if m.device != d.device:
+        raise ValueError(f"m and d must be on one device, got {m.device} and {d.device}")
     m = m.float().contiguous()
     d = d.float().contiguous()
     rows, lanes = m.shape
     out_m = torch.empty(rows, dtype=torch.float32, device=m.device)
     out_d = torch.empty_like(out_m)
+    if rows == 0:
+        return out_m, out_d
+    if lanes == 0:  # nothing to reduce: the empty pair
+        return out_m.fill_(float("-inf")), out_d.zero_()
     _reduce_stats_kernel(combine)[(rows,)](m, d, out_m, out_d, lanes, m.stride(0),
                                            BLOCK=triton.next_power_of_2(lanes))
     return out_m, out_d
@@ -234,8 +266,12 @@ def fused_one_row(x: torch.Tensor, num_warps: int = 16) -> torch.Tensor:
     num_warps : int
         Warps per program: each thread holds ``BLOCK_N / (32 * num_warps)`` values of the row.
     """
+    x = _rows_input(x, "fused_one_row", "the torch reference teachkit.softmax.safe_softmax")
+    require_power_of_two(num_warps, "num_warps")
     rows, n_cols = x.shape
     y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
     fused_kernel[(rows,)](x, y, rows, n_cols, x.stride(0), y.stride(0),
                           BLOCK_M=1, BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps)
     return y

@@ -31,7 +31,13 @@ import torch
 
 from ..attention import blockwise_attention
 from ..softmax import merge_lse
-from ..validation import compute_dtype, require_attention_inputs, require_positive_int
+from ..validation import (
+    compute_dtype,
+    require_attention_inputs,
+    require_no_grad,
+    require_positive_int,
+    resolve_scale,
+)
 from .layout import (
     BLOCK_MASKS,
     CAUSAL,
@@ -57,6 +63,10 @@ __all__ = [
 ]
 
 BlockFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+_NO_BACKWARD = ("the ring (its accumulators are updated in place; ring_attention also sends "
+                "blocks between processes), which has no backward pass,")
+_DIFFERENTIABLE = "teachkit.attention.blockwise_attention or naive_attention on whole sequences"
 
 BLOCK_ATTENTION = ("flash", "torch")
 """Names of the per-block attention: ``"flash"`` is the course's Triton kernel
@@ -193,6 +203,8 @@ def merge_partials_(out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor,
             f"shapes must match: out{tuple(out.shape)}, lse{tuple(lse.shape)}, "
             f"out_b{tuple(out_b.shape)}, lse_b{tuple(lse_b.shape)}"
         )
+    require_no_grad(("out", out), ("lse", lse), ("out_b", out_b), ("lse_b", lse_b),
+                    kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
     lse_b = lse_b.to(lse.dtype)
     diff = lse - lse_b
     empty = (lse == float("-inf")) & (lse_b == float("-inf"))
@@ -223,6 +235,7 @@ def ring_step(
     >>> torch.allclose(out, naive_attention(q, k, v))
     True
     """
+    require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
     if mask == SKIP:
         return
     rows, keys, causal = _call_shape(mask)
@@ -231,8 +244,11 @@ def ring_step(
     merge_partials_(out[..., rows, :], lse[..., rows], out_b, lse_b)
 
 
-def _require_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _require_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    scale: float | None) -> None:
     require_attention_inputs(q, k, v)
+    require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
+    resolve_scale(scale, q.shape[-1])
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
             f"ring attention splits one sequence: q and k must have the same length (axis -2), "
@@ -335,7 +351,7 @@ def _ring_in_process(
     layout: str, scale: float | None, block_attention: str | BlockFn, clock: _Clock | None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[float]]]:
     """Every rank's ring, one after another; per-rank outputs, lses and (with a clock) step ms."""
-    _require_blocks(q, k, v)
+    _require_blocks(q, k, v, scale)
     require_positive_int(world_size, "world_size")
     require_layout(layout)
     qs, ks, vs = ([shard(x, r, world_size, layout) for r in range(world_size)] for x in (q, k, v))
@@ -494,7 +510,7 @@ def ring_attention(
             "ring_attention runs inside a torch.distributed process group; start one per rank "
             "(teachkit.ring.run_ring does) or use teachkit.ring.simulate_ring in one process"
         )
-    _require_blocks(q, k, v)
+    _require_blocks(q, k, v, scale)
     if k.shape != v.shape:
         raise ValueError(
             f"k and v travel around the ring in buffers of one shape, got k{tuple(k.shape)} and "

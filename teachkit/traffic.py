@@ -398,11 +398,11 @@ SWEEP_MIB = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256, 512, 1024, 4096]
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m teachkit.traffic [--json PATH] [--allow-cpu]``."""
-    from .bench.core import copy_bandwidth, save_results, timing_description
+    from .bench.core import copy_bandwidth, save_results, timing_description, writable_path
 
     parser = argparse.ArgumentParser(prog="python -m teachkit.traffic", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", default=None,
+    parser.add_argument("--json", default=None, type=writable_path,
                         help="save the results as JSON to this path (the course keeps its "
                              "records in teachkit/benchmarks/<name>.json)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU at tiny sizes")

@@ -35,7 +35,9 @@ from .core import (
     format_table,
     matmul_dtype,
     matmul_tflops,
+    positive_int,
     progress_bar,
+    require_names,
     run_problem,
     start,
     time_ms,
@@ -125,6 +127,10 @@ def _sdpa(backend: str) -> Callable[..., torch.Tensor]:
     return run
 
 
+PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
+"""The names of :func:`attention_providers`, in order."""
+
+
 def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
     """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``."""
     from ..kernels.flash import flash_attention
@@ -148,7 +154,8 @@ def bench_attention(
 ) -> list[Measurement]:
     """Time every provider on every (L = S, D, causal); TFLOP/s per :func:`attention_flops`.
 
-    A backend that refuses a problem (not built for this GPU, a head dim it lacks) is skipped.
+    An SDPA backend that refuses a problem (not built for this GPU, a head dim it lacks) is
+    skipped; the course's kernel is not, so its error (a head dim it does not take) is raised.
     ``sdpa math`` materialises the scores, so it runs only up to ``math_max_length``. A problem,
     or ``sdpa math`` on it, that would not fit in the GPU's free memory (:func:`attention_bytes`)
     or runs out of it is skipped with a printed note. Every output is checked against the first
@@ -158,7 +165,7 @@ def bench_attention(
     ``graph`` times CUDA-graph replays.
     """
     table = attention_providers()
-    names = list(providers) if providers is not None else list(table)
+    names = require_names(providers, table, "providers")
     problems = [(L, D, c) for D in head_dims for c in causal for L in lengths]
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), show_progress) as bar:
@@ -192,9 +199,9 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
             try:
                 out = fn(q, k, v, c)
             except (RuntimeError, ValueError) as err:
-                if is_out_of_memory(err):
-                    raise
-                continue  # the backend does not take this problem here
+                if is_out_of_memory(err) or not name.startswith("sdpa"):
+                    raise  # the course's kernel must take every problem it is given
+                continue  # this SDPA backend does not take this problem here
             if ref is None:  # the first provider that runs is checked against float32 math
                 sub = [t[:1, :2] for t in (q, k, v)]
                 want = F.scaled_dot_product_attention(*(t.float() for t in sub), is_causal=c)
@@ -386,11 +393,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m teachkit.bench attention",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None)
-    parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128])
+    from ..kernels.decode import HEAD_DIMS
+
+    parser.add_argument("--lengths", nargs="+", type=positive_int, default=None)
+    parser.add_argument("--head-dims", nargs="+", type=int, choices=HEAD_DIMS, default=[64, 128],
+                        metavar="D", help="head dims, of " + ", ".join(map(str, HEAD_DIMS)))
     parser.add_argument("--causal", nargs="+", choices=["no", "yes"], default=["no", "yes"])
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    parser.add_argument("--providers", nargs="+", default=None)
+    parser.add_argument("--providers", nargs="+", default=None, choices=PROVIDERS,
+                        metavar="PROVIDER",
+                        help="which to time (quote names with spaces): " + ", ".join(PROVIDERS))
     parser.add_argument("--memory", action="store_true", help="also measure peak memory")
     parser.add_argument("--sweep", action="store_true",
                         help="time every candidate tile configuration instead")

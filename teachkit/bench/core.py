@@ -21,11 +21,13 @@ import argparse
 import dataclasses
 import importlib.resources
 import json
+import os
 import re
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,6 +72,10 @@ __all__ = [
     "load_results",
     "refuse_cpu",
     "add_common_arguments",
+    "positive_int",
+    "power_of_two",
+    "writable_path",
+    "require_names",
     "start",
     "finish",
 ]
@@ -417,11 +423,88 @@ def refuse_cpu(allow_cpu: bool) -> bool:
     return True
 
 
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an int of 1 or more (lengths, batches, heads, page sizes, splits).
+
+    Examples
+    --------
+    >>> positive_int("8")
+    8
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; pass 1 or "
+                                         "more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive; pass 1 or more")
+    return value
+
+
+def power_of_two(text: str) -> int:
+    """An ``argparse`` type: a power of two (Triton tile sizes and warp counts)."""
+    value = positive_int(text)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(f"{value} is not a power of two; pass e.g. "
+                                         f"{1 << (value.bit_length() - 1)}")
+    return value
+
+
+def writable_path(text: str) -> Path:
+    """An ``argparse`` type for an output file: refused at once if it names a folder, or a file
+    or folder that cannot be written, so a benchmark does not run for nothing. Missing parent
+    folders are fine where they can be created."""
+    path = Path(text)
+    if not text or path.is_dir() or text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; pass a file path, e.g. "
+                                         f"{os.path.join(text or '.', 'results.json')}")
+    parent = path.parent
+    while not parent.exists():  # the first folder that exists must let us create the rest
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {str(parent)!r} is a file, not a folder")
+    try:  # really try (permission bits do not stop root, yet /proc or a read-only mount do)
+        if path.exists():
+            with open(path, "a"):
+                pass
+        else:
+            tempfile.TemporaryFile(dir=parent).close()
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written ({err.strerror}); pass a "
+                                         "path you can write") from None
+    return path
+
+
+def require_names(given: Iterable[str] | None, valid: Iterable[str], what: str) -> list[str]:
+    """``given`` as a list (every name of ``valid`` when ``None``), or ``ValueError`` naming the
+    unknown ones and listing the valid ones.
+
+    Examples
+    --------
+    >>> require_names(None, ["torch", "fused"], "providers")
+    ['torch', 'fused']
+    """
+    valid = list(valid)
+    if given is None:
+        return valid
+    if isinstance(given, str):
+        raise TypeError(f"{what} must be a list of names, got the string {given!r}; pass "
+                        f"[{given!r}]")
+    given = list(given)
+    unknown = [n for n in given if n not in valid]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; choose from {valid}")
+    if not given:
+        raise ValueError(f"{what} is empty; choose at least one of {valid}")
+    return given
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options every benchmark takes: ``--plot``, ``--json``, ``--graph`` and
-    ``--allow-cpu``."""
+    ``--allow-cpu``. ``--json`` is checked when parsed (:func:`writable_path`), before anything
+    runs."""
     parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
-    parser.add_argument("--json", default=None,
+    parser.add_argument("--json", default=None, type=writable_path,
                         help="save the results as JSON to this path (the course keeps its "
                              "records in teachkit/benchmarks/<name>.json)")
     parser.add_argument("--graph", action="store_true",
@@ -448,6 +531,15 @@ def finish(args: argparse.Namespace, results: list[Measurement],
 
 def start(args: argparse.Namespace) -> bool:
     """False, after saying why, when the benchmark should not run (no GPU and no
-    ``--allow-cpu``). ``--graph`` is not applied here: a benchmark passes ``graph=args.graph``
-    down to what it times, and :func:`finish` to the record."""
+    ``--allow-cpu``, or a ``--plot`` that cannot be written). ``--graph`` is not applied here:
+    a benchmark passes ``graph=args.graph`` down to what it times, and :func:`finish` to the
+    record."""
+    if getattr(args, "plot", None):  # checked now, not after the benchmark has run
+        from ..plots.figures import figures_dir
+
+        try:
+            writable_path(str(figures_dir() / f"{args.plot}.png"))
+        except argparse.ArgumentTypeError as err:
+            print(f"--plot: {err}", file=sys.stderr)
+            return False
     return not refuse_cpu(args.allow_cpu)

@@ -475,9 +475,10 @@ def writable_path(text: str) -> Path:
     return path
 
 
-def require_names(given: Iterable[str] | None, valid: Iterable[str], what: str) -> list[str]:
+def require_names(given: Iterable[str] | None, valid: Iterable[str], what: str,
+                  allow_empty: bool = False) -> list[str]:
     """``given`` as a list (every name of ``valid`` when ``None``), or ``ValueError`` naming the
-    unknown ones and listing the valid ones.
+    unknown ones and listing the valid ones (or saying it is empty, unless ``allow_empty``).
 
     Examples
     --------
@@ -494,7 +495,7 @@ def require_names(given: Iterable[str] | None, valid: Iterable[str], what: str) 
     unknown = [n for n in given if n not in valid]
     if unknown:
         raise ValueError(f"unknown {what} {unknown}; choose from {valid}")
-    if not given:
+    if not given and not allow_empty:
         raise ValueError(f"{what} is empty; choose at least one of {valid}")
     return given
 

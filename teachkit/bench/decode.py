@@ -218,7 +218,7 @@ def bench_decode(
     for name, values in (("batches", batches), ("lengths", lengths)):
         for value in values:
             require_positive_int(value, name)
-    sdpa_backends = require_names(sdpa_backends, SDPA_BACKENDS, "sdpa_backends")
+    sdpa_backends = require_names(sdpa_backends, SDPA_BACKENDS, "sdpa_backends", allow_empty=True)
     problems = [(b, s) for b in batches for s in lengths]
     names = [f"SDPA {n}" for n in sdpa_backends] + [UNSPLIT, PAGED, SPLIT]
     shape = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}

@@ -26,6 +26,7 @@ from .softmax import exp_shift, merge_lse
 from .validation import (
     compute_dtype,
     require_attention_inputs,
+    require_bool,
     require_float_tensor,
     require_positive_int,
     resolve_scale,
@@ -46,6 +47,11 @@ def causal_mask(L: int, S: int, device: torch.device | str | None = None) -> tor
 
     The same top-left-aligned mask that ``scaled_dot_product_attention(is_causal=True)`` uses.
     """
+    for name, n in (("L", L), ("S", S)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int (a length), got {type(n).__name__}")
+        if n < 0:
+            raise ValueError(f"{name} must be >= 0 (a length), got {n}")
     return torch.ones(L, S, dtype=torch.bool, device=device).tril()
 
 
@@ -66,6 +72,7 @@ def attention_scores(
     key_offset : int
         Position of ``k``'s first key in the whole sequence (for a block of keys).
     """
+    require_bool(causal, "causal")
     if isinstance(key_offset, bool) or not isinstance(key_offset, int):
         raise TypeError(f"key_offset must be an int, got {type(key_offset).__name__}")
     dtype = compute_dtype(q.dtype)
@@ -186,6 +193,7 @@ def blockwise_attention(
     """
     L, S, D = require_attention_inputs(q, k, v)
     require_positive_int(block_size, "block_size")
+    require_bool(causal, "causal")
     resolve_scale(scale, D)
     dtype = compute_dtype(q.dtype)
     batch = q.shape[:-2]

@@ -151,6 +151,31 @@ class _FirstFit:
         return max((n for _, n in self.holes), default=0)
 
 
+class _FreePages:
+    """The free pages of a pool of ``num_pages``, a stack whose ``pop()`` takes the most recently
+    freed page, else the lowest never used: a list of every page, made lazily (a pool of 10**12
+    slots costs nothing until its pages are taken)."""
+
+    def __init__(self, num_pages: int) -> None:
+        self.freed: list[int] = []
+        self.fresh = 0  # pages fresh .. num_pages - 1 were never taken
+        self.num_pages = num_pages
+
+    def __len__(self) -> int:
+        return len(self.freed) + self.num_pages - self.fresh
+
+    def pop(self) -> int:
+        if self.freed:
+            return self.freed.pop()
+        if self.fresh >= self.num_pages:
+            raise IndexError("pop from an empty pool")
+        self.fresh += 1
+        return self.fresh - 1
+
+    def extend(self, pages: Iterable[int]) -> None:
+        self.freed.extend(pages)
+
+
 @dataclass
 class ServingStats:
     """What :func:`simulate_serving` measured.
@@ -302,7 +327,7 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     written = [0] * len(lengths)
     regions: dict[int, int] = {}  # contiguous: sequence -> start slot
     pages: dict[int, list[int]] = {}  # paged: sequence -> its pages
-    free_pages = list(range(capacity // page_size))[::-1]  # a stack: pop() takes the lowest
+    free_pages = _FreePages(capacity // page_size)  # a stack: pop() takes the lowest first
     memory = _FirstFit(capacity)
     running: list[int] = []  # in admission order
     recomputing: set[int] = set()  # re-admitted after eviction: rebuilding their cache
@@ -834,6 +859,9 @@ def paged_from_contiguous(
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise (ValueError if isinstance(t, torch.Tensor) else TypeError)(
                 f"{name} must be a (batch, kv_heads, length, head_dim) tensor, got {got}")
+    if k_cache.dtype != v_cache.dtype:
+        raise TypeError(f"k_cache and v_cache must share one dtype, got {k_cache.dtype} and "
+                        f"{v_cache.dtype}; convert them, e.g. v_cache.to(k_cache.dtype)")
     if k_cache.shape[:3] != v_cache.shape[:3] or k_cache.device != v_cache.device:
         raise ValueError(f"k_cache and v_cache must have the same batch, heads and length on one "
                          f"device, got {tuple(k_cache.shape)} on {k_cache.device} and "

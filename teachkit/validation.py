@@ -23,6 +23,7 @@ __all__ = [
     "require_power_of_two",
     "normalize_dim",
     "require_positive_int",
+    "require_bool",
     "require_broadcastable",
     "require_attention_inputs",
     "compute_dtype",
@@ -79,6 +80,14 @@ def require_positive_int(value: object, name: str) -> int:
         raise TypeError(f"{name} must be a positive int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value}; pass 1 or more")
+    return value
+
+
+def require_bool(value: object, name: str) -> bool:
+    """Return ``value`` if it is a ``bool``, else raise ``TypeError`` (a string such as ``"no"``
+    is truthy: taking it as ``True`` would be a silent wrong answer)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
 
 

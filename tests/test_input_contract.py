@@ -213,3 +213,56 @@ def test_power_of_two_sizes():
                      (64.0, TypeError)):
         with pytest.raises(err, match="block"):
             validation.require_power_of_two(bad, "block")
+
+
+# ---------------------------------------------------------------------------------------------
+# More hostile inputs: strings for bools, negative lengths, non-tensors, huge pools
+# ---------------------------------------------------------------------------------------------
+def test_causal_must_be_a_bool_not_a_truthy_string():
+    q = torch.randn(1, 3, 8)
+    for call in (lambda c: naive_attention(q, q, q, causal=c),
+                 lambda c: blockwise_attention(q, q, q, causal=c),
+                 lambda c: attention_scores(q, q, causal=c),
+                 lambda c: simulate_ring(q[None], q[None], q[None], 1, causal=c)):
+        with pytest.raises(TypeError, match="causal must be True or False"):
+            call("no")  # was taken as True: a silent wrong answer
+        with pytest.raises(TypeError, match="causal must be True or False"):
+            call(None)
+
+
+def test_causal_mask_lengths():
+    from teachkit.attention import causal_mask
+
+    assert causal_mask(0, 3).shape == (0, 3)
+    with pytest.raises(ValueError, match="L must be >= 0"):
+        causal_mask(-1, 3)
+    with pytest.raises(TypeError, match="S must be an int"):
+        causal_mask(2, 3.0)
+
+
+def test_relative_error_takes_real_tensors_only():
+    from teachkit.compare import describe_mismatch, relative_error
+
+    with pytest.raises(TypeError, match="got must be a torch.Tensor"):
+        relative_error([1.0], torch.zeros(1))
+    with pytest.raises(TypeError, match="complex"):
+        relative_error(torch.zeros(2), torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="ref must be a torch.Tensor"):
+        describe_mismatch(torch.zeros(1), 0.0)
+
+
+def test_fold_and_tree_reduce_say_a_combine_is_a_function():
+    from teachkit.reduction import fold, tree_reduce
+
+    m, d = torch.zeros(3), torch.ones(3)
+    for f in (fold, tree_reduce):
+        with pytest.raises(TypeError, match="combine must be a function"):
+            f(m, d)  # the pairs passed as two tensors: was "Boolean value of Tensor ... ambiguous"
+
+
+def test_paged_pools_share_one_dtype():
+    from teachkit.paging import paged_from_contiguous
+
+    k = torch.randn(1, 1, 5, 2)
+    with pytest.raises(TypeError, match="one dtype"):
+        paged_from_contiguous(k, k.double(), [5], 2)

@@ -34,6 +34,7 @@ from ..softmax import merge_lse
 from ..validation import (
     compute_dtype,
     require_attention_inputs,
+    require_bool,
     require_no_grad,
     require_positive_int,
     resolve_scale,
@@ -353,6 +354,7 @@ def _ring_in_process(
     """Every rank's ring, one after another; per-rank outputs, lses and (with a clock) step ms."""
     _require_blocks(q, k, v, scale)
     require_positive_int(world_size, "world_size")
+    require_bool(causal, "causal")
     require_layout(layout)
     qs, ks, vs = ([shard(x, r, world_size, layout) for r in range(world_size)] for x in (q, k, v))
     outs, lses, marks = [], [], []
@@ -517,6 +519,8 @@ def ring_attention(
             f"v{tuple(v.shape)}"
         )
     require_layout(layout)
+    for name, flag in (("causal", causal), ("overlap", overlap), ("donate_kv", donate_kv)):
+        require_bool(flag, name)
     _block_fn(block_attention)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     comm_device = torch.device(comm_device) if comm_device is not None else q.device

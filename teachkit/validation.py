@@ -7,6 +7,7 @@ all validate their inputs here. Each error says what was passed and what to pass
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -237,7 +238,7 @@ def resolve_scale(scale: object, head_dim: int) -> float:
     """
     if scale is None:
         return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
     if not math.isfinite(scale):
         raise ValueError(f"scale must be a finite number, got {scale}; pass e.g. "

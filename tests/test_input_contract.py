@@ -266,3 +266,30 @@ def test_paged_pools_share_one_dtype():
     k = torch.randn(1, 1, 5, 2)
     with pytest.raises(TypeError, match="one dtype"):
         paged_from_contiguous(k, k.double(), [5], 2)
+
+
+def test_ring_blocks_are_checked_before_use():
+    q = torch.randn(1, 1, 4, 8)
+    for call in (lambda: attend_block([1.0], q, q, "full", block_attention="torch"),
+                 lambda: ring_step(torch.zeros_like(q), torch.zeros(1, 1, 4), [1.0], q, q, "full",
+                                   block_attention="torch")):
+        with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+            call()
+    with pytest.raises(ValueError, match="mask must be one of"):
+        ring_step(torch.zeros_like(q), torch.zeros(1, 1, 4), q, q, q, "diagonal")
+
+
+def test_numpy_scales_are_numbers():
+    np = pytest.importorskip("numpy")
+    q = torch.randn(1, 3, 8)
+    assert torch.allclose(naive_attention(q, q, q, scale=np.float32(0.5)),
+                          naive_attention(q, q, q, scale=0.5))
+    with pytest.raises(ValueError, match="finite"):
+        naive_attention(q, q, q, scale=np.float64("nan"))
+
+
+def test_reduce_stats_takes_a_jit_combine_only():
+    m, d = torch.randn(2, 3, device=DEV), torch.rand(2, 3, device=DEV)
+    for bad in (len, 3, lambda a, b, c, e: (a, b)):
+        with pytest.raises(TypeError, match=r"combine must be a @triton.jit function"):
+            teaching.reduce_stats(m, d, combine=bad)

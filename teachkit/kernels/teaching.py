@@ -196,7 +196,15 @@ def _reduce_stats_kernel(combine: object) -> object:
     Triton then reads both like any other kernel, compiled or interpreted.
     """
     fn = getattr(combine, "fn", combine)
-    source = _REDUCE_SOURCE.format(combine=textwrap.dedent(inspect.getsource(fn)),
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        raise TypeError(f"combine must be a @triton.jit function defined in a file (its source is "
+                        f"compiled with the kernel), got {combine!r}") from None
+    if not hasattr(combine, "fn"):  # a JITFunction, or an InterpretedFunction in the interpreter
+        raise TypeError(f"combine must be a @triton.jit function, got {combine!r}; decorate it "
+                        "with @triton.jit, as merge_combine_natural is")
+    source = _REDUCE_SOURCE.format(combine=textwrap.dedent(text),
                                    name=fn.__name__)
     digest = hashlib.sha1(source.encode()).hexdigest()[:12]
     name = f"teachkit_reduce_{digest}"

@@ -153,6 +153,8 @@ def attend_block(
     fn = _block_fn(block_attention)
     if mask not in BLOCK_MASKS:
         raise ValueError(f"mask must be one of {BLOCK_MASKS}, got {mask!r}")
+    require_attention_inputs(q, k, v)
+    resolve_scale(scale, q.shape[-1])
     lse_dtype = compute_dtype(q.dtype)
     out = q.new_zeros(q.shape[:-1] + v.shape[-1:])
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=lse_dtype, device=q.device)
@@ -236,7 +238,10 @@ def ring_step(
     >>> torch.allclose(out, naive_attention(q, k, v))
     True
     """
+    require_attention_inputs(q, k, v)
     require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
+    if mask not in BLOCK_MASKS:
+        raise ValueError(f"mask must be one of {BLOCK_MASKS}, got {mask!r}")
     if mask == SKIP:
         return
     rows, keys, causal = _call_shape(mask)

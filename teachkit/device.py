@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import numbers
 import os
 import sys
 import traceback
@@ -213,6 +214,12 @@ def fits(nbytes: int, headroom: float = 0.9, device: torch.device | str | None =
     >>> fits(1), fits(2**80)
     (True, False)
     """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):
+        raise TypeError(f"nbytes must be a number of bytes, got {type(nbytes).__name__}")
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes must be >= 0 (a size in bytes), got {nbytes!r}")
+    if not (isinstance(headroom, numbers.Real) and 0 < headroom <= 1):
+        raise ValueError(f"headroom must be a fraction in (0, 1], got {headroom!r}")
     return nbytes <= headroom * memory_budget(device)
 
 

@@ -293,3 +293,26 @@ def test_reduce_stats_takes_a_jit_combine_only():
     for bad in (len, 3, lambda a, b, c, e: (a, b)):
         with pytest.raises(TypeError, match=r"combine must be a @triton.jit function"):
             teaching.reduce_stats(m, d, combine=bad)
+
+
+def test_merge_lse_of_plus_inf_is_plus_inf_like_logaddexp():
+    from teachkit.softmax import merge_lse
+
+    a = torch.tensor([math.inf, math.inf, 0.0, NEG_INF, math.nan])
+    b = torch.tensor([math.inf, 1.0, NEG_INF, NEG_INF, 0.0])
+    got, want = merge_lse(a, b), torch.logaddexp(a, b)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~got.isnan()], want[~want.isnan()])
+
+
+def test_fits_takes_a_size_and_a_fraction():
+    from teachkit.device import fits
+
+    assert fits(0) and fits(1.5)
+    with pytest.raises(TypeError, match="nbytes"):
+        fits("5")
+    with pytest.raises(ValueError, match="nbytes"):
+        fits(-1)
+    for bad in (0, 1.5, math.nan):
+        with pytest.raises(ValueError, match="headroom"):
+            fits(1, headroom=bad)

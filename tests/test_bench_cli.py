@@ -129,3 +129,25 @@ def test_kernels_cli_checks_the_head_dim(capsys):
     with pytest.raises(SystemExit) as exit_:
         kernels_cli.main(["--dot-evidence", "--head-dim", "48"])
     assert exit_.value.code == 2 and "--head-dim: invalid choice: 48" in capsys.readouterr().err
+
+
+def test_bench_functions_check_sizes_and_dtypes_before_running():
+    import torch
+
+    cases = [
+        (lambda: softmax.bench_softmax([(2, 8)], ["fp64"], progress=False), "dtype must be one of"),
+        (lambda: softmax.bench_softmax([(0, 8)], ["fp32"], progress=False), r"shape\[0\]"),
+        (lambda: softmax.bench_softmax([(1, 2, 8)], ["fp32"], progress=False), "pairs"),
+        (lambda: attention.bench_attention([0], [16], [False], show_progress=False),
+         r"lengths\[0\]"),
+        (lambda: attention.bench_attention([16], [16], [False], "fp64", show_progress=False),
+         "dtype must be one of"),
+        (lambda: attention.bench_steps(0, [16], [False], show_progress=False), "length"),
+        (lambda: decode.bench_decode([1], [16], "fp64", progress=False), "dtype must be one of"),
+        (lambda: decode.bench_decode([True], [16], progress=False), r"batches\[0\]"),
+        (lambda: core.matmul_tflops(dtype=torch.int32), "floating torch.dtype"),
+        (lambda: core.matmul_tflops(0), "n must be a positive int"),
+    ]
+    for call, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):
+            call()

@@ -23,6 +23,7 @@ from ..device import (
     is_out_of_memory,
     skip_if_out_of_memory,
 )
+from ..validation import require_positive_int
 from .core import (
     DTYPES,
     TIMING_BYTES,
@@ -37,7 +38,9 @@ from .core import (
     matmul_tflops,
     positive_int,
     progress_bar,
+    require_dtype_name,
     require_names,
+    require_sizes,
     run_problem,
     start,
     time_ms,
@@ -166,6 +169,10 @@ def bench_attention(
     """
     table = attention_providers()
     names = require_names(providers, table, "providers")
+    lengths, head_dims = require_sizes(lengths, "lengths"), require_sizes(head_dims, "head_dims")
+    require_dtype_name(dtype)
+    require_positive_int(tokens, "tokens")
+    require_positive_int(heads, "heads")
     problems = [(L, D, c) for D in head_dims for c in causal for L in lengths]
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), show_progress) as bar:
@@ -251,7 +258,9 @@ def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
     CUDA-graph replays.
     """
     table = step_providers()
-    head_dims, causal = list(head_dims), list(causal)
+    require_positive_int(length, "length")
+    require_dtype_name(dtype)
+    head_dims, causal = require_sizes(head_dims, "head_dims"), list(causal)
     results: list[Measurement] = []
     B = batch_for(length, tokens)
     with progress_bar(len(head_dims) * len(causal) * len(table), show_progress) as bar:
@@ -304,6 +313,9 @@ def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
     from ..kernels.flash_tuning import sweep
 
     results = []
+    require_positive_int(length, "length")
+    require_dtype_name(dtype)
+    head_dims = require_sizes(head_dims, "head_dims")
     B = batch_for(length, tokens)
     for D in head_dims:
         label = f"D={D} L={length} {dtype}"

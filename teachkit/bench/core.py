@@ -44,6 +44,7 @@ from ..device import (
     skip_if_out_of_memory,
 )
 from ..progress import each_job, progress_bar
+from ..validation import require_positive_int
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -76,6 +77,8 @@ __all__ = [
     "power_of_two",
     "writable_path",
     "require_names",
+    "require_sizes",
+    "require_dtype_name",
     "start",
     "finish",
 ]
@@ -239,6 +242,11 @@ def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> flo
     :func:`teachkit.device.memory_budget`) and 1024 on a CPU.
     """
     dtype = matmul_dtype() if dtype is None else dtype
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.bfloat16), got "
+                        f"{dtype!r}")
+    if n is not None:
+        require_positive_int(n, "n")
     size = torch.tensor([], dtype=dtype).element_size()
     if not n:
         n = 8192 if ON_GPU else 1024
@@ -498,6 +506,24 @@ def require_names(given: Iterable[str] | None, valid: Iterable[str], what: str,
     if not given and not allow_empty:
         raise ValueError(f"{what} is empty; choose at least one of {valid}")
     return given
+
+
+def require_sizes(values: Iterable[int], name: str) -> list[int]:
+    """``values`` as a list, each a positive int, or ``TypeError``/``ValueError`` naming
+    ``name[i]``."""
+    if isinstance(values, (str, int)):
+        raise TypeError(f"{name} must be a list of ints, got {type(values).__name__} {values!r}")
+    values = list(values)
+    for i, value in enumerate(values):
+        require_positive_int(value, f"{name}[{i}]")
+    return values
+
+
+def require_dtype_name(dtype: object) -> str:
+    """``dtype`` if it names one of :data:`DTYPES`, else ``ValueError`` listing them."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    return dtype
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

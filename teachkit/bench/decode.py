@@ -47,7 +47,9 @@ from .core import (
     positive_int,
     power_of_two,
     progress_bar,
+    require_dtype_name,
     require_names,
+    require_sizes,
     run_problem,
     start,
     time_ms,
@@ -214,10 +216,8 @@ def bench_decode(
         require_positive_int(value, name)
     if heads % kv_heads:
         raise ValueError(f"kv_heads = {kv_heads} does not divide heads = {heads}; pass a divisor")
-    batches, lengths = list(batches), list(lengths)
-    for name, values in (("batches", batches), ("lengths", lengths)):
-        for value in values:
-            require_positive_int(value, name)
+    batches, lengths = require_sizes(batches, "batches"), require_sizes(lengths, "lengths")
+    require_dtype_name(dtype)
     sdpa_backends = require_names(sdpa_backends, SDPA_BACKENDS, "sdpa_backends", allow_empty=True)
     problems = [(b, s) for b in batches for s in lengths]
     names = [f"SDPA {n}" for n in sdpa_backends] + [UNSPLIT, PAGED, SPLIT]

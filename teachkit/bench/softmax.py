@@ -102,6 +102,10 @@ def bench_softmax(
 
     table = softmax_providers() if table is None else table
     names = core.require_names(providers, table, "providers")
+    shapes = [tuple(core.require_sizes(shape, "shape")) for shape in shapes]
+    if any(len(shape) != 2 for shape in shapes):
+        raise ValueError(f"shapes must be (rows, cols) pairs, got {shapes}")
+    dtypes = [core.require_dtype_name(d) for d in dtypes]
     problems = [(s, d) for s in shapes for d in dtypes]
     results: list[Measurement] = []
     with core.progress_bar(len(problems) * len(names), progress) as bar:

@@ -212,13 +212,16 @@ def traffic_model(variant: str, M: int, N: int, itemsize: int) -> dict[str, int]
     """
     mn, s = M * N * itemsize, M * itemsize
     f = M * STAT_DTYPE.itemsize
-    reads, writes = {
+    table = {
         "naive": (3 * mn + s, 2 * mn + s),
         "eager safe": (5 * mn + 2 * s, 3 * mn + 2 * s),
         "safe 3-pass": (3 * mn + 3 * f, mn + 2 * f),
         "online 2-pass": (2 * mn + 2 * f, mn + 2 * f),
         "fused": (mn, mn),
-    }[variant]
+    }
+    if variant not in table:
+        raise ValueError(f"variant must be one of {list(table)}, got {variant!r}")
+    reads, writes = table[variant]
     return {"reads": reads, "writes": writes}
 
 

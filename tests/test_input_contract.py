@@ -316,3 +316,17 @@ def test_fits_takes_a_size_and_a_fraction():
     for bad in (0, 1.5, math.nan):
         with pytest.raises(ValueError, match="headroom"):
             fits(1, headroom=bad)
+
+
+def test_helpers_name_their_arguments():
+    from teachkit.kernels.decode import decode_mask
+    from teachkit.traffic import traffic_model
+
+    with pytest.raises(ValueError, match="variant must be one of"):
+        traffic_model("nope", 4, 4, 4)
+    with pytest.raises(ValueError, match="block must be a power of two"):
+        softmax_kernels.split_depth(0, 0)
+    with pytest.raises(TypeError, match="cache_seqlens must be an int32 or int64"):
+        decode_mask(torch.tensor([3.5]), 1, 5)
+    with pytest.raises(ValueError, match="Lq must be an int >= 0"):
+        decode_mask(torch.tensor([3]), -1, 5)

@@ -538,6 +538,13 @@ def decode_mask(cache_seqlens: torch.Tensor, Lq: int, S: int) -> torch.Tensor:
             [[1, 0, 0, 0, 0, 0],
              [1, 1, 0, 0, 0, 0]]], dtype=torch.int32)
     """
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in _INDEX_DTYPES:
+        got = (cache_seqlens.dtype if isinstance(cache_seqlens, torch.Tensor)
+               else type(cache_seqlens).__name__)
+        raise TypeError(f"cache_seqlens must be an int32 or int64 tensor of lengths, got {got}")
+    for name, value in (("Lq", Lq), ("S", S)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     n = cache_seqlens.to(torch.int64).reshape(-1, 1, 1, 1)
     i = torch.arange(Lq, device=cache_seqlens.device).reshape(1, 1, -1, 1)
     j = torch.arange(S, device=cache_seqlens.device).reshape(1, 1, 1, -1)

@@ -247,6 +247,8 @@ def split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
 
 def split_depth(chunk: int, block: int) -> int:
     """Tile depth of the split stats kernel: 4 rows of ``block`` lanes where the chunk allows."""
+    require_power_of_two(block, "block")
+    require_power_of_two(chunk, "chunk", block)
     depth = 4
     while (chunk // block) % depth:
         depth //= 2

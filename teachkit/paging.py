@@ -334,7 +334,7 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     watermark = 1 + (capacity // page_size) // 100  # free pages a new admission must leave
     steps = preemptions = stalls = 0
     totals = busy = [0.0, 0.0, 0.0, 0]  # sums of: running, used, reserved; steps
-    best: tuple[int, list[tuple[int, int, int, int]]] = (-1, [])
+    best: tuple[int, list[tuple]] = (-1, [])
 
     def size(seq: int) -> int:
         return max_len if policy == "reserve max" else lengths[seq]
@@ -396,12 +396,10 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
         if queue:  # a sequence is waiting: memory is what limits the batch
             busy = [a + b for a, b in zip(busy, sample, strict=True)]
         if tokens > best[0]:
-            if paged:
-                snap = [(s, p * page_size, page_size,
-                         max(0, min(page_size, written[s] - k * page_size)))
-                        for s in running for k, p in enumerate(pages[s])]
-            else:
-                snap = [(s, regions[s], size(s), written[s]) for s in running]
+            # O(running) per step: a page list only grows while it lives (an evicted sequence
+            # gets a new one), so its first n entries still hold this step's pages at the end
+            snap = [(s, pages[s], len(pages[s]), written[s]) if paged else
+                    (s, regions[s], size(s), written[s]) for s in running]
             best = (tokens, snap)
         for seq in [s for s in running if written[s] == lengths[s]]:
             running.remove(seq)
@@ -412,11 +410,16 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     if pages or regions or memory.holes != [(0, capacity)]:  # every sequence gave back its memory
         raise RuntimeError("simulate_serving ended with memory still held: a bug in "
                            "teachkit.paging; please report it with the arguments")
+    if paged:  # the peak's pages, from the lists it kept
+        layout = [(s, p * page_size, page_size, max(0, min(page_size, w - k * page_size)))
+                  for s, held_pages, n, w in best[1] for k, p in enumerate(held_pages[:n])]
+    else:
+        layout = best[1]
     sums = busy if busy[3] else totals
     stalled = stalls / busy[3] if busy[3] else 0.0
     running_avg, used, reserved = (x / sums[3] for x in sums[:3])
     return ServingStats(policy, capacity, page_size if paged else 0, steps, running_avg, used,
-                        reserved, stalled, preemptions, best[1])
+                        reserved, stalled, preemptions, layout)
 
 
 def waste_against_page_size(lengths: list[int], page_sizes: list[int], capacity: int

@@ -330,3 +330,12 @@ def test_helpers_name_their_arguments():
         decode_mask(torch.tensor([3.5]), 1, 5)
     with pytest.raises(ValueError, match="Lq must be an int >= 0"):
         decode_mask(torch.tensor([3]), -1, 5)
+
+
+def test_first_kernels_refuse_offsets_past_int32():
+    """row_max and reduce_stats keep row offsets in int32: past 2**31 they would read the wrong
+    rows. (A meta tensor has the strides without the memory.)"""
+    big = torch.empty(3, 2**30, device="meta")[:, :4]
+    with pytest.raises(ValueError, match="int32"):
+        teaching._require_int32_offsets(big, "row_max")
+    teaching._require_int32_offsets(torch.empty(3, 2**28, device="meta"), "row_max")

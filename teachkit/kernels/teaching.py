@@ -58,6 +58,15 @@ def _rows_input(x: object, kernel: str, reference: str) -> torch.Tensor:
     return x if x.stride(1) == 1 or x.shape[1] <= 1 else x.contiguous()
 
 
+def _require_int32_offsets(x: torch.Tensor, kernel: str) -> None:
+    """The first kernels keep ``row * stride`` in int32, for reading's sake: refuse tensors whose
+    offsets would wrap past 2**31 rather than read the wrong memory."""
+    if x.shape[0] and (x.shape[0] - 1) * x.stride(0) + x.shape[1] >= 2**31:
+        raise ValueError(f"{kernel} indexes rows in int32 and x spans 2**31 elements or more "
+                         f"(shape {tuple(x.shape)}); split it into row blocks, or use "
+                         "teachkit.kernels.softmax, whose kernels index in int64")
+
+
 # ---------------------------------------------------------------------------------------------
 # A first kernel: the maximum of every row
 # ---------------------------------------------------------------------------------------------
@@ -86,6 +95,7 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
         ``(rows,)`` of ``x``'s dtype.
     """
     x = _rows_input(x, "row_max", "torch.amax(x, dim=1)")
+    _require_int32_offsets(x, "row_max")
     rows, n_cols = x.shape
     if n_cols == 0 and rows > 0:
         raise ValueError(f"row_max of rows with no element is undefined (x has shape "
@@ -245,6 +255,7 @@ def reduce_stats(m: torch.Tensor, d: torch.Tensor,
         raise ValueError(f"m and d must be on one device, got {m.device} and {d.device}")
     m = m.float().contiguous()
     d = d.float().contiguous()
+    _require_int32_offsets(m, "reduce_stats")
     rows, lanes = m.shape
     out_m = torch.empty(rows, dtype=torch.float32, device=m.device)
     out_d = torch.empty_like(out_m)

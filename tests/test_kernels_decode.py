@@ -12,6 +12,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from inputs import randn
 
 import teachkit
@@ -156,6 +158,34 @@ def test_strided_lengths_and_column_major_tables(gen):
     for t in (col_major, table.long()[:, :].t().contiguous().t(), table[:, ::1]):
         check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, strided, table=t.to(DEV),
               num_splits=2)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lens=st.lists(st.integers(0, 20), min_size=1, max_size=3),
+       page_size=st.sampled_from([3, 4, 8]), step=st.integers(1, 3), int64=st.booleans(),
+       col_major=st.booleans(), seed=st.integers(0, 2**16))
+def test_any_strides_of_the_index_tensors_read_right(lens, page_size, step, int64, col_major,
+                                                     seed):
+    """Lengths and tables as views with any strides and either integer dtype: the answer is the
+    one of contiguous int32 copies."""
+    gen = torch.Generator().manual_seed(seed)
+    B = len(lens)
+    q, _, _, k_ref, v_ref, _ = make(B, 2, 1, 1, 20, 16, gen, torch.float32, lens=[20] * B)
+    lens_t = torch.tensor(lens)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens_t, page_size, gen=gen)
+    dtype = torch.int64 if int64 else torch.int32
+    spread = torch.zeros(B * step, dtype=dtype)
+    spread[::step] = lens_t  # lengths every step-th element: stride step
+    view = spread[::step]
+    tbl = table.to(dtype)
+    tbl = tbl.t().contiguous().t() if col_major else tbl
+    pools = k_pool.to(DEV), v_pool.to(DEV)
+    got = decode_attention(q, *pools, cache_seqlens=view.to(DEV), block_table=tbl.to(DEV),
+                           num_splits=2)
+    want = decode_attention(q, *pools, cache_seqlens=lens_t.int().to(DEV),
+                            block_table=table.int().contiguous().to(DEV), num_splits=2)
+    assert torch.equal(got, want)
+    assert relative_error(got, reference(q, k_ref, v_ref, lens_t)[0]) < 1e-5
 
 
 def test_int64_lengths_past_int32_are_refused_before_the_cast(gen):

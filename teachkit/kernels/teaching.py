@@ -87,7 +87,8 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     x : torch.Tensor
-        ``(rows, n_cols)`` on :data:`teachkit.DEVICE`, unit column stride.
+        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, any
+        strides (copied to a unit column stride if needed).
 
     Returns
     -------
@@ -133,8 +134,8 @@ def row_softmax(x: torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     x : torch.Tensor
-        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, unit
-        column stride (any row stride).
+        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, any
+        strides (copied to a unit column stride if needed).
 
     Returns
     -------
@@ -281,7 +282,8 @@ def fused_one_row(x: torch.Tensor, num_warps: int = 16) -> torch.Tensor:
     Parameters
     ----------
     x : torch.Tensor
-        ``(rows, n_cols)`` float tensor on :data:`teachkit.DEVICE`, unit column stride.
+        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, any
+        strides (copied to a unit column stride if needed).
     num_warps : int
         Warps per program: each thread holds ``BLOCK_N / (32 * num_warps)`` values of the row.
     """

@@ -217,6 +217,13 @@ def merge_partials_(out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor,
     out.mul_(w_a).addcmul_(out_b, w_b)
 
 
+def _require_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str) -> None:
+    require_attention_inputs(q, k, v)
+    require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
+    if mask not in BLOCK_MASKS:
+        raise ValueError(f"mask must be one of {BLOCK_MASKS}, got {mask!r}")
+
+
 def ring_step(
     out: torch.Tensor, lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     mask: str, scale: float | None = None, block_attention: str | BlockFn = "flash",
@@ -238,10 +245,7 @@ def ring_step(
     >>> torch.allclose(out, naive_attention(q, k, v))
     True
     """
-    require_attention_inputs(q, k, v)
-    require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
-    if mask not in BLOCK_MASKS:
-        raise ValueError(f"mask must be one of {BLOCK_MASKS}, got {mask!r}")
+    _require_step(q, k, v, mask)
     if mask == SKIP:
         return
     rows, keys, causal = _call_shape(mask)

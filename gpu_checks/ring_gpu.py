@@ -35,8 +35,8 @@ from teachkit.ring import (  # noqa: E402
     RingCase,
     RingError,
     bench_ring,
-    record_path,
     ring_memory,
+    ring_record_path,
     ring_schedule,
     run_ring,
     run_ring_attention_cases,
@@ -124,11 +124,11 @@ def bench(world_size: int, cap: float, lengths: list[int]) -> None:
     if SMOKE:
         result = bench_ring(world_size, lengths=[32, 64], heads=2, head_dim=16, repeats=1,
                             allow_cpu=True)
-        path = save_ring_bench(result, record_path(world_size, folder=tempfile.gettempdir()))
+        path = save_ring_bench(result, ring_record_path(world_size, folder=tempfile.gettempdir()))
     else:
         result = bench_ring(world_size, lengths=lengths, memory_cap_gib=cap, repeats=3,
                             timeout_s=300, wall_s=420)
-        path = save_ring_bench(result, record_path(world_size))  # the package's records
+        path = save_ring_bench(result, ring_record_path(world_size))  # the package's records
     ctx = result.context
     speed = [r for r in result.results if r.unit == "TFLOP/s"]
     print(format_table(speed, baseline=speed[0].provider if speed else "1 GPU"))

@@ -36,7 +36,8 @@ bench
 plots
     matplotlib helpers (imported on demand).
 exercises
-    the notebooks' exercise checkers and solutions.
+    the notebooks' exercise checkers (``exercises.exNN``) and, apart, their solutions
+    (``exercises.solutions.exNN``).
 
 Examples
 --------

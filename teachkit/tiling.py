@@ -9,8 +9,11 @@ mask (top-left aligned, as ``scaled_dot_product_attention(is_causal=True)``: que
 * :data:`FULL`: no entry is masked (below the diagonal); computed without a mask;
 * :data:`MASKED`: the diagonal crosses it; computed, then masked entry by entry.
 
-Without a causal mask every tile is :data:`FULL`. The last row and column of tiles may be shorter
-when ``block_m`` does not divide ``L`` or ``block_n`` does not divide ``S``.
+They are the members of :class:`TileKind`, an ``IntEnum`` (a schedule stores them as small
+integers); ring attention (:mod:`teachkit.ring.layout`) sorts its key/value blocks with the same
+kinds, plus :data:`STRICT`. Without a causal mask every tile is :data:`FULL`. The last row and
+column of tiles may be shorter when ``block_m`` does not divide ``L`` or ``block_n`` does not
+divide ``S``.
 
 Examples
 --------
@@ -25,6 +28,7 @@ TileCounts(full=2, masked=3, skipped=4)
 from __future__ import annotations
 
 import math
+from enum import IntEnum
 from typing import NamedTuple
 
 import torch
@@ -32,9 +36,11 @@ import torch
 from .validation import require_positive_int
 
 __all__ = [
+    "TileKind",
     "SKIP",
     "FULL",
     "MASKED",
+    "STRICT",
     "TILE_NAMES",
     "TileCounts",
     "tile_bounds",
@@ -46,14 +52,55 @@ __all__ = [
     "blockwise_score_bytes",
 ]
 
-SKIP: int = 0
-"""Tile code: every entry is masked; the tile is never computed."""
-FULL: int = 1
-"""Tile code: no entry is masked; computed without a mask."""
-MASKED: int = 2
-"""Tile code: the causal diagonal crosses the tile; computed with a mask inside."""
-TILE_NAMES: dict[int, str] = {SKIP: "skip", FULL: "full", MASKED: "masked"}
-"""The name of each tile code."""
+class TileKind(IntEnum):
+    """How a tile of the score matrix (or a ring attention block of keys) meets the causal mask.
+
+    An ``IntEnum``, so a schedule tensor holds the kinds as integers and compares with them;
+    ``str()`` and formatting give the lower-case name (``"masked"``).
+    """
+
+    SKIP = 0
+    """Every entry is masked: the tile is never computed."""
+    FULL = 1
+    """No entry is masked: computed without a mask."""
+    MASKED = 2
+    """The causal diagonal crosses the tile: computed, key ``j`` hidden from query ``i`` when
+    ``j > i`` (local indices on a ring block of the diagonal)."""
+    STRICT = 3
+    """Computed with the diagonal hidden too, ``j >= i``: the blocks a striped ring rank gets from
+    later ranks (never in a tile schedule)."""
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    @classmethod
+    def parse(cls, value: object, name: str = "kind") -> TileKind:
+        """``value`` as a :class:`TileKind`: a member, its integer, or its name (``"full"``).
+
+        Raises
+        ------
+        ValueError
+            Naming ``name`` and the kinds to pass, for anything else.
+        """
+        if isinstance(value, str):
+            member = cls.__members__.get(value.upper())
+            if member is not None:
+                return member
+        elif isinstance(value, int) and not isinstance(value, bool) and value in set(cls):
+            return cls(value)
+        names = ", ".join(repr(str(k)) for k in cls)
+        raise ValueError(f"{name} must be a TileKind or one of the names {names}, got {value!r}")
+
+
+SKIP = TileKind.SKIP
+FULL = TileKind.FULL
+MASKED = TileKind.MASKED
+STRICT = TileKind.STRICT
+TILE_NAMES: dict[int, str] = {kind: str(kind) for kind in TileKind}
+"""The name of each kind, by kind or by its integer in a schedule."""
 
 
 class TileCounts(NamedTuple):
@@ -88,7 +135,8 @@ def tile_bounds(index: int, block: int, length: int) -> tuple[int, int]:
     return start, min(start + block, length)
 
 
-def tile_kind(row_start: int, row_end: int, col_start: int, col_end: int, causal: bool) -> int:
+def tile_kind(row_start: int, row_end: int, col_start: int, col_end: int,
+              causal: bool) -> TileKind:
     """Classify the tile of queries ``[row_start, row_end)`` and keys ``[col_start, col_end)``.
 
     Query ``i`` sees key ``j`` iff ``j <= i``. The tile is :data:`SKIP` when even its last query

@@ -63,3 +63,30 @@ def test_plot_reads_params_not_labels():
     assert [ax.get_title() for ax in fig.axes] == ["D = 64", "D = 64, causal", "D = 128",
                                                     "D = 128, causal"]
     assert list(fig.axes[0].get_lines()[0].get_xdata()) == [1024, 2048]
+
+
+def test_tiny_backward_run_checks_gradients_and_tabulates():
+    from teachkit.bench.attention_backward import (
+        BACKWARD_FLOPS_FACTOR,
+        backward_params,
+        bench_backward,
+    )
+
+    res = bench_backward([33], [16], [False, True], providers=["sdpa math", "teachkit flash"],
+                         tokens=33, heads=2, show_progress=False)
+    assert {(r.provider, r.params["causal"]) for r in res} == {
+        (p, c) for p in ("sdpa math", "teachkit flash") for c in (False, True)}
+    for r in res:
+        assert r.params == backward_params(16, 33, r.params["causal"], "fp16")
+        flops = BACKWARD_FLOPS_FACTOR * attention_flops(1, 2, 33, 33, 16, r.params["causal"])
+        assert abs(r.value - flops / r.ms / 1e9) < 1e-9 * r.value
+    assert "teachkit flash / sdpa math" in format_table(res, baseline=("sdpa math",))
+
+
+def test_backward_cli_runs_on_a_cpu(tmp_path):
+    from teachkit.bench.attention import main
+
+    out = tmp_path / "backward.json"
+    assert main(["--backward", "--lengths", "20", "--head-dims", "16", "--causal", "yes",
+                 "--providers", "teachkit flash", "--allow-cpu", "--json", str(out)]) == 0
+    assert out.exists()

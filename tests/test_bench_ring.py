@@ -7,8 +7,7 @@ import pytest
 
 import teachkit
 from teachkit.bench import load_results, record_path
-from teachkit.ring.bench import bench_ring, ring_record_name, save_ring_bench
-from teachkit.ring.bench import record_path as ring_record_path
+from teachkit.ring.bench import bench_ring, ring_record_name, ring_record_path, save_ring_bench
 
 
 def test_ring_records_are_named_and_placed_like_the_others(tmp_path):

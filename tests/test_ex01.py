@@ -9,6 +9,7 @@ import torch
 
 from teachkit.exercises import ex01
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.exercises.solutions import ex01 as solutions
 from teachkit.numerics import overflow_threshold, underflow_threshold
 
 
@@ -22,8 +23,8 @@ def _stub(*args: object, **kwargs: object) -> torch.Tensor:
 def test_naive_softmax_solution_matches_teachkit() -> None:
     x = torch.randn(4, 7, 9)
     for dim in (0, 1, -1):
-        assert torch.equal(ex01.solution_naive_softmax(x, dim), torch.exp(x) / torch.exp(x).sum(
-            dim, keepdim=True))
+        want = torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)
+        assert torch.equal(solutions.solution_naive_softmax(x, dim), want)
 
 
 def test_naive_softmax_whole_tensor_sum() -> None:
@@ -71,7 +72,7 @@ def test_naive_softmax_note_for_safe_version(capsys) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_threshold_solution_is_exact(dtype) -> None:
-    t = ex01.solution_overflow_threshold(dtype)
+    t = solutions.solution_overflow_threshold(dtype)
     assert t == overflow_threshold(dtype)
     v = torch.tensor(t, dtype=dtype)
     assert torch.isfinite(torch.exp(v))
@@ -117,7 +118,7 @@ def test_threshold_wrong_type() -> None:
 def test_nan_rows_solution_matches_reality() -> None:
     x = torch.randn(50, 33) * 40
     x[::7] = -200.0
-    predicted = ex01.solution_nan_rows(x)
+    predicted = solutions.solution_nan_rows(x)
     assert torch.equal(predicted, torch.isnan(ex01.naive_softmax(x)).any(-1))
 
 

@@ -7,6 +7,7 @@ import torch
 
 from teachkit.exercises import ex02
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.exercises.solutions import ex02 as solutions
 from teachkit.softmax import naive_softmax
 
 INF = float("inf")
@@ -25,11 +26,11 @@ def global_max(x, dim):
 
 
 def last_axis_only(x, dim):
-    return ex02.solution_safe_softmax(x, -1)
+    return solutions.solution_safe_softmax(x, -1)
 
 
 def float32_out(x, dim):
-    return ex02.solution_safe_softmax(x.float(), dim)
+    return solutions.solution_safe_softmax(x.float(), dim)
 
 
 def no_keepdim(x, dim):
@@ -39,7 +40,7 @@ def no_keepdim(x, dim):
 
 def in_place(x, dim):
     x -= x.amax(dim, keepdim=True)
-    return ex02.solution_safe_softmax(x, dim)
+    return solutions.solution_safe_softmax(x, dim)
 
 
 @pytest.mark.parametrize(
@@ -96,11 +97,11 @@ def test_mean_breaker_checker_explains_mistakes(row, message):
 
 
 def test_solution_mean_breaker_really_breaks_the_mean_shift():
-    x = ex02.solution_mean_breaker()
+    x = solutions.solution_mean_breaker()
     assert x.dtype == torch.float32
     assert torch.isinf(torch.exp(x - x.mean())).any()
     assert torch.isnan(naive_softmax(x - x.mean())).any()
-    assert torch.isfinite(ex02.solution_safe_softmax(x)).all()
+    assert torch.isfinite(solutions.solution_safe_softmax(x)).all()
 
 
 # --- exercise 3: the statistics (m, d) ---------------------------------------------------------
@@ -140,7 +141,7 @@ def test_stats_checker_explains_mistakes(wrong, message):
 
 
 def test_solution_stats_by_hand():
-    m, d = ex02.solution_softmax_stats(torch.tensor([1.0, 3.0, 2.0, 5.0]))
+    m, d = solutions.solution_softmax_stats(torch.tensor([1.0, 3.0, 2.0, 5.0]))
     assert m.item() == 5.0 and abs(d.item() - 1.2034) < 1e-4
-    m, d = ex02.solution_softmax_stats(torch.full((2, 3), -INF))
+    m, d = solutions.solution_softmax_stats(torch.full((2, 3), -INF))
     assert torch.all(m == -INF) and torch.all(d == 0)

@@ -7,6 +7,7 @@ import torch
 
 from teachkit.exercises import ex03
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.exercises.solutions import ex03 as solutions
 from teachkit.softmax import exp_shift, merge_stats
 
 NEG_INF = float("-inf")
@@ -20,7 +21,7 @@ def _stub(*args):
 
 
 def test_online_step_accepts_solution(capsys):
-    assert ex03.check_online_step(ex03.solution_online_step) is True
+    assert ex03.check_online_step(solutions.solution_online_step) is True
     assert "[correct]" in capsys.readouterr().out
 
 
@@ -69,7 +70,7 @@ def test_online_step_unshifted_exp():
 
 def test_online_step_reducing_over_rows():
     def reduces(m, d, x):
-        m_new, d_new = ex03.solution_online_step(m, d, x)
+        m_new, d_new = solutions.solution_online_step(m, d, x)
         return m_new.amax(), d_new.sum()
 
     with pytest.raises(ExerciseFailed, match="one entry per row"):
@@ -80,7 +81,7 @@ def test_online_step_reducing_over_rows():
 
 
 def test_merge_accepts_solution_and_core(capsys):
-    assert ex03.check_merge(ex03.solution_merge) is True
+    assert ex03.check_merge(solutions.solution_merge) is True
     assert ex03.check_merge(merge_stats) is True
     assert capsys.readouterr().out.count("[correct]") == 2
 
@@ -128,7 +129,7 @@ def test_merge_not_commutative():
 
 
 def test_warp_allreduce_accepts_solution(capsys):
-    assert ex03.check_warp_allreduce(ex03.solution_warp_allreduce) is True
+    assert ex03.check_warp_allreduce(solutions.solution_warp_allreduce) is True
     assert "[correct]" in capsys.readouterr().out
 
 

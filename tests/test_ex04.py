@@ -12,6 +12,7 @@ import torch  # noqa: E402
 
 from teachkit.exercises import ex04  # noqa: E402
 from teachkit.exercises.checking import ExerciseFailed  # noqa: E402
+from teachkit.exercises.solutions import ex04 as solutions  # noqa: E402
 from teachkit.softmax import exp_shift  # noqa: E402
 
 # --- exercise 1: rescale_chunk ---------------------------------------------------------------
@@ -142,7 +143,7 @@ def test_block_update_needs_l_measured_from_the_maximum():
 
 def test_block_update_reports_shape_and_dtype_trouble():
     def keeps_block_axis(m, l, acc, s, v):
-        m_new, l_new, acc_new = ex04.solution_block_update(m, l, acc, s, v)
+        m_new, l_new, acc_new = solutions.solution_block_update(m, l, acc, s, v)
         return m_new.unsqueeze(-1), l_new, acc_new
 
     with pytest.raises(ExerciseFailed, match="the new m should have shape"):

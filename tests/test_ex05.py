@@ -6,6 +6,7 @@ import pytest
 
 from teachkit.exercises import ex05
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.exercises.solutions import ex05 as solutions
 
 # --- exercise 1 ----------------------------------------------------------------------------------
 
@@ -17,7 +18,7 @@ from teachkit.exercises.checking import ExerciseFailed
          "float32"),
         (lambda M, N, s: {"reads": 3 * M * N + 3 * M, "writes": M * N + 2 * M}, "expected reads"),
         (lambda M, N, s: dict(zip(("writes", "reads"),
-                                  ex05.solution_safe_traffic(M, N, s).values(), strict=True)),
+                                  solutions.solution_safe_traffic(M, N, s).values(), strict=True)),
          "swapped"),
     ],
     ids=["no_stats", "stats_at_itemsize", "elements", "swapped"],

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from teachkit.exercises import ex06
+from teachkit.exercises.solutions import ex06 as solutions
 from teachkit.exercises.checking import ExerciseFailed
 
 
@@ -55,7 +56,7 @@ def _launcher(kernel, use_n_cols_as_stride=False):
 
 
 def test_row_softmax_accepts_solution(capsys):
-    assert ex06.check_row_softmax(ex06.solution_row_softmax) is True
+    assert ex06.check_row_softmax(solutions.solution_row_softmax) is True
     assert "[correct]" in capsys.readouterr().out
 
 
@@ -84,7 +85,7 @@ def test_row_softmax_wrong_stride():
 
 def test_row_softmax_wrong_dtype():
     with pytest.raises(ExerciseFailed, match="Cast before the store"):
-        ex06.check_row_softmax(lambda x: ex06.solution_row_softmax(x.float()))
+        ex06.check_row_softmax(lambda x: solutions.solution_row_softmax(x.float()))
 
 
 # ---------------------------------------------------------------- exercise 2: combine
@@ -114,7 +115,7 @@ def _inverted_combine(m_a, d_a, m_b, d_b):
 
 
 def test_combine_accepts_solution(capsys):
-    assert ex06.check_combine(ex06.solution_combine) is True
+    assert ex06.check_combine(solutions.solution_combine) is True
     assert "[correct]" in capsys.readouterr().out
 
 
@@ -151,7 +152,7 @@ def test_combine_needs_triton_jit():
 
 
 def test_n_splits_accepts_solution(capsys):
-    assert ex06.check_n_splits(ex06.solution_n_splits) is True
+    assert ex06.check_n_splits(solutions.solution_n_splits) is True
     assert "[correct]" in capsys.readouterr().out
 
 
@@ -181,7 +182,7 @@ def test_n_splits_float():
 
 
 def test_n_splits_known_values():
-    assert ex06.solution_n_splits(4, 16_777_216, 132) == 132
-    assert ex06.solution_n_splits(64, 1_048_576, 132) == 9
-    assert ex06.solution_n_splits(1024, 65_536, 132) == 1
-    assert ex06.solution_n_splits(2, 10_000, 132) == 4
+    assert solutions.solution_n_splits(4, 16_777_216, 132) == 132
+    assert solutions.solution_n_splits(64, 1_048_576, 132) == 9
+    assert solutions.solution_n_splits(1024, 65_536, 132) == 1
+    assert solutions.solution_n_splits(2, 10_000, 132) == 4

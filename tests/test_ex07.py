@@ -10,9 +10,40 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from teachkit.attention import attention_block_update, attention_scores  # noqa: E402
 from teachkit.exercises import ex07  # noqa: E402
 from teachkit.exercises.checking import ExerciseFailed  # noqa: E402
-from teachkit.tiling import FULL, MASKED, SKIP  # noqa: E402
+from teachkit.exercises.solutions import ex07 as solutions  # noqa: E402
+from teachkit.tiling import FULL, MASKED, SKIP, tile_schedule  # noqa: E402
+
+
+def _tiled_with(mistake: str, q, k, v, bm, bn, causal):
+    """A learner's tiled loop with one typical mistake (the checker's own wrong formulas are
+    written independently, so this also tests that they describe these loops), in float64."""
+    q, k, v = q.double(), k.double(), v.double()
+    L, S = q.shape[-2], k.shape[-2]
+    sched = tile_schedule(L, S, bm, bn, causal)
+    outs, lses = [], []
+    for i, r0 in enumerate(range(0, L, bm)):
+        qb = q[..., r0:r0 + bm, :]
+        m = torch.full(qb.shape[:-1], float("-inf"), dtype=torch.float64)
+        l, acc = torch.zeros_like(m), torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
+        for j, c0 in enumerate(range(0, S, bn)):
+            kind = int(sched[i, j])
+            if kind == SKIP or (kind == MASKED and mistake == "skip masked"):
+                continue
+            s = attention_scores(qb, k[..., c0:c0 + bn, :])
+            if kind == MASKED and mistake != "no mask":
+                off = 0 if mistake == "local indices" else 1
+                rows = torch.arange(r0 * off, r0 * off + s.shape[-2]).unsqueeze(-1)
+                cols = torch.arange(c0 * off, c0 * off + s.shape[-1])
+                s = s.masked_fill(cols > rows, float("-inf"))
+            m, l, acc = attention_block_update(m, l, acc, s, v[..., c0:c0 + bn, :])
+            if mistake == "normalise each step":
+                acc = acc / l.unsqueeze(-1)
+        outs.append(acc if mistake == "normalise each step" else acc / l.unsqueeze(-1))
+        lses.append(m if mistake == "lse = m" else m + torch.log(l))
+    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
 
 # --- exercise 1: tile_kind -------------------------------------------------------------------
 
@@ -78,7 +109,7 @@ def test_recompute_probs_without_unsqueeze():
 
 def test_recompute_probs_wants_lse_dtype():
     def float64_out(q, k, lse, scale):
-        return ex07.solution_recompute_probs(q, k, lse, scale).double()
+        return solutions.solution_recompute_probs(q, k, lse, scale).double()
 
     with pytest.raises(ExerciseFailed, match="lse's dtype"):
         ex07.check_recompute_probs(float64_out)
@@ -95,7 +126,7 @@ def test_recompute_probs_wants_lse_dtype():
 ])
 def test_tiled_attention_explains_wrong_answers(mistake, message):
     def wrong(q, k, v, bm, bn, causal):
-        out, lse = ex07._tiled_wrong(q, k, v, bm, bn, causal, mistake)
+        out, lse = _tiled_with(mistake, q, k, v, bm, bn, causal)
         return out.to(q.dtype), lse.to(torch.float64 if q.dtype == torch.float64
                                        else torch.float32)
 
@@ -106,8 +137,8 @@ def test_tiled_attention_explains_wrong_answers(mistake, message):
 
 def test_tiled_attention_names_a_wrong_lse():
     def lse_is_m(q, k, v, bm, bn, causal):
-        out, _ = ex07.solution_tiled_attention(q, k, v, bm, bn, causal)
-        _, m = ex07._tiled_wrong(q, k, v, bm, bn, causal, "lse = m")
+        out, _ = solutions.solution_tiled_attention(q, k, v, bm, bn, causal)
+        _, m = _tiled_with("lse = m", q, k, v, bm, bn, causal)
         return out, m.float()
 
     with pytest.raises(ExerciseFailed, match=r"m \+ log\(l\)"):

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 from teachkit.exercises import ex08  # noqa: E402
 from teachkit.exercises.checking import ExerciseFailed  # noqa: E402
+from teachkit.exercises.solutions import ex08 as solutions  # noqa: E402
 from teachkit.tiling import count_tiles  # noqa: E402
 
 
@@ -37,7 +38,7 @@ def test_key_range_matches_the_mask_on_random_blocks(gen):
         start_m = bm * int(torch.randint(0, 500 // bm + 2, (), generator=gen))
         for causal in (False, True):
             want = ex08._brute_key_range(start_m, S, bm, bn, causal)
-            assert ex08.solution_key_range(start_m, S, bm, bn, causal) == want
+            assert solutions.solution_key_range(start_m, S, bm, bn, causal) == want
 
 
 def test_key_range_without_the_cap_at_whole_blocks():
@@ -133,7 +134,7 @@ def test_exp2_update_solution_is_the_natural_update(gen):
     acc = torch.randn(3, 5, 4, generator=gen, dtype=torch.float64)
     s, v = (torch.randn(3, 5, 7, generator=gen, dtype=torch.float64),
             torch.randn(3, 7, 4, generator=gen, dtype=torch.float64))
-    got = ex08.solution_exp2_update(m2, l, acc, s, v, 0.3)
+    got = solutions.solution_exp2_update(m2, l, acc, s, v, 0.3)
     want = ex08._natural_update(m2, l, acc, s, v, 0.3)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w)
@@ -190,10 +191,10 @@ def test_causal_flops_counts_match_tiling(gen):
         bn = 2 ** int(torch.randint(4, 7, (), generator=gen))
         bm = bn * 2 ** int(torch.randint(0, 2, (), generator=gen))
         L, S = (int(torch.randint(1, 2000, (), generator=gen)) for _ in range(2))
-        got = ex08.solution_causal_flops(L, S, 64, bm, bn)
+        got = solutions.solution_causal_flops(L, S, 64, bm, bn)
         assert got == ex08._flops_reference(L, S, 64, bm, bn)
     # L = S = 4096 in 128 x 64 tiles: 32 query blocks see 2, 4, ..., 64 key blocks.
-    assert ex08.solution_causal_flops(4096, 4096, 64, 128, 64) == 1056 * 4 * 128 * 64 * 64
+    assert solutions.solution_causal_flops(4096, 4096, 64, 128, 64) == 1056 * 4 * 128 * 64 * 64
     assert count_tiles(4096, 4096, 128, 64, causal=True).computed == 1056
 
 
@@ -218,5 +219,5 @@ def test_causal_flops_mistakes_are_named(index, fragment):
 
 
 def test_causal_flops_float_is_refused():
-    _fails(ex08.check_causal_flops, lambda *a: float(ex08.solution_causal_flops(*a)),
+    _fails(ex08.check_causal_flops, lambda *a: float(solutions.solution_causal_flops(*a)),
            "should be an int")

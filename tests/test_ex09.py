@@ -9,6 +9,7 @@ import torch
 from teachkit.attention import merge_partials
 from teachkit.exercises import ex09
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.exercises.solutions import ex09 as solutions
 from teachkit.kernels.decode import MAX_SPLITS
 from teachkit.paging import token_rows
 
@@ -37,7 +38,7 @@ def test_num_splits_explains_wrong_answers(wrong, message):
 
 def test_num_splits_wants_an_int():
     with pytest.raises(ExerciseFailed, match="return an int"):
-        ex09.check_num_splits(lambda p, k, s: float(ex09.solution_num_splits(p, k, s)))
+        ex09.check_num_splits(lambda p, k, s: float(solutions.solution_num_splits(p, k, s)))
 
 
 # --- exercise 2: merge_splits ----------------------------------------------------------------
@@ -74,7 +75,7 @@ def test_merge_splits_explains_wrong_outputs(wrong, message):
 
 def test_merge_splits_names_a_wrong_lse_and_nan_rows():
     def lse_is_max(outs, lses):
-        out, _ = ex09.solution_merge_splits(outs, lses)
+        out, _ = solutions.solution_merge_splits(outs, lses)
         return out, lses.amax(0)
 
     with pytest.raises(ExerciseFailed, match="not the largest lse alone"):
@@ -94,7 +95,7 @@ def test_merge_splits_wants_a_pair_in_the_partials_dtype():
         ex09.check_merge_splits(lambda outs, lses: outs[0])
     with pytest.raises(ExerciseFailed, match="partials' dtype"):
         ex09.check_merge_splits(lambda outs, lses: tuple(
-            t.double() for t in ex09.solution_merge_splits(outs, lses)))
+            t.double() for t in solutions.solution_merge_splits(outs, lses)))
 
 
 # --- exercise 3: token_rows ------------------------------------------------------------------
@@ -127,6 +128,6 @@ def test_token_rows_explains_wrong_answers(wrong, message):
 def test_token_rows_accepts_the_library_and_wants_integers():
     assert ex09.check_token_rows(token_rows) is True
     with pytest.raises(ExerciseFailed, match="integer rows"):
-        ex09.check_token_rows(lambda t, P, pos: ex09.solution_token_rows(t, P, pos).double())
+        ex09.check_token_rows(lambda t, P, pos: solutions.solution_token_rows(t, P, pos).double())
     with pytest.raises(ExerciseFailed, match="shape"):
-        ex09.check_token_rows(lambda t, P, pos: ex09.solution_token_rows(t, P, pos)[:, :1])
+        ex09.check_token_rows(lambda t, P, pos: solutions.solution_token_rows(t, P, pos)[:, :1])

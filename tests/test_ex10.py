@@ -6,14 +6,39 @@ from __future__ import annotations
 import pytest
 import torch
 
-from teachkit.attention import blockwise_attention, naive_attention
+from teachkit.attention import blockwise_attention, merge_partials, naive_attention
 from teachkit.exercises import ex10
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.exercises.solutions import ex10 as solutions
+from teachkit.ring.attention import attend_block
+from teachkit.tiling import FULL, MASKED, STRICT
+
+
+def _ring_rank_with(mistake: str, q, ks, vs, rank, causal, layout):
+    """A learner's ring loop with one typical mistake (the checker's own wrong formulas are
+    written independently, so this also tests that they describe these loops), in float64."""
+    q, ks, vs = q.double(), [k.double() for k in ks], [v.double() for v in vs]
+    out = lse = None
+    for src, mask in solutions.solution_ring_plan(rank, len(ks), causal, layout):
+        if mistake == "no masks":
+            mask = FULL
+        elif mistake == "causal for strict" and mask == STRICT:
+            mask = MASKED
+        o, l_ = attend_block(q, ks[src], vs[src], mask, block_attention="torch")
+        if out is None:
+            out, lse = o, l_
+        elif mistake == "plain sum":
+            out, lse = out + o, torch.logaddexp(lse, l_)
+        elif mistake == "mean":
+            out, lse = (out + o) / 2, torch.logaddexp(lse, l_)
+        else:
+            out, lse = merge_partials(out, lse, o, l_)
+    return out, lse
 
 # --- exercise 1: ring_plan -------------------------------------------------------------------
 
 
-def _plan(forward=False, striped_diagonal="causal", contiguous_own="causal", ignore_causal=False):
+def _plan(forward=False, striped_diagonal="masked", contiguous_own="masked", ignore_causal=False):
     def plan(rank, world_size, causal, layout):
         out = []
         for t in range(world_size):
@@ -23,9 +48,9 @@ def _plan(forward=False, striped_diagonal="causal", contiguous_own="causal", ign
             elif layout == "contiguous":
                 mask = "full" if src < rank else contiguous_own if src == rank else "skip"
             else:
-                mask = "causal" if src < rank else striped_diagonal if src == rank else "strict"
-                if striped_diagonal == "all causal":
-                    mask = "causal"
+                mask = "masked" if src < rank else striped_diagonal if src == rank else "strict"
+                if striped_diagonal == "all masked":
+                    mask = "masked"
             out.append((src, mask))
         return out
 
@@ -34,14 +59,19 @@ def _plan(forward=False, striped_diagonal="causal", contiguous_own="causal", ign
 
 @pytest.mark.parametrize("wrong,message", [
     (_plan(forward=True), r"came from r - 1.*\(r - t\) mod W, not \(r \+ t\)"),
-    (_plan(striped_diagonal="all causal"), "the diagonal is masked too, so b < a"),
-    (_plan(contiguous_own="full"), "its own block is 'causal'"),
+    (_plan(striped_diagonal="all masked"), "the diagonal is masked too, so b < a"),
+    (_plan(contiguous_own="full"), "its own block is 'masked'"),
     (_plan(ignore_causal=True), "every block is 'full'"),
 ])
 def test_ring_plan_explains_wrong_answers(wrong, message):
     with pytest.raises(ExerciseFailed, match=message) as info:
         ex10.check_ring_plan(wrong)
     assert "On rank" in str(info.value) and "expected" in str(info.value)
+
+
+def test_ring_plan_names_the_kinds_for_an_unknown_mask():
+    with pytest.raises(ExerciseFailed, match="is MASKED, named 'masked'"):
+        ex10.check_ring_plan(_plan(contiguous_own="causal"))
 
 
 def test_ring_plan_wants_one_pair_per_step():
@@ -80,7 +110,7 @@ def strict_without_row_zero(q, k, v):
 
 
 def strict_with_nan_row_zero(q, k, v):
-    out, lse = ex10.solution_strict_block(q, k, v)
+    out, lse = solutions.solution_strict_block(q, k, v)
     out[..., 0, :] = float("nan")
     lse[..., 0] = float("nan")
     return out, lse
@@ -101,7 +131,7 @@ def test_strict_block_explains_wrong_answers(wrong, message):
 
 def test_strict_block_wants_q_dtype():
     def float64_out(q, k, v):
-        out, lse = ex10.solution_strict_block(q, k, v)
+        out, lse = solutions.solution_strict_block(q, k, v)
         return out.double(), lse
 
     with pytest.raises(ExerciseFailed, match="out should be in q's dtype"):
@@ -119,7 +149,7 @@ def test_strict_block_wants_q_dtype():
 ])
 def test_ring_rank_explains_wrong_answers(mistake, message):
     def wrong(q, ks, vs, rank, causal, layout):
-        out, lse = ex10._ring_rank_wrong(q, ks, vs, rank, causal, layout, mistake)
+        out, lse = _ring_rank_with(mistake, q, ks, vs, rank, causal, layout)
         return out.to(q.dtype), lse.to(_lse_dtype(q))
 
     with pytest.raises(ExerciseFailed, match=message) as info:

@@ -8,6 +8,7 @@ import torch
 
 from teachkit.exercises import ex11
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.exercises.solutions import ex11 as solutions
 from teachkit.softmax import exp_shift, merge_stats
 
 
@@ -50,7 +51,7 @@ def test_contiguous_chunks_are_explained():
 
 def test_wrong_order_and_wrong_type_are_explained():
     _fails(ex11.check_thread_elements,
-           lambda *a: ex11.solution_thread_elements(*a)[::-1] or [], "wrong order")
+           lambda *a: solutions.solution_thread_elements(*a)[::-1] or [], "wrong order")
     _fails(ex11.check_thread_elements, lambda *a: None, "list of ints")
 
 

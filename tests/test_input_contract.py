@@ -25,6 +25,7 @@ from teachkit.ring import attend_block, merge_partials_, ring_step, simulate_rin
 
 K = pytest.importorskip("teachkit.kernels")
 from teachkit.kernels import decode_attention, softmax_kernels, teaching  # noqa: E402
+from teachkit.kernels.decode_simple import decode_attention_simple  # noqa: E402
 from teachkit.kernels.flash_simple import flash_attention_simple  # noqa: E402
 
 DEV = teachkit.DEVICE
@@ -114,6 +115,8 @@ def _kernel_calls():
         ("decode_attention", lambda g, h: decode_attention(g(q), h(kc), h(kc))),
         ("decode_attention", lambda g, h: decode_attention(h(q), h(kc), g(kc))),
         ("flash_attention_simple", lambda g, h: flash_attention_simple(g(qf), h(qf), h(qf))),
+        ("decode_attention_simple", lambda g, h: decode_attention_simple(g(q), h(kc), h(kc))),
+        ("decode_attention_simple", lambda g, h: decode_attention_simple(h(q), h(kc), g(kc))),
     ]
 
 
@@ -275,7 +278,7 @@ def test_ring_blocks_are_checked_before_use():
                                    block_attention="torch")):
         with pytest.raises(TypeError, match="q must be a torch.Tensor"):
             call()
-    with pytest.raises(ValueError, match="mask must be one of"):
+    with pytest.raises(ValueError, match="mask must be a TileKind or one of the names"):
         ring_step(torch.zeros_like(q), torch.zeros(1, 1, 4), q, q, q, "diagonal")
 
 
@@ -339,3 +342,15 @@ def test_first_kernels_refuse_offsets_past_int32():
     with pytest.raises(ValueError, match="int32"):
         teaching._require_int32_offsets(big, "row_max")
     teaching._require_int32_offsets(torch.empty(3, 2**28, device="meta"), "row_max")
+
+
+def test_decode_attention_simple_keeps_the_no_key_rule():
+    q = torch.randn(1, 2, 1, 16, device=DEV)
+    k = torch.randn(1, 2, 40, 16, device=DEV).abs() + 0.5
+    v = torch.randn(1, 2, 40, 16, device=DEV)
+    q[0, 1, 0, 0] = NEG_INF  # head 1 scores -inf against every key
+    out, lse = decode_attention_simple(q, k, v, num_splits=3)
+    assert torch.all(out[0, 1] == 0) and lse[0, 1, 0] == NEG_INF
+    want = F.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(out[0, 1], want[0, 1])
+    assert torch.allclose(out[0, 0], want[0, 0], atol=1e-5)

@@ -148,7 +148,11 @@ def test_bad_inputs_say_what_to_pass(gen):
     with pytest.raises(TypeError, match="one dtype"):
         fa(q, k.float(), v)
     with pytest.raises(ValueError, match="batch dimensions"):
-        fa(q, k[:, :1], v[:, :1])
+        fa(q, torch.cat([k, k]), torch.cat([v, v]))
+    with pytest.raises(ValueError, match="divides it"):
+        fa(torch.cat([q, q[:, :1]], 1), k, v)  # 3 query heads, 2 key heads
+    with pytest.raises(ValueError, match="divides it"):
+        fa(q, k[:, :1], v)
     with pytest.raises(ValueError, match="same head dim"):
         fa(q, k[..., :8], v)
     with pytest.raises(ValueError, match="head dim of q and k"):

@@ -31,10 +31,10 @@ def test_schedule_has_one_cell_per_rank_and_step_and_a_legend_of_masks():
     ax = fig.axes[0]
     assert len(ax.patches) == 16
     assert sorted(t.get_text() for t in ax.texts) == sorted([str(s) for s in range(4)] * 4)
-    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"causal", "skip", "full"}
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"masked", "skip", "full"}
     fig, ax = plt.subplots()
     assert plot_ring_schedule(3, causal=True, layout="striped", ax=ax) is fig
-    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"causal", "strict"}
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"masked", "strict"}
 
 
 def test_rank_work_bars_and_busiest_rank_lines():

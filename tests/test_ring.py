@@ -21,11 +21,7 @@ from teachkit import DEVICE, ON_GPU
 from teachkit.attention import merge_partials, naive_attention
 from teachkit.compare import relative_error
 from teachkit.ring import (
-    CAUSAL,
-    FULL,
     LAYOUTS,
-    SKIP,
-    STRICT,
     RingCase,
     RingError,
     RingTimeout,
@@ -50,6 +46,7 @@ from teachkit.ring import (
     unshard,
     workers,
 )
+from teachkit.tiling import FULL, MASKED, SKIP, STRICT
 
 NEG_INF = float("-inf")
 
@@ -73,7 +70,7 @@ def explicit_visibility(rank, src, world_size, n, causal, layout):
 
 MASK_VISIBILITY = {
     FULL: lambda n: torch.ones(n, n, dtype=torch.bool),
-    CAUSAL: lambda n: torch.arange(n)[None, :] <= torch.arange(n)[:, None],
+    MASKED: lambda n: torch.arange(n)[None, :] <= torch.arange(n)[:, None],
     STRICT: lambda n: torch.arange(n)[None, :] < torch.arange(n)[:, None],
     SKIP: lambda n: torch.zeros(n, n, dtype=torch.bool),
 }
@@ -126,7 +123,7 @@ def test_schedule_walks_blocks_backwards_around_the_ring():
     contiguous = ring_schedule(4, causal=True, layout="contiguous")
     assert [row.count(SKIP) for row in contiguous] == [3, 2, 1, 0]
     striped = ring_schedule(4, causal=True, layout="striped")
-    assert all(SKIP not in row and row[0] == CAUSAL for row in striped)
+    assert all(SKIP not in row and row[0] == MASKED for row in striped)
     assert [row.count(STRICT) for row in striped] == [3, 2, 1, 0]
 
 
@@ -142,7 +139,7 @@ def test_causal_work_is_unbalanced_contiguous_and_balanced_striped():
 # --- one block, one step, the merge ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("mask", [FULL, CAUSAL, STRICT, SKIP])
+@pytest.mark.parametrize("mask", [FULL, MASKED, STRICT, SKIP])
 def test_attend_block_matches_masked_float64_attention(mask, gen):
     n = 11
     q, k, v = (randn(2, 3, n, 16, gen=gen, dtype=torch.float64) for _ in range(3))
@@ -160,7 +157,7 @@ def test_attend_block_matches_masked_float64_attention(mask, gen):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_attend_block_with_the_flash_kernel(dtype, gen):
     q, k, v = (randn(1, 2, 21, 16, gen=gen, dtype=dtype).to(DEVICE) for _ in range(3))
-    for mask in (FULL, CAUSAL, STRICT):
+    for mask in (FULL, MASKED, STRICT):
         got, lse = attend_block(q, k, v, mask, block_attention="flash")
         ref, ref_lse = attend_block(q.double(), k.double(), v.double(), mask,
                                     block_attention="torch")
@@ -171,7 +168,7 @@ def test_attend_block_with_the_flash_kernel(dtype, gen):
 
 def test_attend_block_rejects_unknown_masks_and_block_functions():
     q = torch.zeros(1, 1, 4, 16)
-    with pytest.raises(ValueError, match="mask must be one of"):
+    with pytest.raises(ValueError, match="mask must be a TileKind or one of the names"):
         attend_block(q, q, q, "diagonal")
     with pytest.raises(ValueError, match="block_attention must be one of"):
         attend_block(q, q, q, FULL, block_attention="cudnn")
@@ -182,7 +179,7 @@ def test_in_place_merge_equals_merge_partials(gen):
     k, v = randn(2, 3, 20, 16, gen=gen, dtype=torch.float64), randn(2, 3, 20, 16, gen=gen,
                                                                     dtype=torch.float64)
     a = attend_block(q, k[..., :9, :], v[..., :9, :], STRICT, block_attention="torch")
-    b = attend_block(q, k[..., 9:18, :], v[..., 9:18, :], CAUSAL, block_attention="torch")
+    b = attend_block(q, k[..., 9:18, :], v[..., 9:18, :], MASKED, block_attention="torch")
     out, lse = a[0].clone(), a[1].clone()
     merge_partials_(out, lse, *b)
     ref_out, ref_lse = merge_partials(*a, *b)
@@ -209,7 +206,7 @@ def test_ring_step_skips_and_merges_in_place(gen):
     out, lse = torch.zeros_like(q), torch.full(q.shape[:-1], NEG_INF, dtype=q.dtype)
     ring_step(out, lse, q, k, v, SKIP)
     assert bool((out == 0).all()) and bool((lse == NEG_INF).all())
-    ring_step(out, lse, q, k, v, CAUSAL, block_attention="torch")
+    ring_step(out, lse, q, k, v, MASKED, block_attention="torch")
     assert relative_error(out, naive_attention(q, k, v, causal=True)) < 1e-14
 
 

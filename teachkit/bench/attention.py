@@ -24,6 +24,18 @@ from ..device import (
     skip_if_out_of_memory,
 )
 from ..validation import require_positive_int
+from .attention_backward import bench_backward, training_memory
+from .attention_problems import (
+    ATTENTION_LENGTHS,
+    HEADS,
+    SDPA_BACKENDS,
+    TOKENS,
+    attention_flops,
+    attention_params,
+    batch_for,
+    problem_name,
+    sdpa_backend,
+)
 from .core import (
     DTYPES,
     TIMING_BYTES,
@@ -51,51 +63,6 @@ __all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch
            "step_providers", "bench_steps", "bench_sweep", "sweep_params", "peak_memory",
            "format_memory", "main"]
 
-ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
-"""Sequence lengths L = S of the benchmark."""
-
-HEADS = 32
-TOKENS = 16384
-"""B x L tokens per problem (B = 4 at L = 4096, B = 1 at 16384)."""
-
-SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
-
-
-def batch_for(length: int, tokens: int = TOKENS) -> int:
-    """Sequences per problem: ``tokens // length``, at least 1."""
-    return max(1, tokens // length)
-
-
-def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> float:
-    """Flops of one attention forward: ``4 B H L S D``, half of it when causal.
-
-    Examples
-    --------
-    >>> attention_flops(4, 32, 4096, 4096, 64, causal=False) / 1e12
-    0.549755813888
-    """
-    return 4 * B * H * L * S * D * (0.5 if causal else 1.0)
-
-
-def problem_name(D: int, L: int, causal: bool) -> str:
-    """How the benchmark labels a problem in tables, e.g. ``"D=64 L=4096 causal"``; its
-    parameters are :func:`attention_params`."""
-    return f"D={D} L={L}" + (" causal" if causal else "")
-
-
-def attention_params(D: int, L: int, causal: bool, dtype: str) -> dict[str, int | bool | str]:
-    """The parameters of one attention problem (``L = S``), as its :class:`Measurement` keeps
-    them.
-
-    Examples
-    --------
-    >>> attention_params(64, 4096, True, "fp16")
-    {'D': 64, 'L': 4096, 'S': 4096, 'causal': True, 'dtype': 'float16'}
-    """
-    return {"D": D, "L": L, "S": L, "causal": causal, "dtype": dtype_name(DTYPES[dtype])}
-
-
 def attention_bytes(B: int, H: int, L: int, D: int, dtype: str, scores: bool = False) -> int:
     """GPU memory one attention problem of the benchmarks takes at its peak: q, k, v, an output
     and the float32 copy of the first output that the others are checked against, plus what the
@@ -118,18 +85,6 @@ def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str) -> tuple[torch.T
                  for _ in range(3))
 
 
-def _sdpa(backend: str) -> Callable[..., torch.Tensor]:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    which = getattr(SDPBackend, SDPA_BACKENDS[backend])
-
-    def run(q, k, v, causal):
-        with sdpa_kernel(which):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    return run
-
-
 PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
 """The names of :func:`attention_providers`, in order."""
 
@@ -138,7 +93,7 @@ def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
     """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``."""
     from ..kernels.flash import flash_attention
 
-    table = {f"sdpa {name}": _sdpa(name) for name in SDPA_BACKENDS}
+    table = {f"sdpa {name}": sdpa_backend(name) for name in SDPA_BACKENDS}
     table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
     return table
 
@@ -420,12 +375,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="time every candidate tile configuration instead")
     parser.add_argument("--steps", action="store_true",
                         help="time notebook 08's kernel steps (simple -> tuned) instead")
+    parser.add_argument("--backward", action="store_true",
+                        help="time the backward pass instead (and, with --memory, the peak "
+                        "memory of a forward plus backward)")
     add_common_arguments(parser)
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
     if not start(args):
         return 2
-    if args.sweep and args.graph:  # the sweep's timer is flash_tuning.sweep's: plain launches
-        print("--graph does not apply to --sweep: it times plain launches", file=sys.stderr)
+    if (args.sweep or args.backward) and args.graph:  # plain launches only
+        print("--graph does not apply to --sweep or --backward: they time plain launches",
+              file=sys.stderr)
         args.graph = False
     mm_dtype = matmul_dtype()
     copy, flops = copy_bandwidth(), matmul_tflops(dtype=mm_dtype)
@@ -440,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
         for problem in dict.fromkeys(r.problem for r in results):
             best = sorted((r for r in results if r.problem == problem), key=lambda r: -r.value)
             print(f"{problem}: " + "; ".join(f"{r.provider}: {r.value:.0f}" for r in best[:5]))
+    elif args.backward:
+        results = bench_backward(lengths, args.head_dims, causal, args.dtype, args.providers,
+                                 **kwargs)
+        print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
     elif args.steps:
         results = bench_steps(lengths[0] if args.lengths else pick_steps_length(), args.head_dims,
                               causal, args.dtype, **kwargs, graph=args.graph)
@@ -450,7 +413,10 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
     extra = {}
     if args.memory and ON_GPU:
-        rows = peak_memory()
+        if args.backward:
+            rows = training_memory()
+        else:
+            rows = peak_memory()
         print(format_memory(rows))
         extra["memory"] = rows
 

@@ -1,7 +1,10 @@
 """Exercise checkers, one module per notebook (``ex01`` for ``01_naive_softmax`` and so on).
 
-Each module holds, for every exercise, a checker ``check_<name>(fn)`` and the solution
-``solution_<name>``. See :mod:`teachkit.exercises.checking` for how a checker reports.
+Each module holds, for every exercise, a checker ``check_<name>(fn)``; the solution
+``solution_<name>`` a learner may ask for lives apart, in :mod:`teachkit.exercises.solutions`
+(``solutions.ex01`` and so on). Checkers never call the solutions: each compares with its own
+float64 reference and its own wrong formulas, so the two cannot agree on a shared bug. See
+:mod:`teachkit.exercises.checking` for how a checker reports.
 """
 
 from .checking import ExerciseFailed

@@ -13,7 +13,7 @@ and compares with a float64 reference. Three outcomes:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -21,7 +21,7 @@ import torch
 from ..compare import describe_mismatch, relative_error
 
 __all__ = ["ExerciseFailed", "exercise", "expect_close", "expect", "fresh_generator",
-           "call_learner", "random_int"]
+           "call_learner", "random_int", "random_normal", "matching_mistake", "expect_stats_pair"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,3 +133,46 @@ def call_learner(fn: Callable[..., Any], case: str, *args: Any, advice: str = ""
 def random_int(lo: int, hi: int, gen: torch.Generator) -> int:
     """A fresh integer in ``[lo, hi]`` (both included) from ``gen``."""
     return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+
+def random_normal(*shape: int, gen: torch.Generator, scale: float = 1.0, shift: float = 0.0,
+                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Fresh normal values times ``scale`` plus ``shift``, drawn in float64 and rounded once to
+    ``dtype``."""
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift).to(dtype)
+
+
+def matching_mistake(got: object, mistakes: Mapping[str, torch.Tensor],
+                     rtol: float = 1e-3) -> str | None:
+    """The explanation of the first known wrong answer that ``got`` reproduces, if any.
+
+    Parameters
+    ----------
+    got
+        What the learner's function returned.
+    mistakes : Mapping[str, torch.Tensor]
+        Explanation of a usual mistake -> the answer that mistake gives on the same inputs
+        (NaN where it gives NaN: a NaN matches a NaN).
+    rtol : float
+        Largest relative error at which ``got`` counts as that wrong answer.
+    """
+    if not isinstance(got, torch.Tensor):
+        return None
+    for explanation, wrong in mistakes.items():
+        if wrong.shape == got.shape and relative_error(got, wrong) <= rtol:
+            return explanation
+    return None
+
+
+def expect_stats_pair(out: object, case: str,
+                      what: str = "your function") -> tuple[torch.Tensor, torch.Tensor]:
+    """Check that ``out``, what ``what`` returned on ``case``, is a pair of tensors ``(m, d)``;
+    return it."""
+    expect(isinstance(out, tuple | list) and len(out) == 2,
+           f"On {case}: {what} should return a pair (m, d), got {type(out).__name__}.")
+    m, d = out
+    for name, t in (("m", m), ("d", d)):
+        expect(isinstance(t, torch.Tensor),
+               f"On {case}: {what} returned {name} of type {type(t).__name__}; return torch "
+               "tensors.")
+    return m, d

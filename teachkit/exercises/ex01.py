@@ -1,6 +1,7 @@
 """Exercises of notebook ``01_naive_softmax``: the definition, where ``exp`` overflows, NaN rows.
 
-Each exercise has a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_<name>`` in
+:mod:`teachkit.exercises.solutions.ex01`:
 
 * :func:`check_naive_softmax` -- the textbook softmax along any ``dim``;
 * :func:`check_overflow_threshold` -- the largest ``x`` whose ``exp`` is finite, by experiment;
@@ -8,6 +9,7 @@ Each exercise has a checker ``check_<name>(fn)`` and a solution ``solution_<name
 
 Examples
 --------
+>>> from teachkit.exercises.solutions.ex01 import solution_naive_softmax
 >>> check_naive_softmax(solution_naive_softmax)
 [correct] Naive softmax along any dim
 True
@@ -22,23 +24,18 @@ from typing import Any
 import torch
 
 from ..compare import relative_error
-from ..numerics import overflow_threshold, underflow_threshold
+from ..numerics import overflow_threshold
 from ..softmax import naive_softmax
 from .checking import ExerciseFailed, call_learner, exercise, expect, expect_close, fresh_generator
 
 __all__ = [
     "check_naive_softmax",
-    "solution_naive_softmax",
     "check_overflow_threshold",
-    "solution_overflow_threshold",
     "check_nan_rows",
-    "solution_nan_rows",
 ]
 
 _INT_OF = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
-
-_call = call_learner
 
 
 def _definition(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -50,28 +47,6 @@ def _definition(x: torch.Tensor, dim: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # Exercise 1: the naive softmax along any dim
 # --------------------------------------------------------------------------------------------
-
-
-def solution_naive_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    r"""The definition :math:`e^{x_i} / \sum_j e^{x_j}` along ``dim``, in ``x``'s own dtype.
-
-    ``keepdim=True`` keeps the summed axis (with length 1), so the sums broadcast back against
-    every element of their row, whatever ``dim`` is.
-
-    Parameters
-    ----------
-    x : torch.Tensor
-        Floating tensor of any shape.
-    dim : int
-        The axis the probabilities sum over.
-
-    Returns
-    -------
-    torch.Tensor
-        Same shape and dtype as ``x``.
-    """
-    e = torch.exp(x)
-    return e / e.sum(dim=dim, keepdim=True)
 
 
 @exercise(
@@ -97,7 +72,7 @@ def check_naive_softmax(fn: Callable[..., torch.Tensor]) -> bool:
     ]
     for case, shape, dim, dtype in cases:
         x = (torch.randn(shape, generator=g, dtype=torch.float64) * 2).to(dtype)
-        got = _call(fn, case, x, dim=dim)
+        got = call_learner(fn, case, x, dim=dim)
         ref = _definition(x, dim)
         expect(isinstance(got, torch.Tensor) and got.shape == x.shape,
                f"On {case}: expected a tensor of shape {tuple(x.shape)}, got "
@@ -127,7 +102,7 @@ def check_naive_softmax(fn: Callable[..., torch.Tensor]) -> bool:
         expect_close(got, ref, case, rtol=tol,
                      advice="Compare with the definition exp(x_i) / sum_j exp(x_j) along dim.")
     x = torch.randn(3, 25, generator=g) * 1000
-    got = _call(fn, "a (3, 25) float32 batch times 1000", x, dim=-1)
+    got = call_learner(fn, "a (3, 25) float32 batch times 1000", x, dim=-1)
     if isinstance(got, torch.Tensor) and not bool(torch.isnan(got).any()):
         print("  Note: on logits times 1000 your function gives no NaN, where the formula as "
               "written overflows; if you subtracted the maximum, you already have notebook 02's "
@@ -138,37 +113,6 @@ def check_naive_softmax(fn: Callable[..., torch.Tensor]) -> bool:
 # --------------------------------------------------------------------------------------------
 # Exercise 2: the overflow threshold of a dtype, by experiment
 # --------------------------------------------------------------------------------------------
-
-
-def solution_overflow_threshold(dtype: torch.dtype) -> float:
-    """The largest ``x`` of ``dtype`` whose ``exp``, computed in ``dtype``, is finite.
-
-    Start from the guess ``log(finfo(dtype).max)`` rounded to the dtype, then step one
-    representable value at a time with :func:`torch.nextafter`: down while ``exp`` is ``inf``,
-    then up while the next value's ``exp`` is still finite. The guess is within a step or two of
-    the answer, so only a few ``exp`` are computed.
-
-    Parameters
-    ----------
-    dtype : torch.dtype
-        ``torch.float16``, ``torch.bfloat16``, ``torch.float32`` or ``torch.float64``.
-
-    Returns
-    -------
-    float
-        The threshold, a value of ``dtype`` (e.g. 11.0859375 for float16).
-    """
-
-    def finite(v: torch.Tensor) -> bool:
-        return bool(torch.isfinite(torch.exp(v)))
-
-    up = torch.tensor(math.inf, dtype=dtype)
-    v = torch.tensor(math.log(torch.finfo(dtype).max), dtype=dtype)
-    while not finite(v):
-        v = torch.nextafter(v, -up)
-    while finite(torch.nextafter(v, up)):
-        v = torch.nextafter(v, up)
-    return float(v)
 
 
 def _steps(a: float, b: float, dtype: torch.dtype) -> int:
@@ -195,7 +139,7 @@ def check_overflow_threshold(fn: Callable[[torch.dtype], Any]) -> bool:
     """
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         case = f"dtype={dtype}"
-        raw = _call(fn, case, dtype)
+        raw = call_learner(fn, case, dtype)
         try:
             got = float(raw)
         except (TypeError, ValueError, RuntimeError):
@@ -236,29 +180,6 @@ def check_overflow_threshold(fn: Callable[[torch.dtype], Any]) -> bool:
 # --------------------------------------------------------------------------------------------
 # Exercise 3: predict which rows turn NaN
 # --------------------------------------------------------------------------------------------
-
-
-def solution_nan_rows(x: torch.Tensor) -> torch.Tensor:
-    """Predict which rows (along the last axis) of ``naive_softmax(x)`` will hold a NaN.
-
-    A NaN appears in two ways. An entry above the dtype's overflow threshold has ``exp = inf``,
-    so the sum is ``inf`` and that entry is ``inf / inf = NaN``. And if every entry of a row is
-    below the underflow threshold (``-inf`` included), every ``exp`` is 0 and the whole row is
-    ``0 / 0 = NaN``. A sum that overflows while no single ``exp`` does gives zeros, not NaN.
-
-    Parameters
-    ----------
-    x : torch.Tensor
-        Floating tensor ``(..., N)`` of finite values or ``-inf``.
-
-    Returns
-    -------
-    torch.Tensor
-        Boolean tensor of shape ``x.shape[:-1]``.
-    """
-    overflows = (x > overflow_threshold(x.dtype)).any(dim=-1)
-    all_underflow = (x < underflow_threshold(x.dtype)).all(dim=-1)
-    return overflows | all_underflow
 
 
 def _nan_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, str]]:
@@ -356,7 +277,7 @@ def check_nan_rows(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
     ``NotImplementedError``; raises :class:`ExerciseFailed` when an answer is wrong.
     """
     for case, x, advice in _nan_cases(fresh_generator()):
-        got = _call(fn, case, x.clone())
+        got = call_learner(fn, case, x.clone())
         actual = torch.isnan(naive_softmax(x)).any(dim=-1)
         expect(isinstance(got, torch.Tensor),
                f"On {case}: expected a boolean tensor, got {type(got).__name__}.")

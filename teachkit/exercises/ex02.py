@@ -1,9 +1,10 @@
-"""Exercises of notebook 02 (the safe softmax): checkers and solutions.
+"""Exercises of notebook 02 (the safe softmax): the checkers (solutions in
+:mod:`teachkit.exercises.solutions.ex02`).
 
-1. :func:`check_safe_softmax` / :func:`solution_safe_softmax`: the safe softmax along any ``dim``.
-2. :func:`check_mean_breaker` / :func:`solution_mean_breaker`: a row for which shifting by the
+1. :func:`check_safe_softmax`: the safe softmax along any ``dim``.
+2. :func:`check_mean_breaker`: a row for which shifting by the
    *mean* still overflows in float32, while shifting by the max works.
-3. :func:`check_softmax_stats` / :func:`solution_softmax_stats`: the statistics ``(m, d)`` of
+3. :func:`check_softmax_stats`: the statistics ``(m, d)`` of
    every row, including a fully masked one.
 
 Every checker builds fresh random inputs, compares with a float64 reference and, on a wrong answer,
@@ -12,7 +13,6 @@ raises :class:`~teachkit.exercises.checking.ExerciseFailed` naming the case and 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,15 +21,12 @@ import torch
 from ..compare import relative_error
 from ..numerics import overflow_threshold
 from ..softmax import naive_softmax, safe_softmax, softmax_stats
-from .checking import call_learner, exercise, expect, expect_close, fresh_generator
+from .checking import call_learner, exercise, expect, expect_close, fresh_generator, random_normal
 
 __all__ = [
     "check_safe_softmax",
-    "solution_safe_softmax",
     "check_mean_breaker",
-    "solution_mean_breaker",
     "check_softmax_stats",
-    "solution_softmax_stats",
 ]
 
 INF = float("inf")
@@ -50,19 +47,11 @@ BASICS = ("Compute p = exp(x - m) / sum(exp(x - m)) with m the maximum along dim
           "the result should sum to 1.")
 
 
-def _randn(*shape: int, gen: torch.Generator, dtype: torch.dtype = torch.float32,
-           scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
-    """Fresh normal values times ``scale`` plus ``shift``, drawn in float64 and rounded once."""
-    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale + shift).to(dtype)
-
-
-_call = functools.partial(
-    call_learner,
-    advice=(
-        "If shapes do not broadcast, keep the reduced axis (keepdim=True) so m has "
-        "shape (..., 1, ...)."
-    ),
+SHAPE_ADVICE = (
+    "If shapes do not broadcast, keep the reduced axis (keepdim=True) so m has "
+    "shape (..., 1, ...)."
 )
+"""Advice shown when the learner's function raises (most often a shape that does not broadcast)."""
 
 
 def _has_bad_nan(got: Any, ref: torch.Tensor) -> bool:
@@ -80,30 +69,31 @@ def _has_bad_nan(got: Any, ref: torch.Tensor) -> bool:
 def _softmax_cases(gen: torch.Generator) -> Iterator[tuple[str, torch.Tensor, int, str, str]]:
     """(case, input, dim, advice when NaN appears, advice otherwise), easiest first."""
     no_max32 = NO_MAX.format(limit=overflow_threshold(torch.float32), dtype="float32")
-    yield "a row of 37 random values", _randn(37, gen=gen), -1, BASICS, BASICS
-    yield "a row of 41 random values times 1000", _randn(41, gen=gen, scale=1000), -1, \
-        no_max32, BASICS
+    yield "a row of 37 random values", random_normal(37, gen=gen).float(), -1, BASICS, BASICS
+    yield "a row of 41 random values times 1000", \
+        random_normal(41, gen=gen, scale=1000).float(), -1, no_max32, BASICS
     offsets = torch.tensor([0.0, -150.0, -300.0, 40.0, -1000.0, 7.0])
-    x = _randn(6, 45, gen=gen, scale=3) + offsets[:, None]
+    x = random_normal(6, 45, gen=gen, scale=3).float() + offsets[:, None]
     yield ("6 rows of 45 values at very different heights (row offsets 0, -150, -300, 40, "
            "-1000, 7)"), x, -1, GLOBAL_MAX, BASICS
-    yield "a (29, 3) tensor along dim=0", _randn(29, 3, gen=gen, scale=5), 0, \
+    yield "a (29, 3) tensor along dim=0", random_normal(29, 3, gen=gen, scale=5).float(), 0, \
         WRONG_DIM.format(dim=0), WRONG_DIM.format(dim=0)
-    yield "a (3, 5, 23) tensor times 300 along dim=1", _randn(3, 5, 23, gen=gen, scale=300), 1, \
+    yield "a (3, 5, 23) tensor times 300 along dim=1", \
+        random_normal(3, 5, 23, gen=gen, scale=300).float(), 1, \
         WRONG_DIM.format(dim=1) + " " + no_max32, WRONG_DIM.format(dim=1)
     no_max16 = NO_MAX.format(limit=overflow_threshold(torch.float16), dtype="float16")
     yield "float16 logits around 12 (a row of 17)", \
-        _randn(17, gen=gen, dtype=torch.float16, scale=2, shift=11), -1, no_max16, BASICS
+        random_normal(17, gen=gen, dtype=torch.float16, scale=2, shift=11), -1, no_max16, BASICS
     no_max_bf = NO_MAX.format(limit=overflow_threshold(torch.bfloat16), dtype="bfloat16")
     yield "bfloat16 values times 100 (4 rows of 31)", \
-        _randn(4, 31, gen=gen, dtype=torch.bfloat16, scale=100), -1, no_max_bf, BASICS
-    x = _randn(19, 19, gen=gen, scale=4)
+        random_normal(4, 31, gen=gen, dtype=torch.bfloat16, scale=100), -1, no_max_bf, BASICS
+    x = random_normal(19, 19, gen=gen, scale=4).float()
     x = x.masked_fill(torch.ones(19, 19, dtype=torch.bool).triu(1), -INF)
     masked = ("NaN where the reference is finite on a row with -inf entries: exp(-inf - m) is 0 "
               "when m is finite; m must be the row maximum (each row here has a finite entry).")
     yield "a 19 x 19 causal mask (-inf above the diagonal)", x, -1, masked, BASICS
     f64 = "float64 input should be computed in float64 (do not convert it to float32)."
-    yield "float64 rows of 3 values", _randn(7, 3, gen=gen, dtype=torch.float64, scale=50), -1, \
+    yield "float64 rows of 3 values", random_normal(7, 3, gen=gen, scale=50), -1, \
         NO_MAX.format(limit=overflow_threshold(torch.float64), dtype="float64"), f64
 
 
@@ -122,6 +112,7 @@ def check_safe_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
 
     Examples
     --------
+    >>> from teachkit.exercises.solutions.ex02 import solution_safe_softmax
     >>> check_safe_softmax(solution_safe_softmax)
     [correct] safe softmax along any dim
     True
@@ -129,7 +120,7 @@ def check_safe_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
     gen = fresh_generator()
     for case, x, dim, nan_advice, advice in _softmax_cases(gen):
         before = x.clone()
-        got = _call(fn, case, x, dim)
+        got = call_learner(fn, case, x, dim, advice=SHAPE_ADVICE)
         expect(torch.equal(x, before), f"On {case}: your function changed its input in place; "
                "work on new tensors (x - m, not x -= m).")
         ref = torch.softmax(x.double(), dim=dim)
@@ -142,19 +133,6 @@ def check_safe_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
         if bool(torch.isinf(x).any()):
             expect(bool((got[torch.isinf(x)] == 0).all()),
                    f"On {case}: -inf entries must give exactly 0.")
-
-
-def solution_safe_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """The safe softmax along ``dim``: subtract each row's maximum, exponentiate, normalise.
-
-    Every exponent is at most 0, so nothing overflows; the largest term is 1, so the sum is at
-    least 1 (no 0/0). float16 and bfloat16 are computed in float32 and rounded back once.
-    """
-    y = x.float() if x.dtype in LOW else x
-    m = y.amax(dim=dim, keepdim=True)  # pass 1: each row's own maximum
-    e = torch.exp(y - m)  # pass 2: exponents <= 0 ...
-    p = e / e.sum(dim=dim, keepdim=True)  # ... their sum, and pass 3: normalise
-    return p.to(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -175,12 +153,13 @@ def check_mean_breaker(fn: Callable[[], torch.Tensor]) -> None:
 
     Examples
     --------
+    >>> from teachkit.exercises.solutions.ex02 import solution_mean_breaker
     >>> check_mean_breaker(solution_mean_breaker)
     [correct] a row where the mean shift overflows but the max shift does not
     True
     """
     case = "the row you returned"
-    x = _call(fn, case)
+    x = call_learner(fn, case, advice=SHAPE_ADVICE)
     expect(isinstance(x, torch.Tensor), f"Return a torch.Tensor, got {type(x).__name__}; e.g. "
            "torch.tensor([...], dtype=torch.float32).")
     expect(x.dtype == torch.float32, f"Return a float32 row (the exercise is about float32's "
@@ -205,18 +184,6 @@ def check_mean_breaker(fn: Callable[[], torch.Tensor]) -> None:
     expect_close(safe_softmax(x), ref, "the max-shifted softmax of your row", RTOL[torch.float32])
 
 
-def solution_mean_breaker() -> torch.Tensor:
-    """Zeros with one entry of 100, in a row of 100: the mean is 1, so ``x - mean`` reaches 99.
-
-    ``exp(99)`` overflows float32 (the limit is about 88.72), so ``softmax(x - mean)`` is NaN,
-    while ``x - max`` is at most 0. The mean sits among the many values; the max sits on top of
-    all of them, which is the only shift that bounds every exponent.
-    """
-    x = torch.zeros(100)
-    x[0] = 100.0
-    return x
-
-
 # --------------------------------------------------------------------------------------------
 # Exercise 3: the statistics (m, d) of each row
 # --------------------------------------------------------------------------------------------
@@ -235,18 +202,19 @@ def _stats_cases(gen: torch.Generator) -> Iterator[tuple[str, torch.Tensor, str]
     """(case, input, advice), easiest first; the statistics are taken along the last axis."""
     yield "the by-hand row [1, 3, 2, 5] (m = 5, d = 1.2034)", \
         torch.tensor([1.0, 3.0, 2.0, 5.0]), STATS_BASICS
-    yield "7 rows of 33 random values", _randn(7, 33, gen=gen, scale=3), STATS_BASICS
-    yield "5 rows of 29 values times 1000", _randn(5, 29, gen=gen, scale=1000), \
+    yield "7 rows of 33 random values", random_normal(7, 33, gen=gen, scale=3).float(), STATS_BASICS
+    yield "5 rows of 29 values times 1000", random_normal(5, 29, gen=gen, scale=1000).float(), \
         NO_MAX.format(limit=overflow_threshold(torch.float32), dtype="float32")
     offsets = torch.tensor([0.0, -200.0, 60.0, -500.0])
     yield "4 rows of 27 values at very different heights (offsets 0, -200, 60, -500)", \
-        _randn(4, 27, gen=gen, scale=2) + offsets[:, None], OWN_MAX
-    yield "float16 rows (3 of 21) times 8", _randn(3, 21, gen=gen, dtype=torch.float16, scale=8), \
+        random_normal(4, 27, gen=gen, scale=2).float() + offsets[:, None], OWN_MAX
+    yield "float16 rows (3 of 21) times 8", \
+        random_normal(3, 21, gen=gen, dtype=torch.float16, scale=8), \
         NO_MAX.format(limit=overflow_threshold(torch.float16), dtype="float16")
-    x = _randn(6, 15, gen=gen, scale=4)
+    x = random_normal(6, 15, gen=gen, scale=4).float()
     x[:, ::3] = -INF
     yield "6 rows of 15 with every third entry -inf", x, STATS_BASICS
-    x = _randn(3, 11, gen=gen)
+    x = random_normal(3, 11, gen=gen).float()
     x[1] = -INF
     yield "3 rows of 11 whose middle row is all -inf", x, ALL_MASKED
 
@@ -263,13 +231,14 @@ def check_softmax_stats(
 
     Examples
     --------
+    >>> from teachkit.exercises.solutions.ex02 import solution_softmax_stats
     >>> check_softmax_stats(solution_softmax_stats)
     [correct] the statistics (m, d) of each row
     True
     """
     gen = fresh_generator()
     for case, x, advice in _stats_cases(gen):
-        out = _call(fn, case, x)
+        out = call_learner(fn, case, x, advice=SHAPE_ADVICE)
         expect(isinstance(out, tuple | list) and len(out) == 2,
                f"On {case}: return a pair (m, d), got {type(out).__name__}.")
         m, d = out
@@ -294,14 +263,3 @@ def check_softmax_stats(
         expect_close(d, d_ref, f"{case}, d", 2e-3 if x.dtype in LOW else 1e-5, advice)
 
 
-def solution_softmax_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The statistics of each row (last axis): ``m = max x`` and ``d = sum exp(x - m)``.
-
-    An all ``-inf`` row gives ``(-inf, 0)``: it holds no mass, and ``x - m`` there would be
-    ``-inf - (-inf) = NaN``, so its terms are replaced by 0. Low precision is computed in float32.
-    """
-    y = x.float() if x.dtype in LOW else x
-    m = y.amax(dim=-1)  # pass 1
-    m_ = m.unsqueeze(-1)
-    terms = torch.where(m_ == -INF, torch.zeros((), dtype=y.dtype), torch.exp(y - m_))
-    return m, terms.sum(dim=-1)  # pass 2

@@ -1,6 +1,7 @@
 r"""Exercises of notebook 03, the online softmax: the online step, the merge, the warp butterfly.
 
-Each exercise has a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_<name>`` in
+:mod:`teachkit.exercises.solutions.ex03`:
 
 * :func:`check_online_step` -- one step of the running update
   :math:`m_j = \max(m_{j-1}, x_j)`, :math:`d_j = d_{j-1} e^{m_{j-1}-m_j} + e^{x_j - m_j}`;
@@ -19,36 +20,25 @@ from collections.abc import Callable
 import torch
 
 from ..compare import relative_error
-from ..softmax import exp_shift, merge_stats, softmax_stats
-from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_generator
+from ..softmax import exp_shift, softmax_stats
+from .checking import (
+    ExerciseFailed,
+    exercise,
+    expect,
+    expect_close,
+    expect_stats_pair,
+    fresh_generator,
+    matching_mistake,
+)
 
 __all__ = [
     "check_online_step",
-    "solution_online_step",
     "check_merge",
-    "solution_merge",
     "check_warp_allreduce",
-    "solution_warp_allreduce",
 ]
 
 Stats = tuple[torch.Tensor, torch.Tensor]
 NEG_INF = float("-inf")
-
-
-def _as_pair(out: object, what: str, case: str) -> Stats:
-    """Check that a learner's function returned a pair of tensors; return it."""
-    if not (isinstance(out, tuple | list) and len(out) == 2):
-        raise ExerciseFailed(
-            f"On {case}: {what} should return a pair (m, d), got {type(out).__name__}."
-        )
-    m, d = out
-    for name, t in (("m", m), ("d", d)):
-        if not isinstance(t, torch.Tensor):
-            raise ExerciseFailed(
-                f"On {case}: {what} returned {name} of type {type(t).__name__}; "
-                "return torch tensors."
-            )
-    return m, d
 
 
 def _nan_check(d: torch.Tensor, ref_d: torch.Tensor, case: str, advice: str) -> None:
@@ -59,14 +49,6 @@ def _nan_check(d: torch.Tensor, ref_d: torch.Tensor, case: str, advice: str) -> 
         f"On {case}: {int(bad.sum())} NaN value(s) in d where the reference is a number.\n  "
         + advice,
     )
-
-
-def _known_mistake(d: torch.Tensor, mistakes: dict[str, torch.Tensor]) -> str | None:
-    """The explanation of the first known wrong answer that ``d`` reproduces, if any."""
-    for explanation, wrong in mistakes.items():
-        if wrong.shape == d.shape and relative_error(d, wrong) <= 1e-4:
-            return explanation
-    return None
 
 
 def _check_stats(
@@ -97,7 +79,7 @@ def _check_stats(
         "(new) maximum before exp, so every exponent is at most 0.",
     )
     if relative_error(d, ref_d) > rtol:
-        explanation = _known_mistake(d, mistakes or {})
+        explanation = matching_mistake(d, mistakes or {}, rtol=1e-4)
         if explanation:
             raise ExerciseFailed(f"On {case}: {explanation}")
     expect_close(m, ref_m, f"{case} (the maximum m)", rtol=rtol, advice=advice_m)
@@ -107,32 +89,6 @@ def _check_stats(
 # --------------------------------------------------------------------------------------------
 # Exercise 1: the online step
 # --------------------------------------------------------------------------------------------
-
-
-def solution_online_step(m: torch.Tensor, d: torch.Tensor, x: torch.Tensor) -> Stats:
-    r"""One step of the online softmax: fold the new elements ``x`` into the running ``(m, d)``.
-
-    .. math::  m' = \max(m, x), \qquad d' = d\, e^{m - m'} + e^{x - m'}.
-
-    Vectorised: ``m``, ``d`` and ``x`` hold one entry per row. While a row has seen only
-    ``-inf`` (a masked prefix), ``m = m' = -inf`` and ``m - m'`` is NaN;
-    :func:`~teachkit.softmax.exp_shift` makes that factor 0, so ``d`` stays 0 instead of NaN.
-
-    Parameters
-    ----------
-    m, d : torch.Tensor
-        The running maximum and denominator of each row (start from ``-inf`` and ``0``).
-    x : torch.Tensor
-        The next element of each row.
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        The updated ``(m, d)``.
-    """
-    m_new = torch.maximum(m, x)
-    d_new = d * exp_shift(m, m_new) + exp_shift(x, m_new)
-    return m_new, d_new
 
 
 def _step_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, torch.dtype, float]]:
@@ -202,7 +158,7 @@ def check_online_step(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], S
         m = torch.full(rows.shape[:-1], NEG_INF, dtype=state_dtype)
         d = torch.zeros(rows.shape[:-1], dtype=state_dtype)
         for j in range(rows.shape[-1]):
-            m, d = _as_pair(fn(m, d, rows[..., j]), "online_step", case)
+            m, d = expect_stats_pair(fn(m, d, rows[..., j]), case, "online_step")
             expect(
                 m.shape == rows.shape[:-1] and d.shape == rows.shape[:-1],
                 f"On {case}: after step {j + 1}, (m, d) have shapes {tuple(m.shape)} and "
@@ -226,31 +182,6 @@ def check_online_step(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], S
 # --------------------------------------------------------------------------------------------
 # Exercise 2: the merge of two partial statistics
 # --------------------------------------------------------------------------------------------
-
-
-def solution_merge(
-    m_a: torch.Tensor, d_a: torch.Tensor, m_b: torch.Tensor, d_b: torch.Tensor
-) -> Stats:
-    r"""Merge the statistics of two parts of a row into those of the whole row.
-
-    .. math::  m = \max(m_a, m_b), \qquad d = d_a e^{m_a - m} + d_b e^{m_b - m}.
-
-    Each ``d`` is measured against its own part's maximum, so both are brought to the common
-    maximum ``m`` before they are added. A part with no mass, ``(-inf, 0)``, must add nothing:
-    :func:`~teachkit.softmax.exp_shift` gives 0 where ``m = -inf`` instead of NaN.
-
-    Parameters
-    ----------
-    m_a, d_a, m_b, d_b : torch.Tensor
-        The statistics of the two parts (shapes that broadcast).
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        ``(m, d)`` of the two parts together.
-    """
-    m = torch.maximum(m_a, m_b)
-    return m, d_a * exp_shift(m_a, m) + d_b * exp_shift(m_b, m)
 
 
 MERGE_ADVICE = (
@@ -279,7 +210,7 @@ def _random_tree(
     while len(items) > 1:
         i = int(torch.randint(len(items) - 1, (1,), generator=g))
         a, b = items[i], items[i + 1]
-        items[i : i + 2] = [_as_pair(merge(a[0], a[1], b[0], b[1]), "merge", case)]
+        items[i : i + 2] = [expect_stats_pair(merge(a[0], a[1], b[0], b[1]), case, "merge")]
     return items[0]
 
 
@@ -323,7 +254,7 @@ def check_merge(fn: Callable[..., Stats]) -> None:
         sb = tuple(t.to(dtype) for t in softmax_stats(xb))
         ref = softmax_stats(torch.cat([xa, xb], dim=-1))
         advice = MASK_ADVICE if "-inf" in case else MERGE_ADVICE
-        got = _as_pair(fn(*sa, *sb), "merge", case)
+        got = expect_stats_pair(fn(*sa, *sb), case, "merge")
         m_ab = torch.maximum(sa[0], sb[0])
         mistakes = {
             "your d matches d_a + d_b. The two sums are measured against different maxima "
@@ -337,7 +268,7 @@ def check_merge(fn: Callable[..., Stats]) -> None:
                      "factor is exp(m_part - m) <= 1."] = (
                 sa[1] * torch.exp(m_ab - sa[0]) + sb[1] * torch.exp(m_ab - sb[0]))
         _check_stats(got, ref, case, rtol, advice, mistakes=mistakes)
-        swapped = _as_pair(fn(*sb, *sa), "merge", case + ", parts swapped")
+        swapped = expect_stats_pair(fn(*sb, *sa), case + ", parts swapped", "merge")
         for name, u, v in (("m", got[0], swapped[0]), ("d", got[1], swapped[1])):
             expect(
                 relative_error(u, v) <= 1e-6,
@@ -356,7 +287,7 @@ def check_merge(fn: Callable[..., Stats]) -> None:
     case = f"3 rows of {n} values, the first 5 masked, cut into pieces of sizes {sizes}"
     acc = parts[0]
     for p in parts[1:]:
-        acc = _as_pair(fn(*acc, *p), "merge", case)
+        acc = expect_stats_pair(fn(*acc, *p), case, "merge")
     _check_stats(acc, ref, case + ", merged left to right", 1e-5, MERGE_ADVICE,
                  advice_nan=MASK_ADVICE)
     for k in range(3):
@@ -371,9 +302,10 @@ def check_merge(fn: Callable[..., Stats]) -> None:
         ("merge((m, d), (-inf, 0))", (m, d, empty_m, empty_d)),
         ("merge((-inf, 0), (m, d))", (empty_m, empty_d, m, d)),
     ):
-        got = _as_pair(fn(*args), "merge", case)
+        got = expect_stats_pair(fn(*args), case, "merge")
         _check_stats(got, (m.double(), d.double()), f"{case}: the identity", 1e-6, MASK_ADVICE)
-    got_m, got_d = _as_pair(fn(empty_m, empty_d, empty_m, empty_d), "merge", "two empty parts")
+    got_m, got_d = expect_stats_pair(fn(empty_m, empty_d, empty_m, empty_d), "two empty parts",
+                                     "merge")
     _nan_check(got_d, empty_d, "merge((-inf, 0), (-inf, 0))", MASK_ADVICE)
     expect(
         bool((got_m == NEG_INF).all()) and bool((got_d == 0).all()),
@@ -385,33 +317,6 @@ def check_merge(fn: Callable[..., Stats]) -> None:
 # --------------------------------------------------------------------------------------------
 # Exercise 3: a warp's butterfly all-reduce
 # --------------------------------------------------------------------------------------------
-
-
-def solution_warp_allreduce(m: torch.Tensor, d: torch.Tensor) -> Stats:
-    """Reduce the lanes of a warp by butterfly shuffles, so that every lane ends with the total.
-
-    The last axis holds the lanes (a power of two, 32 on NVIDIA GPUs). At each offset
-    ``lanes/2, ..., 2, 1``, every lane merges its pair with the one of lane ``lane ^ offset``
-    (``__shfl_xor_sync`` on a GPU). After ``log2(lanes)`` steps each lane has merged with every
-    other lane exactly once, so all lanes hold the warp's ``(m, d)``.
-
-    Parameters
-    ----------
-    m, d : torch.Tensor
-        ``(..., lanes)``: each lane's statistics.
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        ``(..., lanes)``: the warp's statistics, in every lane.
-    """
-    lanes = torch.arange(m.shape[-1], device=m.device)
-    offset = m.shape[-1] // 2
-    while offset:
-        partner = lanes ^ offset
-        m, d = merge_stats(m, d, m[..., partner], d[..., partner])
-        offset //= 2
-    return m, d
 
 
 def _lane_stats(x: torch.Tensor, lanes: int) -> Stats:
@@ -456,7 +361,7 @@ def check_warp_allreduce(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> N
         m, d = _lane_stats(x.double(), lanes)
         ref_m, ref_d = softmax_stats(x.double())
         ref = (ref_m.unsqueeze(-1).expand(m.shape), ref_d.unsqueeze(-1).expand(d.shape))
-        got = _as_pair(fn(m.clone(), d.clone()), "warp_allreduce", case)
+        got = expect_stats_pair(fn(m.clone(), d.clone()), case, "warp_allreduce")
         expect(
             got[0].shape == m.shape and got[1].shape == d.shape,
             f"On {case}: expected (m, d) of shape {tuple(m.shape)} (one pair per lane, every lane "

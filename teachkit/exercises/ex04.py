@@ -1,6 +1,7 @@
 r"""Exercises of notebook 04, *chunks and log-sum-exp merges*.
 
-Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
+``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex04`:
 
 1. :func:`check_rescale_chunk`: turn a chunk's own softmax into its slice of the global softmax,
    :math:`p = p_{local}\, d_{local}\, e^{m_{local} - m} / d`.
@@ -16,6 +17,7 @@ and names the one the answer matches.
 
 Examples
 --------
+>>> from teachkit.exercises.solutions.ex04 import solution_rescale_chunk
 >>> check_rescale_chunk(solution_rescale_chunk)
 [correct] Rescale a chunk's local softmax into the global softmax
 True
@@ -23,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,16 +32,21 @@ import torch
 
 from ..attention import attention_scores
 from ..compare import relative_error
-from ..softmax import exp_shift, merge_lse, softmax_stats
-from .checking import call_learner, exercise, expect, expect_close, fresh_generator
+from ..softmax import exp_shift, softmax_stats
+from .checking import (
+    call_learner,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+    matching_mistake,
+    random_normal,
+)
 
 __all__ = [
     "check_rescale_chunk",
-    "solution_rescale_chunk",
     "check_merge_out_lse",
-    "solution_merge_out_lse",
     "check_block_update",
-    "solution_block_update",
 ]
 
 NEG_INF = float("-inf")
@@ -58,18 +64,11 @@ _INF_ADVICE = (
 )
 
 
-def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
-    """Fresh standard-normal float64 values times ``scale`` (never zeros)."""
-    return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
-
-
-_call = functools.partial(
-    call_learner,
-    advice=(
-        "Statistics have one axis fewer than the tensors they describe: add it back with "
-        ".unsqueeze(-1) before combining them, and convert dtypes with .to(...)."
-    ),
+SHAPE_ADVICE = (
+    "Statistics have one axis fewer than the tensors they describe: add it back with "
+    ".unsqueeze(-1) before combining them, and convert dtypes with .to(...)."
 )
+"""Advice shown when the learner's function raises (most often a shape that does not broadcast)."""
 
 
 Mistakes = dict[str, torch.Tensor] | Callable[[], dict[str, torch.Tensor]]
@@ -91,10 +90,8 @@ def _advice(got: object, ref: torch.Tensor, mistakes: Mistakes, default: str) ->
         return _INF_ADVICE
     if callable(mistakes):
         mistakes = mistakes()
-    for explanation, wrong in mistakes.items():
-        if wrong.shape == ref.shape and relative_error(g, wrong) < 1e-3:
-            return "Your result matches a common mistake: " + explanation
-    return default
+    explanation = matching_mistake(g, mistakes)
+    return "Your result matches a common mistake: " + explanation if explanation else default
 
 
 def _check(
@@ -121,39 +118,6 @@ def _expect_dtype(got: torch.Tensor, dtype: torch.dtype, case: str, what: str) -
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: rescale a chunk's local softmax
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_rescale_chunk(
-    p_local: torch.Tensor, m_local: torch.Tensor, d_local: torch.Tensor,
-    m: torch.Tensor, d: torch.Tensor,
-) -> torch.Tensor:
-    r"""Turn one chunk's own softmax into its slice of the softmax of the whole row.
-
-    A worker that saw only its chunk computed :math:`p_{local} = e^{x - m_{local}} / d_{local}`.
-    Once the row's statistics ``(m, d)`` are known,
-
-    .. math::  e^{x - m} / d = p_{local} \cdot d_{local}\, e^{m_{local} - m} / d,
-
-    and :math:`m_{local} \le m`, so the exponential never overflows. A fully masked chunk
-    (``p_local = 0``, ``m_local = -inf``, ``d_local = 0``) stays 0.
-
-    Parameters
-    ----------
-    p_local : torch.Tensor
-        ``(..., n)``: the chunk's softmax computed as if it were the whole row.
-    m_local, d_local : torch.Tensor
-        ``(...)``: the chunk's maximum and denominator.
-    m, d : torch.Tensor
-        ``(...)``: the whole row's maximum and denominator (at least one entry of the row is
-        finite, so ``m`` is finite).
-
-    Returns
-    -------
-    torch.Tensor
-        ``(..., n)`` in ``p_local``'s dtype.
-    """
-    weight = d_local * exp_shift(m_local, m) / d  # the chunk's share of the row's mass
-    return (p_local.to(weight.dtype) * weight.unsqueeze(-1)).to(p_local.dtype)
 
 
 def _rescale_inputs(
@@ -213,27 +177,29 @@ def check_rescale_chunk(fn: Callable[..., torch.Tensor]) -> None:
     ``p_local = 0``) plus scattered ``-inf``; float64 and bfloat16 inputs.
     """
     gen = fresh_generator()
-    prefix = _randn(4, 1000, gen=gen, scale=3.0)
+    prefix = random_normal(4, 1000, gen=gen, scale=3.0)
     prefix[:, :300] = NEG_INF
     prefix[torch.rand(4, 1000, generator=gen) < 0.2] = NEG_INF
-    prefix[:, -1] = _randn(4, gen=gen).abs()  # every row keeps a finite entry
+    prefix[:, -1] = random_normal(4, gen=gen).abs()  # every row keeps a finite entry
     cases = [
         ("one row of 1000 values in chunks of 128 (the last holds 104), float32",
-         _randn(1000, gen=gen, scale=3.0).float(), 128),
+         random_normal(1000, gen=gen, scale=3.0).float(), 128),
         ("a (3, 5, 777) batch of rows times 1000 in chunks of 100, float32",
-         _randn(3, 5, 777, gen=gen, scale=1000.0).float(), 100),
+         random_normal(3, 5, 777, gen=gen, scale=1000.0).float(), 100),
         ("rows whose first 300 entries are -inf (chunks 0 and 1 fully masked: p_local = 0, "
          "m_local = -inf, d_local = 0) and 20% scattered -inf, chunks of 128, float32",
          prefix.float(), 128),
-        ("a (6, 259) batch in chunks of 64, float64", _randn(6, 259, gen=gen, scale=5.0), 64),
+        ("a (6, 259) batch in chunks of 64, float64",
+         random_normal(6, 259, gen=gen, scale=5.0), 64),
         ("a (6, 259) batch in chunks of 64, bfloat16",
-         _randn(6, 259, gen=gen, scale=2.0).to(torch.bfloat16), 64),
+         random_normal(6, 259, gen=gen, scale=2.0).to(torch.bfloat16), 64),
     ]
     for case, x, chunk in cases:
         parts = _rescale_inputs(x, chunk)
         pieces = []
         for p_l, m_l, d_l, m, d in parts:
-            got = _call(fn, case, p_l.clone(), m_l.clone(), d_l.clone(), m.clone(), d.clone())
+            got = call_learner(fn, case, p_l.clone(), m_l.clone(), d_l.clone(), m.clone(),
+                               d.clone(), advice=SHAPE_ADVICE)
             expect(isinstance(got, torch.Tensor),
                    f"On {case}: expected a torch.Tensor, got {type(got).__name__}.")
             expect(got.shape == p_l.shape,
@@ -252,40 +218,6 @@ def check_rescale_chunk(fn: Callable[..., torch.Tensor]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def solution_merge_out_lse(
-    out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Merge two attention results over disjoint sets of keys into the result over both.
-
-    .. math::
-        lse = \log(e^{lse_a} + e^{lse_b}), \qquad
-        out = e^{lse_a - lse}\, out_a + e^{lse_b - lse}\, out_b.
-
-    ``lse`` is computed as ``max + log(sum of exp(lse_i - max))`` so nothing overflows, and
-    :func:`~teachkit.softmax.exp_shift` gives a part with ``lse = -inf`` (no visible key) the
-    weight 0, also when neither part saw a key (then ``out = 0`` and ``lse = -inf``).
-
-    Parameters
-    ----------
-    out_a, out_b : torch.Tensor
-        ``(..., L, Dv)``: each part's attention output, normalised over its own keys.
-    lse_a, lse_b : torch.Tensor
-        ``(..., L)``: each part's log-sum-exp of scores (float32 or float64).
-
-    Returns
-    -------
-    out : torch.Tensor
-        ``(..., L, Dv)`` in ``out_a``'s dtype.
-    lse : torch.Tensor
-        ``(..., L)`` in the lse dtype.
-    """
-    lse = merge_lse(lse_a, lse_b)
-    w_a = exp_shift(lse_a, lse).unsqueeze(-1)
-    w_b = exp_shift(lse_b, lse).unsqueeze(-1)
-    out = w_a * out_a.to(lse.dtype) + w_b * out_b.to(lse.dtype)
-    return out.to(out_a.dtype), lse
-
-
 def _partial(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, offset: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -296,7 +228,7 @@ def _partial(
     return (p @ v.to(p.dtype)).to(q.dtype), lse
 
 
-def _merge_mistakes(
+def _two_part_merge_mistakes(
     out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor
 ) -> dict[str, torch.Tensor]:
     a, b = out_a.double(), out_b.double()
@@ -322,7 +254,7 @@ def _merge_case(
     fn: Callable[..., Any], case: str, parts: tuple[torch.Tensor, ...], ref_out: torch.Tensor,
     ref_lse: torch.Tensor, rtol: float,
 ) -> None:
-    got = _call(fn, case, *(t.clone() for t in parts))
+    got = call_learner(fn, case, *(t.clone() for t in parts), advice=SHAPE_ADVICE)
     expect(isinstance(got, tuple) and len(got) == 2,
            f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
     out, lse = got
@@ -332,7 +264,8 @@ def _merge_case(
     _check(lse, ref_lse, case + " (the merged lse)", rtol,
            default="lse = m + log(exp(lse_a - m) + exp(lse_b - m)) with m = max(lse_a, lse_b), or "
            "lse_a + softplus(lse_b - lse_a).")
-    _check(out, ref_out, case + " (the merged out)", rtol, _merge_mistakes(*parts), _MERGE_DEFAULT)
+    _check(out, ref_out, case + " (the merged out)", rtol, _two_part_merge_mistakes(*parts),
+           _MERGE_DEFAULT)
     _expect_dtype(out, parts[0].dtype, case, "out")
 
 
@@ -352,7 +285,7 @@ def check_merge_out_lse(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) ->
     """
     gen = fresh_generator()
     B, H, L, S, D = 2, 3, 37, 301, 16
-    q, k, v = (_randn(B, H, n, D, gen=gen) for n in (L, S, S))
+    q, k, v = (random_normal(B, H, n, D, gen=gen) for n in (L, S, S))
     # float32 attention split in two parts, and the union in float64
     for cut, dtype in ((150, torch.float32), (1, torch.float32), (150, torch.float64),
                        (150, torch.bfloat16)):
@@ -366,8 +299,8 @@ def check_merge_out_lse(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) ->
 
     # causal: queries 0..99 see no key of part b
     Lc = 130
-    qc = _randn(2, Lc, D, gen=gen)
-    kc, vc = _randn(2, 160, D, gen=gen), _randn(2, 160, D, gen=gen)
+    qc = random_normal(2, Lc, D, gen=gen)
+    kc, vc = random_normal(2, 160, D, gen=gen), random_normal(2, 160, D, gen=gen)
     a = _partial(qc.float(), kc[:, :100].float(), vc[:, :100].float(), True, 0)
     b = _partial(qc.float(), kc[:, 100:].float(), vc[:, 100:].float(), True, 100)
     ref_out, ref_lse = _partial(qc, kc, vc, True, 0)
@@ -376,11 +309,12 @@ def check_merge_out_lse(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) ->
     _merge_case(fn, case + ", passed as (b, a)", (*b, *a), ref_out, ref_lse, _RTOL[torch.float32])
 
     # synthetic partials with lse apart by about 1000
-    out_a, out_b = _randn(3, 41, 8, gen=gen).float(), _randn(3, 41, 8, gen=gen).float()
+    out_a = random_normal(3, 41, 8, gen=gen).float()
+    out_b = random_normal(3, 41, 8, gen=gen).float()
     # rounded to float32 first: the learner gets float32 lse, the reference uses the same values
-    lse_a = (_randn(3, 41, gen=gen) + 1000.0).float().double()
-    lse_b = _randn(3, 41, gen=gen).float().double()
-    lse_c = (lse_a + _randn(3, 41, gen=gen)).float().double()
+    lse_a = (random_normal(3, 41, gen=gen) + 1000.0).float().double()
+    lse_b = random_normal(3, 41, gen=gen).float().double()
+    lse_c = (lse_a + random_normal(3, 41, gen=gen)).float().double()
     # Near lse = 1000 a float32 lse is only known to about 1000 * 6e-8, so the weights
     # exp(lse_i - lse) of two comparable parts carry errors of a few 1e-5: hence 5e-4 there.
     for name, la, lb, tol in (("lse_a - lse_b ~ +1000", lse_a, lse_b, 1e-5),
@@ -406,62 +340,34 @@ def check_merge_out_lse(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) ->
 # ---------------------------------------------------------------------------------------------
 
 
-def solution_block_update(
-    m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, s: torch.Tensor, v: torch.Tensor
+def _new_max_and_probs(
+    m: torch.Tensor, s: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    r"""Fold one block of scores ``s`` and values ``v`` into the running ``(m, l, acc)``.
-
-    .. math::
-        m' = \max(m, \max_j s_j), \quad \alpha = e^{m - m'}, \quad p_j = e^{s_j - m'}, \quad
-        l' = \alpha l + \sum_j p_j, \quad acc' = \alpha\, acc + p\, v.
-
-    ``acc`` stays unnormalised (the output is ``acc / l`` after the last block), and
-    :func:`~teachkit.softmax.exp_shift` keeps rows that have seen only ``-inf`` so far at
-    ``(m, l, acc) = (-inf, 0, 0)`` instead of NaN.
-
-    Parameters
-    ----------
-    m, l : torch.Tensor
-        ``(..., L)``: running maximum and denominator (start: ``-inf`` and 0).
-    acc : torch.Tensor
-        ``(..., L, Dv)``: running unnormalised output (start: 0).
-    s : torch.Tensor
-        ``(..., L, Sb)``: this block's scaled scores, ``-inf`` where masked.
-    v : torch.Tensor
-        ``(..., Sb, Dv)``: this block's values (any floating dtype).
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor, torch.Tensor)
-        The new ``(m, l, acc)``, in the dtype of ``s``.
-    """
+    """What every variant shares: the new maximum, ``alpha = e^(m - m')``, ``p = e^(s - m')``."""
     m_new = torch.maximum(m, s.amax(dim=-1))
-    alpha = exp_shift(m, m_new)  # rescales what was accumulated against the old maximum
-    p = exp_shift(s, m_new.unsqueeze(-1))
-    l_new = alpha * l + p.sum(dim=-1)
-    acc_new = alpha.unsqueeze(-1) * acc + p @ v.to(p.dtype)
-    return m_new, l_new, acc_new
+    return m_new, exp_shift(m, m_new), exp_shift(s, m_new.unsqueeze(-1))
 
 
 def _wrong_no_rescale_acc(
     m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, s: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    m_new, l_new, _ = solution_block_update(m, l, acc, s, v)
-    p = exp_shift(s, m_new.unsqueeze(-1))
-    return m_new, l_new, acc + p @ v.to(p.dtype)
+    m_new, alpha, p = _new_max_and_probs(m, s)
+    return m_new, alpha * l + p.sum(-1), acc + p @ v.to(p.dtype)
 
 
 def _wrong_no_rescale_l(
     m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, s: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    m_new, _, acc_new = solution_block_update(m, l, acc, s, v)
-    return m_new, l + exp_shift(s, m_new.unsqueeze(-1)).sum(-1), acc_new
+    m_new, alpha, p = _new_max_and_probs(m, s)
+    return m_new, l + p.sum(-1), alpha.unsqueeze(-1) * acc + p @ v.to(p.dtype)
 
 
 def _wrong_normalise_each_step(
     m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, s: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    m_new, l_new, acc_new = solution_block_update(m, l, acc, s, v)
+    m_new, alpha, p = _new_max_and_probs(m, s)
+    l_new = alpha * l + p.sum(-1)
+    acc_new = alpha.unsqueeze(-1) * acc + p @ v.to(p.dtype)
     return m_new, l_new, torch.where(l_new.unsqueeze(-1) > 0, acc_new / l_new.unsqueeze(-1), 0.0)
 
 
@@ -491,8 +397,8 @@ def _run_blocks(
     for start in range(0, k.shape[-2], block):
         s = s_all[..., start : start + block]
         vb = v[..., start : start + block, :]
-        got = _call(update, f"{case} (block at key {start})", m.clone(), l.clone(), acc.clone(),
-                    s.clone(), vb.clone())
+        got = call_learner(update, f"{case} (block at key {start})", m.clone(), l.clone(),
+                           acc.clone(), s.clone(), vb.clone(), advice=SHAPE_ADVICE)
         expect(isinstance(got, tuple) and len(got) == 3,
                f"On {case}: return a triple (m, l, acc), got {type(got).__name__}.")
         for name, new, old in zip(("m", "l", "acc"), got, (m, l, acc), strict=True):
@@ -539,9 +445,9 @@ def check_block_update(fn: Callable[..., tuple[torch.Tensor, ...]]) -> None:
          (2,), 40, 99, 32, False, None, 0, torch.bfloat16, 1e-5),
     ]
     for case, batch, L, S, block, causal, scale, prefix, dtype, rtol in cases:
-        q = _randn(*batch, L, D, gen=gen).to(dtype)
-        k = _randn(*batch, S, D, gen=gen).to(dtype)
-        v = _randn(*batch, S, D, gen=gen).to(dtype)
+        q = random_normal(*batch, L, D, gen=gen).to(dtype)
+        k = random_normal(*batch, S, D, gen=gen).to(dtype)
+        v = random_normal(*batch, S, D, gen=gen).to(dtype)
         args = (q, k, v, block, causal, scale, prefix)
         out, m, l = _run_blocks(fn, case, *args)
         s64 = attention_scores(q.double(), k.double(), causal, scale)

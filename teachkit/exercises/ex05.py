@@ -1,10 +1,11 @@
-"""Exercises of notebook 05 (memory traffic and the roofline): checkers and solutions.
+"""Exercises of notebook 05 (memory traffic and the roofline): the checkers (solutions in
+:mod:`teachkit.exercises.solutions.ex05`).
 
-1. :func:`check_safe_traffic` / :func:`solution_safe_traffic`: bytes read and written by the safe
+1. :func:`check_safe_traffic`: bytes read and written by the safe
    three-pass softmax, compared with the instrumented memory of :mod:`teachkit.traffic`.
-2. :func:`check_classify` / :func:`solution_classify`: arithmetic intensity of a kernel and
+2. :func:`check_classify`: arithmetic intensity of a kernel and
    whether it is memory- or compute-bound on given ceilings.
-3. :func:`check_time_floor` / :func:`solution_time_floor`: the shortest time a fused softmax can
+3. :func:`check_time_floor`: the shortest time a fused softmax can
    take on a given memory bandwidth.
 
 Every checker draws fresh random cases and, on a wrong answer, raises
@@ -19,25 +20,17 @@ from collections.abc import Callable
 import torch
 
 from ..traffic import run_variant
-from .checking import ExerciseFailed, call_learner, exercise, expect, fresh_generator
+from .checking import ExerciseFailed, call_learner, exercise, expect, fresh_generator, random_int
 
 __all__ = [
     "check_safe_traffic",
-    "solution_safe_traffic",
     "check_classify",
-    "solution_classify",
     "check_time_floor",
-    "solution_time_floor",
 ]
 
 _ITEMSIZE_DTYPE = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}
 
 
-_call = call_learner
-
-
-def _randint(gen: torch.Generator, lo: int, hi: int) -> int:
-    return int(torch.randint(lo, hi, (1,), generator=gen))
 
 
 # --------------------------------------------------------------------------------------------
@@ -57,20 +50,21 @@ def check_safe_traffic(fn: Callable[[int, int, int], dict]) -> None:
 
     Examples
     --------
+    >>> from teachkit.exercises.solutions.ex05 import solution_safe_traffic
     >>> check_safe_traffic(solution_safe_traffic)
     [correct] bytes read and written by the safe three-pass softmax
     True
     """
     gen = fresh_generator()
-    cases = [(1, 1, 4), (_randint(gen, 2, 40), _randint(gen, 2, 300), 4),
-             (_randint(gen, 2, 40), _randint(gen, 2, 300), 2),
-             (_randint(gen, 2, 40), _randint(gen, 2, 300), 8), (3, 1, 2)]
+    cases = [(1, 1, 4), (random_int(2, 39, gen), random_int(2, 299, gen), 4),
+             (random_int(2, 39, gen), random_int(2, 299, gen), 2),
+             (random_int(2, 39, gen), random_int(2, 299, gen), 8), (3, 1, 2)]
     for M, N, itemsize in cases:
         case = f"M={M}, N={N}, itemsize={itemsize}"
         x = torch.randn(M, N, generator=gen, dtype=torch.float64).to(_ITEMSIZE_DTYPE[itemsize])
         _, mem = run_variant("safe 3-pass", x)
         truth = {"reads": mem.reads, "writes": mem.writes}
-        got = _call(fn, case, M, N, itemsize)
+        got = call_learner(fn, case, M, N, itemsize)
         expect(isinstance(got, dict) and {"reads", "writes"} <= set(got),
                f"On {case}: return a dict with keys 'reads' and 'writes' (bytes), got {got!r}.")
         reads, writes = got["reads"], got["writes"]
@@ -92,24 +86,14 @@ def check_safe_traffic(fn: Callable[[int, int, int], dict]) -> None:
                f"got reads {reads} and writes {writes}." + (f"\n  {advice}" if advice else ""))
 
 
-def solution_safe_traffic(M: int, N: int, itemsize: int) -> dict[str, int]:
-    """Bytes of the safe three-pass softmax on an ``M x N`` input of ``itemsize``-byte elements.
-
-    Three reads of ``x`` (one per pass) and one write of ``y``; the per-row statistics ``m`` and
-    ``d`` are float32: ``m`` is written once and read twice, ``d`` written once and read once.
-    """
-    x_bytes, stat_bytes = M * N * itemsize, M * 4
-    return {"reads": 3 * x_bytes + 3 * stat_bytes, "writes": x_bytes + 2 * stat_bytes}
-
-
 # --------------------------------------------------------------------------------------------
 # Exercise 2: arithmetic intensity and the bound
 # --------------------------------------------------------------------------------------------
 
 def _classify_cases(gen: torch.Generator) -> list[tuple[str, float, float, float, float]]:
     u = float(torch.rand((), generator=gen)) + 0.5
-    n = _randint(gen, 1000, 9000)
-    M, N = _randint(gen, 100, 5000), _randint(gen, 100, 50000)
+    n = random_int(1000, 8999, gen)
+    M, N = random_int(100, 4999, gen), random_int(100, 49999, gen)
     return [
         (f"a {M} x {N} fp32 softmax on H100-like ceilings", 5.0 * M * N, 8.0 * M * N,
          744 * u, 3000 * u),
@@ -130,13 +114,15 @@ def check_classify(fn: Callable[[float, float, float, float], tuple[float, str]]
 
     Examples
     --------
+    >>> from teachkit.exercises.solutions.ex05 import solution_classify
     >>> check_classify(solution_classify)
     [correct] arithmetic intensity and memory- vs compute-bound
     True
     """
     for case, flops, nbytes, tflops, gbps in _classify_cases(fresh_generator()):
-        got = _call(fn, case, flops, nbytes, tflops, gbps)
-        ai, bound = solution_classify(flops, nbytes, tflops, gbps)
+        got = call_learner(fn, case, flops, nbytes, tflops, gbps)
+        ai = flops / nbytes
+        bound = "memory" if ai < tflops * 1e12 / (gbps * 1e9) else "compute"
         expect(isinstance(got, tuple) and len(got) == 2,
                f"On {case}: return a pair (intensity, 'memory' or 'compute'), got {got!r}.")
         g_ai, g_bound = got
@@ -154,18 +140,6 @@ def check_classify(fn: Callable[[float, float, float, float], tuple[float, str]]
                f"{bound!r}, got {g_bound!r}.{units}")
 
 
-def solution_classify(flops: float, nbytes: float, tflops: float, gbps: float
-                      ) -> tuple[float, str]:
-    """Arithmetic intensity ``flops / nbytes`` and the ceiling that limits the kernel.
-
-    The ridge point of the roofline is ``tflops * 1e12 / (gbps * 1e9)`` FLOP per byte: a kernel
-    below it finishes its bytes after its FLOPs (memory-bound), one above it the other way round.
-    """
-    intensity = flops / nbytes
-    ridge = tflops * 1e12 / (gbps * 1e9)
-    return intensity, "memory" if intensity < ridge else "compute"
-
-
 # --------------------------------------------------------------------------------------------
 # Exercise 3: the time floor of a fused softmax
 # --------------------------------------------------------------------------------------------
@@ -180,18 +154,19 @@ def check_time_floor(fn: Callable[[int, int, int, float], float]) -> None:
 
     Examples
     --------
+    >>> from teachkit.exercises.solutions.ex05 import solution_time_floor
     >>> check_time_floor(solution_time_floor)
     [correct] the time floor of a fused softmax
     True
     """
     gen = fresh_generator()
     for _ in range(4):
-        M, N = _randint(gen, 1, 20000), _randint(gen, 1, 70000)
-        itemsize = [2, 4][_randint(gen, 0, 2)]
+        M, N = random_int(1, 19999, gen), random_int(1, 69999, gen)
+        itemsize = [2, 4][random_int(0, 1, gen)]
         gbps = 50 + 3000 * float(torch.rand((), generator=gen))
         case = f"M={M}, N={N}, itemsize={itemsize}, {gbps:.0f} GB/s"
-        got = _call(fn, case, M, N, itemsize, gbps)
-        ref = solution_time_floor(M, N, itemsize, gbps)
+        got = call_learner(fn, case, M, N, itemsize, gbps)
+        ref = 2 * M * N * itemsize / (gbps * 1e9) * 1e3  # one read, one write, in ms
         expect(isinstance(got, (int, float)), f"On {case}: return a number, got {got!r}.")
         advice = ""
         if math.isclose(got, ref / 2, rel_tol=1e-6):
@@ -204,13 +179,4 @@ def check_time_floor(fn: Callable[[int, int, int, float], float]) -> None:
                f"On {case}: expected {ref:.6g} ms, got {got:.6g}." + (f"\n  {advice}"
                                                                      if advice else ""))
 
-
-def solution_time_floor(M: int, N: int, itemsize: int, gbps: float) -> float:
-    """Shortest time of a fused softmax in milliseconds: one read and one write at ``gbps``.
-
-    Nothing can move the ``2 M N itemsize`` bytes faster than the memory's bandwidth, so this
-    is a floor for any softmax on that device (only data already in a cache beats it).
-    """
-    nbytes = 2 * M * N * itemsize
-    return nbytes / (gbps * 1e9) * 1e3
 

@@ -1,7 +1,8 @@
 r"""Exercises of notebook 06, softmax in Triton: a one-row kernel, the combine of ``tl.reduce``,
 and how many pieces to cut long rows into.
 
-Each exercise has a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_<name>`` in
+:mod:`teachkit.exercises.solutions.ex06`:
 
 * :func:`check_row_softmax` -- a launcher ``fn(x)`` of the learner's one-row softmax kernel (masked
   load with the right ``other=``, masked store);
@@ -32,11 +33,8 @@ from .checking import ExerciseFailed, exercise, expect, expect_close, fresh_gene
 
 __all__ = [
     "check_row_softmax",
-    "solution_row_softmax",
     "check_combine",
-    "solution_combine",
     "check_n_splits",
-    "solution_n_splits",
     "MIN_CHUNK",
     "PROGRAMS_PER_SM",
 ]
@@ -70,30 +68,6 @@ def _raise_if_stub(fn: object) -> None:
 # --------------------------------------------------------------------------------------------
 # Exercise 1: a one-row softmax kernel
 # --------------------------------------------------------------------------------------------
-
-
-def solution_row_softmax(x: torch.Tensor) -> torch.Tensor:
-    """Launch :func:`teachkit.kernels.teaching.row_softmax_kernel`: one program per row.
-
-    The block is the next power of two of the row length; lanes past the end are loaded as
-    ``-inf`` (``mask=cols < n_cols, other=float("-inf")``), which neither raises the maximum nor
-    adds to the sum, and the store is masked the same way.
-
-    Parameters
-    ----------
-    x : torch.Tensor
-        ``(rows, n_cols)`` on :data:`teachkit.DEVICE`, unit column stride, any row stride.
-
-    Returns
-    -------
-    torch.Tensor
-        The softmax of every row, ``x``'s dtype.
-    """
-    rows, n_cols = x.shape
-    y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
-    block = triton.next_power_of_2(n_cols)
-    teaching.row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block)
-    return y
 
 
 def _row_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, float]]:
@@ -172,9 +146,6 @@ def check_row_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
 # --------------------------------------------------------------------------------------------
 # Exercise 2: the combine function of tl.reduce
 # --------------------------------------------------------------------------------------------
-
-solution_combine = teaching.merge_combine_natural
-"""The solution of exercise 2: :func:`teachkit.kernels.teaching.merge_combine_natural`."""
 
 
 def _lane_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -273,27 +244,6 @@ def check_combine(combine: object) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def solution_n_splits(n_rows: int, n_cols: int, n_sms: int) -> int:
-    """Chunks per row for the split kernels: the fewest that give every SM
-    :data:`PROGRAMS_PER_SM` programs, but no chunk shorter than :data:`MIN_CHUNK` columns.
-
-    Parameters
-    ----------
-    n_rows, n_cols : int
-        The shape of the rows to normalise.
-    n_sms : int
-        Streaming multiprocessors of the GPU (132 on an H100 SXM, 108 on an A100).
-
-    Returns
-    -------
-    int
-        ``k >= 1``; the launch has ``n_rows * k`` programs of ``ceil(n_cols / k)`` columns.
-    """
-    wanted = math.ceil(PROGRAMS_PER_SM * n_sms / n_rows)
-    longest_allowed = max(1, n_cols // MIN_CHUNK)
-    return max(1, min(wanted, longest_allowed))
-
-
 @exercise(
     "chunks per row to fill the GPU",
     hint=f"you want n_rows * k >= {PROGRAMS_PER_SM} * n_sms, so k = ceil({PROGRAMS_PER_SM} * "
@@ -322,7 +272,9 @@ def check_n_splits(fn: Callable[[int, int, int], int]) -> None:
                    f"On {case}: expected a whole number >= 1, got {k!r}. Use math.ceil and //, "
                    "and return int(...).")
             k = int(k)
-            want = solution_n_splits(n_rows, n_cols, n_sms)
+            want = 1  # the smallest k that fills the SMs, unless chunks get too short first
+            while n_rows * want < PROGRAMS_PER_SM * n_sms and n_cols // (want + 1) >= MIN_CHUNK:
+                want += 1
             if k == want:
                 continue
             programs, chunk = n_rows * k, math.ceil(n_cols / k)

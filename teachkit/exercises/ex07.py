@@ -1,6 +1,7 @@
 r"""Exercises of notebook 07, *online attention*.
 
-Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
+``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex07`:
 
 1. :func:`check_tile_kind`: classify one tile ``(i, j)`` of a causal score matrix as skipped,
    computed in full, or computed with a mask (:mod:`teachkit.tiling`'s codes).
@@ -16,6 +17,7 @@ which case failed and the likely mistake.
 
 Examples
 --------
+>>> from teachkit.exercises.solutions.ex07 import solution_tile_kind
 >>> check_tile_kind(solution_tile_kind)
 [correct] Classify one tile of the causal score matrix
 True
@@ -23,7 +25,6 @@ True
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -31,7 +32,7 @@ import torch
 
 from ..attention import attention_block_update, attention_scores, causal_mask
 from ..compare import relative_error
-from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, schedule_from_mask, tile_schedule
+from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, schedule_from_mask, tile_kind, tile_schedule
 from .checking import (
     ExerciseFailed,
     call_learner,
@@ -39,19 +40,19 @@ from .checking import (
     expect,
     expect_close,
     fresh_generator,
+    matching_mistake,
     random_int,
+    random_normal,
 )
 
 __all__ = [
     "check_tile_kind",
-    "solution_tile_kind",
     "check_recompute_probs",
-    "solution_recompute_probs",
     "check_tiled_attention",
-    "solution_tiled_attention",
 ]
 
 NEG_INF = float("-inf")
+Pair = tuple[torch.Tensor, torch.Tensor]
 _NAN_ADVICE = (
     "NaN or infinity where the reference is finite: exp of a large score overflowed "
     "(exp(s) / exp(lse) is inf / inf; exponentiate the difference, exp(s - lse), which is <= 0), "
@@ -59,21 +60,13 @@ _NAN_ADVICE = (
 )
 
 
-def _randn(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor:
-    """Fresh standard-normal float64 values times ``scale`` (never zeros)."""
-    return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
 
 
-_randint = random_int
-
-
-_call = functools.partial(
-    call_learner,
-    advice=(
-        "Per-row statistics (lse, m, l) have one axis fewer than the score tile: add it "
-        "back with .unsqueeze(-1) before combining them."
-    ),
+SHAPE_ADVICE = (
+    "Per-row statistics (lse, m, l) have one axis fewer than the score tile: add it "
+    "back with .unsqueeze(-1) before combining them."
 )
+"""Advice shown when the learner's function raises (most often a shape that does not broadcast)."""
 
 
 def _mismatch_advice(got: object, ref: torch.Tensor, mistakes: dict[str, torch.Tensor],
@@ -82,9 +75,9 @@ def _mismatch_advice(got: object, ref: torch.Tensor, mistakes: dict[str, torch.T
     if not isinstance(got, torch.Tensor) or got.shape != ref.shape:
         return default
     g, r = got.detach().double(), ref.detach().double()
-    for explanation, wrong in mistakes.items():  # first: a known mistake, NaNs included
-        if wrong.shape == ref.shape and relative_error(g, wrong) < 1e-3:
-            return "Your result matches a common mistake: " + explanation
+    explanation = matching_mistake(g, mistakes)  # first: a known mistake, NaNs included
+    if explanation:
+        return "Your result matches a common mistake: " + explanation
     if bool((~torch.isfinite(g) & torch.isfinite(r)).any()):
         return _NAN_ADVICE
     return default
@@ -107,33 +100,6 @@ def _check(
 # ---------------------------------------------------------------------------------------------
 
 
-def solution_tile_kind(
-    i: int, j: int, L: int, S: int, block_m: int, block_n: int, causal: bool
-) -> int:
-    """Classify tile ``(i, j)``: query block ``i`` against key block ``j``.
-
-    The tile holds queries ``r0 .. r1 - 1`` and keys ``c0 .. c1 - 1``, the last tile of each axis
-    cut at ``L`` or ``S``. Query ``q`` sees key ``k`` iff ``k <= q`` (top-left causal).
-    The tile is skipped when its *last* query cannot see its *first* key, full when its *first*
-    query sees its *last* key, and masked inside otherwise.
-
-    Returns
-    -------
-    int
-        :data:`~teachkit.tiling.SKIP` (0), :data:`~teachkit.tiling.FULL` (1) or
-        :data:`~teachkit.tiling.MASKED` (2).
-    """
-    if not causal:
-        return FULL
-    r0, r1 = i * block_m, min((i + 1) * block_m, L)
-    c0, c1 = j * block_n, min((j + 1) * block_n, S)
-    if c0 > r1 - 1:  # the last query is before the first key: all masked
-        return SKIP
-    if c1 - 1 <= r0:  # the first query already sees the last key: nothing masked
-        return FULL
-    return MASKED
-
-
 def _tile_advice(i: int, j: int, L: int, S: int, bm: int, bn: int, got: int, want: int) -> str:
     r0, r1 = i * bm, min((i + 1) * bm, L)
     c0, c1 = j * bn, min((j + 1) * bn, S)
@@ -141,7 +107,7 @@ def _tile_advice(i: int, j: int, L: int, S: int, bm: int, bn: int, got: int, wan
     n = (r1 - r0) * (c1 - c0)
     lines = [f"it holds queries {r0}..{r1 - 1} and keys {c0}..{c1 - 1}, and {visible} of its {n} "
              f"entries are visible (key <= query)."]
-    unclipped = solution_tile_kind(i, j, 10**9, 10**9, bm, bn, True)
+    unclipped = tile_kind(i * bm, (i + 1) * bm, j * bn, (j + 1) * bn, causal=True)
     if (r1 - r0 < bm or c1 - c0 < bn) and unclipped == got:
         lines.append("This is a last, shorter tile: cut its end at L (or S), "
                      "r1 = min((i + 1) * block_m, L), before comparing.")
@@ -166,8 +132,8 @@ def _random_tile_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, i
         ("L = 33, S = 77 without a causal mask, blocks 16 x 16", 33, 77, 16, 16, False),
     ]
     for _ in range(6):
-        L, S = _randint(1, 300, gen), _randint(1, 300, gen)
-        bm, bn = _randint(1, 64, gen), _randint(1, 64, gen)
+        L, S = random_int(1, 300, gen), random_int(1, 300, gen)
+        bm, bn = random_int(1, 64, gen), random_int(1, 64, gen)
         cases.append((f"random L = {L}, S = {S}, blocks {bm} x {bn}", L, S, bm, bn, True))
     return cases
 
@@ -192,7 +158,7 @@ def check_tile_kind(fn: Callable[..., int]) -> None:
         want = schedule_from_mask(mask, bm, bn)
         for i in range(want.shape[0]):
             for j in range(want.shape[1]):
-                got = _call(fn, case, i, j, L, S, bm, bn, causal)
+                got = call_learner(fn, case, i, j, L, S, bm, bn, causal, advice=SHAPE_ADVICE)
                 expect(isinstance(got, int) and got in TILE_NAMES,
                        f"On {case}, tile ({i}, {j}): return one of the ints SKIP = {SKIP}, "
                        f"FULL = {FULL}, MASKED = {MASKED} (from teachkit.tiling), got {got!r}.")
@@ -208,38 +174,6 @@ def check_tile_kind(fn: Callable[..., int]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: recompute a tile of probabilities from the lse
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_recompute_probs(
-    q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float
-) -> torch.Tensor:
-    r"""Recompute one tile of attention probabilities from the rows' log-sum-exp.
-
-    The forward pass kept one number per query row, :math:`lse_i = \log \sum_j e^{s_{ij}}` over
-    *all* keys. For any block of keys, the probabilities are then
-
-    .. math::  P_{ij} = e^{s_{ij} - lse_i}, \qquad s_{ij} = scale\; q_i \cdot k_j,
-
-    without revisiting the other keys: the normalisation is inside :math:`lse`.
-
-    Parameters
-    ----------
-    q : torch.Tensor
-        ``(..., Lb, D)``: a block of queries.
-    k : torch.Tensor
-        ``(..., Sb, D)``: a block of keys.
-    lse : torch.Tensor
-        ``(..., Lb)``: the log-sum-exp of each query's full row of scores (float32 or float64).
-    scale : float
-        The factor the forward pass multiplied the scores by.
-
-    Returns
-    -------
-    torch.Tensor
-        ``(..., Lb, Sb)`` probabilities in ``lse``'s dtype.
-    """
-    s = (q.to(lse.dtype) @ k.to(lse.dtype).transpose(-2, -1)) * scale
-    return torch.exp(s - lse.unsqueeze(-1))
 
 
 def _probs_mistakes(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
@@ -290,8 +224,8 @@ def check_recompute_probs(fn: Callable[..., torch.Tensor]) -> None:
          (2,), 33, 50, 16, 16, 0.25, torch.bfloat16, 1e-4),
     ]
     for case, batch, L, S, bm, bn, scale, dtype, rtol in cases:
-        q = _randn(*batch, L, D, gen=gen).to(dtype)
-        k = _randn(*batch, S, D, gen=gen).to(dtype)
+        q = random_normal(*batch, L, D, gen=gen).to(dtype)
+        k = random_normal(*batch, S, D, gen=gen).to(dtype)
         s64 = (q.double() @ k.double().transpose(-2, -1)) * scale
         p64 = torch.softmax(s64, dim=-1)
         lse = torch.logsumexp(s64, dim=-1).to(torch.float64 if dtype == torch.float64
@@ -300,7 +234,8 @@ def check_recompute_probs(fn: Callable[..., torch.Tensor]) -> None:
             for c0 in range(0, S, bn):
                 qb, kb, lb = q[..., r0:r0 + bm, :], k[..., c0:c0 + bn, :], lse[..., r0:r0 + bm]
                 tile = f"{case}, tile of queries {r0}.. and keys {c0}.."
-                got = _call(fn, tile, qb.clone(), kb.clone(), lb.clone(), scale)
+                got = call_learner(fn, tile, qb.clone(), kb.clone(), lb.clone(), scale,
+                                   advice=SHAPE_ADVICE)
                 ref = p64[..., r0:r0 + bm, c0:c0 + bn]
                 _check(got, ref, tile, rtol, lambda qb=qb, kb=kb, lb=lb, sc=scale: _probs_mistakes(
                     qb, kb, lb, sc), default="P = exp(scale * q @ k.T - lse[..., None]).")
@@ -314,96 +249,87 @@ def check_recompute_probs(fn: Callable[..., torch.Tensor]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def solution_tiled_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int, block_n: int, causal: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention by tiles: for every query block, walk the key blocks the schedule keeps.
-
-    Each query block starts from ``(m, l, acc) = (-inf, 0, 0)``, folds in each non-skipped key
-    block with :func:`~teachkit.attention.attention_block_update` (diagonal tiles get their
-    ``-inf`` mask first), and divides ``acc`` by ``l`` once at the end; its lse is
-    ``m + log(l)``. The scale is ``1/sqrt(D)``.
-
-    Parameters
-    ----------
-    q, k, v : torch.Tensor
-        ``(..., L, D)``, ``(..., S, D)``, ``(..., S, Dv)``.
-    block_m, block_n : int
-        Queries and keys per tile.
-    causal : bool
-        Top-left causal mask (query ``i`` sees keys ``0..i``).
-
-    Returns
-    -------
-    out : torch.Tensor
-        ``(..., L, Dv)`` in q's dtype.
-    lse : torch.Tensor
-        ``(..., L)`` in float32 (float64 for float64 input).
-    """
-    L, S = q.shape[-2], k.shape[-2]
-    schedule = tile_schedule(L, S, block_m, block_n, causal)
-    outs, lses = [], []
-    for i, r0 in enumerate(range(0, L, block_m)):
-        qb = q[..., r0:r0 + block_m, :]
-        s0 = attention_scores(qb, k[..., :0, :])  # empty: only for the dtype
-        m = torch.full(qb.shape[:-1], NEG_INF, dtype=s0.dtype, device=q.device)
-        l = torch.zeros_like(m)
-        acc = torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=s0.dtype, device=q.device)
-        for j, c0 in enumerate(range(0, S, block_n)):
-            kind = int(schedule[i, j])
-            if kind == SKIP:
-                continue
-            s = attention_scores(qb, k[..., c0:c0 + block_n, :])
-            if kind == MASKED:
-                rows = torch.arange(r0, r0 + s.shape[-2], device=q.device).unsqueeze(-1)
-                cols = torch.arange(c0, c0 + s.shape[-1], device=q.device)
-                s = s.masked_fill(cols > rows, NEG_INF)
-            m, l, acc = attention_block_update(m, l, acc, s, v[..., c0:c0 + block_n, :])
-        outs.append((acc / l.unsqueeze(-1)).to(q.dtype))  # the one division per row
-        lses.append(m + torch.log(l))
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+def _kind_of_entry(L: int, S: int, bm: int, bn: int, causal: bool) -> torch.Tensor:
+    """``(L, S)``: the kind (SKIP, FULL or MASKED) of the tile each score falls in."""
+    kinds = tile_schedule(L, S, bm, bn, causal)
+    return kinds.repeat_interleave(bm, dim=0)[:L].repeat_interleave(bn, dim=1)[:, :S]
 
 
-def _tiled_wrong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bm: int, bn: int,
-                 causal: bool, mistake: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`solution_tiled_attention` with one typical mistake, in float64."""
-    q, k, v = q.double(), k.double(), v.double()
-    L, S = q.shape[-2], k.shape[-2]
-    sched = tile_schedule(L, S, bm, bn, causal)
-    outs, lses = [], []
-    for i, r0 in enumerate(range(0, L, bm)):
-        qb = q[..., r0:r0 + bm, :]
-        m = torch.full(qb.shape[:-1], NEG_INF, dtype=torch.float64)
-        l, acc = torch.zeros_like(m), torch.zeros((*qb.shape[:-1], v.shape[-1]), dtype=q.dtype)
-        for j, c0 in enumerate(range(0, S, bn)):
-            kind = int(sched[i, j])
-            if kind == SKIP or (kind == MASKED and mistake == "skip masked"):
-                continue
-            s = attention_scores(qb, k[..., c0:c0 + bn, :])
-            if kind == MASKED and mistake != "no mask":
-                off = 0 if mistake == "local indices" else 1
-                rows = torch.arange(r0 * off, r0 * off + s.shape[-2]).unsqueeze(-1)
-                cols = torch.arange(c0 * off, c0 * off + s.shape[-1])
-                s = s.masked_fill(cols > rows, NEG_INF)
-            m, l, acc = attention_block_update(m, l, acc, s, v[..., c0:c0 + bn, :])
-            if mistake == "normalise each step":
-                acc = acc / l.unsqueeze(-1)
-        outs.append(acc if mistake == "normalise each step" else acc / l.unsqueeze(-1))
-        lses.append(m if mistake == "lse = m" else m + torch.log(l))
-    return torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+def _attend(s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 ``(out, lse)`` of the scores ``s`` as masked (a row of only -inf gives NaN)."""
+    return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
 
 
-_TILED_MISTAKES = {
-    "no mask": "the diagonal tiles were computed without their mask. A MASKED tile holds some "
-               "keys later than some queries: set s to -inf where key > query.",
-    "skip masked": "the diagonal tiles were skipped. Only tiles with every entry masked may be "
-                   "skipped; MASKED tiles are computed and masked inside.",
-    "local indices": "the mask inside a diagonal tile compared local indices. Compare absolute "
-                     "positions: query r0 + a against key c0 + b.",
-    "normalise each step": "acc was divided by l after every key block. Keep acc unnormalised "
-                           "and divide once at the end (the rescale by alpha assumes it).",
-    "lse = m": "the lse is the running maximum alone: lse = m + log(l).",
+def _masked_right(s: torch.Tensor, kind: torch.Tensor) -> torch.Tensor:
+    """The scores with the right mask: key after query hidden, on the tiles that are not FULL."""
+    later = torch.arange(s.shape[-1]) > torch.arange(s.shape[-2]).unsqueeze(-1)
+    return s.masked_fill(later & (kind != FULL), NEG_INF)
+
+
+def _wrong_no_mask(s: torch.Tensor, v: torch.Tensor, kind: torch.Tensor, bm: int,
+                   bn: int) -> Pair:
+    """Skipped tiles are left out, but the diagonal tiles are computed whole."""
+    return _attend(s.masked_fill(kind == SKIP, NEG_INF), v)
+
+
+def _wrong_skip_masked(s: torch.Tensor, v: torch.Tensor, kind: torch.Tensor, bm: int,
+                       bn: int) -> Pair:
+    """Only the FULL tiles are computed: the diagonal ones are skipped too."""
+    return _attend(s.masked_fill(kind != FULL, NEG_INF), v)
+
+
+def _wrong_local_indices(s: torch.Tensor, v: torch.Tensor, kind: torch.Tensor, bm: int,
+                         bn: int) -> Pair:
+    """Inside a diagonal tile, key ``b`` is hidden from query ``a`` when ``b > a`` counted from
+    the tile's corner, not from the sequence start."""
+    rows = torch.arange(s.shape[-2]).unsqueeze(-1) % bm
+    cols = torch.arange(s.shape[-1]) % bn
+    hidden = (kind == SKIP) | ((kind == MASKED) & (cols > rows))
+    return _attend(s.masked_fill(hidden, NEG_INF), v)
+
+
+def _wrong_normalise_each_step(s: torch.Tensor, v: torch.Tensor, kind: torch.Tensor, bm: int,
+                               bn: int) -> Pair:
+    """The right mask, but ``acc`` divided by ``l`` after every key block that is not skipped
+    (and never at the end)."""
+    s = _masked_right(s, kind)
+    m = torch.full(s.shape[:-1], NEG_INF, dtype=s.dtype)
+    l, acc = torch.zeros_like(m), torch.zeros((*s.shape[:-1], v.shape[-1]), dtype=s.dtype)
+    for c0 in range(0, s.shape[-1], bn):
+        m, l, acc = attention_block_update(m, l, acc, s[..., c0:c0 + bn], v[..., c0:c0 + bn, :])
+        computed = (kind[:, c0] != SKIP).unsqueeze(-1)
+        acc = torch.where(computed, acc / l.unsqueeze(-1), acc)
+    return acc, m + torch.log(l)
+
+
+def _wrong_lse_is_m(s: torch.Tensor, v: torch.Tensor, kind: torch.Tensor, bm: int,
+                    bn: int) -> Pair:
+    """The right output, but the running maximum returned as the lse."""
+    s = _masked_right(s, kind)
+    return torch.softmax(s, dim=-1) @ v, s.amax(dim=-1)
+
+
+_TILED_MISTAKES: dict[str, Callable[..., Pair]] = {
+    "the diagonal tiles were computed without their mask. A MASKED tile holds some keys later "
+    "than some queries: set s to -inf where key > query.": _wrong_no_mask,
+    "the diagonal tiles were skipped. Only tiles with every entry masked may be skipped; MASKED "
+    "tiles are computed and masked inside.": _wrong_skip_masked,
+    "the mask inside a diagonal tile compared local indices. Compare absolute positions: query "
+    "r0 + a against key c0 + b.": _wrong_local_indices,
+    "acc was divided by l after every key block. Keep acc unnormalised and divide once at the "
+    "end (the rescale by alpha assumes it).": _wrong_normalise_each_step,
+    "the lse is the running maximum alone: lse = m + log(l).": _wrong_lse_is_m,
 }
+
+
+def _tiled_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bm: int, bn: int,
+                    causal: bool, index: int) -> dict[str, torch.Tensor]:
+    """Output ``index`` (0: out, 1: lse) of every known mistake on these inputs, in float64."""
+    s = attention_scores(q.double(), k.double())  # unmasked: each mistake masks its own way
+    kind = _kind_of_entry(q.shape[-2], k.shape[-2], bm, bn, causal)
+    v = v.double()
+    return {explanation: mistake(s, v, kind, bm, bn)[index]
+            for explanation, mistake in _TILED_MISTAKES.items()}
 
 
 @exercise(
@@ -435,8 +361,9 @@ def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) 
          (2,), 40, 77, 16, 16, True, torch.bfloat16, 1e-2),
     ]
     for case, batch, L, S, bm, bn, causal, dtype, rtol in cases:
-        q, k, v = (_randn(*batch, n, D, gen=gen).to(dtype) for n in (L, S, S))
-        got = _call(fn, case, q.clone(), k.clone(), v.clone(), bm, bn, causal)
+        q, k, v = (random_normal(*batch, n, D, gen=gen).to(dtype) for n in (L, S, S))
+        got = call_learner(fn, case, q.clone(), k.clone(), v.clone(), bm, bn, causal,
+                           advice=SHAPE_ADVICE)
         expect(isinstance(got, tuple) and len(got) == 2,
                f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
         out, lse = got
@@ -445,7 +372,7 @@ def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) 
         ref_lse = torch.logsumexp(s64, dim=-1)
 
         def wrong(index: int, args: tuple = (q, k, v, bm, bn, causal)) -> dict[str, torch.Tensor]:
-            return {e: _tiled_wrong(*args, name)[index] for name, e in _TILED_MISTAKES.items()}
+            return _tiled_mistakes(*args, index)
 
         _check(out, ref_out, case + " (out)", rtol, lambda: wrong(0),
                default="out = acc / l after the last key block of each query block.")

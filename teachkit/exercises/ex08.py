@@ -1,6 +1,7 @@
 r"""Exercises of notebook 08, *FlashAttention in Triton*.
 
-Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
+``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex08`:
 
 1. :func:`check_exp2_update`: one key block folded into ``(m, l, acc)`` with base-2
    statistics, as the kernel does it: ``exp2`` of scores multiplied by ``scale * log2(e)``.
@@ -17,6 +18,7 @@ saying which case failed and the likely mistake.
 
 Examples
 --------
+>>> from teachkit.exercises.solutions.ex08 import solution_key_range
 >>> check_key_range(solution_key_range)
 [correct] The key range of one query block: unmasked, masked, never loaded
 True
@@ -45,11 +47,8 @@ from .checking import (
 
 __all__ = [
     "check_key_range",
-    "solution_key_range",
     "check_exp2_update",
-    "solution_exp2_update",
     "check_causal_flops",
-    "solution_causal_flops",
 ]
 
 LOG2E = 1.0 / math.log(2.0)
@@ -59,10 +58,6 @@ LN2 = math.log(2.0)
 NEG_INF = float("-inf")
 
 
-_randint = random_int
-
-
-_call = call_learner
 
 
 def _as_int(value: object, what: str, case: str) -> int:
@@ -80,40 +75,6 @@ def _as_int(value: object, what: str, case: str) -> int:
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: the key range of one query block
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_key_range(start_m: int, S: int, block_m: int, block_n: int,
-                       causal: bool) -> tuple[int, int]:
-    """The key loop bounds of the program that owns queries ``start_m .. start_m + block_m - 1``.
-
-    Keys ``[0, full_end)`` come in whole blocks that every query of the block sees: no mask.
-    Keys ``[full_end, end)`` are loaded and masked: the last block, cut at ``S``, and with
-    ``causal`` the blocks the diagonal crosses. Keys from ``end`` on are never loaded. The rule
-    is the one of :func:`teachkit.kernels.flash.flash_fwd_kernel`; ``block_m`` is a multiple
-    of ``block_n`` and ``start_m`` a multiple of ``block_m``, so every bound is a block edge
-    (or ``S``).
-
-    Parameters
-    ----------
-    start_m : int
-        The program's first query row.
-    S : int
-        Number of keys (at least 1).
-    block_m, block_n : int
-        Query rows per program and keys per step.
-    causal : bool
-        Query ``i`` sees keys ``j <= i`` (top-left aligned).
-
-    Returns
-    -------
-    (full_end, end) : tuple of int
-    """
-    s_full = (S // block_n) * block_n  # the keys of whole blocks
-    if causal:
-        # The block's first query, start_m, sees every key below it; its last query,
-        # start_m + block_m - 1, sees nothing from start_m + block_m on.
-        return min(start_m, s_full), min(start_m + block_m, S)
-    return s_full, S
 
 
 def _brute_key_range(start_m: int, S: int, bm: int, bn: int, causal: bool) -> tuple[int, int]:
@@ -195,10 +156,10 @@ def _key_range_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, int
         ("no mask, L = 20, S = 64, blocks 16 x 16", 20, 64, 16, 16, False),
     ]
     for _ in range(6):
-        bn = 2 ** _randint(4, 6, gen)
-        bm = bn * 2 ** _randint(0, 2, gen)
-        L, S = _randint(1, 400, gen), _randint(1, 400, gen)
-        causal = bool(_randint(0, 3, gen))
+        bn = 2 ** random_int(4, 6, gen)
+        bm = bn * 2 ** random_int(0, 2, gen)
+        L, S = random_int(1, 400, gen), random_int(1, 400, gen)
+        causal = bool(random_int(0, 3, gen))
         cases.append((f"random, {'causal' if causal else 'no mask'}, L = {L}, S = {S}, blocks "
                       f"{bm} x {bn}", L, S, bm, bn, causal))
     return cases
@@ -223,7 +184,7 @@ def check_key_range(fn: Callable[..., tuple[int, int]]) -> None:
     for case, L, S, bm, bn, causal in _key_range_cases(gen):
         for start_m in range(0, L, bm):
             where = f"{case}, the query block at start_m = {start_m}"
-            got = _call(fn, where, start_m, S, bm, bn, causal)
+            got = call_learner(fn, where, start_m, S, bm, bn, causal)
             expect(isinstance(got, (tuple, list)) and len(got) == 2,
                    f"On {where}: return a pair (full_end, end), got {got!r}.")
             gf, ge = (_as_int(x, name, where) for x, name in zip(got, ("full_end", "end"),
@@ -245,48 +206,6 @@ def check_key_range(fn: Callable[..., tuple[int, int]]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: the exp2 update
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_exp2_update(
-    m2: torch.Tensor, l: torch.Tensor, acc: torch.Tensor, s_raw: torch.Tensor,
-    v: torch.Tensor, scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    r"""Fold one key block into ``(m2, l, acc)`` with base-2 statistics, as the kernel does.
-
-    Since :math:`e^x = 2^{x \log_2 e}`, scores multiplied by :math:`c = scale \cdot \log_2 e`
-    give the same softmax through ``exp2``; ``m2`` is the running maximum *in those units*
-    (the natural maximum times :math:`\log_2 e`), while ``l`` and ``acc`` are exactly those of
-    the natural-log update. A row with no visible key yet (``m2 = -inf``) shifts by 0, so it
-    stays at ``l = 0``, ``acc = 0`` instead of turning NaN.
-
-    Parameters
-    ----------
-    m2 : torch.Tensor
-        ``(..., M)`` running maximum of the scaled scores in log2 units; ``-inf`` at the start.
-    l : torch.Tensor
-        ``(..., M)`` running sum of ``2^(s c - m2)``.
-    acc : torch.Tensor
-        ``(..., M, Dv)`` unnormalised output.
-    s_raw : torch.Tensor
-        ``(..., M, N)`` raw scores ``q @ k^T`` of the block (``-inf`` where masked).
-    v : torch.Tensor
-        ``(..., N, Dv)`` the block's values.
-    scale : float
-        The softmax scale (``1/sqrt(D)`` by default); positive.
-
-    Returns
-    -------
-    (m2, l, acc) : tuple of torch.Tensor
-        The state after the block, in the input's dtype.
-    """
-    s2 = s_raw * (scale * LOG2E)                      # scaled scores in log2 units
-    m_new = torch.maximum(m2, s2.amax(dim=-1))
-    shift = torch.where(m_new == NEG_INF, torch.zeros_like(m_new), m_new)
-    p = torch.exp2(s2 - shift.unsqueeze(-1))
-    alpha = torch.exp2(m2 - shift)
-    l_new = alpha * l + p.sum(dim=-1)
-    acc_new = alpha.unsqueeze(-1) * acc + p.to(v.dtype) @ v
-    return m_new, l_new, acc_new
 
 
 def _natural_update(m2, l, acc, s_raw, v, scale):
@@ -410,8 +329,8 @@ def check_exp2_update(fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.
         for b in range(blocks):
             s_b, v_b = s_all[..., b * N:(b + 1) * N], v_all[..., b * N:(b + 1) * N, :]
             step = f"{case}, block {b + 1} of {blocks}"
-            got = _call(fn, step, m2.clone(), l.clone(), acc.clone(), s_b.clone(), v_b.clone(),
-                        scale)
+            got = call_learner(fn, step, m2.clone(), l.clone(), acc.clone(), s_b.clone(),
+                               v_b.clone(), scale)
             # The reference continues from the learner's (checked) state: errors do not pile up.
             want = _natural_update(m2, l, acc, s_b, v_b, scale)
             _exp2_verdict(got, want,
@@ -431,35 +350,6 @@ def check_exp2_update(fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.
 # ---------------------------------------------------------------------------------------------
 # Exercise 3: the flops of a causal kernel
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_causal_flops(L: int, S: int, D: int, block_m: int, block_n: int) -> int:
-    """The flops the causal kernel spends on one head: every computed tile, counted whole.
-
-    Each program (``block_m`` query rows starting at ``start_m``) folds in the key blocks up
-    to ``end = min(start_m + block_m, S)``: ``ceil(end / block_n)`` tiles. A tile costs two
-    matrix products, ``q @ k^T`` and ``p @ v``, of ``2 * block_m * block_n * D`` flops each,
-    whether it is full, masked on the diagonal, or a short tail (padding rows and keys are
-    computed too).
-
-    Parameters
-    ----------
-    L, S : int
-        Queries and keys (at least 1).
-    D : int
-        Head dim.
-    block_m, block_n : int
-        The kernel's tile (``block_m`` a multiple of ``block_n``).
-
-    Returns
-    -------
-    int
-    """
-    tiles = 0
-    for start_m in range(0, L, block_m):
-        end = min(start_m + block_m, S)
-        tiles += -(-end // block_n)  # ceil(end / block_n) key blocks
-    return tiles * 4 * block_m * block_n * D
 
 
 def _flops_reference(L: int, S: int, D: int, bm: int, bn: int) -> int:
@@ -524,12 +414,12 @@ def check_causal_flops(fn: Callable[[int, int, int, int, int], int]) -> None:
         ("one query, S = 777, D = 128, tiles 16 x 16", 1, 777, 128, 16, 16),
     ]
     for _ in range(6):
-        bn = 2 ** _randint(4, 7, gen)
-        bm = bn * 2 ** _randint(0, 1, gen)
-        L, S, D = _randint(1, 3000, gen), _randint(1, 3000, gen), 2 ** _randint(4, 7, gen)
+        bn = 2 ** random_int(4, 7, gen)
+        bm = bn * 2 ** random_int(0, 1, gen)
+        L, S, D = random_int(1, 3000, gen), random_int(1, 3000, gen), 2 ** random_int(4, 7, gen)
         cases.append((f"random L = {L}, S = {S}, D = {D}, tiles {bm} x {bn}", L, S, D, bm, bn))
     for case, L, S, D, bm, bn in cases:
-        got = _as_int(_call(fn, case, L, S, D, bm, bn), "the flop count", case)
+        got = _as_int(call_learner(fn, case, L, S, D, bm, bn), "the flop count", case)
         want = _flops_reference(L, S, D, bm, bn)
         if got != want:
             advice = next((e for e, wrong in _flops_mistakes(L, S, D, bm, bn).items()

@@ -1,6 +1,7 @@
 r"""Exercises of notebook 09, *split-KV decoding and paged attention*.
 
-Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
+``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex09`:
 
 1. :func:`check_num_splits`: how many ranges to cut each row's keys into so that a decoding
    grid fills the GPU (the rule of :func:`teachkit.kernels.decode.choose_num_splits`).
@@ -15,6 +16,7 @@ raises :class:`~teachkit.exercises.checking.ExerciseFailed` naming the case and 
 
 Examples
 --------
+>>> from teachkit.exercises.solutions.ex09 import solution_num_splits
 >>> check_num_splits(solution_num_splits)
 [correct] Choose the number of splits of a decoding grid
 True
@@ -29,7 +31,7 @@ import torch
 
 from ..compare import relative_error
 from ..kernels.decode import MAX_SPLITS, choose_num_splits
-from ..paging import build_block_table
+from ..paging import build_block_table, token_rows
 from .checking import (
     ExerciseFailed,
     call_learner,
@@ -37,47 +39,25 @@ from .checking import (
     expect,
     expect_close,
     fresh_generator,
+    matching_mistake,
     random_int,
 )
 
 __all__ = [
     "check_num_splits",
-    "solution_num_splits",
     "check_merge_splits",
-    "solution_merge_splits",
     "check_token_rows",
-    "solution_token_rows",
 ]
 
 NEG_INF = float("-inf")
 
 
-_randint = random_int
 
-
-_call = call_learner
 
 
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: the number of splits
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_num_splits(programs: int, key_blocks: int, sms: int) -> int:
-    """No split when every SM already has a program; else the most splits whose grid still fits
-    in one wave of two programs per SM, within bounds.
-
-    The unsplit grid has ``programs`` programs (``B * H_kv``); ``s`` splits make
-    ``programs * s``. If ``programs >= sms`` the grid is full and splitting only adds traffic:
-    ``s = 1``. Otherwise one wave of two programs per SM holds ``s = 2 * sms // programs``
-    splits (rounded down: one split more would start a second wave that is nearly empty). A
-    split must hold at least one key block, so ``s <= key_blocks``, and the merge kernel takes
-    at most ``MAX_SPLITS`` (128); there is always at least one split.
-    """
-    if programs >= sms:
-        return 1
-    fit = 2 * sms // programs  # the most splits in one wave of 2 programs per SM
-    return max(1, min(fit, key_blocks, MAX_SPLITS))
 
 
 def _unless_full(rule: Callable[[int, int, int], int]) -> Callable[[int, int, int], int]:
@@ -124,11 +104,11 @@ def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
     cases = [(b * h, blocks, sms) for sms in (40, 108, 132) for b in (1, 2, 8, 16, 32)
              for h in (8, 32) for blocks in (0, 1, 3, 2048)]
     cases += [(1, 5000, 132), (1, 200, 132), (132, 2048, 132), (40, 64, 40)]
-    cases += [(_randint(1, 700, gen), _randint(0, 4000, gen), _randint(10, 150, gen))
+    cases += [(random_int(1, 700, gen), random_int(0, 4000, gen), random_int(10, 150, gen))
               for _ in range(30)]
     for programs, blocks, sms in cases:
         case = f"programs = {programs}, key_blocks = {blocks}, sms = {sms}"
-        got = _call(fn, case, programs, blocks, sms)
+        got = call_learner(fn, case, programs, blocks, sms)
         want = choose_num_splits(programs, blocks, sms)
         expect(isinstance(got, int) and not isinstance(got, bool),
                f"On {case}: return an int, got {type(got).__name__} {got!r}.")
@@ -154,41 +134,6 @@ def _split_hint(programs: int, blocks: int, sms: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def solution_merge_splits(outs: torch.Tensor, lses: torch.Tensor
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Merge the partial results of ``n`` splits of the keys: notebook 04's rule for ``n`` parts.
-
-    .. math::  m = \max_s lse_s,\quad w_s = e^{lse_s - m},\quad
-               out = \frac{\sum_s w_s\, out_s}{\sum_s w_s},\quad lse = m + \log \sum_s w_s.
-
-    Subtracting the largest lse keeps every weight in ``[0, 1]`` (no overflow, however large
-    the scores); an empty split (``lse = -inf``) weighs 0. A row whose splits are all empty saw
-    no key: zeros and ``-inf``, as ``scaled_dot_product_attention`` gives.
-
-    Parameters
-    ----------
-    outs : torch.Tensor
-        ``(n, ..., D)``: each split's output, normalised over its own keys (zeros if empty).
-    lses : torch.Tensor
-        ``(n, ...)``: each split's log-sum-exp, ``-inf`` if empty.
-
-    Returns
-    -------
-    out : torch.Tensor
-        ``(..., D)`` in ``outs``' dtype.
-    lse : torch.Tensor
-        ``(...)`` in ``lses``' dtype.
-    """
-    m = lses.amax(dim=0)
-    m = torch.where(m == NEG_INF, 0.0, m)  # every split empty: any finite shift will do
-    w = torch.exp(lses - m)  # (n, ...), each in [0, 1]
-    total = w.sum(dim=0)
-    safe = torch.where(total > 0, total, 1.0)
-    out = (w.unsqueeze(-1) * outs.to(w.dtype)).sum(dim=0) / safe.unsqueeze(-1)
-    lse = torch.where(total > 0, m + torch.log(safe), NEG_INF)
-    return out.to(outs.dtype), lse
-
-
 def _split_partials(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: list[int],
                     scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Float64 partial results of attention over the key ranges ``bounds[i] .. bounds[i+1]``."""
@@ -203,7 +148,7 @@ def _split_partials(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bounds: l
     return torch.stack(outs), torch.stack(lses)
 
 
-def _merge_mistakes(outs: torch.Tensor, lses: torch.Tensor) -> dict[str, torch.Tensor]:
+def _split_merge_mistakes(outs: torch.Tensor, lses: torch.Tensor) -> dict[str, torch.Tensor]:
     o, lse = outs.double(), lses.double()
     w = torch.exp(lse)
     total = w.sum(0)
@@ -253,16 +198,14 @@ def check_merge_splits(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> 
         s = (q @ k.transpose(-2, -1)) * scale
         ref_out, ref_lse = torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
         outs_in, lses_in = outs.to(dtype), lses.to(dtype)
-        got = _call(fn, case, outs_in.clone(), lses_in.clone())
+        got = call_learner(fn, case, outs_in.clone(), lses_in.clone())
         expect(isinstance(got, tuple) and len(got) == 2,
                f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
         out, lse = got
         advice = ""
         if not (isinstance(out, torch.Tensor) and out.shape == ref_out.shape
                 and relative_error(out, ref_out) <= rtol):
-            advice = next((e for e, wrong in _merge_mistakes(outs_in, lses_in).items()
-                           if isinstance(out, torch.Tensor) and out.shape == wrong.shape
-                           and relative_error(out, wrong) < 1e-3), "")
+            advice = matching_mistake(out, _split_merge_mistakes(outs_in, lses_in)) or ""
         expect_close(out, ref_out, case + " (out)", rtol,
                      advice or "weights exp(lse_s - lse), normalised over the splits.")
         expect_close(lse, ref_lse, case + " (lse)", rtol,
@@ -274,7 +217,7 @@ def check_merge_splits(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> 
     lses = torch.full((3, 2), NEG_INF, dtype=torch.float64)
     outs[:, 1], lses[:, 1] = torch.randn(3, 4, generator=gen, dtype=torch.float64), 0.5
     case = "row 0 of 2, whose 3 splits are all empty (it saw no key)"
-    out, lse = _call(fn, case, outs.clone(), lses.clone())
+    out, lse = call_learner(fn, case, outs.clone(), lses.clone())
     expect(bool(torch.isfinite(out).all()) and bool((out[0] == 0).all()),
            f"On {case}: expected zeros, got {out[0].tolist()}. With every weight 0 the sum is "
            "0 / 0: divide only where the total is positive, as SDPA gives zeros for a row that "
@@ -287,34 +230,6 @@ def check_merge_splits(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> 
 # ---------------------------------------------------------------------------------------------
 # Exercise 3: a block table lookup
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_token_rows(block_table: torch.Tensor, page_size: int,
-                        positions: torch.Tensor) -> torch.Tensor:
-    """Rows of the flattened page pool that hold the given logical tokens.
-
-    Token ``t`` of sequence ``b`` lies in its logical page ``t // page_size``, which the table
-    maps to the physical page ``block_table[b, t // page_size]``; inside it, at slot
-    ``t % page_size``. Seen as rows ``pool.view(num_pages * page_size, ...)``, that is row
-    ``page * page_size + slot``. ``torch.gather`` picks, for every (b, t), the entry of row b.
-
-    Parameters
-    ----------
-    block_table : torch.Tensor
-        ``(B, max_pages)`` integers.
-    page_size : int
-        Tokens per page.
-    positions : torch.Tensor
-        ``(B, n)`` logical positions.
-
-    Returns
-    -------
-    torch.Tensor
-        ``(B, n)`` int64 rows.
-    """
-    logical = positions.long() // page_size
-    page = torch.gather(block_table.long(), 1, logical)
-    return page * page_size + positions.long() % page_size
 
 
 def _rows_mistakes(table: torch.Tensor, P: int, pos: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -350,27 +265,27 @@ def check_token_rows(fn: Callable[..., torch.Tensor]) -> None:
     """
     gen = fresh_generator()
     for P in (1, 3, 16, 5):
-        B = _randint(1, 4, gen)
+        B = random_int(1, 4, gen)
         lens = torch.randint(1, 60, (B,), generator=gen)
-        num_pages = int(((lens + P - 1) // P).sum()) + _randint(0, 5, gen)
+        num_pages = int(((lens + P - 1) // P).sum()) + random_int(0, 5, gen)
         table = build_block_table(lens, P, num_pages, gen)
         # the pool holds, in each slot, the code 1000 * b + t of the token stored there
         flat = torch.full((num_pages * P,), -1, dtype=torch.int64)
         for b, n in enumerate(lens.tolist()):
             for t in range(n):
                 flat[int(table[b, t // P]) * P + t % P] = 1000 * b + t
-        n = _randint(1, 12, gen)
+        n = random_int(1, 12, gen)
         pos = (torch.rand(B, n, generator=gen) * lens[:, None]).long()
         pos[:, -1] = lens - 1  # the last token of each sequence
         case = (f"{B} sequence(s) of {lens.tolist()} tokens, pages of {P}, a pool of "
                 f"{num_pages} pages, table {table.tolist()}, positions {pos.tolist()}")
-        got = _call(fn, case, table.clone(), P, pos.clone())
+        got = call_learner(fn, case, table.clone(), P, pos.clone())
         expect(isinstance(got, torch.Tensor) and got.shape == pos.shape,
                f"On {case}: return a tensor of the positions' shape {tuple(pos.shape)}, got "
                f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}.")
         expect(not got.dtype.is_floating_point,
                f"On {case}: return integer rows (int64), got {got.dtype}; use // and %.")
-        want = solution_token_rows(table, P, pos)
+        want = token_rows(table, P, pos)
         if torch.equal(got.long(), want):
             continue
         inside = (got >= 0) & (got < num_pages * P)

@@ -1,6 +1,7 @@
 r"""Exercises of notebook 10, *ring attention*.
 
-Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
+``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex10`:
 
 1. :func:`check_ring_plan`: for one rank, the rank whose key/value block it holds at each step
    and how that block is masked (contiguous or striped tokens, causal or not).
@@ -16,6 +17,7 @@ raises :class:`~teachkit.exercises.checking.ExerciseFailed` naming the case and 
 
 Examples
 --------
+>>> from teachkit.exercises.solutions.ex10 import solution_ring_plan
 >>> check_ring_plan(solution_ring_plan)
 [correct] The blocks a rank meets, in order, and their masks
 True
@@ -31,7 +33,8 @@ import torch
 from ..attention import merge_partials
 from ..compare import relative_error
 from ..ring.attention import attend_block
-from ..ring.layout import CAUSAL, FULL, LAYOUTS, SKIP, STRICT, positions, shard
+from ..ring.layout import LAYOUTS, block_mask, positions, shard, source_rank
+from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
 from .checking import (
     ExerciseFailed,
     call_learner,
@@ -39,30 +42,26 @@ from .checking import (
     expect,
     expect_close,
     fresh_generator,
+    matching_mistake,
     random_int,
 )
 
 __all__ = [
     "check_ring_plan",
-    "solution_ring_plan",
     "check_strict_block",
-    "solution_strict_block",
     "check_ring_rank",
-    "solution_ring_rank",
 ]
 
 NEG_INF = float("-inf")
+Pair = tuple[torch.Tensor, torch.Tensor]
 
 
-_randint = random_int
 
-
-_call = call_learner
 
 
 @functools.cache
 def _mask_from_positions(rank: int, src: int, world_size: int, n: int, causal: bool,
-                         layout: str) -> str:
+                         layout: str) -> TileKind:
     """Classify a block by its explicit token-level mask: the reference of exercise 1."""
     if not causal:
         return FULL
@@ -75,7 +74,7 @@ def _mask_from_positions(rank: int, src: int, world_size: int, n: int, causal: b
         return SKIP
     a, b = torch.arange(n)[:, None], torch.arange(n)[None, :]
     if torch.equal(visible, b <= a):
-        return CAUSAL
+        return MASKED
     if torch.equal(visible, b < a):
         return STRICT
     raise AssertionError(f"unexpected mask for rank {rank}, block of {src}")  # pragma: no cover
@@ -84,37 +83,6 @@ def _mask_from_positions(rank: int, src: int, world_size: int, n: int, causal: b
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: the plan of one rank
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_ring_plan(rank: int, world_size: int, causal: bool,
-                       layout: str) -> list[tuple[int, str]]:
-    """The ``(source rank, mask)`` of the key/value block rank ``rank`` holds at each step.
-
-    Blocks move one rank forward per step (to ``r + 1``), so at step ``t`` rank ``r`` holds the
-    block that started on rank ``s = (r - t) mod W``; at step 0 its own. The mask compares the
-    token positions: contiguous rank ``r`` holds ``r n .. (r+1) n - 1``, so an earlier rank's
-    block (``s < r``) is visible in full, its own is causal and a later one is skipped. Striped
-    rank ``r`` holds tokens ``r + W a``; key ``b`` of rank ``s`` (token ``s + W b``) is visible to
-    query ``a`` iff ``W (b - a) <= r - s``: ``b <= a`` ("causal") when ``s <= r``, ``b < a``
-    ("strict") when ``s > r``. Without a causal mask every block is "full".
-
-    Returns
-    -------
-    list of (int, str)
-        One ``(source rank, mask)`` per step ``t = 0 .. W-1``; masks are ``"full"``,
-        ``"causal"``, ``"strict"`` or ``"skip"``.
-    """
-    plan = []
-    for step in range(world_size):
-        src = (rank - step) % world_size
-        if not causal:
-            mask = "full"
-        elif layout == "contiguous":
-            mask = "full" if src < rank else "causal" if src == rank else "skip"
-        else:
-            mask = "causal" if src <= rank else "strict"
-        plan.append((src, mask))
-    return plan
 
 
 def _plan_advice(rank: int, world_size: int, step: int, got: tuple, want: tuple, causal: bool,
@@ -134,7 +102,7 @@ def _plan_advice(rank: int, world_size: int, step: int, got: tuple, want: tuple,
     pk = positions(src, world_size, n, layout).tolist()
     where = (f"rank {rank} holds tokens {pq}... and the block of rank {src} holds keys at "
              f"{pk}...; ")
-    if layout == "striped" and src > rank and g_mask == CAUSAL:
+    if layout == "striped" and src > rank and g_mask == MASKED:
         return where + (f"key b = a is token {src} + W a, after query token {rank} + W a: "
                         "the diagonal is masked too, so b < a ('strict').")
     if layout == "striped" and src < rank and g_mask == STRICT:
@@ -144,32 +112,44 @@ def _plan_advice(rank: int, world_size: int, step: int, got: tuple, want: tuple,
                         "before and after the queries: never all visible, never none.")
     if layout == "contiguous":
         return where + ("an earlier rank's keys all precede this rank's queries ('full'), its "
-                        "own block is 'causal', a later rank's keys all follow ('skip').")
-    return where + f"expected {w_mask!r}."
+                        "own block is 'masked' (b <= a), a later rank's keys all follow ('skip').")
+    return where + f"expected '{w_mask}'."
+
+
+def _as_kind(mask: object, where: str) -> TileKind:
+    """The learner's mask as a :class:`TileKind`, or an :class:`ExerciseFailed` saying what to
+    return."""
+    try:
+        return TileKind.parse(mask, "the mask")
+    except ValueError as err:
+        hint = (" A block the causal diagonal crosses (b <= a) is MASKED, named 'masked'."
+                if str(mask).lower() == "causal" else "")
+        raise ExerciseFailed(f"On {where}: {err}.{hint}") from None
 
 
 @exercise(
     "The blocks a rank meets, in order, and their masks",
     "At step t rank r holds the block of rank s = (r - t) % W (blocks move to r + 1). Not "
-    "causal: 'full'. Contiguous: 'full' if s < r, 'causal' if s == r, 'skip' if s > r. "
-    "Striped: 'causal' if s <= r, 'strict' if s > r.",
+    "causal: FULL. Contiguous: FULL if s < r, MASKED if s == r, SKIP if s > r. Striped: MASKED "
+    "if s <= r, STRICT if s > r (teachkit.tiling.TileKind members, or their names 'full', ...).",
 )
-def check_ring_plan(fn: Callable[..., list[tuple[int, str]]]) -> None:
+def check_ring_plan(fn: Callable[..., list[tuple[int, TileKind | str]]]) -> None:
     """Check ``fn(rank, world_size, causal, layout) -> [(source, mask), ...]`` for every rank.
 
-    Each mask is compared with the one read off the explicit token-level causal mask between the
-    rank's query positions and the block's key positions. Cases: ``W`` = 1 to 6, both layouts,
+    Each mask (a :class:`~teachkit.tiling.TileKind` or its name) is compared with the one read
+    off the explicit token-level causal mask between the rank's query positions and the block's
+    key positions. Cases: ``W`` = 1 to 6, both layouts,
     causal or not, and random ``W`` up to 9.
     """
     gen = fresh_generator()
-    worlds = [1, 2, 3, 4, 5, 6] + [_randint(2, 9, gen) for _ in range(2)]
+    worlds = [1, 2, 3, 4, 5, 6] + [random_int(2, 9, gen) for _ in range(2)]
     for world_size in worlds:
         for layout in LAYOUTS:
             for causal in (True, False):
                 for rank in range(world_size):
                     case = (f"rank {rank} of W = {world_size}, {layout}, "
                             f"{'causal' if causal else 'no mask'}")
-                    got = _call(fn, case, rank, world_size, causal, layout)
+                    got = call_learner(fn, case, rank, world_size, causal, layout)
                     expect(isinstance(got, (list, tuple)) and len(got) == world_size,
                            f"On {case}: return a list of {world_size} (source rank, mask) pairs, "
                            f"one per step, got {got!r}.")
@@ -180,49 +160,18 @@ def check_ring_plan(fn: Callable[..., list[tuple[int, str]]]) -> None:
                         src = (rank - step) % world_size
                         want = (src, _mask_from_positions(rank, src, world_size, 4, causal,
                                                           layout))
-                        if tuple(pair) != want:
+                        got_pair = (pair[0], _as_kind(pair[1], f"{case}, step {step}"))
+                        if got_pair != want:
                             raise ExerciseFailed(
-                                f"On {case}, step {step}: expected {want}, got {tuple(pair)}. "
-                                + _plan_advice(rank, world_size, step, tuple(pair), want,
+                                f"On {case}, step {step}: expected ({want[0]}, {want[1]}), got "
+                                f"({got_pair[0]!r}, {got_pair[1]}). "
+                                + _plan_advice(rank, world_size, step, got_pair, want,
                                                causal, layout))
 
 
 # ---------------------------------------------------------------------------------------------
 # Exercise 2: the strict mask
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_strict_block(q: torch.Tensor, k: torch.Tensor,
-                          v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention where local query ``a`` sees local keys ``b < a`` only (striped, ``s > r``).
-
-    That is causal attention of queries ``1 .. n-1`` against keys ``0 .. n-2``: query ``a``
-    (row ``a - 1`` of the shifted problem) sees keys ``0 .. a - 1``. Query 0 sees no key, so its
-    row is ``out = 0`` and ``lse = -inf``, the empty partial that the merge weighs by 0.
-    The scale is ``1/sqrt(D)``.
-
-    Parameters
-    ----------
-    q, k, v : torch.Tensor
-        ``(..., n, D)`` blocks of one rank's queries and another rank's keys and values.
-
-    Returns
-    -------
-    out : torch.Tensor
-        ``(..., n, D)`` in q's dtype.
-    lse : torch.Tensor
-        ``(..., n)`` float32 (float64 for float64).
-    """
-    from ..attention import blockwise_attention
-
-    out = torch.zeros_like(q)
-    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    lse = torch.full(q.shape[:-1], NEG_INF, dtype=lse_dtype, device=q.device)
-    out_b, lse_b = blockwise_attention(q[..., 1:, :], k[..., :-1, :], v[..., :-1, :],
-                                       causal=True)
-    out[..., 1:, :] = out_b
-    lse[..., 1:] = lse_b
-    return out, lse
 
 
 def _masked_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -240,8 +189,9 @@ def _strict_mistakes(q: torch.Tensor, k: torch.Tensor,
     n = q.shape[-2]
     ones = torch.ones(n, n, dtype=torch.bool)
     return {
-        "you kept the diagonal (b <= a, the 'causal' mask). In the strict mask key b = a is a "
-        "later token than query a: mask it too.": _masked_reference(q, k, v, ones.tril()),
+        "you kept the diagonal (b <= a, the causal mask of a 'masked' block). In the strict mask "
+        "key b = a is a later token than query a: mask it too.": _masked_reference(
+            q, k, v, ones.tril()),
         "you shifted the wrong way (queries 0..n-2 against keys 1..n-1): query a must see keys "
         "0..a-1, so drop the *first* query and the *last* key.": _masked_reference(
             q, k, v, ones.triu(1)),
@@ -272,7 +222,7 @@ def check_strict_block(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> 
     for case, batch, n, dtype, rtol in cases:
         q, k, v = (torch.randn(*batch, n, 8, generator=gen, dtype=torch.float64).to(dtype)
                    for _ in range(3))
-        got = _call(fn, case, q.clone(), k.clone(), v.clone())
+        got = call_learner(fn, case, q.clone(), k.clone(), v.clone())
         expect(isinstance(got, tuple) and len(got) == 2,
                f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
         out, lse = got
@@ -304,81 +254,62 @@ def check_strict_block(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> 
 # ---------------------------------------------------------------------------------------------
 
 
-def solution_ring_rank(q: torch.Tensor, k_blocks: list[torch.Tensor],
-                       v_blocks: list[torch.Tensor], rank: int, causal: bool,
-                       layout: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """One rank's whole ring: attend its queries to every block in ring order, merging as it goes.
-
-    At step ``t`` the rank holds the block of rank ``s = (rank - t) mod W``
-    (:func:`solution_ring_plan`); :func:`teachkit.ring.attend_block` gives the partial
-    ``(out_b, lse_b)`` of that block under its mask (zeros and ``-inf`` for a skipped one) and
-    :func:`teachkit.attention.merge_partials` folds it into the running ``(out, lse)``, which
-    starts as the first block's partial.
-
-    Parameters
-    ----------
-    q : torch.Tensor
-        ``(..., n, D)``: this rank's queries.
-    k_blocks, v_blocks : list of torch.Tensor
-        The key and value blocks of ranks ``0 .. W-1``, each ``(..., n, D)``.
-    rank : int
-        This rank.
-    causal : bool
-        Causal attention over the whole sequence.
-    layout : str
-        ``"contiguous"`` or ``"striped"``.
-
-    Returns
-    -------
-    out : torch.Tensor
-        ``(..., n, D)`` in q's dtype.
-    lse : torch.Tensor
-        ``(..., n)`` float32 (float64 for float64).
-    """
-    out = lse = None
-    for src, mask in solution_ring_plan(rank, len(k_blocks), causal, layout):
-        part = attend_block(q, k_blocks[src], v_blocks[src], mask, block_attention="torch")
-        out, lse = part if out is None else merge_partials(out, lse, *part)
-    return out, lse
+def _partials(q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], rank: int,
+              causal: bool, layout: str, strict_as_causal: bool = False) -> list[Pair]:
+    """Float64 ``(out, lse)`` of every block in ring order, under the library's block masks."""
+    parts = []
+    for step in range(len(ks)):
+        src = source_rank(rank, step, len(ks))
+        mask = block_mask(rank, src, len(ks), causal, layout)
+        if strict_as_causal and mask == STRICT:
+            mask = MASKED
+        parts.append(attend_block(q.double(), ks[src].double(), vs[src].double(), mask,
+                                  block_attention="torch"))
+    return parts
 
 
-def _ring_rank_wrong(q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], rank: int,
-                     causal: bool, layout: str, mistake: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`solution_ring_rank` with one typical mistake, in float64."""
-    q, ks, vs = q.double(), [k.double() for k in ks], [v.double() for v in vs]
-    out = lse = None
-    for src, mask in solution_ring_plan(rank, len(ks), causal, layout):
-        if mistake == "no masks":
-            mask = FULL
-        elif mistake == "causal for strict" and mask == STRICT:
-            mask = CAUSAL
-        o, l_ = attend_block(q, ks[src], vs[src], mask, block_attention="torch")
-        if out is None:
-            out, lse = o, l_
-        elif mistake == "plain sum":
-            out, lse = out + o, torch.logaddexp(lse, l_)
-        elif mistake == "mean":
-            out, lse = (out + o) / 2, torch.logaddexp(lse, l_)
-        else:
-            out, lse = merge_partials(out, lse, o, l_)
-    return out, lse
+def _merged(parts: list[Pair]) -> Pair:
+    return functools.reduce(lambda a, b: merge_partials(*a, *b), parts)
 
 
-_RING_MISTAKES = {
-    "plain sum": "the partial outputs were added. Each is normalised over its own keys; weigh "
-                 "them by their share of the mass, exp(lse_b - lse) (merge_partials does).",
-    "mean": "the partial outputs were averaged. Blocks hold different shares of the softmax "
-            "mass: weigh by exp(lse_a - lse) and exp(lse_b - lse) (merge_partials).",
-    "no masks": "every block was attended in full: apply each block's mask (skip, causal, "
-                "strict) from the plan of exercise 1.",
-    "causal for strict": "the blocks of later striped ranks used b <= a; their diagonal key is a "
-                         "later token than the query: b < a (exercise 2).",
+def _wrong_plain_sum(*args: object) -> Pair:
+    """The partial outputs added, as if each were not normalised over its own keys."""
+    return functools.reduce(lambda a, b: (a[0] + b[0], torch.logaddexp(a[1], b[1])),
+                            _partials(*args))
+
+
+def _wrong_mean(*args: object) -> Pair:
+    """Each new partial output averaged with the running one, whatever their masses."""
+    return functools.reduce(lambda a, b: ((a[0] + b[0]) / 2, torch.logaddexp(a[1], b[1])),
+                            _partials(*args))
+
+
+def _wrong_no_masks(q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], rank: int,
+                    causal: bool, layout: str) -> Pair:
+    """Every block attended in full: the ring of unmasked attention."""
+    return _merged(_partials(q, ks, vs, rank, False, layout))
+
+
+def _wrong_causal_for_strict(*args: object) -> Pair:
+    """The blocks of later striped ranks masked with ``b <= a`` instead of ``b < a``."""
+    return _merged(_partials(*args, strict_as_causal=True))
+
+
+_RING_MISTAKES: dict[str, Callable[..., Pair]] = {
+    "the partial outputs were added. Each is normalised over its own keys; weigh them by their "
+    "share of the mass, exp(lse_b - lse) (merge_partials does).": _wrong_plain_sum,
+    "the partial outputs were averaged. Blocks hold different shares of the softmax mass: weigh "
+    "by exp(lse_a - lse) and exp(lse_b - lse) (merge_partials).": _wrong_mean,
+    "every block was attended in full: apply each block's mask (skip, causal, strict) from the "
+    "plan of exercise 1.": _wrong_no_masks,
+    "the blocks of later striped ranks used b <= a; their diagonal key is a later token than the "
+    "query: b < a (exercise 2).": _wrong_causal_for_strict,
 }
 
 
 @exercise(
     "One rank's ring: attend to each block in turn, merge by lse",
-    "for src, mask in solution_ring_plan(rank, W, causal, layout): part = "
+    "for src, mask in your ring plan (exercise 1): part = "
     "teachkit.ring.attend_block(q, k_blocks[src], v_blocks[src], mask, block_attention='torch'); "
     "then (out, lse) = part at the first step, else merge_partials(out, lse, *part).",
 )
@@ -394,7 +325,7 @@ def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Non
              (3, "contiguous", True, torch.float64), (3, "striped", True, torch.float64),
              (4, "contiguous", False, torch.float64), (4, "striped", True, torch.float32)]
     for world_size, layout, causal, dtype in cases:
-        n = _randint(5, 9, gen)
+        n = random_int(5, 9, gen)
         N = n * world_size
         q, k, v = (torch.randn(2, 3, N, 8, generator=gen, dtype=torch.float64).to(dtype)
                    for _ in range(3))
@@ -410,8 +341,8 @@ def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Non
                     f"{'causal' if causal else 'no mask'}, blocks of {n} tokens, "
                     f"{str(dtype).replace('torch.', '')}")
             qr = shard(q, rank, world_size, layout)
-            got = _call(fn, case, qr.clone(), [t.clone() for t in ks], [t.clone() for t in vs],
-                        rank, causal, layout)
+            got = call_learner(fn, case, qr.clone(), [t.clone() for t in ks],
+                               [t.clone() for t in vs], rank, causal, layout)
             expect(isinstance(got, tuple) and len(got) == 2,
                    f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
             want_out = shard(ref_out, rank, world_size, layout)
@@ -420,13 +351,10 @@ def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Non
                 value, advice = got[index], ""
                 if not (isinstance(value, torch.Tensor) and value.shape == ref.shape
                         and relative_error(value, ref) <= rtol):
-                    for key, why in _RING_MISTAKES.items():
-                        wrong = _ring_rank_wrong(qr, ks, vs, rank, causal, layout, key)[index]
-                        if (isinstance(value, torch.Tensor) and value.shape == wrong.shape
-                                and relative_error(value, wrong) < 1e-6):
-                            advice = "Your result matches a common mistake: " + why
-                            break
-                    else:
-                        advice = ("Merge each block's partial with merge_partials, after "
-                                  "attending under that block's mask.")
+                    why = matching_mistake(value, {
+                        why: mistake(qr, ks, vs, rank, causal, layout)[index]
+                        for why, mistake in _RING_MISTAKES.items()}, rtol=1e-6)
+                    advice = ("Your result matches a common mistake: " + why if why else
+                              "Merge each block's partial with merge_partials, after attending "
+                              "under that block's mask.")
                 expect_close(value, ref, f"{case} ({name})", rtol=rtol, advice=advice)

@@ -1,6 +1,7 @@
 r"""Exercises of notebook 11, the online softmax in CuTe DSL: the kernel's tiers, on a CPU.
 
-Three exercises, each with a checker ``check_<name>(fn)`` and a solution ``solution_<name>``:
+Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
+``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex11`:
 
 1. :func:`check_thread_elements`: which elements of a row thread ``t`` loads, when the CTA's
    ``threads`` threads load vectors of ``vec`` elements, vector ``t, t + threads, ...``;
@@ -16,6 +17,7 @@ mistake.
 
 Examples
 --------
+>>> from teachkit.exercises.solutions.ex11 import solution_thread_elements
 >>> check_thread_elements(solution_thread_elements)
 [correct] Which elements does thread t load?
 True
@@ -29,7 +31,6 @@ import torch
 
 from ..compare import relative_error
 from ..cute.simulate import elements_of_thread, simulate_cute_softmax
-from ..reduction import tree_reduce
 from ..softmax import exp_shift, softmax_stats
 from .checking import (
     ExerciseFailed,
@@ -37,17 +38,15 @@ from .checking import (
     exercise,
     expect,
     expect_close,
+    expect_stats_pair,
     fresh_generator,
     random_int,
 )
 
 __all__ = [
     "check_thread_elements",
-    "solution_thread_elements",
     "check_fold_vector",
-    "solution_fold_vector",
     "check_block_merge",
-    "solution_block_merge",
 ]
 
 Stats = tuple[torch.Tensor, torch.Tensor]
@@ -59,21 +58,6 @@ MASK_ADVICE = (
 )
 
 
-_randint = random_int
-
-
-_call = call_learner
-
-
-def _as_pair(out: object, case: str) -> Stats:
-    """Check that the learner returned a pair of tensors; return it."""
-    expect(isinstance(out, tuple | list) and len(out) == 2,
-           f"On {case}: return a pair (m, d), got {type(out).__name__}.")
-    m, d = out
-    for name, t in (("m", m), ("d", d)):
-        expect(isinstance(t, torch.Tensor),
-               f"On {case}: {name} should be a torch.Tensor, got {type(t).__name__}.")
-    return m, d
 
 
 def _check_pair(got: Stats, ref: Stats, case: str, rtol: float,
@@ -99,33 +83,6 @@ def _check_pair(got: Stats, ref: Stats, case: str, rtol: float,
 # ---------------------------------------------------------------------------------------------
 # Exercise 1: which elements does thread t load?
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_thread_elements(t: int, n_cols: int, threads: int, vec: int) -> list[int]:
-    """The elements thread ``t`` loads, in load order.
-
-    Thread ``t`` loads vectors ``j = t, t + threads, t + 2 * threads, ...``; vector ``j`` holds
-    elements ``j * vec .. j * vec + vec - 1``. Stop at the row's end: a vector that starts past
-    ``n_cols`` is not loaded, and elements past ``n_cols`` are not part of the row.
-
-    Parameters
-    ----------
-    t : int
-        The thread, ``0 <= t < threads``.
-    n_cols : int
-        Row length.
-    threads, vec : int
-        Threads per CTA and elements per vector load.
-
-    Returns
-    -------
-    list of int
-        Increasing element indices (empty for a thread past the row's end).
-    """
-    out = []
-    for j in range(t, -(-n_cols // vec), threads):  # vectors t, t + threads, ...
-        out.extend(range(j * vec, min((j + 1) * vec, n_cols)))
-    return out
 
 
 def _short(items: list[int], limit: int = 12) -> str:
@@ -171,16 +128,16 @@ def check_thread_elements(fn: Callable[[int, int, int, int], list[int]]) -> None
         ("50 values, 128 threads, vectors of 8 (most threads idle)", 50, 128, 8, [0, 6, 7, 100]),
     ]
     for _ in range(4):
-        threads = 32 * 2 ** _randint(0, 3, gen)
-        vec = 2 ** _randint(0, 3, gen)
-        n = _randint(1, 3 * threads * vec, gen)
-        picks = sorted({_randint(0, threads - 1, gen) for _ in range(3)} | {threads - 1})
+        threads = 32 * 2 ** random_int(0, 3, gen)
+        vec = 2 ** random_int(0, 3, gen)
+        n = random_int(1, 3 * threads * vec, gen)
+        picks = sorted({random_int(0, threads - 1, gen) for _ in range(3)} | {threads - 1})
         cases.append((f"random: {n} values, {threads} threads, vectors of {vec}", n, threads,
                       vec, picks))
     for case, n, threads, vec, picks in cases:
         for t in picks:
             here = f"{case}, thread {t}"
-            got = _call(fn, here, t, n, threads, vec)
+            got = call_learner(fn, here, t, n, threads, vec)
             want = elements_of_thread(t, n, threads, vec)
             try:
                 got_list = [int(e) for e in got]
@@ -203,34 +160,8 @@ def check_thread_elements(fn: Callable[[int, int, int, int], list[int]]) -> None
 # ---------------------------------------------------------------------------------------------
 
 
-def solution_fold_vector(m: torch.Tensor, d: torch.Tensor, v: torch.Tensor) -> Stats:
-    r"""Fold a loaded vector ``v`` into a thread's running ``(m, d)``: the kernel's inner step.
-
-    .. math::  m' = \max(m, \max_k v_k), \qquad
-               d' = d\, e^{m - m'} + \textstyle\sum_k e^{v_k - m'} .
-
-    One rescale of the old ``d`` per vector, not one per element: the vector is a chunk whose
-    statistics are merged with the running pair. An all ``-inf`` history (``m = -inf``) adds 0.
-
-    Parameters
-    ----------
-    m, d : torch.Tensor
-        ``(...)``: the running pair of each thread.
-    v : torch.Tensor
-        ``(..., vec)``: the vector each thread just loaded.
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        The new pair, ``(...)``.
-    """
-    m_new = torch.maximum(m, v.amax(dim=-1))
-    d_new = d * exp_shift(m, m_new) + exp_shift(v, m_new.unsqueeze(-1)).sum(dim=-1)
-    return m_new, d_new
-
-
 def _fold_cases(gen: torch.Generator) -> list[tuple[str, torch.Tensor, int]]:
-    n = _randint(20, 40, gen) * 8
+    n = random_int(20, 40, gen) * 8
     x_mask = torch.randn(6, n, generator=gen, dtype=torch.float64)
     x_mask[:, ::3] = NEG_INF
     x_mask[1, : n // 2] = NEG_INF  # a long masked prefix: m = -inf for several steps
@@ -283,7 +214,7 @@ def check_fold_vector(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], S
             v = x[:, k * vec:(k + 1) * vec].float()
             here = f"{case}, vector {k} (elements {k * vec}..{(k + 1) * vec - 1})"
             wrong = _fold_wrong(m.double(), d.double(), v.double())
-            got = _as_pair(_call(fn, here, m.clone(), d.clone(), v.clone()), here)
+            got = expect_stats_pair(call_learner(fn, here, m.clone(), d.clone(), v.clone()), here)
             ref = softmax_stats(x[:, :(k + 1) * vec].float().double())
             _check_pair(got, ref, here, 1e-5, wrong,
                         "d' = d * exp(m - m') + sum(exp(v - m')), with m' = max(m, max(v)).")
@@ -293,28 +224,6 @@ def check_fold_vector(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], S
 # ---------------------------------------------------------------------------------------------
 # Exercise 3: the block tier
 # ---------------------------------------------------------------------------------------------
-
-
-def solution_block_merge(warp_m: torch.Tensor, warp_d: torch.Tensor) -> Stats:
-    """Merge the warps' pairs, as read from shared memory, into the row's ``(m, d)``.
-
-    Any order and grouping give the same result (the merge is associative and commutative); the
-    kernel merges neighbours as a tree. An idle warp, whose threads all lay past the row's end,
-    wrote the identity ``(-inf, 0)`` and must change nothing.
-
-    Parameters
-    ----------
-    warp_m, warp_d : torch.Tensor
-        ``(..., warps)``: one pair per warp.
-
-    Returns
-    -------
-    (torch.Tensor, torch.Tensor)
-        ``(...)``: the row's pair.
-    """
-    pairs = list(zip(warp_m.unbind(-1), warp_d.unbind(-1), strict=True))
-    (m, d), _ = tree_reduce(pairs)  # merges neighbours with teachkit.softmax.merge_stats
-    return m, d
 
 
 def _block_wrong(m: torch.Tensor, d: torch.Tensor) -> dict[str, Stats]:
@@ -347,7 +256,7 @@ def check_block_merge(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None
     so short that most warps are idle; one warp alone; ``-inf`` masks.
     """
     gen = fresh_generator()
-    n = _randint(600, 900, gen) | 1
+    n = random_int(600, 900, gen) | 1
     masked = torch.randn(3, n, generator=gen)
     masked[:, ::2] = NEG_INF
     masked[1] = NEG_INF  # a fully masked row: every warp holds (-inf, 0), and so must the row
@@ -368,7 +277,8 @@ def check_block_merge(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None
     ]
     for case, x, threads, vec in cases:
         trace = simulate_cute_softmax(x, threads=threads, vec=vec)
-        got = _as_pair(_call(fn, case, trace.warp_m.clone(), trace.warp_d.clone()), case)
+        got = expect_stats_pair(
+            call_learner(fn, case, trace.warp_m.clone(), trace.warp_d.clone()), case)
         ref = softmax_stats(x.double())
         _check_pair(got, ref, case, 1e-5, _block_wrong(trace.warp_m.double(),
                                                        trace.warp_d.double()),

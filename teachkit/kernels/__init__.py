@@ -16,11 +16,13 @@ except ImportError as err:  # pragma: no cover - exercised on macOS/Windows only
     ) from err
 
 from .decode import decode_attention
+from .decode_simple import decode_attention_simple
 from .flash import flash_attention
 from .softmax_kernels import softmax, softmax_blog, softmax_fused, softmax_online, softmax_split
 
 __all__ = [
     "decode_attention",
+    "decode_attention_simple",
     "flash_attention",
     "softmax",
     "softmax_blog",

@@ -15,6 +15,9 @@ launch configurations lives here, beside the check that compiles them:
     :func:`~teachkit.kernels.flash.flash_config`'s table.
 :func:`flash_simple_launch_configs`
     :func:`~teachkit.kernels.flash_simple.flash_simple_kernel`, notebook 08's first kernel.
+:func:`decode_simple_launch_configs`
+    The two kernels of :mod:`teachkit.kernels.decode_simple`, notebook 09's first split-KV
+    decoding.
 :func:`decode_launch_configs`
     The split and merge kernels of :mod:`teachkit.kernels.decode`.
 
@@ -25,7 +28,7 @@ configuration for each GPU and counts which instructions multiply its tiles
 Examples
 --------
 >>> len(all_launch_configs())
-188
+200
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..gpus import GPU_CLASSES, SHARED_MEMORY_LIMIT
-from . import decode, flash, flash_simple
+from . import decode, decode_simple, flash, flash_backward, flash_simple
 from . import softmax_kernels as sk
 
 __all__ = [
@@ -56,9 +59,11 @@ __all__ = [
     "check_config",
     "compile_for",
     "decode_launch_configs",
+    "decode_simple_launch_configs",
     "dot_evidence",
     "dot_instructions",
     "dot_path",
+    "flash_backward_launch_configs",
     "flash_forward_config",
     "flash_launch_configs",
     "flash_simple_launch_configs",
@@ -228,6 +233,45 @@ def flash_simple_launch_configs() -> list[KernelConfig]:
             for d in (64, 128)]
 
 
+def flash_backward_launch_configs() -> list[KernelConfig]:
+    """Every configuration of :func:`~teachkit.kernels.flash_backward.flash_backward` on a GPU.
+
+    The dK/dV and dQ kernels per (tiles, head dim, element size) of
+    :func:`~teachkit.kernels.flash_backward.backward_config`, causal (the causal kernels hold
+    the unmasked loop too, so they are the larger), each checked on the capabilities whose
+    class picks the tiles; and the delta kernel. bfloat16 stands for both half types.
+    """
+    classes: dict[tuple[int, str, flash_backward.BackwardConfig], list[int]] = {}
+    for cls, capability in GPU_CLASSES.items():
+        for d in (64, 128, 256):  # head dims 16 and 32 take the tiles of 64
+            for ty, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+                cfg = flash_backward.backward_config(d, dtype, capability)
+                classes.setdefault((d, ty, cfg), []).append(cls)
+    configs = []
+    for (d, ty, cfg), used_by in classes.items():
+        types = {**dict.fromkeys(("Q", "K", "V", "DO", "DQ", "DK", "DV"), f"*{ty}"),
+                 "LSE": "*fp32", "DELTA": "*fp32", "scale": "fp32"}
+        gpus = "/".join(f"sm_{c}" for c in used_by)
+        common = {"CAUSAL": True, "HEAD_DIM": d, "PRECISION": "ieee" if ty == "fp32" else "tf32",
+                  "DOT_FP32": False}
+        for kernel, block_m, block_n in (
+                (flash_backward.flash_bwd_dkdv_kernel, cfg.kv_block_m, cfg.kv_block_n),
+                (flash_backward.flash_bwd_dq_kernel, cfg.q_block_m, cfg.q_block_n)):
+            configs.append(_config(
+                f"flash backward {kernel.__name__[10:-7]} {ty} D={d} BLOCK_M={block_m} "
+                f"BLOCK_N={block_n} warps={cfg.num_warps} stages={cfg.num_stages} "
+                f"(for {gpus}-class GPUs)",
+                kernel, types, {**common, "BLOCK_M": block_m, "BLOCK_N": block_n},
+                cfg.num_warps, cfg.num_stages, tuple(used_by)))
+    for ty in ("bf16", "fp32"):
+        configs.append(_config(
+            f"flash backward delta {ty} D=256", flash_backward.flash_bwd_delta_kernel,
+            {"O": f"*{ty}", "DO": f"*{ty}", "DLSE": "*fp32", "DELTA": "*fp32"},
+            {"HAS_DLSE": True, "HEAD_DIM": 256, "BLOCK_M": 32, "stride_od": 1,
+             "stride_dod": 1}))
+    return configs
+
+
 def _decode_variants(ty: str, head_dim: int) -> list[tuple[int, int]]:
     """``(page size, BLOCK_M)`` of the split kernel's checked launches: contiguous for one query
     row; contiguous for the most rows (in float32 for ``D >= 128`` only); in 16-bit with ``D``
@@ -241,6 +285,28 @@ def _decode_variants(ty: str, head_dim: int) -> list[tuple[int, int]]:
     if ty == "bf16" and head_dim in (64, 128):
         variants += [(16, 16), (128, rows)]
     return variants
+
+
+def decode_simple_launch_configs() -> list[KernelConfig]:
+    """The GPU launches of :func:`~teachkit.kernels.decode_simple.decode_attention_simple`:
+    the split kernel (64 keys per block, 4 warps, 2 stages) and the merge kernel for 2 and
+    :data:`~teachkit.kernels.decode.MAX_SPLITS` splits, for ``D`` of 64 and 128 in bfloat16
+    (standing for both half types) and float32."""
+    configs = []
+    for ty in ("bf16", "fp32"):
+        split_types = {**dict.fromkeys(("Q", "K", "V"), f"*{ty}"), "O_PART": "*fp32",
+                       "LSE_PART": "*fp32", "scale": "fp32"}
+        merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
+        for d in (64, 128):
+            configs.append(_config(
+                f"decode_simple split {ty} D={d}", decode_simple.decode_simple_split_kernel,
+                split_types, {"HEAD_DIM": d, "BLOCK_N": 64, "stride_qd": 1, "stride_kd": 1,
+                              "stride_vd": 1}, 4, 2))
+            configs += [_config(f"decode_simple merge {ty} D={d} SPLITS={splits}",
+                                decode_simple.decode_simple_merge_kernel, merge_types,
+                                {"HEAD_DIM": d, "SPLITS": splits}, 4, 1)
+                        for splits in (2, decode.MAX_SPLITS)]
+    return configs
 
 
 def decode_launch_configs() -> list[KernelConfig]:
@@ -282,6 +348,7 @@ def decode_launch_configs() -> list[KernelConfig]:
 def all_launch_configs() -> list[KernelConfig]:
     """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
     return (softmax_launch_configs() + flash_launch_configs() + flash_simple_launch_configs()
+            + flash_backward_launch_configs() + decode_simple_launch_configs()
             + decode_launch_configs())
 
 

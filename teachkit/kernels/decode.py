@@ -1,5 +1,8 @@
 r"""Split-KV decoding (flash-decoding) in Triton, from a contiguous or a paged KV cache.
 
+:mod:`teachkit.kernels.decode_simple` is the same idea with nothing else (a contiguous cache, one
+query per sequence, one query head per cache head, every sequence full); read it first.
+
 Decoding asks for one new token (or a few) of every sequence, against a cache of ``S`` keys and
 values. FlashAttention's grid, one program per block of queries and per (batch, head), then
 holds ``B * H`` programs: 32 for one sequence of a 32-head model, on a GPU with 132 SMs. Each

@@ -38,15 +38,18 @@ import triton.language as tl
 from ..device import INTERPRETED, ON_GPU, compute_capability
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
 from ..validation import require_attention_inputs
+from .flash_backward import flash_backward
 
 __all__ = [
     "HEAD_DIMS",
     "LN2",
     "LOG2E",
     "TUNED",
+    "FlashAttentionFunction",
     "FlashConfig",
     "attend_key_block",
     "candidate_configs",
+    "check_inputs",
     "flash_attention",
     "flash_config",
     "flash_fwd_kernel",
@@ -69,7 +72,7 @@ _MAX_GRID_Y = 65535
 # The kernel
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n, offs_m, offs_n, S,
+def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk, start_n, offs_m, offs_n, S,
                      stride_kn, stride_vn, qk_scale,
                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                      DOT_FP32: tl.constexpr, USE_TMA: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -77,7 +80,8 @@ def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n, offs
     """Fold the key/value block starting at ``start_n`` into ``(acc, l, m)`` (``m`` in log2
     units of the scaled scores). ``MASKED`` blocks mask keys past ``S`` and, if ``CAUSAL``,
     keys above the diagonal; the others are loaded and used whole. With ``USE_TMA``, ``K`` and
-    ``V`` are tensor descriptors: the copy engine fetches the blocks (rows past ``S`` as zeros).
+    ``V`` are tensor descriptors: the copy engine fetches the blocks (rows past ``S`` as zeros)
+    of batch ``b``, key head ``hk``.
 
     Shapes: ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)``, ``l_i``, ``m_i`` and ``offs_m``
     ``(BLOCK_M,)``, ``offs_n`` ``(BLOCK_N,)``, ``k_ptrs`` and ``v_ptrs`` ``(BLOCK_N, HEAD_DIM)``
@@ -85,8 +89,8 @@ def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h, start_n, offs
     ``(BLOCK_M, BLOCK_N)``."""
     cols = start_n + offs_n
     if USE_TMA:
-        k = K.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-        v = V.load([b, h, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        k = K.load([b, hk, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = V.load([b, hk, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
     elif MASKED:
         k = tl.load(k_ptrs + start_n * stride_kn, mask=cols[:, None] < S, other=0.0)
         v = tl.load(v_ptrs + start_n * stride_vn, mask=cols[:, None] < S, other=0.0)
@@ -126,17 +130,18 @@ def flash_fwd_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
-    H, L, S, qk_scale,
+    H, H_KV, L, S, qk_scale,
     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
     USE_TMA: tl.constexpr,
 ):
     """Program ``(query block, b * H + h)``: rows ``start_m .. start_m + BLOCK_M - 1`` of the
     output of one (batch, head). ``Q`` and ``O`` are ``(B, H, L, HEAD_DIM)``, ``K`` and ``V``
-    ``(B, H, S, HEAD_DIM)`` (or tensor descriptors of them with ``USE_TMA``), ``LSE``
-    ``(B, H, L)`` float32; the program holds ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)`` and ``m``,
-    ``l`` ``(BLOCK_M,)``, and folds ``(BLOCK_N, HEAD_DIM)`` key blocks in with
-    :func:`attend_key_block`."""
+    ``(B, H_KV, S, HEAD_DIM)`` (or tensor descriptors of them with ``USE_TMA``), where query head
+    ``h`` reads key head ``h // (H // H_KV)`` (grouped-query attention; ``H_KV = H`` is plain
+    multi-head), ``LSE`` ``(B, H, L)`` float32; the program holds ``q`` and ``acc``
+    ``(BLOCK_M, HEAD_DIM)`` and ``m``, ``l`` ``(BLOCK_M,)``, and folds ``(BLOCK_N, HEAD_DIM)``
+    key blocks in with :func:`attend_key_block`."""
     if CAUSAL:  # the last query blocks see the most keys: start them first (a shorter tail)
         start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     else:
@@ -148,17 +153,19 @@ def flash_fwd_kernel(
     if USE_TMA:  # Q, K, V are (B, H, length, D) tensor descriptors
         b = bh // H
         h = bh % H
+        hk = h // (H // H_KV)
         q = Q.load([b, h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
         k_ptrs = K
         v_ptrs = V
     else:
         b = (bh // H).to(tl.int64)
         h = (bh % H).to(tl.int64)
+        hk = h // (H // H_KV)
         q_ptrs = (Q + b * stride_qb + h * stride_qh
                   + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd)
-        k_ptrs = (K + b * stride_kb + h * stride_kh
+        k_ptrs = (K + b * stride_kb + hk * stride_kh
                   + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd)
-        v_ptrs = (V + b * stride_vb + h * stride_vh
+        v_ptrs = (V + b * stride_vb + hk * stride_vh
                   + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd)
         q = tl.load(q_ptrs, mask=offs_m[:, None] < L, other=0.0)
     if DOT_FP32:
@@ -180,12 +187,12 @@ def flash_fwd_kernel(
         full_end = s_full
         end = S
     for start_n in range(0, full_end, BLOCK_N):
-        acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h,
+        acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk,
                                          start_n, offs_m, offs_n, S, stride_kn, stride_vn,
                                          qk_scale, False, CAUSAL, PRECISION, DOT_FP32, USE_TMA,
                                          BLOCK_N, HEAD_DIM)
     for start_n in range(full_end, end, BLOCK_N):
-        acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, h,
+        acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk,
                                          start_n, offs_m, offs_n, S, stride_kn, stride_vn,
                                          qk_scale, True, CAUSAL, PRECISION, DOT_FP32, USE_TMA,
                                          BLOCK_N, HEAD_DIM)
@@ -288,13 +295,27 @@ def flash_config(head_dim: int, dtype: torch.dtype,
 # ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
-def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def check_inputs(q: object, k: object, v: object) -> None:
+    """Raise a clear ``TypeError``/``ValueError`` unless ``q``, ``k``, ``v`` suit the kernels.
+
+    ``q`` is ``(B, H, L, D)``, ``k`` and ``v`` ``(B, H_kv, S, D)`` with ``H_kv`` dividing ``H``
+    (grouped-query attention; ``H_kv = H`` is plain multi-head attention), one dtype among
+    float16, bfloat16 and float32, ``D`` in :data:`HEAD_DIMS`, on the device the kernels run on.
+    """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, torch.Tensor) and t.dim() != 4:
             raise ValueError(
                 f"{name} must have 4 dimensions (batch, heads, length, head_dim), got shape "
                 f"{tuple(t.shape)}; add the missing axes, e.g. {name}[None, None] for one head"
             )
+    if all(isinstance(t, torch.Tensor) for t in (q, k, v)) and k.shape[1] != q.shape[1]:
+        h, h_kv = q.shape[1], k.shape[1]
+        if h_kv == 0 or h % h_kv or v.shape[1] != h_kv:
+            raise ValueError(
+                f"k and v must have the heads of q ({h}) or, for grouped-query attention, a "
+                f"number of heads that divides it; got k with {h_kv} and v with {v.shape[1]}"
+            )
+        q = q[:, :h_kv]  # the other checks compare batch dims: a view with k's head count
     require_attention_inputs(q, k, v)
     if q.dtype not in _KERNEL_DTYPES:
         raise TypeError(
@@ -317,7 +338,7 @@ def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             "q.cuda()" if ON_GPU else
             f"q, k and v are on {q.device}; without a GPU, the kernel takes CPU tensors"
         )
-    if q.shape[0] * q.shape[1] > _MAX_GRID_Y:
+    if q.shape[0] * max(q.shape[1], 1) > _MAX_GRID_Y:
         raise ValueError(
             f"batch * heads must be at most {_MAX_GRID_Y}, got {q.shape[0] * q.shape[1]}; "
             "split the batch into several calls"
@@ -337,13 +358,16 @@ def flash_attention(
         ``(B, H, L, D)`` queries, float16, bfloat16 or float32, any strides; on the GPU when
         there is one (CPU tensors under Triton's interpreter).
     k, v : torch.Tensor
-        ``(B, H, S, D)`` keys and values, q's dtype and device. ``D`` is one of
-        :data:`HEAD_DIMS`; ``L`` and ``S`` are any lengths.
+        ``(B, H_kv, S, D)`` keys and values, q's dtype and device. ``H_kv`` is ``H`` or, for
+        grouped-query attention, a divisor of it: query head ``h`` attends to key head
+        ``h // (H // H_kv)``, as ``scaled_dot_product_attention(..., enable_gqa=True)``. ``D``
+        is one of :data:`HEAD_DIMS`; ``L`` and ``S`` are any lengths.
     causal : bool
         As ``is_causal=True`` of ``scaled_dot_product_attention``: query ``i`` sees keys
         ``j <= i`` (top-left aligned, also when ``L != S``).
     scale : float, optional
-        Multiplies the scores; defaults to ``1/sqrt(D)``.
+        Multiplies the scores; defaults to ``1/sqrt(D)``. Any sign: a negative scale is run as
+        ``(-q)`` with ``|scale|``.
     return_lse : bool
         Also return the log-sum-exp of every row's scaled scores.
     config : FlashConfig, optional
@@ -363,6 +387,11 @@ def flash_attention(
 
     Notes
     -----
+    Differentiable: when grad mode is on and an input requires grad, the call goes through
+    :class:`FlashAttentionFunction`, whose backward runs the kernels of
+    :mod:`teachkit.kernels.flash_backward` (gradients of ``out`` and of ``lse``); otherwise it
+    launches the forward kernel alone.
+
     Softmax statistics and the output accumulate in float32. float32 inputs multiply with
     ``input_precision="ieee"`` (true float32, no tf32), so they agree with a float64 reference
     to about 1e-5; float16/bfloat16 use the tensor cores.
@@ -381,28 +410,73 @@ def flash_attention(
     >>> teachkit.relative_error(out, ref) < 1e-5
     True
     """
-    _validate(q, k, v)
+    check_inputs(q, k, v)
     if config is not None:
         _check_config(config)
     if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
         raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    causal = bool(causal)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if scale < 0:  # softmax(s q k^T) = softmax(|s| (-q) k^T): the kernel wants scale >= 0
+        q, scale = -q, -scale
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        out, lse = FlashAttentionFunction.apply(q, k, v, causal, scale, config, autotune)
+    else:
+        out, lse = _forward(q, k, v, causal, scale, config, autotune)
+    return (out, lse) if return_lse else out
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+             config: FlashConfig | None, autotune: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` of validated inputs with ``scale >= 0``."""
     B, H, L, D = q.shape
     S = k.shape[2]
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if S == 0:  # no keys: zeros and -inf, as scaled_dot_product_attention gives
         out = torch.zeros((B, H, L, D), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, L), float("-inf"), dtype=torch.float32, device=q.device)
-        return (out, lse) if return_lse else out
+        return out, lse
     out = torch.empty((B, H, L, D), dtype=q.dtype, device=q.device)  # every row is written
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     if out.numel() > 0:
         if config is None and autotune:
-            config = tuned_config(q, k, v, bool(causal), scale)
+            config = tuned_config(q, k, v, causal, scale)
         if config is None:
             config = flash_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device),
-                                  bool(causal))
-        launch(q, k, v, out, lse, bool(causal), scale, config)
-    return (out, lse) if return_lse else out
+                                  causal)
+        launch(q, k, v, out, lse, causal, scale, config)
+    return out, lse
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """FlashAttention as an autograd function: the forward kernel, then the three backward
+    kernels of :mod:`teachkit.kernels.flash_backward` from the saved inputs, output and lse.
+
+    Only ``flash_attention`` applies it, and only when an input requires grad, so a call without
+    grad costs nothing extra. Both outputs are differentiable: a loss that uses the lse (as a
+    merge of partial results does) adds ``dlse * P`` to the scores' gradient.
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor, causal: bool, scale: float, config: FlashConfig | None,
+                autotune: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        out, lse = _forward(q, k, v, causal, scale, config, autotune)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, dout: torch.Tensor | None,
+                 dlse: torch.Tensor | None) -> tuple:
+        q, k, v, out, lse = ctx.saved_tensors
+        if dout is None:  # only the lse was used
+            dout = torch.zeros_like(out)
+        if q.numel() == 0 or k.shape[2] == 0:  # nothing was attended: no gradient
+            dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        else:
+            dq, dk, dv = flash_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale, dlse)
+        return dq, dk, dv, None, None, None, None
 
 
 def _check_config(config: FlashConfig) -> None:
@@ -437,7 +511,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
     flash_fwd_kernel[grid](
         Q, K, V, out, lse,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        H, L, k.shape[2], scale,
+        H, k.shape[1], L, k.shape[2], scale,
         CAUSAL=causal, HEAD_DIM=D, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, USE_TMA=use_tma,
@@ -535,7 +609,7 @@ def sweep(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = Fals
         where it did not compile or launch (too much shared memory, too many registers).
         Under the interpreter every time is None: nothing is timed there.
     """
-    _validate(q, k, v)
+    check_inputs(q, k, v)
     D = q.shape[-1]
     scale = D ** -0.5 if scale is None else float(scale)
     cap = None if INTERPRETED else compute_capability(q.device)

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ..device import INTERPRETED
 from ..validation import require_no_grad
-from .flash import _validate
+from .flash import check_inputs
 
 __all__ = ["flash_attention_simple", "flash_simple_kernel"]
 
@@ -119,7 +119,10 @@ def flash_attention_simple(
     """
     require_no_grad(("q", q), ("k", k), ("v", v), kernel="flash_attention_simple",
                     reference="teachkit.attention.blockwise_attention")
-    _validate(q, k, v)
+    check_inputs(q, k, v)
+    if k.shape[1] != q.shape[1]:
+        raise ValueError(f"flash_attention_simple needs k and v with the {q.shape[1]} heads of "
+                         "q; teachkit.kernels.flash_attention takes grouped-query attention")
     B, H, L, D = q.shape
     S = k.shape[2]
     if S == 0:

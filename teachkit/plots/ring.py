@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Patch
 
-from ..ring.layout import CAUSAL, FULL, SKIP, STRICT, ring_schedule
+from ..ring.layout import ring_schedule
+from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
 from .figures import new_axes
 
 __all__ = [
@@ -28,8 +29,8 @@ __all__ = [
     "plot_ring_bench",
 ]
 
-MASK_COLORS: dict[str, str] = {SKIP: "#eeeeee", FULL: "#4c9be8", CAUSAL: "#f5a142",
-                               STRICT: "#b07cd8"}
+MASK_COLORS: dict[TileKind, str] = {SKIP: "#eeeeee", FULL: "#4c9be8", MASKED: "#f5a142",
+                                    STRICT: "#b07cd8"}
 """Fill colour of each block mask."""
 _COMPUTE, _WAIT = "#4c9be8", "#e8574c"
 
@@ -39,7 +40,7 @@ def plot_ring_schedule(world_size: int, causal: bool, layout: str = "contiguous"
     """Rank (rows) x step (columns): which block each rank holds and how it is masked.
 
     Each cell is labelled with the rank the block came from (``(r - t) mod W``) and coloured by
-    :func:`~teachkit.ring.layout.block_mask`: full, causal (``b <= a``), strict (``b < a``) or
+    :func:`~teachkit.ring.layout.block_mask`: full, masked (``b <= a``), strict (``b < a``) or
     skipped.
 
     Parameters

@@ -42,15 +42,10 @@ from .attention import (
     ring_step_times,
     simulate_ring,
 )
-from .bench import RingBench, bench_ring, record_path, save_ring_bench
+from .bench import RingBench, bench_ring, ring_record_path, save_ring_bench
 from .launch import RingContext, RingError, RingTimeout, choose_backend, run_ring
 from .layout import (
-    BLOCK_MASKS,
-    CAUSAL,
-    FULL,
     LAYOUTS,
-    SKIP,
-    STRICT,
     block_mask,
     local_length,
     positions,
@@ -65,12 +60,7 @@ from .workers import RingCase, RingRun, run_ring_attention, run_ring_attention_c
 
 __all__ = [
     "BLOCK_ATTENTION",
-    "BLOCK_MASKS",
-    "CAUSAL",
-    "FULL",
     "LAYOUTS",
-    "SKIP",
-    "STRICT",
     "RankResult",
     "RingBench",
     "RingCase",
@@ -87,9 +77,9 @@ __all__ = [
     "longest_sequence",
     "merge_partials_",
     "positions",
-    "record_path",
     "ring_attention",
     "ring_memory",
+    "ring_record_path",
     "ring_schedule",
     "ring_step",
     "ring_step_times",

@@ -31,6 +31,7 @@ import torch
 
 from ..attention import blockwise_attention
 from ..softmax import merge_lse
+from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
 from ..validation import (
     compute_dtype,
     require_attention_inputs,
@@ -40,11 +41,6 @@ from ..validation import (
     resolve_scale,
 )
 from .layout import (
-    BLOCK_MASKS,
-    CAUSAL,
-    FULL,
-    SKIP,
-    STRICT,
     block_mask,
     require_layout,
     shard,
@@ -100,19 +96,20 @@ def _block_fn(block_attention: str | BlockFn) -> BlockFn:
     )
 
 
-def _call_shape(mask: str) -> tuple[slice, slice, bool]:
+def _call_shape(mask: TileKind) -> tuple[slice, slice, bool]:
     """Query rows, keys, and the top-left causal flag of the attention call a mask needs."""
     if mask == FULL:
         return slice(None), slice(None), False
-    if mask == CAUSAL:
+    if mask == MASKED:
         return slice(None), slice(None), True
     if mask == STRICT:  # b < a: queries 1.. against keys ..n-2, causal; query 0 sees nothing
         return slice(1, None), slice(None, -1), True
-    raise ValueError(f"mask must be one of {BLOCK_MASKS[1:]} to be computed, got {mask!r}")
+    raise ValueError(f"mask must be FULL, MASKED or STRICT to be computed, got {mask!r}")
 
 
 def attend_block(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str, scale: float | None = None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: TileKind | str,
+    scale: float | None = None,
     block_attention: str | BlockFn = "flash",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of a block of queries to one block of keys/values under a ring block mask.
@@ -122,10 +119,11 @@ def attend_block(
     q, k, v : torch.Tensor
         ``(B, H, n, D)`` blocks (``"flash"`` needs a head dim of the kernel's and a float16,
         bfloat16 or float32 dtype; ``"torch"`` takes any float dtype and any rank >= 2).
-    mask : str
-        ``"full"``, ``"causal"`` (local key ``b <= `` local query ``a``), ``"strict"``
-        (``b < a``, computed as causal attention of ``q[1:]`` against ``k[:-1]``), or ``"skip"``
-        (nothing seen: zeros and ``lse = -inf``, without calling the kernel).
+    mask : TileKind or str
+        A :class:`~teachkit.tiling.TileKind` or its name: ``"full"``, ``"masked"`` (local key
+        ``b <= `` local query ``a``), ``"strict"`` (``b < a``, computed as causal attention of
+        ``q[1:]`` against ``k[:-1]``), or ``"skip"`` (nothing seen: zeros and ``lse = -inf``,
+        without calling the kernel).
     scale : float, optional
         Multiplies the scores; defaults to ``1/sqrt(D)``.
     block_attention : str or callable
@@ -151,8 +149,7 @@ def attend_block(
     True
     """
     fn = _block_fn(block_attention)
-    if mask not in BLOCK_MASKS:
-        raise ValueError(f"mask must be one of {BLOCK_MASKS}, got {mask!r}")
+    mask = TileKind.parse(mask, "mask")
     require_attention_inputs(q, k, v)
     resolve_scale(scale, q.shape[-1])
     lse_dtype = compute_dtype(q.dtype)
@@ -217,23 +214,23 @@ def merge_partials_(out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor,
     out.mul_(w_a).addcmul_(out_b, w_b)
 
 
-def _require_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str) -> None:
+def _require_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  mask: TileKind | str) -> TileKind:
     require_attention_inputs(q, k, v)
     require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
-    if mask not in BLOCK_MASKS:
-        raise ValueError(f"mask must be one of {BLOCK_MASKS}, got {mask!r}")
+    return TileKind.parse(mask, "mask")
 
 
 def ring_step(
     out: torch.Tensor, lse: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    mask: str, scale: float | None = None, block_attention: str | BlockFn = "flash",
+    mask: TileKind | str, scale: float | None = None, block_attention: str | BlockFn = "flash",
 ) -> None:
     """One step of the ring for one rank: attend ``q`` to the block in hand, merge into ``out``.
 
     ``out`` (float32/float64, ``(..., n, Dv)``) and ``lse`` (``(..., n)``) start as zeros and
-    ``-inf`` and are updated in place with :func:`merge_partials_`. A ``"skip"`` block is not
-    computed; a ``"strict"`` block's partial covers queries ``1..n-1`` and is merged into those
-    rows only (query 0 sees none of its keys).
+    ``-inf`` and are updated in place with :func:`merge_partials_`. ``mask`` is as
+    :func:`attend_block` takes it. A ``SKIP`` block is not computed; a ``STRICT`` block's partial
+    covers queries ``1..n-1`` and is merged into those rows only (query 0 sees none of its keys).
 
     Examples
     --------
@@ -245,7 +242,7 @@ def ring_step(
     >>> torch.allclose(out, naive_attention(q, k, v))
     True
     """
-    _require_step(q, k, v, mask)
+    mask = _require_step(q, k, v, mask)
     if mask == SKIP:
         return
     rows, keys, causal = _call_shape(mask)

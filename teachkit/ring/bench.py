@@ -44,7 +44,7 @@ __all__ = [
     "ring_benchmark_worker",
     "ring_flops",
     "ring_record_name",
-    "record_path",
+    "ring_record_path",
     "save_ring_bench",
 ]
 
@@ -102,7 +102,7 @@ def ring_record_name(world_size: int, device: str | None = None) -> str:
     return f"ring_{device_slug(device or device_name())}_x{world_size}"
 
 
-def record_path(world_size: int, folder: str | Path | None = None) -> Path | Traversable:
+def ring_record_path(world_size: int, folder: str | Path | None = None) -> Path | Traversable:
     """Where a ring benchmark of ``world_size`` ranks on this device is recorded:
     :func:`ring_record_name` ``.json`` (e.g. ``ring_nvidia_h200_x4.json``) in ``folder``, by
     default the package's records (:func:`teachkit.bench.core.record_path`), where notebook 10

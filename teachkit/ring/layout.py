@@ -8,15 +8,16 @@ A sequence of ``N`` tokens is split along its length among ``W`` workers (ranks 
 
 At step ``t`` of the ring, rank ``r`` holds the key/value block that started on rank
 ``(r - t) mod W`` (blocks travel to ``r + 1``). With a causal mask, the block of rank ``s`` meets
-the queries of rank ``r`` in one of four ways (:func:`block_mask`):
+the queries of rank ``r`` in one of four ways (:func:`block_mask`), the kinds of
+:class:`teachkit.tiling.TileKind` that sort the tiles of blocked attention, plus ``STRICT``:
 
 =============  ===========================================  =====================================
 mask           when                                         query ``a`` of rank ``r`` sees key ``b``
 =============  ===========================================  =====================================
-``"full"``     not causal; or contiguous with ``s < r``     always
-``"causal"``   contiguous ``s == r``; striped ``s <= r``    ``b <= a``
-``"strict"``   striped ``s > r``                            ``b < a`` (query 0 sees nothing)
-``"skip"``     contiguous ``s > r``                         never: the block is not computed
+``FULL``       not causal; or contiguous with ``s < r``     always
+``MASKED``     contiguous ``s == r``; striped ``s <= r``    ``b <= a`` (the causal mask)
+``STRICT``     striped ``s > r``                            ``b < a`` (query 0 sees nothing)
+``SKIP``       contiguous ``s > r``                         never: the block is not computed
 =============  ===========================================  =====================================
 
 (``a`` and ``b`` are local indices within the blocks.) For the striped rows: query ``a`` of rank
@@ -28,10 +29,10 @@ Examples
 --------
 >>> positions(1, 3, 4, "contiguous").tolist(), positions(1, 3, 4, "striped").tolist()
 ([4, 5, 6, 7], [1, 4, 7, 10])
->>> [block_mask(2, s, 3, causal=True, layout="contiguous") for s in range(3)]
-['full', 'full', 'causal']
->>> [block_mask(0, s, 3, causal=True, layout="striped") for s in range(3)]
-['causal', 'strict', 'strict']
+>>> [str(block_mask(2, s, 3, causal=True, layout="contiguous")) for s in range(3)]
+['full', 'full', 'masked']
+>>> [str(block_mask(0, s, 3, causal=True, layout="striped")) for s in range(3)]
+['masked', 'strict', 'strict']
 """
 
 from __future__ import annotations
@@ -40,16 +41,11 @@ from collections.abc import Sequence
 
 import torch
 
-from ..tiling import count_tiles
+from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind, count_tiles
 from ..validation import require_positive_int
 
 __all__ = [
     "LAYOUTS",
-    "SKIP",
-    "FULL",
-    "CAUSAL",
-    "STRICT",
-    "BLOCK_MASKS",
     "require_layout",
     "local_length",
     "positions",
@@ -64,16 +60,6 @@ __all__ = [
 LAYOUTS = ("contiguous", "striped")
 """How tokens are assigned to ranks."""
 
-SKIP = "skip"
-"""Block mask: no query sees any key of the block; it is not computed."""
-FULL = "full"
-"""Block mask: every query sees every key."""
-CAUSAL = "causal"
-"""Block mask: local query ``a`` sees local keys ``b <= a`` (a causal block on the diagonal)."""
-STRICT = "strict"
-"""Block mask: local query ``a`` sees local keys ``b < a``; query 0 sees none of the block."""
-BLOCK_MASKS = (SKIP, FULL, CAUSAL, STRICT)
-"""The four ways a key/value block can meet a rank's queries."""
 
 
 def require_layout(layout: object) -> str:
@@ -203,18 +189,17 @@ def source_rank(rank: int, step: int, world_size: int) -> int:
 
 
 def block_mask(rank: int, src: int, world_size: int, causal: bool,
-               layout: str = "contiguous") -> str:
+               layout: str = "contiguous") -> TileKind:
     """How the key/value block of rank ``src`` meets the queries of rank ``rank``.
 
-    Returns one of :data:`FULL`, :data:`CAUSAL`, :data:`STRICT`, :data:`SKIP` (see the module's
-    table).
+    Returns ``TileKind.FULL``, ``MASKED``, ``STRICT`` or ``SKIP`` (see the module's table).
 
     Examples
     --------
     >>> block_mask(1, 2, 4, causal=True, layout="contiguous")
-    'skip'
+    <TileKind.SKIP: 0>
     >>> block_mask(1, 2, 4, causal=False)
-    'full'
+    <TileKind.FULL: 1>
     """
     require_positive_int(world_size, "world_size")
     _require_rank(rank, world_size)
@@ -223,19 +208,20 @@ def block_mask(rank: int, src: int, world_size: int, causal: bool,
     if not causal:
         return FULL
     if layout == "contiguous":
-        return FULL if src < rank else CAUSAL if src == rank else SKIP
-    return CAUSAL if src <= rank else STRICT
+        return FULL if src < rank else MASKED if src == rank else SKIP
+    return MASKED if src <= rank else STRICT
 
 
-def ring_schedule(world_size: int, causal: bool, layout: str = "contiguous") -> list[list[str]]:
+def ring_schedule(world_size: int, causal: bool,
+                  layout: str = "contiguous") -> list[list[TileKind]]:
     """``schedule[r][t]``: the mask of the block rank ``r`` holds at step ``t``.
 
     Examples
     --------
-    >>> for row in ring_schedule(3, causal=True): print(row)
-    ['causal', 'skip', 'skip']
-    ['causal', 'full', 'skip']
-    ['causal', 'full', 'full']
+    >>> for row in ring_schedule(3, causal=True): print(" ".join(f"{m:6}" for m in row))
+    masked skip   skip
+    masked full   skip
+    masked full   full
     """
     return [[block_mask(r, source_rank(r, t, world_size), world_size, causal, layout)
              for t in range(world_size)] for r in range(world_size)]
@@ -245,10 +231,10 @@ def ring_tiles(world_size: int, n_local: int, causal: bool, layout: str = "conti
                block: int = 64) -> list[int]:
     """Tiles of ``block x block`` scores each rank computes over the whole ring: its work.
 
-    A ``"full"`` block is ``count_tiles(n, n, ...)`` without a mask; a ``"causal"`` one skips the
-    tiles above its diagonal; a ``"strict"`` one is computed as causal attention of queries
+    A ``FULL`` block is ``count_tiles(n, n, ...)`` without a mask; a ``MASKED`` one skips the
+    tiles above its diagonal; a ``STRICT`` one is computed as causal attention of queries
     ``1..n-1`` against keys ``0..n-2`` (which is what :func:`~teachkit.ring.attention.attend_block`
-    does), a ``"skip"`` one costs nothing.
+    does), a ``SKIP`` one costs nothing.
 
     Examples
     --------
@@ -261,7 +247,7 @@ def ring_tiles(world_size: int, n_local: int, causal: bool, layout: str = "conti
     cost = {
         SKIP: 0,
         FULL: count_tiles(n_local, n_local, block, block, causal=False).computed,
-        CAUSAL: count_tiles(n_local, n_local, block, block, causal=True).computed,
+        MASKED: count_tiles(n_local, n_local, block, block, causal=True).computed,
         STRICT: count_tiles(n_local - 1, n_local - 1, block, block, causal=True).computed
         if n_local > 1 else 0,
     }

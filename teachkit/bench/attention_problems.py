@@ -1,0 +1,73 @@
+"""The problems of the attention benchmarks, forward and backward: lengths, batches, flop
+counts, labels and parameters, and SDPA pinned to one backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .core import DTYPES, dtype_name
+
+__all__ = ["ATTENTION_LENGTHS", "HEADS", "SDPA_BACKENDS", "TOKENS", "attention_flops",
+           "attention_params", "batch_for", "problem_name", "sdpa_backend"]
+
+ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+"""Sequence lengths L = S of the benchmark."""
+
+HEADS = 32
+TOKENS = 16384
+"""B x L tokens per problem (B = 4 at L = 4096, B = 1 at 16384)."""
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+def batch_for(length: int, tokens: int = TOKENS) -> int:
+    """Sequences per problem: ``tokens // length``, at least 1."""
+    return max(1, tokens // length)
+
+
+def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> float:
+    """Flops of one attention forward: ``4 B H L S D``, half of it when causal.
+
+    Examples
+    --------
+    >>> attention_flops(4, 32, 4096, 4096, 64, causal=False) / 1e12
+    0.549755813888
+    """
+    return 4 * B * H * L * S * D * (0.5 if causal else 1.0)
+
+
+def problem_name(D: int, L: int, causal: bool) -> str:
+    """How the benchmark labels a problem in tables, e.g. ``"D=64 L=4096 causal"``; its
+    parameters are :func:`attention_params`."""
+    return f"D={D} L={L}" + (" causal" if causal else "")
+
+
+def attention_params(D: int, L: int, causal: bool, dtype: str) -> dict[str, int | bool | str]:
+    """The parameters of one attention problem (``L = S``), as its :class:`Measurement` keeps
+    them.
+
+    Examples
+    --------
+    >>> attention_params(64, 4096, True, "fp16")
+    {'D': 64, 'L': 4096, 'S': 4096, 'causal': True, 'dtype': 'float16'}
+    """
+    return {"D": D, "L": L, "S": L, "causal": causal, "dtype": dtype_name(DTYPES[dtype])}
+
+
+def sdpa_backend(backend: str) -> Callable[..., torch.Tensor]:
+    """``scaled_dot_product_attention`` restricted to one backend (a key of
+    :data:`SDPA_BACKENDS`), as ``fn(q, k, v, causal)``; it raises where the backend does not
+    take the problem."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = getattr(SDPBackend, SDPA_BACKENDS[backend])
+
+    def run(q, k, v, causal):
+        with sdpa_kernel(which):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run

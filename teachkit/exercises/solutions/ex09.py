@@ -1,0 +1,92 @@
+"""Solutions of the exercises of notebook 09, kept apart from their checkers in
+:mod:`teachkit.exercises.ex09`."""
+
+from __future__ import annotations
+
+import torch
+
+from ...kernels.decode import MAX_SPLITS
+
+__all__ = ["solution_num_splits", "solution_merge_splits", "solution_token_rows"]
+
+NEG_INF = float("-inf")
+
+
+def solution_num_splits(programs: int, key_blocks: int, sms: int) -> int:
+    """No split when every SM already has a program; else the most splits whose grid still fits
+    in one wave of two programs per SM, within bounds.
+
+    The unsplit grid has ``programs`` programs (``B * H_kv``); ``s`` splits make
+    ``programs * s``. If ``programs >= sms`` the grid is full and splitting only adds traffic:
+    ``s = 1``. Otherwise one wave of two programs per SM holds ``s = 2 * sms // programs``
+    splits (rounded down: one split more would start a second wave that is nearly empty). A
+    split must hold at least one key block, so ``s <= key_blocks``, and the merge kernel takes
+    at most ``MAX_SPLITS`` (128); there is always at least one split.
+    """
+    if programs >= sms:
+        return 1
+    fit = 2 * sms // programs  # the most splits in one wave of 2 programs per SM
+    return max(1, min(fit, key_blocks, MAX_SPLITS))
+
+
+def solution_merge_splits(outs: torch.Tensor, lses: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Merge the partial results of ``n`` splits of the keys: notebook 04's rule for ``n`` parts.
+
+    .. math::  m = \max_s lse_s,\quad w_s = e^{lse_s - m},\quad
+               out = \frac{\sum_s w_s\, out_s}{\sum_s w_s},\quad lse = m + \log \sum_s w_s.
+
+    Subtracting the largest lse keeps every weight in ``[0, 1]`` (no overflow, however large
+    the scores); an empty split (``lse = -inf``) weighs 0. A row whose splits are all empty saw
+    no key: zeros and ``-inf``, as ``scaled_dot_product_attention`` gives.
+
+    Parameters
+    ----------
+    outs : torch.Tensor
+        ``(n, ..., D)``: each split's output, normalised over its own keys (zeros if empty).
+    lses : torch.Tensor
+        ``(n, ...)``: each split's log-sum-exp, ``-inf`` if empty.
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``(..., D)`` in ``outs``' dtype.
+    lse : torch.Tensor
+        ``(...)`` in ``lses``' dtype.
+    """
+    m = lses.amax(dim=0)
+    m = torch.where(m == NEG_INF, 0.0, m)  # every split empty: any finite shift will do
+    w = torch.exp(lses - m)  # (n, ...), each in [0, 1]
+    total = w.sum(dim=0)
+    safe = torch.where(total > 0, total, 1.0)
+    out = (w.unsqueeze(-1) * outs.to(w.dtype)).sum(dim=0) / safe.unsqueeze(-1)
+    lse = torch.where(total > 0, m + torch.log(safe), NEG_INF)
+    return out.to(outs.dtype), lse
+
+
+def solution_token_rows(block_table: torch.Tensor, page_size: int,
+                        positions: torch.Tensor) -> torch.Tensor:
+    """Rows of the flattened page pool that hold the given logical tokens.
+
+    Token ``t`` of sequence ``b`` lies in its logical page ``t // page_size``, which the table
+    maps to the physical page ``block_table[b, t // page_size]``; inside it, at slot
+    ``t % page_size``. Seen as rows ``pool.view(num_pages * page_size, ...)``, that is row
+    ``page * page_size + slot``. ``torch.gather`` picks, for every (b, t), the entry of row b.
+
+    Parameters
+    ----------
+    block_table : torch.Tensor
+        ``(B, max_pages)`` integers.
+    page_size : int
+        Tokens per page.
+    positions : torch.Tensor
+        ``(B, n)`` logical positions.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, n)`` int64 rows.
+    """
+    logical = positions.long() // page_size
+    page = torch.gather(block_table.long(), 1, logical)
+    return page * page_size + positions.long() % page_size

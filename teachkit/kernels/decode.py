@@ -442,8 +442,7 @@ def _validate(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         "k_cache.to(q.dtype)")
     if q.dtype not in KERNEL_DTYPES:
         raise TypeError(f"decode_attention takes float16, bfloat16 or float32 tensors, got "
-                        f"{q.dtype}; use the torch reference teachkit.attention.naive_attention "
-                        "with decode_mask (float64 too), or convert with q.float()")
+                        f"{q.dtype}; use {_REFERENCE} (float64 too), or convert with q.float()")
     if not (q.device == k_cache.device == v_cache.device):
         raise ValueError(f"q, k_cache and v_cache must be on one device, got {q.device}, "
                          f"{k_cache.device}, {v_cache.device}; move them, e.g. "

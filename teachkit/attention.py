@@ -10,11 +10,15 @@ blocks of keys and values keeping, for every query row, the running maximum ``m`
 denominator ``l`` and an unnormalised output ``acc``, all rescaled by the same factor when the
 maximum grows. It also returns the log-sum-exp of each row, the one number per row that lets two
 partial results be merged later (:func:`merge_partials`).
+
+**A query that sees no key.** When every score of a query row is ``-inf`` (no key at all, every
+key masked, or scores that are ``-inf`` through ``-inf`` inputs), its output is 0 and its lse is
+``-inf``: what ``scaled_dot_product_attention`` gives (its math backend in torch 2.13), and the
+only value that merges correctly with another partial result (weight 0). Every attention function
+of the course follows this rule. A row with a NaN score stays NaN.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -22,8 +26,10 @@ from .softmax import exp_shift, merge_lse
 from .validation import (
     compute_dtype,
     require_attention_inputs,
+    require_bool,
     require_float_tensor,
     require_positive_int,
+    resolve_scale,
 )
 
 __all__ = [
@@ -41,15 +47,12 @@ def causal_mask(L: int, S: int, device: torch.device | str | None = None) -> tor
 
     The same top-left-aligned mask that ``scaled_dot_product_attention(is_causal=True)`` uses.
     """
+    for name, n in (("L", L), ("S", S)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int (a length), got {type(n).__name__}")
+        if n < 0:
+            raise ValueError(f"{name} must be >= 0 (a length), got {n}")
     return torch.ones(L, S, dtype=torch.bool, device=device).tril()
-
-
-def _scale(scale: float | None, D: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(D) if D > 0 else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    return float(scale)
 
 
 def attention_scores(
@@ -69,8 +72,11 @@ def attention_scores(
     key_offset : int
         Position of ``k``'s first key in the whole sequence (for a block of keys).
     """
+    require_bool(causal, "causal")
+    if isinstance(key_offset, bool) or not isinstance(key_offset, int):
+        raise TypeError(f"key_offset must be an int, got {type(key_offset).__name__}")
     dtype = compute_dtype(q.dtype)
-    s = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * _scale(scale, q.shape[-1])
+    s = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * resolve_scale(scale, q.shape[-1])
     if causal:
         L, S = q.shape[-2], k.shape[-2]
         rows = torch.arange(L, device=q.device).unsqueeze(-1)
@@ -100,7 +106,7 @@ def naive_attention(
     Returns
     -------
     torch.Tensor
-        ``(..., L, Dv)`` in q's dtype.
+        ``(..., L, Dv)`` in q's dtype; 0 in a row whose scores are all ``-inf`` (it sees no key).
 
     Examples
     --------
@@ -113,7 +119,11 @@ def naive_attention(
     s = attention_scores(q, k, causal, scale)
     if s.shape[-1] == 0:  # no keys: scaled_dot_product_attention returns zeros
         return q.new_zeros(q.shape[:-1] + v.shape[-1:])
-    return (torch.softmax(s, dim=-1) @ v.to(s.dtype)).to(q.dtype)
+    p = torch.softmax(s, dim=-1)
+    # A row whose scores are all -inf sees no key: 0, as SDPA gives (softmax alone gives NaN).
+    # amax of a row holding NaN is NaN, so NaN rows stay NaN.
+    p = p.masked_fill(s.amax(dim=-1, keepdim=True) == float("-inf"), 0.0)
+    return (p @ v.to(s.dtype)).to(q.dtype)
 
 
 def attention_block_update(
@@ -181,8 +191,10 @@ def blockwise_attention(
     >>> torch.allclose(out, naive_attention(q, k, v), atol=1e-5)
     True
     """
-    L, S, _ = require_attention_inputs(q, k, v)
+    L, S, D = require_attention_inputs(q, k, v)
     require_positive_int(block_size, "block_size")
+    require_bool(causal, "causal")
+    resolve_scale(scale, D)
     dtype = compute_dtype(q.dtype)
     batch = q.shape[:-2]
     m = torch.full((*batch, L), float("-inf"), dtype=dtype, device=q.device)

@@ -11,6 +11,16 @@ import torch
 __all__ = ["relative_error", "describe_mismatch"]
 
 
+def _require_real_tensors(got: object, ref: object) -> None:
+    for name, t in (("got", got), ("ref", ref)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}; wrap it, "
+                            f"e.g. torch.as_tensor({name})")
+        if t.is_complex():
+            raise TypeError(f"{name} is complex ({t.dtype}); compare real tensors, e.g. "
+                            f"torch.view_as_real({name})")
+
+
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
     """Largest absolute difference divided by the largest magnitude of ``ref`` (finite entries).
 
@@ -22,6 +32,7 @@ def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
     got, ref : torch.Tensor
         Tensors of one shape (any dtypes, any devices); both are compared in float64 on the CPU.
     """
+    _require_real_tensors(got, ref)
     if got.shape != ref.shape:
         raise ValueError(f"shapes differ: got {tuple(got.shape)}, reference {tuple(ref.shape)}")
     g = got.detach().to("cpu", torch.float64)
@@ -41,6 +52,7 @@ def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 def describe_mismatch(got: torch.Tensor, ref: torch.Tensor, limit: int = 3) -> str:
     """A few lines saying where ``got`` and ``ref`` differ most, for error messages."""
+    _require_real_tensors(got, ref)
     if got.shape != ref.shape:
         return f"shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
     g = got.detach().to("cpu", torch.float64).flatten()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import numbers
 import os
 import sys
 import traceback
@@ -37,6 +38,7 @@ __all__ = [
     "compute_capability",
     "multiprocessors",
     "has_triton",
+    "interpreter_switched_off",
     "pick",
     "memory_budget",
     "fits",
@@ -80,6 +82,17 @@ INTERPRETED: bool = not ON_GPU
 
 DEVICE: torch.device = torch.device("cuda" if ON_GPU else "cpu")
 """Where the course puts its tensors: ``cuda`` on a GPU machine, else ``cpu``."""
+
+
+def interpreter_switched_off() -> bool:
+    """``True`` when no Triton kernel can run: no CUDA GPU, yet ``TRITON_INTERPRET`` holds a false
+    value (``0``, ``false``, ``off``, ``no``, empty), so Triton neither interprets nor finds a
+    driver. ``python -m teachkit.kernels`` sets it on purpose to compile without running; a
+    kernel launch checks it first (:func:`teachkit.validation.require_kernel_world`).
+    """
+    value = os.environ.get("TRITON_INTERPRET")
+    return (not ON_GPU and value is not None
+            and value.strip().lower() not in ("1", "true", "on", "yes", "y"))
 
 
 def has_triton() -> bool:
@@ -201,6 +214,12 @@ def fits(nbytes: int, headroom: float = 0.9, device: torch.device | str | None =
     >>> fits(1), fits(2**80)
     (True, False)
     """
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):
+        raise TypeError(f"nbytes must be a number of bytes, got {type(nbytes).__name__}")
+    if not nbytes >= 0:
+        raise ValueError(f"nbytes must be >= 0 (a size in bytes), got {nbytes!r}")
+    if not (isinstance(headroom, numbers.Real) and 0 < headroom <= 1):
+        raise ValueError(f"headroom must be a fraction in (0, 1], got {headroom!r}")
     return nbytes <= headroom * memory_budget(device)
 
 

@@ -151,6 +151,31 @@ class _FirstFit:
         return max((n for _, n in self.holes), default=0)
 
 
+class _FreePages:
+    """The free pages of a pool of ``num_pages``, a stack whose ``pop()`` takes the most recently
+    freed page, else the lowest never used: a list of every page, made lazily (a pool of 10**12
+    slots costs nothing until its pages are taken)."""
+
+    def __init__(self, num_pages: int) -> None:
+        self.freed: list[int] = []
+        self.fresh = 0  # pages fresh .. num_pages - 1 were never taken
+        self.num_pages = num_pages
+
+    def __len__(self) -> int:
+        return len(self.freed) + self.num_pages - self.fresh
+
+    def pop(self) -> int:
+        if self.freed:
+            return self.freed.pop()
+        if self.fresh >= self.num_pages:
+            raise IndexError("pop from an empty pool")
+        self.fresh += 1
+        return self.fresh - 1
+
+    def extend(self, pages: Iterable[int]) -> None:
+        self.freed.extend(pages)
+
+
 @dataclass
 class ServingStats:
     """What :func:`simulate_serving` measured.
@@ -302,14 +327,14 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     written = [0] * len(lengths)
     regions: dict[int, int] = {}  # contiguous: sequence -> start slot
     pages: dict[int, list[int]] = {}  # paged: sequence -> its pages
-    free_pages = list(range(capacity // page_size))[::-1]  # a stack: pop() takes the lowest
+    free_pages = _FreePages(capacity // page_size)  # a stack: pop() takes the lowest first
     memory = _FirstFit(capacity)
     running: list[int] = []  # in admission order
     recomputing: set[int] = set()  # re-admitted after eviction: rebuilding their cache
     watermark = 1 + (capacity // page_size) // 100  # free pages a new admission must leave
     steps = preemptions = stalls = 0
     totals = busy = [0.0, 0.0, 0.0, 0]  # sums of: running, used, reserved; steps
-    best: tuple[int, list[tuple[int, int, int, int]]] = (-1, [])
+    best: tuple[int, list[tuple]] = (-1, [])
 
     def size(seq: int) -> int:
         return max_len if policy == "reserve max" else lengths[seq]
@@ -371,12 +396,10 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
         if queue:  # a sequence is waiting: memory is what limits the batch
             busy = [a + b for a, b in zip(busy, sample, strict=True)]
         if tokens > best[0]:
-            if paged:
-                snap = [(s, p * page_size, page_size,
-                         max(0, min(page_size, written[s] - k * page_size)))
-                        for s in running for k, p in enumerate(pages[s])]
-            else:
-                snap = [(s, regions[s], size(s), written[s]) for s in running]
+            # O(running) per step: a page list only grows while it lives (an evicted sequence
+            # gets a new one), so its first n entries still hold this step's pages at the end
+            snap = [(s, pages[s], len(pages[s]), written[s]) if paged else
+                    (s, regions[s], size(s), written[s]) for s in running]
             best = (tokens, snap)
         for seq in [s for s in running if written[s] == lengths[s]]:
             running.remove(seq)
@@ -387,11 +410,16 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     if pages or regions or memory.holes != [(0, capacity)]:  # every sequence gave back its memory
         raise RuntimeError("simulate_serving ended with memory still held: a bug in "
                            "teachkit.paging; please report it with the arguments")
+    if paged:  # the peak's pages, from the lists it kept
+        layout = [(s, p * page_size, page_size, max(0, min(page_size, w - k * page_size)))
+                  for s, held_pages, n, w in best[1] for k, p in enumerate(held_pages[:n])]
+    else:
+        layout = best[1]
     sums = busy if busy[3] else totals
     stalled = stalls / busy[3] if busy[3] else 0.0
     running_avg, used, reserved = (x / sums[3] for x in sums[:3])
     return ServingStats(policy, capacity, page_size if paged else 0, steps, running_avg, used,
-                        reserved, stalled, preemptions, best[1])
+                        reserved, stalled, preemptions, layout)
 
 
 def waste_against_page_size(lengths: list[int], page_sizes: list[int], capacity: int
@@ -834,6 +862,9 @@ def paged_from_contiguous(
             got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise (ValueError if isinstance(t, torch.Tensor) else TypeError)(
                 f"{name} must be a (batch, kv_heads, length, head_dim) tensor, got {got}")
+    if k_cache.dtype != v_cache.dtype:
+        raise TypeError(f"k_cache and v_cache must share one dtype, got {k_cache.dtype} and "
+                        f"{v_cache.dtype}; convert them, e.g. v_cache.to(k_cache.dtype)")
     if k_cache.shape[:3] != v_cache.shape[:3] or k_cache.device != v_cache.device:
         raise ValueError(f"k_cache and v_cache must have the same batch, heads and length on one "
                          f"device, got {tuple(k_cache.shape)} on {k_cache.device} and "

@@ -36,6 +36,10 @@ def fold(items: Sequence[T], combine: Callable[[T, T], T] | None = None) -> T:
     """
     if len(items) == 0:
         raise ValueError("fold needs at least one item")
+    if combine is not None and not callable(combine):
+        raise TypeError(f"combine must be a function (a, b) -> merged, or None for the (m, d) "
+                        f"merge; got {type(combine).__name__} (pass the items as one sequence "
+                        f"of pairs, e.g. list(zip(m, d)))")
     combine = combine or _merge_pair  # type: ignore[assignment]
     acc = items[0]
     for item in items[1:]:
@@ -53,6 +57,10 @@ def tree_reduce(
     """
     if len(items) == 0:
         raise ValueError("tree_reduce needs at least one item")
+    if combine is not None and not callable(combine):
+        raise TypeError(f"combine must be a function (a, b) -> merged, or None for the (m, d) "
+                        f"merge; got {type(combine).__name__} (pass the items as one sequence "
+                        f"of pairs, e.g. list(zip(m, d)))")
     combine = combine or _merge_pair  # type: ignore[assignment]
     level, levels = list(items), 0
     while len(level) > 1:

@@ -346,11 +346,12 @@ def merge_lse(lse_a: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
     r"""Merge two log-sum-exps: :math:`\log(e^{a} + e^{b})`, computed without overflow.
 
     Written as :math:`\max(a, b) + \log(e^{a - \max} + e^{b - \max})`; ``-inf`` (an empty part)
-    is the identity.
+    is the identity, ``+inf`` with anything but NaN gives ``+inf`` (as ``torch.logaddexp``).
     """
     require_broadcastable(("lse_a", lse_a), ("lse_b", lse_b))
     m = torch.maximum(lse_a, lse_b)
-    return m + torch.log(exp_shift(lse_a, m) + exp_shift(lse_b, m))
+    merged = m + torch.log(exp_shift(lse_a, m) + exp_shift(lse_b, m))
+    return torch.where(m == float("inf"), m, merged)
 
 
 def logsumexp(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

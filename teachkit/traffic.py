@@ -212,13 +212,16 @@ def traffic_model(variant: str, M: int, N: int, itemsize: int) -> dict[str, int]
     """
     mn, s = M * N * itemsize, M * itemsize
     f = M * STAT_DTYPE.itemsize
-    reads, writes = {
+    table = {
         "naive": (3 * mn + s, 2 * mn + s),
         "eager safe": (5 * mn + 2 * s, 3 * mn + 2 * s),
         "safe 3-pass": (3 * mn + 3 * f, mn + 2 * f),
         "online 2-pass": (2 * mn + 2 * f, mn + 2 * f),
         "fused": (mn, mn),
-    }[variant]
+    }
+    if variant not in table:
+        raise ValueError(f"variant must be one of {list(table)}, got {variant!r}")
+    reads, writes = table[variant]
     return {"reads": reads, "writes": writes}
 
 
@@ -398,11 +401,11 @@ SWEEP_MIB = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256, 512, 1024, 4096]
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m teachkit.traffic [--json PATH] [--allow-cpu]``."""
-    from .bench.core import copy_bandwidth, save_results, timing_description
+    from .bench.core import copy_bandwidth, save_results, timing_description, writable_path
 
     parser = argparse.ArgumentParser(prog="python -m teachkit.traffic", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", default=None,
+    parser.add_argument("--json", default=None, type=writable_path,
                         help="save the results as JSON to this path (the course keeps its "
                              "records in teachkit/benchmarks/<name>.json)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU at tiny sizes")

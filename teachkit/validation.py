@@ -6,19 +6,34 @@ all validate their inputs here. Each error says what was passed and what to pass
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
+
+from .device import ON_GPU, interpreter_switched_off
 
 __all__ = [
     "FLOAT_DTYPES",
+    "KERNEL_DTYPES",
     "require_float_tensor",
+    "require_kernel_tensor",
+    "require_no_grad",
+    "require_kernel_world",
+    "resolve_scale",
+    "require_power_of_two",
     "normalize_dim",
     "require_positive_int",
+    "require_bool",
     "require_broadcastable",
     "require_attention_inputs",
     "compute_dtype",
 ]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""The dtypes the torch references take."""
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+"""The dtypes the Triton kernels take (they compute in float32; no float64 path)."""
 
 
 def require_float_tensor(x: object, name: str = "x") -> torch.Tensor:
@@ -66,6 +81,14 @@ def require_positive_int(value: object, name: str) -> int:
         raise TypeError(f"{name} must be a positive int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value}; pass 1 or more")
+    return value
+
+
+def require_bool(value: object, name: str) -> bool:
+    """Return ``value`` if it is a ``bool``, else raise ``TypeError`` (a string such as ``"no"``
+    is truthy: taking it as ``True`` would be a silent wrong answer)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
     return value
 
 
@@ -138,3 +161,97 @@ def require_attention_inputs(
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype to compute in: float32 for float16/bfloat16 (as the kernels do), else ``dtype``."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def require_kernel_world() -> None:
+    """Raise ``RuntimeError`` when no Triton kernel can run here: ``TRITON_INTERPRET=0`` (or
+    another false value) was exported on a machine without a CUDA GPU, so Triton neither
+    interprets nor finds a driver to compile for ("0 active drivers")."""
+    if interpreter_switched_off():
+        raise RuntimeError(
+            "TRITON_INTERPRET is set to a false value on a machine without a CUDA GPU, so "
+            "Triton has no driver to run kernels on (it would fail with '0 active drivers'); "
+            "unset it (unset TRITON_INTERPRET, or del os.environ['TRITON_INTERPRET'] before "
+            "importing teachkit) and teachkit runs the kernels in Triton's interpreter"
+        )
+
+
+def require_no_grad(*pairs: tuple[str, object], kernel: str, reference: str) -> None:
+    """Raise ``ValueError`` when a tensor of ``pairs`` requires grad while grad mode is on.
+
+    The Triton kernels have no backward pass: their output would silently not require grad.
+
+    Parameters
+    ----------
+    *pairs
+        ``(name, tensor)`` pairs; non-tensors are ignored.
+    kernel
+        The kernel's name, for the message.
+    reference
+        A differentiable torch function computing the same, for the message.
+    """
+    if not torch.is_grad_enabled():
+        return
+    for name, t in pairs:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise ValueError(
+                f"{name} requires grad, but {kernel} has no backward pass (its output would "
+                f"carry no gradient); call it under torch.no_grad() or on {name}.detach(), or "
+                f"use {reference}, which is differentiable"
+            )
+
+
+def require_kernel_tensor(x: object, name: str, kernel: str, reference: str) -> torch.Tensor:
+    """Check a floating input of a Triton kernel: a tensor of :data:`KERNEL_DTYPES` on the
+    kernel's device (CUDA with a GPU, CPU under the interpreter) that does not require grad, in a
+    world where kernels run (:func:`require_kernel_world`).
+
+    Raises ``TypeError`` (not a tensor, float64 or another dtype) or ``ValueError`` (device,
+    requires grad), each naming ``name`` and pointing to ``reference`` (the torch function that
+    takes float64 and is differentiable).
+    """
+    require_float_tensor(x, name)
+    if x.dtype not in KERNEL_DTYPES:
+        raise TypeError(
+            f"{kernel} takes float16, bfloat16 or float32 tensors, got {name} of {x.dtype}; use "
+            f"{reference} (the torch reference, which takes float64 too), or convert with "
+            f"{name}.float()"
+        )
+    want = "cuda" if ON_GPU else "cpu"
+    if x.device.type != want:
+        raise ValueError(
+            f"{name} is on {x.device} but the kernel runs on the GPU; move it first: "
+            f"{name}.cuda()" if ON_GPU else
+            f"{name} is on {x.device}; without a GPU, the kernel runs in Triton's interpreter "
+            f"and takes CPU tensors: {name}.cpu()"
+        )
+    require_no_grad((name, x), kernel=kernel, reference=reference)
+    require_kernel_world()
+    return x
+
+
+def resolve_scale(scale: object, head_dim: int) -> float:
+    """The scale of attention scores: ``1/sqrt(head_dim)`` for ``None``, else ``scale`` as a float.
+
+    Raises ``TypeError`` for a non-number (bools included) and ``ValueError`` for NaN or an
+    infinite scale (the scores would be NaN or infinite; pass a finite number).
+    """
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale}; pass e.g. "
+                         "1 / math.sqrt(head_dim), or None for that default")
+    return float(scale)
+
+
+def require_power_of_two(value: object, name: str, minimum: int = 1) -> int:
+    """Return ``value`` if it is an ``int`` power of two ``>= minimum``, else raise
+    ``TypeError``/``ValueError`` naming ``name`` (Triton block sizes must be powers of two)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int (a power of two), got {type(value).__name__}")
+    if value < minimum or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two >= {minimum}, got {value}; pass e.g. "
+                         f"{max(minimum, 1 << max(value, 1).bit_length() - 1)}")
+    return value

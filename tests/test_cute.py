@@ -342,3 +342,9 @@ def test_verify_softmax_passes_torch_and_catches_wrong_softmaxes():
     assert "FAIL" in format_checks(naive) and "cases ok" in format_checks(naive)
     no_nan = verify_softmax(lambda x: torch.softmax(x, -1).nan_to_num(0.0), **kw)
     assert [c.nan_match for c in no_nan] == [True, False] * 4
+
+
+def test_cute_softmax_refuses_tensors_that_require_grad():
+    x = torch.randn(2, 8, requires_grad=True)
+    with pytest.raises(ValueError, match=r"requires grad.*safe_softmax"):
+        tc.cute_softmax(x)

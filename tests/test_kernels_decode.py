@@ -12,6 +12,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from inputs import randn
 
 import teachkit
@@ -141,6 +143,84 @@ def test_scale_config_and_strided_caches(gen):
     check(q, k, v, k_ref, v_ref, lens, scale=0.3, num_splits=2, config=DecodeConfig(32, 4, 1))
 
 
+def test_strided_lengths_and_column_major_tables(gen):
+    """The kernel reads lengths and table entries with unit strides: the wrapper makes them so."""
+    q, k, v, k_ref, v_ref, _ = make(3, 2, 1, 1, 24, 16, gen, torch.float32, lens=[24, 24, 24])
+    lens = torch.tensor([24, 0, 9])
+    strided = torch.stack([lens, lens.flip(0)], 1).to(torch.int32)[:, 0].to(DEV)  # stride 2
+    assert strided.stride() == (2,)
+    check(q, k, v, k_ref, v_ref, lens, num_splits=2)  # contiguous, as a baseline
+    out, lse = check(q, k, v, k_ref, v_ref, strided, num_splits=2)
+    assert torch.all(out[1] == 0) and torch.all(lse[1] == float("-inf"))  # length 0: no key
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens, 4, gen=gen)
+    col_major = table.t().contiguous().t()  # (B, max_pages) with strides (1, B)
+    assert col_major.stride(0) == 1 and table.shape[1] > 1
+    for t in (col_major, table.long()[:, :].t().contiguous().t(), table[:, ::1]):
+        check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, strided, table=t.to(DEV),
+              num_splits=2)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lens=st.lists(st.integers(0, 20), min_size=1, max_size=3),
+       page_size=st.sampled_from([3, 4, 8]), step=st.integers(1, 3), int64=st.booleans(),
+       col_major=st.booleans(), seed=st.integers(0, 2**16))
+def test_any_strides_of_the_index_tensors_read_right(lens, page_size, step, int64, col_major,
+                                                     seed):
+    """Lengths and tables as views with any strides and either integer dtype: the answer is the
+    one of contiguous int32 copies."""
+    gen = torch.Generator().manual_seed(seed)
+    B = len(lens)
+    q, _, _, k_ref, v_ref, _ = make(B, 2, 1, 1, 20, 16, gen, torch.float32, lens=[20] * B)
+    lens_t = torch.tensor(lens)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens_t, page_size, gen=gen)
+    dtype = torch.int64 if int64 else torch.int32
+    spread = torch.zeros(B * step, dtype=dtype)
+    spread[::step] = lens_t  # lengths every step-th element: stride step
+    view = spread[::step]
+    tbl = table.to(dtype)
+    tbl = tbl.t().contiguous().t() if col_major else tbl
+    pools = k_pool.to(DEV), v_pool.to(DEV)
+    got = decode_attention(q, *pools, cache_seqlens=view.to(DEV), block_table=tbl.to(DEV),
+                           num_splits=2)
+    want = decode_attention(q, *pools, cache_seqlens=lens_t.int().to(DEV),
+                            block_table=table.int().contiguous().to(DEV), num_splits=2)
+    assert torch.equal(got, want)
+    assert relative_error(got, reference(q, k_ref, v_ref, lens_t)[0]) < 1e-5
+
+
+def test_int64_lengths_past_int32_are_refused_before_the_cast(gen):
+    q, k, v, *_ = make(2, 2, 2, 1, 8, 16, gen)
+    for big in (2**31, 2**32 + 3, 2**40):  # 2**32 + 3 would wrap to 3, a valid length
+        lens = torch.tensor([big, 3], dtype=torch.int64, device=DEV)
+        with pytest.raises(ValueError, match="cache_seqlens"):
+            decode_attention(q, k, v, cache_seqlens=lens)
+    k_pool, v_pool, table = paged_from_contiguous(k.cpu(), v.cpu(), [8, 8], 4)
+    bad = table.long()
+    bad[0, 0] = 2**32  # would wrap to page 0
+    with pytest.raises(ValueError, match=r"block_table\[0, 0\]"):
+        decode_attention(q, k_pool.to(DEV), v_pool.to(DEV), block_table=bad.to(DEV),
+                         cache_seqlens=torch.tensor([8, 8], device=DEV))
+
+
+def test_all_minus_inf_scores_give_zeros_and_minus_inf_lse(gen):
+    """A query whose every score is -inf (here through a -inf in q) sees no key, as in SDPA."""
+    q, k, v, k_ref, v_ref, lens = make(2, 2, 2, 1, 20, 16, gen, torch.float32, lens=[20, 20])
+    k, k_ref = k.abs() + 0.5, k_ref.abs() + 0.5
+    q[0, 1, 0, 0] = float("-inf")
+    for paged in (False, True):
+        table = None
+        kc, vc = k, v
+        if paged:
+            kp, vp, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 8, gen=gen)
+            kc, vc, table = kp.to(DEV), vp.to(DEV), table.to(DEV)
+        out, lse = decode_attention(q, kc, vc, cache_seqlens=lens, block_table=table,
+                                    num_splits=2, return_lse=True)
+        assert torch.all(out[0, 1] == 0) and lse[0, 1, 0] == float("-inf")
+        want = SDPA(q.cpu(), k_ref, v_ref)
+        assert torch.equal(want[0, 1], out[0, 1].cpu())
+        assert relative_error(out[1], want[1]) < 1e-5
+
+
 def test_large_scores_stay_finite(gen):
     q, k, v, k_ref, v_ref, lens = make(1, 2, 2, 1, 40, 16, gen, torch.float32, lens=[40])
     q = q * 30
@@ -205,6 +285,25 @@ def test_bad_inputs_say_what_to_pass(gen):
         da(q, k, v, num_splits=0)
     with pytest.raises(TypeError, match="scale"):
         da(q, k, v, scale="0.5")
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError, match="scale must be a finite number"):
+            da(q, k, v, scale=bad)
+    with pytest.raises(TypeError, match="num_splits"):
+        da(q, k, v, num_splits=2.0)
+    with pytest.raises(TypeError, match="num_splits"):
+        da(q, k, v, num_splits=True)
+    with pytest.raises(TypeError, match="return_lse"):
+        da(q, k, v, return_lse=None)
+    with pytest.raises(TypeError, match="config must be a DecodeConfig"):
+        da(q, k, v, config=(16, 4, 1))
+    with pytest.raises(ValueError, match="config.block_n must be a power of two >= 16"):
+        da(q, k, v, config=DecodeConfig(24, 4, 1))
+    with pytest.raises(ValueError, match="config.num_warps"):
+        da(q, k, v, config=DecodeConfig(16, 0, 1))
+    with pytest.raises(ValueError, match="config.num_stages"):
+        da(q, k, v, config=DecodeConfig(16, 4, 0))
+    with pytest.raises(TypeError, match="torch reference"):
+        da(q.double(), k.double(), v.double())
 
 
 def test_bad_block_tables_say_what_is_wrong(gen):

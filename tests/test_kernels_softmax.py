@@ -84,8 +84,26 @@ def test_bad_input_says_what_to_pass():
         ks.softmax(torch.randn(3, 4, dtype=torch.float64, device=DEV))
     with pytest.raises(ValueError, match="out of range"):
         ks.softmax(torch.randn(3, 4, device=DEV), dim=3)
-    with pytest.raises(ValueError, match="multiple of block"):
+    with pytest.raises(ValueError, match="chunk must be a power of two"):
         ks.softmax_split(torch.randn(3, 4, device=DEV), chunk=96, block=64)
+    with pytest.raises(ValueError, match="multiple of block"):
+        ks.softmax_split(torch.randn(3, 4, device=DEV), chunk=64, block=128)
+    for bad in (0, -4, 48):
+        with pytest.raises(ValueError, match="block must be a power of two"):
+            ks.softmax_split(torch.randn(3, 4, device=DEV), chunk=128, block=bad)
+        with pytest.raises(ValueError, match="block must be a power of two"):
+            ks.softmax_online(torch.randn(3, 4, device=DEV), block=bad)
+        with pytest.raises(ValueError, match="block must be a power of two"):
+            ks.softmax_blog(torch.randn(3, 4, device=DEV), block=bad)
+    with pytest.raises(ValueError, match="chunk must be a power of two"):
+        ks.softmax_split(torch.randn(3, 4, device=DEV), chunk=0)
+    with pytest.raises(TypeError, match="block must be an int"):
+        ks.softmax_online(torch.randn(3, 4, device=DEV), block=True)
+    for f in (ks.softmax, ks.softmax_fused, ks.softmax_online, ks.softmax_split):
+        with pytest.raises(ValueError, match="out of range"):  # was an IndexError in fused
+            f(torch.randn(3, 4, device=DEV), dim=2)
+        with pytest.raises(TypeError, match="dim must be an int"):
+            f(torch.randn(3, 4, device=DEV), dim=1.0)
     if teachkit.ON_GPU:
         with pytest.raises(ValueError, match="cuda"):
             ks.softmax(torch.randn(3, 4))

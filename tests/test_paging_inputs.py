@@ -315,3 +315,24 @@ def test_empty_batches_and_empty_sequences_work():
     assert gather_from_pages(pool, table, []).shape == (0, 1, 0, 2)
     k_pool, _, t = paged_from_contiguous(CACHE, CACHE, [0, 0], 4)
     assert k_pool.shape == (0, 4, 1, 1) and t.shape == (2, 0)
+
+
+def test_a_huge_pool_costs_nothing_until_used():
+    """The free list is made lazily: a pool of 10**12 slots was a MemoryError."""
+    import time
+
+    start = time.perf_counter()
+    stats = simulate_serving([5, 9, 3], 10**12, "paged", page_size=4)
+    assert time.perf_counter() - start < 5
+    assert stats.steps >= 9  # every sequence runs at once: the longest one's steps
+
+
+def test_long_sequences_simulate_in_linear_time():
+    """The peak's page layout was copied at every step that raised the token count: 150k tokens
+    took 46 s. It is kept as references now (a page list only grows while it lives)."""
+    import time
+
+    start = time.perf_counter()
+    stats = simulate_serving([60000, 30000], 10**6, "paged")
+    assert time.perf_counter() - start < 5
+    assert sum(n for *_, n in stats.snapshot) == 60000  # the peak: 30000 tokens each

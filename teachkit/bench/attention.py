@@ -23,6 +23,7 @@ from ..device import (
     is_out_of_memory,
     skip_if_out_of_memory,
 )
+from ..validation import require_positive_int
 from .attention_backward import bench_backward, training_memory
 from .attention_problems import (
     ATTENTION_LENGTHS,
@@ -47,7 +48,11 @@ from .core import (
     format_table,
     matmul_dtype,
     matmul_tflops,
+    positive_int,
     progress_bar,
+    require_dtype_name,
+    require_names,
+    require_sizes,
     run_problem,
     start,
     time_ms,
@@ -80,6 +85,10 @@ def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str) -> tuple[torch.T
                  for _ in range(3))
 
 
+PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
+"""The names of :func:`attention_providers`, in order."""
+
+
 def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
     """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``."""
     from ..kernels.flash import flash_attention
@@ -103,7 +112,8 @@ def bench_attention(
 ) -> list[Measurement]:
     """Time every provider on every (L = S, D, causal); TFLOP/s per :func:`attention_flops`.
 
-    A backend that refuses a problem (not built for this GPU, a head dim it lacks) is skipped.
+    An SDPA backend that refuses a problem (not built for this GPU, a head dim it lacks) is
+    skipped; the course's kernel is not, so its error (a head dim it does not take) is raised.
     ``sdpa math`` materialises the scores, so it runs only up to ``math_max_length``. A problem,
     or ``sdpa math`` on it, that would not fit in the GPU's free memory (:func:`attention_bytes`)
     or runs out of it is skipped with a printed note. Every output is checked against the first
@@ -113,7 +123,11 @@ def bench_attention(
     ``graph`` times CUDA-graph replays.
     """
     table = attention_providers()
-    names = list(providers) if providers is not None else list(table)
+    names = require_names(providers, table, "providers")
+    lengths, head_dims = require_sizes(lengths, "lengths"), require_sizes(head_dims, "head_dims")
+    require_dtype_name(dtype)
+    require_positive_int(tokens, "tokens")
+    require_positive_int(heads, "heads")
     problems = [(L, D, c) for D in head_dims for c in causal for L in lengths]
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), show_progress) as bar:
@@ -147,9 +161,9 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
             try:
                 out = fn(q, k, v, c)
             except (RuntimeError, ValueError) as err:
-                if is_out_of_memory(err):
-                    raise
-                continue  # the backend does not take this problem here
+                if is_out_of_memory(err) or not name.startswith("sdpa"):
+                    raise  # the course's kernel must take every problem it is given
+                continue  # this SDPA backend does not take this problem here
             if ref is None:  # the first provider that runs is checked against float32 math
                 sub = [t[:1, :2] for t in (q, k, v)]
                 want = F.scaled_dot_product_attention(*(t.float() for t in sub), is_causal=c)
@@ -199,7 +213,9 @@ def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),
     CUDA-graph replays.
     """
     table = step_providers()
-    head_dims, causal = list(head_dims), list(causal)
+    require_positive_int(length, "length")
+    require_dtype_name(dtype)
+    head_dims, causal = require_sizes(head_dims, "head_dims"), list(causal)
     results: list[Measurement] = []
     B = batch_for(length, tokens)
     with progress_bar(len(head_dims) * len(causal) * len(table), show_progress) as bar:
@@ -252,6 +268,9 @@ def bench_sweep(length: int = 4096, head_dims: Iterable[int] = (64, 128),
     from ..kernels.flash import sweep
 
     results = []
+    require_positive_int(length, "length")
+    require_dtype_name(dtype)
+    head_dims = require_sizes(head_dims, "head_dims")
     B = batch_for(length, tokens)
     for D in head_dims:
         label = f"D={D} L={length} {dtype}"
@@ -341,11 +360,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m teachkit.bench attention",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None)
-    parser.add_argument("--head-dims", nargs="+", type=int, default=[64, 128])
+    from ..kernels.decode import HEAD_DIMS
+
+    parser.add_argument("--lengths", nargs="+", type=positive_int, default=None)
+    parser.add_argument("--head-dims", nargs="+", type=int, choices=HEAD_DIMS, default=[64, 128],
+                        metavar="D", help="head dims, of " + ", ".join(map(str, HEAD_DIMS)))
     parser.add_argument("--causal", nargs="+", choices=["no", "yes"], default=["no", "yes"])
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    parser.add_argument("--providers", nargs="+", default=None)
+    parser.add_argument("--providers", nargs="+", default=None, choices=PROVIDERS,
+                        metavar="PROVIDER",
+                        help="which to time (quote names with spaces): " + ", ".join(PROVIDERS))
     parser.add_argument("--memory", action="store_true", help="also measure peak memory")
     parser.add_argument("--sweep", action="store_true",
                         help="time every candidate tile configuration instead")

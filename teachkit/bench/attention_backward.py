@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import DEVICE, ON_GPU, is_out_of_memory, skip_if_out_of_memory
+from ..validation import require_positive_int
 from .attention_problems import (
     ATTENTION_LENGTHS,
     HEADS,
@@ -32,6 +33,9 @@ from .core import (
     dtype_name,
     each_job,
     progress_bar,
+    require_dtype_name,
+    require_names,
+    require_sizes,
     run_problem,
     time_ms,
 )
@@ -103,12 +107,17 @@ def bench_backward(
 
     Every provider's gradients are checked against the first provider that runs (itself checked
     against float32 math on one sequence) before its backward is timed on plain launches (a
-    CUDA graph cannot capture autograd's bookkeeping). A backend that refuses a problem is
-    skipped, ``sdpa math`` runs only up to ``math_max_length``, and a problem that would not fit
-    in the GPU's free memory (:func:`backward_bytes`) or runs out of it is skipped with a note.
+    CUDA graph cannot capture autograd's bookkeeping). An SDPA backend that refuses a problem
+    is skipped (the course's kernel's error is raised), ``sdpa math`` runs only up to
+    ``math_max_length``, and a problem that would not fit in the GPU's free memory
+    (:func:`backward_bytes`) or runs out of it is skipped with a note.
     """
     table = backward_providers()
-    names = list(providers) if providers is not None else list(table)
+    names = require_names(providers, table, "providers")
+    lengths, head_dims = require_sizes(lengths, "lengths"), require_sizes(head_dims, "head_dims")
+    require_dtype_name(dtype)
+    require_positive_int(tokens, "tokens")
+    require_positive_int(heads, "heads")
     problems = [(L, D, c) for D in head_dims for c in causal for L in lengths]
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), show_progress) as bar:
@@ -142,9 +151,9 @@ def _backward_problem(table: dict[str, Attention], names: list[str], B: int, H: 
             try:
                 out = fn(q, k, v, c)
             except (RuntimeError, ValueError) as err:
-                if is_out_of_memory(err):
-                    raise
-                continue  # the backend does not take this problem here
+                if is_out_of_memory(err) or not name.startswith("sdpa"):
+                    raise  # the course's kernel must take every problem it is given
+                continue  # this SDPA backend does not take this problem here
             grads = torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
             if ref is None:  # the first provider that runs is checked against float32 math
                 sub = [t.detach()[:1, :2].float().requires_grad_() for t in (q, k, v)]

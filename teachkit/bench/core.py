@@ -21,11 +21,13 @@ import argparse
 import dataclasses
 import importlib.resources
 import json
+import os
 import re
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +44,7 @@ from ..device import (
     skip_if_out_of_memory,
 )
 from ..progress import each_job, progress_bar
+from ..validation import require_positive_int
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -70,6 +73,12 @@ __all__ = [
     "load_results",
     "refuse_cpu",
     "add_common_arguments",
+    "positive_int",
+    "power_of_two",
+    "writable_path",
+    "require_names",
+    "require_sizes",
+    "require_dtype_name",
     "start",
     "finish",
 ]
@@ -233,6 +242,11 @@ def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> flo
     :func:`teachkit.device.memory_budget`) and 1024 on a CPU.
     """
     dtype = matmul_dtype() if dtype is None else dtype
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype (e.g. torch.bfloat16), got "
+                        f"{dtype!r}")
+    if n is not None:
+        require_positive_int(n, "n")
     size = torch.tensor([], dtype=dtype).element_size()
     if not n:
         n = 8192 if ON_GPU else 1024
@@ -417,11 +431,107 @@ def refuse_cpu(allow_cpu: bool) -> bool:
     return True
 
 
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an int of 1 or more (lengths, batches, heads, page sizes, splits).
+
+    Examples
+    --------
+    >>> positive_int("8")
+    8
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; pass 1 or "
+                                         "more") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive; pass 1 or more")
+    return value
+
+
+def power_of_two(text: str) -> int:
+    """An ``argparse`` type: a power of two (Triton tile sizes and warp counts)."""
+    value = positive_int(text)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(f"{value} is not a power of two; pass e.g. "
+                                         f"{1 << (value.bit_length() - 1)}")
+    return value
+
+
+def writable_path(text: str) -> Path:
+    """An ``argparse`` type for an output file: refused at once if it names a folder, or a file
+    or folder that cannot be written, so a benchmark does not run for nothing. Missing parent
+    folders are fine where they can be created."""
+    path = Path(text)
+    if not text or path.is_dir() or text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; pass a file path, e.g. "
+                                         f"{os.path.join(text or '.', 'results.json')}")
+    parent = path.parent
+    while not parent.exists():  # the first folder that exists must let us create the rest
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: {str(parent)!r} is a file, not a folder")
+    try:  # really try (permission bits do not stop root, yet /proc or a read-only mount do)
+        if path.exists():
+            with open(path, "a"):
+                pass
+        else:
+            tempfile.TemporaryFile(dir=parent).close()
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written ({err.strerror}); pass a "
+                                         "path you can write") from None
+    return path
+
+
+def require_names(given: Iterable[str] | None, valid: Iterable[str], what: str,
+                  allow_empty: bool = False) -> list[str]:
+    """``given`` as a list (every name of ``valid`` when ``None``), or ``ValueError`` naming the
+    unknown ones and listing the valid ones (or saying it is empty, unless ``allow_empty``).
+
+    Examples
+    --------
+    >>> require_names(None, ["torch", "fused"], "providers")
+    ['torch', 'fused']
+    """
+    valid = list(valid)
+    if given is None:
+        return valid
+    if isinstance(given, str):
+        raise TypeError(f"{what} must be a list of names, got the string {given!r}; pass "
+                        f"[{given!r}]")
+    given = list(given)
+    unknown = [n for n in given if n not in valid]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown}; choose from {valid}")
+    if not given and not allow_empty:
+        raise ValueError(f"{what} is empty; choose at least one of {valid}")
+    return given
+
+
+def require_sizes(values: Iterable[int], name: str) -> list[int]:
+    """``values`` as a list, each a positive int, or ``TypeError``/``ValueError`` naming
+    ``name[i]``."""
+    if isinstance(values, (str, int)):
+        raise TypeError(f"{name} must be a list of ints, got {type(values).__name__} {values!r}")
+    values = list(values)
+    for i, value in enumerate(values):
+        require_positive_int(value, f"{name}[{i}]")
+    return values
+
+
+def require_dtype_name(dtype: object) -> str:
+    """``dtype`` if it names one of :data:`DTYPES`, else ``ValueError`` listing them."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)}, got {dtype!r}")
+    return dtype
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options every benchmark takes: ``--plot``, ``--json``, ``--graph`` and
-    ``--allow-cpu``."""
+    ``--allow-cpu``. ``--json`` is checked when parsed (:func:`writable_path`), before anything
+    runs."""
     parser.add_argument("--plot", default=None, help="save a figure as figures/PLOT.png")
-    parser.add_argument("--json", default=None,
+    parser.add_argument("--json", default=None, type=writable_path,
                         help="save the results as JSON to this path (the course keeps its "
                              "records in teachkit/benchmarks/<name>.json)")
     parser.add_argument("--graph", action="store_true",
@@ -448,6 +558,15 @@ def finish(args: argparse.Namespace, results: list[Measurement],
 
 def start(args: argparse.Namespace) -> bool:
     """False, after saying why, when the benchmark should not run (no GPU and no
-    ``--allow-cpu``). ``--graph`` is not applied here: a benchmark passes ``graph=args.graph``
-    down to what it times, and :func:`finish` to the record."""
+    ``--allow-cpu``, or a ``--plot`` that cannot be written). ``--graph`` is not applied here:
+    a benchmark passes ``graph=args.graph`` down to what it times, and :func:`finish` to the
+    record."""
+    if getattr(args, "plot", None):  # checked now, not after the benchmark has run
+        from ..plots.figures import figures_dir
+
+        try:
+            writable_path(str(figures_dir() / f"{args.plot}.png"))
+        except argparse.ArgumentTypeError as err:
+            print(f"--plot: {err}", file=sys.stderr)
+            return False
     return not refuse_cpu(args.allow_cpu)

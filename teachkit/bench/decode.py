@@ -33,6 +33,7 @@ from ..device import (
     is_out_of_memory,
     skip_if_out_of_memory,
 )
+from ..validation import require_positive_int
 from .core import (
     DTYPES,
     TIMING_BYTES,
@@ -43,7 +44,12 @@ from .core import (
     each_job,
     finish,
     format_table,
+    positive_int,
+    power_of_two,
     progress_bar,
+    require_dtype_name,
+    require_names,
+    require_sizes,
     run_problem,
     start,
     time_ms,
@@ -205,6 +211,14 @@ def bench_decode(
         was forced (``num_splits``; ``block_n``, ``num_warps``, ``num_stages`` of ``config``).
     """
     kv_heads = heads if kv_heads is None else kv_heads
+    for name, value in (("heads", heads), ("kv_heads", kv_heads), ("head_dim", head_dim),
+                        ("page_size", page_size)):
+        require_positive_int(value, name)
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads = {kv_heads} does not divide heads = {heads}; pass a divisor")
+    batches, lengths = require_sizes(batches, "batches"), require_sizes(lengths, "lengths")
+    require_dtype_name(dtype)
+    sdpa_backends = require_names(sdpa_backends, SDPA_BACKENDS, "sdpa_backends", allow_empty=True)
     problems = [(b, s) for b in batches for s in lengths]
     names = [f"SDPA {n}" for n in sdpa_backends] + [UNSPLIT, PAGED, SPLIT]
     shape = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
@@ -347,27 +361,41 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m teachkit.bench decode", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", nargs="+", type=int, default=None)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+    from ..kernels.decode import HEAD_DIMS, MAX_SPLITS, DecodeConfig, decode_config
+
+    parser.add_argument("--batches", nargs="+", type=positive_int, default=None)
+    parser.add_argument("--lengths", nargs="+", type=positive_int, default=None,
                         help="cache lengths, e.g. 4096 131072")
     parser.add_argument("--dtype", choices=list(DTYPES), default="fp16")
-    parser.add_argument("--heads", type=int, default=None)
-    parser.add_argument("--kv-heads", type=int, default=None)
-    parser.add_argument("--head-dim", type=int, default=None)
-    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--heads", type=positive_int, default=None)
+    parser.add_argument("--kv-heads", type=positive_int, default=None,
+                        help="cache heads, a divisor of --heads (default: --heads)")
+    parser.add_argument("--head-dim", type=int, choices=HEAD_DIMS, default=None, metavar="D",
+                        help="one of " + ", ".join(map(str, HEAD_DIMS)))
+    parser.add_argument("--page-size", type=positive_int, default=16)
     parser.add_argument("--sdpa", nargs="*", choices=SDPA_BACKENDS, default=list(SDPA_BACKENDS),
                         help="SDPA backends to time (none: only teachkit)")
-    parser.add_argument("--num-splits", type=int, default=None)
-    parser.add_argument("--block-n", type=int, default=None, help="keys per iteration")
-    parser.add_argument("--num-warps", type=int, default=None)
-    parser.add_argument("--num-stages", type=int, default=None)
+    parser.add_argument("--num-splits", type=positive_int, default=None,
+                        help=f"1 .. {MAX_SPLITS}")
+    parser.add_argument("--block-n", type=power_of_two, default=None,
+                        help="keys per iteration, a power of two >= 16")
+    parser.add_argument("--num-warps", type=power_of_two, default=None)
+    parser.add_argument("--num-stages", type=positive_int, default=None)
     add_common_arguments(parser)
     args = parser.parse_args(argv)
+    heads = args.heads or (32 if ON_GPU else 2)
+    if args.kv_heads is not None and heads % args.kv_heads:
+        parser.error(f"--kv-heads {args.kv_heads} does not divide the {heads} query heads; pass "
+                     "a divisor (grouped-query attention shares each cache head among "
+                     "heads / kv-heads query heads)")
+    if args.num_splits is not None and args.num_splits > MAX_SPLITS:
+        parser.error(f"--num-splits {args.num_splits} is more than {MAX_SPLITS}; pass 1 .. "
+                     f"{MAX_SPLITS}")
+    if args.block_n is not None and args.block_n < 16:
+        parser.error(f"--block-n {args.block_n} is below 16 (tl.dot needs 16 rows); pass 16 or "
+                     "more")
     if not start(args):
         return 2
-    from ..kernels.decode import DecodeConfig, decode_config
-
-    heads = args.heads or (32 if ON_GPU else 2)
     head_dim = args.head_dim or (128 if ON_GPU else 16)
     config = None
     if args.block_n or args.num_warps or args.num_stages:

@@ -36,6 +36,11 @@ SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (25
 """Rows x columns of the softmax benchmark: the same bytes, from many short rows to few long."""
 
 
+PROVIDERS = ("torch", "blog kernel", "online (tl.reduce)", "fused", "split rows",
+             "teachkit.kernels.softmax")
+"""The names of :func:`softmax_providers`, in order."""
+
+
 def softmax_providers() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
     """The softmax implementations the benchmark compares, by name."""
     from ..kernels import softmax_kernels as ks
@@ -96,7 +101,11 @@ def bench_softmax(
     from ..kernels.softmax_kernels import FUSED_MAX_COLS
 
     table = softmax_providers() if table is None else table
-    names = list(providers) if providers is not None else list(table)
+    names = core.require_names(providers, table, "providers")
+    shapes = [tuple(core.require_sizes(shape, "shape")) for shape in shapes]
+    if any(len(shape) != 2 for shape in shapes):
+        raise ValueError(f"shapes must be (rows, cols) pairs, got {shapes}")
+    dtypes = [core.require_dtype_name(d) for d in dtypes]
     problems = [(s, d) for s in shapes for d in dtypes]
     results: list[Measurement] = []
     with core.progress_bar(len(problems) * len(names), progress) as bar:
@@ -131,8 +140,15 @@ def _time_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: tor
 
 
 def _parse_shape(text: str) -> tuple[int, int]:
-    rows, cols = text.lower().split("x")
-    return int(rows), int(cols)
+    """An ``argparse`` type: ``ROWSxCOLS`` of two positive ints, e.g. ``4096x16384``."""
+    parts = text.lower().split("x")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not ROWSxCOLS; pass e.g. 4096x16384")
+    try:
+        rows, cols = (core.positive_int(part) for part in parts)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+    return rows, cols
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", type=_parse_shape, default=None,
                         help="rows x cols, e.g. 4096x16384")
     parser.add_argument("--dtypes", nargs="+", choices=list(DTYPES), default=["fp32", "bf16"])
-    parser.add_argument("--providers", nargs="+", default=None)
+    parser.add_argument("--providers", nargs="+", default=None, choices=PROVIDERS,
+                        metavar="PROVIDER",
+                        help="which to time (quote names with spaces): " + ", ".join(PROVIDERS))
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     if not start(args):

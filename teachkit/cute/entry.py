@@ -18,7 +18,7 @@ import torch
 
 from ..gpus import CUTE_DSL_MIN_CAPABILITY
 from ..source import SourceCode
-from ..validation import require_float_tensor
+from ..validation import require_float_tensor, require_no_grad
 
 __all__ = ["INSTALL_HINT", "KERNEL_DTYPES", "available", "cute_softmax", "kernel_source",
            "unavailable_reason"]
@@ -117,7 +117,8 @@ def cute_softmax(x: torch.Tensor) -> torch.Tensor:
     TypeError
         ``x`` is not a tensor of a kernel dtype.
     ValueError
-        ``x`` is not 2-D, or is not on a CUDA device.
+        ``x`` requires grad (the kernel has no backward pass), is not 2-D, or is not on a CUDA
+        device.
     RuntimeError
         No CUDA GPU is present, or it is older than sm_80 (CuTe DSL needs Ampere or newer).
     ImportError
@@ -136,6 +137,8 @@ def cute_softmax(x: torch.Tensor) -> torch.Tensor:
             f"the CuTe kernel reads float32, bfloat16 or float16, got {x.dtype}; convert with "
             "x.float(), or use teachkit.cute.simulate_cute_softmax, which takes any float dtype"
         )
+    require_no_grad(("x", x), kernel="cute_softmax",
+                    reference="the torch reference teachkit.softmax.safe_softmax")
     if x.dim() != 2:
         raise ValueError(
             f"cute_softmax takes a 2-D tensor (rows, cols), got shape {tuple(x.shape)}; "

@@ -28,8 +28,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dot-evidence", action="store_true",
                         help="count mma.sync / wgmma.mma_async / fma.rn.f32 in the PTX of "
                              "notebook 08's flash forward kernel, per GPU")
-    parser.add_argument("--head-dim", type=int, default=64,
-                        help="head dim of the flash configuration (--dot-evidence; default 64)")
+    from .decode import HEAD_DIMS  # already loaded: the package's __init__ imports it
+
+    parser.add_argument("--head-dim", type=int, default=64, choices=HEAD_DIMS, metavar="D",
+                        help="head dim of the flash configuration (--dot-evidence; default 64), "
+                             "one of " + ", ".join(map(str, HEAD_DIMS)))
     parser.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
                         help="element type of the flash configuration (--dot-evidence)")
     parser.add_argument("--causal", action="store_true",

@@ -50,7 +50,6 @@ output: the plain, unsplit forward pass. The compile check of ``python -m teachk
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import torch
@@ -59,7 +58,15 @@ import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
 from ..gpus import gpu_class
-from ..validation import require_float_tensor
+from ..validation import (
+    KERNEL_DTYPES,
+    require_float_tensor,
+    require_kernel_world,
+    require_no_grad,
+    require_positive_int,
+    require_power_of_two,
+    resolve_scale,
+)
 from .flash import HEAD_DIMS, LN2, LOG2E
 
 __all__ = [
@@ -81,9 +88,10 @@ MAX_SPLITS = 128
 """Most splits of one row's keys (the merge kernel holds every partial of a row at once)."""
 INTERPRETER_SMS = 4
 """The SMs :func:`sm_count` pretends to have under the interpreter: a few splits, fast tests."""
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 _DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
+_REFERENCE = ("the torch reference torch.nn.functional.scaled_dot_product_attention with "
+              "attn_mask=decode_mask(cache_seqlens, Lq, S)")
 _MAX_GRID_YZ = 65535
 """CUDA's limit on the second and third grid axes."""
 
@@ -432,10 +440,9 @@ def _validate(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         raise TypeError(f"q, k_cache and v_cache must share one dtype, got {q.dtype}, "
                         f"{k_cache.dtype}, {v_cache.dtype}; convert them, e.g. "
                         "k_cache.to(q.dtype)")
-    if q.dtype not in _KERNEL_DTYPES:
-        raise TypeError(f"decode_attention takes float16, bfloat16 or float32, got {q.dtype}; "
-                        "use teachkit.attention.naive_attention with decode_mask for float64, "
-                        "or convert with q.half()")
+    if q.dtype not in KERNEL_DTYPES:
+        raise TypeError(f"decode_attention takes float16, bfloat16 or float32 tensors, got "
+                        f"{q.dtype}; use {_REFERENCE} (float64 too), or convert with q.float()")
     if not (q.device == k_cache.device == v_cache.device):
         raise ValueError(f"q, k_cache and v_cache must be on one device, got {q.device}, "
                          f"{k_cache.device}, {v_cache.device}; move them, e.g. "
@@ -470,10 +477,14 @@ def _validate(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 def _check_values(seqlens: torch.Tensor, table: torch.Tensor | None, capacity: int,
                   page_size: int, num_pages: int) -> None:
-    """Host-side checks of the index tensors' values (one synchronisation with the GPU)."""
+    """Host-side checks of the index tensors' values (one synchronisation with the GPU), before
+    they are cast to the kernel's int32."""
     lo, hi = int(seqlens.min()), int(seqlens.max())
     if lo < 0:
         raise ValueError(f"cache_seqlens must be >= 0, got a minimum of {lo}")
+    if hi >= 2**31:
+        raise ValueError(f"cache_seqlens must be below 2**31 (the kernel counts keys in int32), "
+                         f"got {hi}; pass the number of tokens in the cache")
     if table is None:
         if hi > capacity:
             raise ValueError(f"cache_seqlens must be at most the cache length {capacity}, got "
@@ -529,6 +540,13 @@ def decode_mask(cache_seqlens: torch.Tensor, Lq: int, S: int) -> torch.Tensor:
             [[1, 0, 0, 0, 0, 0],
              [1, 1, 0, 0, 0, 0]]], dtype=torch.int32)
     """
+    if not isinstance(cache_seqlens, torch.Tensor) or cache_seqlens.dtype not in _INDEX_DTYPES:
+        got = (cache_seqlens.dtype if isinstance(cache_seqlens, torch.Tensor)
+               else type(cache_seqlens).__name__)
+        raise TypeError(f"cache_seqlens must be an int32 or int64 tensor of lengths, got {got}")
+    for name, value in (("Lq", Lq), ("S", S)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     n = cache_seqlens.to(torch.int64).reshape(-1, 1, 1, 1)
     i = torch.arange(Lq, device=cache_seqlens.device).reshape(1, 1, -1, 1)
     j = torch.arange(S, device=cache_seqlens.device).reshape(1, 1, 1, -1)
@@ -612,9 +630,13 @@ def decode_attention(
     """
     paged = block_table is not None
     B, H, Lq, D, H_kv = _validate(q, k_cache, v_cache, paged)
-    if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    require_no_grad(("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+                    kernel="decode_attention", reference=_REFERENCE)
+    require_kernel_world()
+    scale = resolve_scale(scale, D)
+    for flag, value in (("return_lse", return_lse), ("check_values", check_values)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag} must be True or False, got {type(value).__name__}")
     if paged:
         if isinstance(block_table, torch.Tensor) and block_table.dim() != 2:
             raise ValueError(f"block_table must have 2 dimensions (batch, max_pages), got "
@@ -637,16 +659,27 @@ def decode_attention(
         seqlens = _full_lengths(B, capacity, q.device)
     else:
         seqlens = _require_index_tensor(cache_seqlens, "cache_seqlens", (B,), q.device,
-                                        "lengths (one per sequence)").to(torch.int32)
+                                        "lengths (one per sequence)")
     if check_values and B > 0 and (cache_seqlens is not None or paged):
+        # On the values as given: an int64 length of 2**31 or more would wrap in int32.
         _check_values(seqlens, block_table, capacity, page_size, num_pages)
+    # The kernels read both with unit strides, as int32: make them so (a no-op when they are).
+    seqlens = seqlens.to(torch.int32).contiguous()
     if paged:
-        block_table = block_table.to(torch.int32)
+        block_table = block_table.to(torch.int32).contiguous()
     if num_splits is not None and (isinstance(num_splits, bool) or
-                                   not isinstance(num_splits, int) or
-                                   not 1 <= num_splits <= MAX_SPLITS):
+                                   not isinstance(num_splits, int)):
+        raise TypeError(f"num_splits must be an int in 1 .. {MAX_SPLITS} or None, got "
+                        f"{type(num_splits).__name__} {num_splits!r}")
+    if num_splits is not None and not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be an int in 1 .. {MAX_SPLITS} or None, got "
                          f"{num_splits!r}")
+    if config is not None and not isinstance(config, DecodeConfig):
+        raise TypeError(f"config must be a DecodeConfig or None, got {type(config).__name__}")
+    if config is not None:
+        require_power_of_two(config.block_n, "config.block_n", 16)
+        require_power_of_two(config.num_warps, "config.num_warps")
+        require_positive_int(config.num_stages, "config.num_stages")
     if B * H_kv > _MAX_GRID_YZ:
         raise ValueError(f"batch * kv heads must be at most {_MAX_GRID_YZ}, got {B * H_kv}; "
                          "split the batch into several calls")

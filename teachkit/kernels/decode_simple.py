@@ -34,22 +34,21 @@ program's scores are a matrix-vector product, written as a product and a sum ove
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
 from ..device import INTERPRETED
-from ..validation import require_attention_inputs, require_positive_int
+from ..validation import (
+    require_attention_inputs,
+    require_kernel_tensor,
+    require_positive_int,
+    resolve_scale,
+)
 from .decode import MAX_SPLITS
 from .flash import HEAD_DIMS
 
 __all__ = ["decode_attention_simple", "decode_simple_merge_kernel", "decode_simple_split_kernel"]
-
-KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-"""The cache dtypes the kernels take (they compute in float32)."""
-
 
 @triton.jit
 def decode_simple_split_kernel(
@@ -95,8 +94,9 @@ def decode_simple_split_kernel(
         s = tl.sum(k * q[None, :], 1) * scale  # (BLOCK_N,) scores: q . k_j
         s = tl.where(in_split, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 0))
-        alpha = tl.exp(m_i - m_new)  # rescales what was folded under the old maximum
-        p = tl.exp(s - m_new)  # (BLOCK_N,)
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # all scores -inf so far: no NaN
+        alpha = tl.exp(m_i - shift)  # rescales what was folded under the old maximum
+        p = tl.exp(s - shift)  # (BLOCK_N,)
         l_i = l_i * alpha + tl.sum(p, 0)
         acc = acc * alpha + tl.sum(p[:, None] * v, 0)
         m_i = m_new
@@ -131,12 +131,14 @@ def decode_simple_merge_kernel(
     lse = tl.load(LSE_PART + offs_s * rows + bh, mask=used, other=float("-inf"))  # (SPLITS,)
     part = tl.load(O_PART + (offs_s[:, None] * rows + bh) * HEAD_DIM + offs_d[None, :],
                    mask=used[:, None], other=0.0)  # (SPLITS, HEAD_DIM)
-    m = tl.max(lse, 0)  # finite: every row has keys, so some split saw one
-    w = tl.exp(lse - m)  # exp(lse_s - m): at most 1, 0 for an empty split
+    m = tl.max(lse, 0)  # -inf only when every score of the row is -inf
+    shift = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse - shift)  # exp(lse_s - m): at most 1, 0 for an empty split
     total = tl.sum(w, 0)
-    out = tl.sum(w[:, None] * part, 0) / total
+    t_safe = tl.where(total == 0.0, 1.0, total)  # no key seen: out 0 and lse -inf, as SDPA
+    out = tl.sum(w[:, None] * part, 0) / t_safe
     tl.store(O + bh * HEAD_DIM + offs_d, out.to(O.dtype.element_ty))
-    tl.store(LSE + bh, m + tl.log(total))
+    tl.store(LSE + bh, tl.where(total == 0.0, float("-inf"), shift + tl.log(t_safe)))
 
 
 def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -146,9 +148,9 @@ def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, length, D), got shape {tuple(t.shape)}")
-    if q.dtype not in KERNEL_DTYPES:
-        raise TypeError(f"q, k and v must be float16, bfloat16 or float32, got {q.dtype}; "
-                        "convert them, e.g. q.float()")
+    for name, t in (("q", q), ("k", k), ("v", v)):  # dtype, device, grad, a world that runs
+        require_kernel_tensor(t, name, "decode_attention_simple",
+                              "the torch reference teachkit.attention.naive_attention")
     if q.shape[2] != 1:
         raise ValueError(f"q must hold one query per sequence, shape (B, H, 1, D), got "
                          f"{tuple(q.shape)}; teachkit.kernels.decode_attention takes several")
@@ -202,7 +204,7 @@ def decode_attention_simple(
         raise ValueError(f"num_splits must be at most {MAX_SPLITS}, got {num_splits}")
     B, H, _, D = q.shape
     S = k.shape[2]
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = resolve_scale(scale, D)
     block_n = 16 if INTERPRETED else 64
     keys_per_split = triton.cdiv(S, num_splits)
     out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from ..device import INTERPRETED
+from ..validation import require_no_grad
 from .flash import check_inputs
 
 __all__ = ["flash_attention_simple", "flash_simple_kernel"]
@@ -116,6 +117,8 @@ def flash_attention_simple(
     >>> teachkit.relative_error(out, ref) < 1e-2
     True
     """
+    require_no_grad(("q", q), ("k", k), ("v", v), kernel="flash_attention_simple",
+                    reference="teachkit.attention.blockwise_attention")
     check_inputs(q, k, v)
     if k.shape[1] != q.shape[1]:
         raise ValueError(f"flash_attention_simple needs k and v with the {q.shape[1]} heads of "

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from ..device import ON_GPU, multiprocessors
-from ..validation import normalize_dim, require_float_tensor
+from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
 
 __all__ = [
     "FUSED_MAX_COLS",
@@ -61,8 +61,6 @@ SPLIT_CHUNK = 16384
 LANES = 2048 if ON_GPU else 128
 """Lanes of running ``(m, d)`` in the online and split kernels. Small under the interpreter, whose
 ``tl.reduce`` runs the combine function lane after lane in Python."""
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,6 +247,8 @@ def split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
 
 def split_depth(chunk: int, block: int) -> int:
     """Tile depth of the split stats kernel: 4 rows of ``block`` lanes where the chunk allows."""
+    require_power_of_two(block, "block")
+    require_power_of_two(chunk, "chunk", block)
     depth = 4
     while (chunk // block) % depth:
         depth //= 2
@@ -275,17 +275,8 @@ def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) ->
 def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
     """Validate; return a 2-D ``(rows, n)`` view with unit column stride, its output, and what
     :func:`_restore` needs to give the output ``x``'s shape and ``dim`` (``None``: nothing)."""
-    require_float_tensor(x)
-    if x.dtype not in _KERNEL_DTYPES:
-        raise TypeError(
-            f"the Triton kernels take float16, bfloat16 or float32, got {x.dtype}; "
-            "use teachkit.softmax.safe_softmax for float64, or convert with x.float()"
-        )
-    if x.device.type != _DEVICE_TYPE:
-        raise ValueError(
-            f"x is on {x.device} but the kernels run on the GPU; move it first: x.cuda()"
-            if ON_GPU else f"x is on {x.device}; without a GPU, the kernels take CPU tensors"
-        )
+    require_kernel_tensor(x, "x", "the Triton softmax kernels",
+                          "the torch reference teachkit.softmax.safe_softmax (or torch.softmax)")
     dim = normalize_dim(x, dim)
     if x.dim() == 2 and dim == 1 and x.stride(1) == 1:  # the common case: nothing to move
         return x, torch.empty(x.shape, dtype=x.dtype, device=x.device), None
@@ -314,6 +305,8 @@ def softmax_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Raises ``ValueError`` for rows longer than :data:`FUSED_MAX_COLS`; use :func:`softmax`.
     """
+    if isinstance(x, torch.Tensor):
+        dim = normalize_dim(x, dim)
     n = x.shape[dim] if isinstance(x, torch.Tensor) and x.dim() else 1
     if n > FUSED_MAX_COLS:
         raise ValueError(
@@ -324,7 +317,12 @@ def softmax_fused(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def softmax_blog(x: torch.Tensor, dim: int = -1, block: int = 1024) -> torch.Tensor:
-    """The blog posts' two-pass online kernel: one program per row, a scalar ``(m, d)``."""
+    """The blog posts' two-pass online kernel: one program per row, a scalar ``(m, d)``.
+
+    ``block`` (elements per step) must be a power of two.
+    """
+    require_power_of_two(block, "block")
+
     def launch(x2, y2):
         blog_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
                                     BLOCK=block, num_warps=4)
@@ -332,7 +330,12 @@ def softmax_blog(x: torch.Tensor, dim: int = -1, block: int = 1024) -> torch.Ten
 
 
 def softmax_online(x: torch.Tensor, dim: int = -1, block: int = LANES) -> torch.Tensor:
-    """Two passes, one program per row, per-lane ``(m, d)`` merged once by ``tl.reduce``."""
+    """Two passes, one program per row, per-lane ``(m, d)`` merged once by ``tl.reduce``.
+
+    ``block`` (lanes) must be a power of two.
+    """
+    require_power_of_two(block, "block")
+
     def launch(x2, y2):
         online_kernel[(x2.shape[0],)](x2, y2, x2.shape[1], x2.stride(0), y2.stride(0),
                                       BLOCK=block, num_warps=8)
@@ -345,8 +348,11 @@ def softmax_split(x: torch.Tensor, dim: int = -1, chunk: int = SPLIT_CHUNK,
 
     ``chunk`` must be a multiple of ``block`` (both powers of two).
     """
-    if chunk % block or block & (block - 1):
-        raise ValueError(f"chunk ({chunk}) must be a multiple of block ({block}), a power of two")
+    require_power_of_two(block, "block")
+    require_power_of_two(chunk, "chunk")
+    if chunk % block:
+        raise ValueError(f"chunk ({chunk}) must be a multiple of block ({block}); pass "
+                         f"chunk >= block, both powers of two")
     return _run(x, dim, lambda x2, y2: _launch_split(x2, y2, chunk, block))
 
 

@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..validation import require_kernel_tensor, require_power_of_two
 from .softmax_kernels import fused_kernel
 
 __all__ = [
@@ -45,6 +46,25 @@ __all__ = [
     "row_softmax",
     "row_softmax_kernel",
 ]
+
+
+def _rows_input(x: object, kernel: str, reference: str) -> torch.Tensor:
+    """Check a ``(rows, n_cols)`` input of a teaching kernel; return it with unit column stride
+    (the kernels index columns as ``row * stride + col``)."""
+    require_kernel_tensor(x, "x", kernel, reference)
+    if x.dim() != 2:
+        raise ValueError(f"{kernel} takes a 2-D (rows, n_cols) tensor, got shape "
+                         f"{tuple(x.shape)}; reshape it, e.g. x.reshape(-1, x.shape[-1])")
+    return x if x.stride(1) == 1 or x.shape[1] <= 1 else x.contiguous()
+
+
+def _require_int32_offsets(x: torch.Tensor, kernel: str) -> None:
+    """The first kernels keep ``row * stride`` in int32, for reading's sake: refuse tensors whose
+    offsets would wrap past 2**31 rather than read the wrong memory."""
+    if x.shape[0] and (x.shape[0] - 1) * x.stride(0) + x.shape[1] >= 2**31:
+        raise ValueError(f"{kernel} indexes rows in int32 and x spans 2**31 elements or more "
+                         f"(shape {tuple(x.shape)}); split it into row blocks, or use "
+                         "teachkit.kernels.softmax, whose kernels index in int64")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,15 +87,23 @@ def row_max(x: torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     x : torch.Tensor
-        ``(rows, n_cols)`` on :data:`teachkit.DEVICE`, unit column stride.
+        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, any
+        strides (copied to a unit column stride if needed).
 
     Returns
     -------
     torch.Tensor
         ``(rows,)`` of ``x``'s dtype.
     """
+    x = _rows_input(x, "row_max", "torch.amax(x, dim=1)")
+    _require_int32_offsets(x, "row_max")
     rows, n_cols = x.shape
+    if n_cols == 0 and rows > 0:
+        raise ValueError(f"row_max of rows with no element is undefined (x has shape "
+                         f"{tuple(x.shape)}); pass at least one column, as torch.amax needs")
     out = torch.empty(rows, dtype=x.dtype, device=x.device)
+    if rows == 0:
+        return out
     row_max_kernel[(rows,)](x, out, n_cols, x.stride(0), BLOCK=triton.next_power_of_2(n_cols))
     return out
 
@@ -106,8 +134,8 @@ def row_softmax(x: torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     x : torch.Tensor
-        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, unit
-        column stride (any row stride).
+        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, any
+        strides (copied to a unit column stride if needed).
 
     Returns
     -------
@@ -121,8 +149,11 @@ def row_softmax(x: torch.Tensor) -> torch.Tensor:
     >>> row_softmax(x).cpu()
     tensor([[0.0152, 0.1125, 0.0414, 0.8310]])
     """
+    x = _rows_input(x, "row_softmax", "the torch reference teachkit.softmax.safe_softmax")
     rows, n_cols = x.shape
     y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
     row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0),
                                 BLOCK=triton.next_power_of_2(n_cols))
     return y
@@ -176,7 +207,15 @@ def _reduce_stats_kernel(combine: object) -> object:
     Triton then reads both like any other kernel, compiled or interpreted.
     """
     fn = getattr(combine, "fn", combine)
-    source = _REDUCE_SOURCE.format(combine=textwrap.dedent(inspect.getsource(fn)),
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        raise TypeError(f"combine must be a @triton.jit function defined in a file (its source is "
+                        f"compiled with the kernel), got {combine!r}") from None
+    if not hasattr(combine, "fn"):  # a JITFunction, or an InterpretedFunction in the interpreter
+        raise TypeError(f"combine must be a @triton.jit function, got {combine!r}; decorate it "
+                        "with @triton.jit, as merge_combine_natural is")
+    source = _REDUCE_SOURCE.format(combine=textwrap.dedent(text),
                                    name=fn.__name__)
     digest = hashlib.sha1(source.encode()).hexdigest()[:12]
     name = f"teachkit_reduce_{digest}"
@@ -207,11 +246,24 @@ def reduce_stats(m: torch.Tensor, d: torch.Tensor,
     (torch.Tensor, torch.Tensor)
         ``(rows,)`` float32 each: the merged statistics of every row.
     """
+    reference = "the torch reference teachkit.softmax.reduce_stats"
+    m = require_kernel_tensor(m, "m", "reduce_stats", reference)
+    d = require_kernel_tensor(d, "d", "reduce_stats", reference)
+    if m.dim() != 2 or m.shape != d.shape:
+        raise ValueError(f"m and d must be 2-D (rows, lanes) of one shape, got m"
+                         f"{tuple(m.shape)} and d{tuple(d.shape)}")
+    if m.device != d.device:
+        raise ValueError(f"m and d must be on one device, got {m.device} and {d.device}")
     m = m.float().contiguous()
     d = d.float().contiguous()
+    _require_int32_offsets(m, "reduce_stats")
     rows, lanes = m.shape
     out_m = torch.empty(rows, dtype=torch.float32, device=m.device)
     out_d = torch.empty_like(out_m)
+    if rows == 0:
+        return out_m, out_d
+    if lanes == 0:  # nothing to reduce: the empty pair
+        return out_m.fill_(float("-inf")), out_d.zero_()
     _reduce_stats_kernel(combine)[(rows,)](m, d, out_m, out_d, lanes, m.stride(0),
                                            BLOCK=triton.next_power_of_2(lanes))
     return out_m, out_d
@@ -230,12 +282,17 @@ def fused_one_row(x: torch.Tensor, num_warps: int = 16) -> torch.Tensor:
     Parameters
     ----------
     x : torch.Tensor
-        ``(rows, n_cols)`` float tensor on :data:`teachkit.DEVICE`, unit column stride.
+        ``(rows, n_cols)`` float16, bfloat16 or float32 on :data:`teachkit.DEVICE`, any
+        strides (copied to a unit column stride if needed).
     num_warps : int
         Warps per program: each thread holds ``BLOCK_N / (32 * num_warps)`` values of the row.
     """
+    x = _rows_input(x, "fused_one_row", "the torch reference teachkit.softmax.safe_softmax")
+    require_power_of_two(num_warps, "num_warps")
     rows, n_cols = x.shape
     y = torch.empty((rows, n_cols), dtype=x.dtype, device=x.device)
+    if y.numel() == 0:
+        return y
     fused_kernel[(rows,)](x, y, rows, n_cols, x.stride(0), y.stride(0),
                           BLOCK_M=1, BLOCK_N=triton.next_power_of_2(n_cols), num_warps=num_warps)
     return y

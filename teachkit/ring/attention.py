@@ -32,7 +32,14 @@ import torch
 from ..attention import blockwise_attention
 from ..softmax import merge_lse
 from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
-from ..validation import compute_dtype, require_attention_inputs, require_positive_int
+from ..validation import (
+    compute_dtype,
+    require_attention_inputs,
+    require_bool,
+    require_no_grad,
+    require_positive_int,
+    resolve_scale,
+)
 from .layout import (
     block_mask,
     require_layout,
@@ -53,6 +60,10 @@ __all__ = [
 ]
 
 BlockFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+_NO_BACKWARD = ("the ring (its accumulators are updated in place; ring_attention also sends "
+                "blocks between processes), which has no backward pass,")
+_DIFFERENTIABLE = "teachkit.attention.blockwise_attention or naive_attention on whole sequences"
 
 BLOCK_ATTENTION = ("flash", "torch")
 """Names of the per-block attention: ``"flash"`` is the course's Triton kernel
@@ -139,6 +150,8 @@ def attend_block(
     """
     fn = _block_fn(block_attention)
     mask = TileKind.parse(mask, "mask")
+    require_attention_inputs(q, k, v)
+    resolve_scale(scale, q.shape[-1])
     lse_dtype = compute_dtype(q.dtype)
     out = q.new_zeros(q.shape[:-1] + v.shape[-1:])
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=lse_dtype, device=q.device)
@@ -190,6 +203,8 @@ def merge_partials_(out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor,
             f"shapes must match: out{tuple(out.shape)}, lse{tuple(lse.shape)}, "
             f"out_b{tuple(out_b.shape)}, lse_b{tuple(lse_b.shape)}"
         )
+    require_no_grad(("out", out), ("lse", lse), ("out_b", out_b), ("lse_b", lse_b),
+                    kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
     lse_b = lse_b.to(lse.dtype)
     diff = lse - lse_b
     empty = (lse == float("-inf")) & (lse_b == float("-inf"))
@@ -197,6 +212,13 @@ def merge_partials_(out: torch.Tensor, lse: torch.Tensor, out_b: torch.Tensor,
     w_b = torch.where(empty, 0.0, torch.sigmoid(-diff)).unsqueeze(-1)
     lse.copy_(merge_lse(lse, lse_b))
     out.mul_(w_a).addcmul_(out_b, w_b)
+
+
+def _require_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  mask: TileKind | str) -> TileKind:
+    require_attention_inputs(q, k, v)
+    require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
+    return TileKind.parse(mask, "mask")
 
 
 def ring_step(
@@ -220,7 +242,7 @@ def ring_step(
     >>> torch.allclose(out, naive_attention(q, k, v))
     True
     """
-    mask = TileKind.parse(mask, "mask")
+    mask = _require_step(q, k, v, mask)
     if mask == SKIP:
         return
     rows, keys, causal = _call_shape(mask)
@@ -229,8 +251,11 @@ def ring_step(
     merge_partials_(out[..., rows, :], lse[..., rows], out_b, lse_b)
 
 
-def _require_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+def _require_blocks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    scale: float | None) -> None:
     require_attention_inputs(q, k, v)
+    require_no_grad(("q", q), ("k", k), ("v", v), kernel=_NO_BACKWARD, reference=_DIFFERENTIABLE)
+    resolve_scale(scale, q.shape[-1])
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(
             f"ring attention splits one sequence: q and k must have the same length (axis -2), "
@@ -333,8 +358,9 @@ def _ring_in_process(
     layout: str, scale: float | None, block_attention: str | BlockFn, clock: _Clock | None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[list[float]]]:
     """Every rank's ring, one after another; per-rank outputs, lses and (with a clock) step ms."""
-    _require_blocks(q, k, v)
+    _require_blocks(q, k, v, scale)
     require_positive_int(world_size, "world_size")
+    require_bool(causal, "causal")
     require_layout(layout)
     qs, ks, vs = ([shard(x, r, world_size, layout) for r in range(world_size)] for x in (q, k, v))
     outs, lses, marks = [], [], []
@@ -492,13 +518,15 @@ def ring_attention(
             "ring_attention runs inside a torch.distributed process group; start one per rank "
             "(teachkit.ring.run_ring does) or use teachkit.ring.simulate_ring in one process"
         )
-    _require_blocks(q, k, v)
+    _require_blocks(q, k, v, scale)
     if k.shape != v.shape:
         raise ValueError(
             f"k and v travel around the ring in buffers of one shape, got k{tuple(k.shape)} and "
             f"v{tuple(v.shape)}"
         )
     require_layout(layout)
+    for name, flag in (("causal", causal), ("overlap", overlap), ("donate_kv", donate_kv)):
+        require_bool(flag, name)
     _block_fn(block_attention)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     comm_device = torch.device(comm_device) if comm_device is not None else q.device

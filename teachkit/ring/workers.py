@@ -189,7 +189,7 @@ def _require_case(case: RingCase, world_size: int) -> None:
         if got.dim() != 4:
             raise ValueError(f"{name} must be a (batch, heads, length, head_dim) tensor, got "
                              f"shape {tuple(got.shape)}")
-    _require_blocks(case.q, case.k, case.v)
+    _require_blocks(case.q, case.k, case.v, case.scale)
     if case.k.shape != case.v.shape:
         raise ValueError(f"k and v travel around the ring in buffers of one shape, got "
                          f"k{tuple(case.k.shape)} and v{tuple(case.v.shape)}")

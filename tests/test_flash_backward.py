@@ -200,3 +200,30 @@ def test_simple_kernel_refuses_grouped_heads(gen):
     k, v = (randn(1, 1, 8, 16, gen=gen).to(DEV) for _ in range(2))
     with pytest.raises(ValueError, match="grouped-query"):
         flash_attention_simple(q, k, v)
+
+
+def test_a_query_with_only_minus_inf_scores_gives_zero_and_no_gradient(gen):
+    """The one rule of every attention here: no key seen, output 0 and lse -inf, and no NaN in
+    dq or dv (dK takes 0 * -inf from that q entry, NaN, as SDPA's autograd gives too)."""
+    q = randn(1, 1, 20, 16, gen=gen).to(DEV)
+    q[0, 0, 3] = float("-inf")   # with positive keys, every score of row 3 is -inf
+    q[0, 0, 3, 1:] = 0.0
+    k = randn(1, 1, 20, 16, gen=gen).to(DEV).abs() + 0.1
+    v = randn(1, 1, 20, 16, gen=gen).to(DEV)
+    for causal in (False, True):
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        out, lse = K.flash_attention(qq, kk, vv, causal=causal, return_lse=True)
+        assert torch.equal(out[0, 0, 3], torch.zeros(16, device=DEV))
+        assert lse[0, 0, 3] == float("-inf")
+        assert torch.isfinite(out).all() and torch.isfinite(lse[0, 0, :3]).all()
+        out.sum().backward()
+        assert torch.isfinite(qq.grad).all() and torch.isfinite(vv.grad).all()
+        assert torch.equal(qq.grad[0, 0, 3], torch.zeros(16, device=DEV))
+
+
+def test_scale_and_flags_are_checked(gen):
+    q = randn(1, 1, 4, 16, gen=gen).to(DEV)
+    with pytest.raises(ValueError, match="finite"):
+        K.flash_attention(q, q, q, scale=float("nan"))
+    with pytest.raises(TypeError, match="causal"):
+        K.flash_attention(q, q, q, causal="no")

@@ -28,7 +28,6 @@ configuration of the table fits the shared memory of the GPUs learners use.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -37,7 +36,12 @@ import triton.language as tl
 
 from ..device import INTERPRETED, ON_GPU, compute_capability
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
-from ..validation import require_attention_inputs
+from ..validation import (
+    require_attention_inputs,
+    require_bool,
+    require_kernel_world,
+    resolve_scale,
+)
 from .flash_backward import flash_backward
 
 __all__ = [
@@ -111,9 +115,11 @@ def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk, start_n, off
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
         p = tl.exp2(qk - shift[:, None])
     else:
-        # Every key is real: the row maximum is finite, and scale-then-subtract is one FMA.
+        # Every key is real, and scale-then-subtract is one FMA (qk_scale >= 0, so the maximum
+        # of the scaled scores is the scaled maximum). The row maximum is -inf only if every
+        # score is, from a -inf in q or k: shift by 0 then, so that exp2 gives 0, not NaN.
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        shift = m_new
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(qk * qk_scale - shift[:, None])
     alpha = tl.exp2(m_i - shift)
     l_i = l_i * alpha + tl.sum(p, 1)
@@ -197,8 +203,9 @@ def flash_fwd_kernel(
                                          qk_scale, True, CAUSAL, PRECISION, DOT_FP32, USE_TMA,
                                          BLOCK_N, HEAD_DIM)
 
-    # Every real row saw at least key 0, so l >= 1; padding rows are not stored.
-    acc = acc * (1.0 / l_i)[:, None]
+    # A real row saw at least key 0, so l >= 1, unless all its scores were -inf (l = 0): its
+    # output is 0 and its lse -inf, the rule of every attention here. Padding rows are not stored.
+    acc = acc * tl.where(l_i > 0, 1.0 / l_i, 0.0)[:, None]
     lse = (m_i + tl.log2(l_i)) * LN2  # log2 units of the scaled scores back to natural log
     row_ok = offs_m < L
     tl.store(LSE + bh.to(tl.int64) * L + offs_m, lse, mask=row_ok)
@@ -302,6 +309,7 @@ def check_inputs(q: object, k: object, v: object) -> None:
     (grouped-query attention; ``H_kv = H`` is plain multi-head attention), one dtype among
     float16, bfloat16 and float32, ``D`` in :data:`HEAD_DIMS`, on the device the kernels run on.
     """
+    require_kernel_world()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, torch.Tensor) and t.dim() != 4:
             raise ValueError(
@@ -413,10 +421,9 @@ def flash_attention(
     check_inputs(q, k, v)
     if config is not None:
         _check_config(config)
-    if isinstance(scale, bool) or not (scale is None or isinstance(scale, (int, float))):
-        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
-    causal = bool(causal)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    causal = require_bool(causal, "causal")
+    require_bool(return_lse, "return_lse")
+    scale = resolve_scale(scale, q.shape[-1])
     if scale < 0:  # softmax(s q k^T) = softmax(|s| (-q) k^T): the kernel wants scale >= 0
         q, scale = -q, -scale
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):

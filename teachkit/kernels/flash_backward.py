@@ -32,10 +32,12 @@ Grouped-query attention: ``k`` and ``v`` may have ``H_kv`` heads where ``H_kv`` 
 program of a key head walks over the query blocks of every query head of its group, so their
 shares are summed in registers.
 
-Tails need no score masks: rows past ``L`` are loaded as zeros (``q``, ``dO``, ``lse`` and
-``delta``), so they add ``P^T 0 = 0`` to ``dV`` and ``dS^T 0 = 0`` to ``dK``; keys past ``S`` are
-loaded as zeros, so they add ``dS 0 = 0`` to ``dQ``, and their own ``dK``/``dV`` rows are never
-stored. Only the causal diagonal needs a mask, and tiles wholly above it are skipped.
+Masks, as in the forward: tiles wholly above the causal diagonal are skipped, tiles that cross
+it or the end of the sequence (rows past ``L`` in the dK/dV loop, keys past ``S`` in the dQ
+loop) are masked, and every other tile is computed without a mask. Rows past ``L`` are loaded as
+zeros and would add ``P^T 0`` and ``dS^T 0``, but a ``-inf`` or ``inf`` in the inputs times such a
+zero is NaN, so the tails are masked too; keys past ``S`` only reach ``dK``/``dV`` rows that are
+never stored.
 """
 
 from __future__ import annotations
@@ -98,13 +100,13 @@ def flash_bwd_delta_kernel(O, DO, DLSE, DELTA,
 @triton.jit
 def dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base, stat_base, start_m,
                      offs_n, L, stride_qm, stride_dom, qk_scale,
-                     MASKED: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
-                     BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                     DOT_FP32: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Add the share of the query rows ``start_m .. start_m + BLOCK_M - 1`` to ``dk`` and
     ``dv``. Everything is transposed (keys along rows): ``k``, ``v``, ``dk`` and ``dv`` are
     ``(BLOCK_N, HEAD_DIM)``, the scores ``qkT``, weights ``pT`` and ``dpT``, ``dsT`` are
-    ``(BLOCK_N, BLOCK_M)``. ``MASKED`` blocks cross the causal diagonal: key ``n`` is kept for
-    query ``m`` where ``n <= m``."""
+    ``(BLOCK_N, BLOCK_M)``. ``MASKED`` blocks cross the causal diagonal (key ``n`` is kept for
+    query ``m`` where ``n <= m``) or the end of the queries (rows past ``L``)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m < L
@@ -113,6 +115,7 @@ def dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base, stat_base
     do = tl.load(DO + do_base + offs_m[:, None] * stride_dom + offs_d[None, :],
                  mask=rows[:, None], other=0.0)
     lse = tl.load(LSE + stat_base + offs_m, mask=rows, other=0.0) * LOG2E  # log2 units
+    lse = tl.where(lse == float("-inf"), float("inf"), lse)  # a row that saw no key: P = 0
     delta = tl.load(DELTA + stat_base + offs_m, mask=rows, other=0.0)
     if DOT_FP32:  # the interpreter multiplies bfloat16 tiles wrongly: multiply in float32
         q = q.to(tl.float32)
@@ -121,7 +124,10 @@ def dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base, stat_base
     qkT = tl.dot(k, tl.trans(q), input_precision=PRECISION)
     pT = tl.exp2(qkT * qk_scale - lse[None, :])
     if MASKED:
-        pT = tl.where(offs_n[:, None] <= offs_m[None, :], pT, 0.0)
+        keep = rows[None, :]
+        if CAUSAL:
+            keep = keep & (offs_n[:, None] <= offs_m[None, :])
+        pT = tl.where(keep, pT, 0.0)
     dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)  # dV += P^T dO
     dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (dO V^T)^T
     dsT = pT * (dpT - delta[None, :])
@@ -166,26 +172,35 @@ def flash_bwd_dkdv_kernel(
     qk_scale = scale * LOG2E
 
     # Query blocks [0, start_n) see none of these keys when causal: skipped. Blocks in
-    # [start_n, start_n + BLOCK_N) cross the diagonal: masked. Later blocks see every key.
+    # [start_n, diag_end) cross the diagonal: masked. Blocks up to l_full see every key, and a
+    # last block cut short at L is masked.
+    l_full = (L // BLOCK_M) * BLOCK_M
     if CAUSAL:
         first = start_n
-        unmasked_from = tl.minimum(start_n + BLOCK_N, L)
+        diag_end = tl.minimum(start_n + BLOCK_N, L)
     else:
         first = 0
-        unmasked_from = 0
+        diag_end = 0
     for g in range(group):
         h = hk * group + g
         q_base = b * stride_qb + h * stride_qh
         do_base = b * stride_dob + h * stride_doh
         stat_base = (b * H + h) * L
-        for start_m in range(first, unmasked_from, BLOCK_M):
+        for start_m in range(first, diag_end, BLOCK_M):
             dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base,
                                       stat_base, start_m, offs_n, L, stride_qm, stride_dom,
-                                      qk_scale, True, PRECISION, DOT_FP32, BLOCK_M, HEAD_DIM)
-        for start_m in range(tl.maximum(first, unmasked_from), L, BLOCK_M):
+                                      qk_scale, True, CAUSAL, PRECISION, DOT_FP32, BLOCK_M,
+                                      HEAD_DIM)
+        for start_m in range(diag_end, l_full, BLOCK_M):
             dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base,
                                       stat_base, start_m, offs_n, L, stride_qm, stride_dom,
-                                      qk_scale, False, PRECISION, DOT_FP32, BLOCK_M, HEAD_DIM)
+                                      qk_scale, False, CAUSAL, PRECISION, DOT_FP32, BLOCK_M,
+                                      HEAD_DIM)
+        for start_m in range(tl.maximum(diag_end, l_full), L, BLOCK_M):
+            dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base,
+                                      stat_base, start_m, offs_n, L, stride_qm, stride_dom,
+                                      qk_scale, True, CAUSAL, PRECISION, DOT_FP32, BLOCK_M,
+                                      HEAD_DIM)
 
     dk *= scale  # dS was taken with respect to the scaled scores
     tl.store(DK + b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn
@@ -200,11 +215,11 @@ def flash_bwd_dkdv_kernel(
 @triton.jit
 def dq_key_block(dq, q, do, lse, delta, K, V, k_base, v_base, start_n, offs_m, S,
                  stride_kn, stride_vn, qk_scale,
-                 MASKED: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
-                 BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                 DOT_FP32: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Add the share of keys ``start_n .. start_n + BLOCK_N - 1`` to ``dq`` ``(BLOCK_M,
     HEAD_DIM)``. The scores ``qk``, weights ``p`` and ``dp``, ``ds`` are ``(BLOCK_M, BLOCK_N)``;
-    ``MASKED`` blocks cross the causal diagonal."""
+    ``MASKED`` blocks cross the causal diagonal or the end of the keys."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     keys = offs_n[:, None] < S
@@ -216,7 +231,10 @@ def dq_key_block(dq, q, do, lse, delta, K, V, k_base, v_base, start_n, offs_m, S
     qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     p = tl.exp2(qk * qk_scale - lse[:, None])
     if MASKED:
-        p = tl.where(offs_n[None, :] <= offs_m[:, None], p, 0.0)
+        keep = offs_n[None, :] < S
+        if CAUSAL:
+            keep = keep & (offs_n[None, :] <= offs_m[:, None])
+        p = tl.where(keep, p, 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
     return tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # dQ += dS K (unscaled)
@@ -250,6 +268,7 @@ def flash_bwd_dq_kernel(
     do = tl.load(DO + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dom
                  + offs_d[None, :], mask=rows[:, None], other=0.0)
     lse = tl.load(LSE + (b * H + h) * L + offs_m, mask=rows, other=0.0) * LOG2E
+    lse = tl.where(lse == float("-inf"), float("inf"), lse)  # a row that saw no key: P = 0
     delta = tl.load(DELTA + (b * H + h) * L + offs_m, mask=rows, other=0.0)
     if DOT_FP32:
         q = q.to(tl.float32)
@@ -259,22 +278,24 @@ def flash_bwd_dq_kernel(
     k_base = b * stride_kb + hk * stride_kh
     v_base = b * stride_vb + hk * stride_vh
 
-    # As in the forward: keys [0, masked_from) are below the diagonal of every row of the block,
-    # keys [masked_from, end) cross it, keys from `end` on are never loaded.
+    # As in the forward: keys [0, masked_from) are whole blocks below the diagonal of every row
+    # of the block; keys [masked_from, end) cross it or the end of the keys and are masked;
+    # keys from `end` on are never loaded.
+    s_full = (S // BLOCK_N) * BLOCK_N
     if CAUSAL:
-        masked_from = tl.minimum(start_m, S)
+        masked_from = tl.minimum(start_m, s_full)
         end = tl.minimum(start_m + BLOCK_M, S)
     else:
-        masked_from = S
+        masked_from = s_full
         end = S
     for start_n in range(0, masked_from, BLOCK_N):
         dq = dq_key_block(dq, q, do, lse, delta, K, V, k_base, v_base, start_n, offs_m, S,
-                          stride_kn, stride_vn, qk_scale, False, PRECISION, DOT_FP32, BLOCK_N,
-                          HEAD_DIM)
+                          stride_kn, stride_vn, qk_scale, False, CAUSAL, PRECISION, DOT_FP32,
+                          BLOCK_N, HEAD_DIM)
     for start_n in range(masked_from, end, BLOCK_N):
         dq = dq_key_block(dq, q, do, lse, delta, K, V, k_base, v_base, start_n, offs_m, S,
-                          stride_kn, stride_vn, qk_scale, True, PRECISION, DOT_FP32, BLOCK_N,
-                          HEAD_DIM)
+                          stride_kn, stride_vn, qk_scale, True, CAUSAL, PRECISION, DOT_FP32,
+                          BLOCK_N, HEAD_DIM)
 
     dq *= scale
     tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqm

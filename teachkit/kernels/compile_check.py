@@ -15,6 +15,9 @@ launch configurations lives here, beside the check that compiles them:
     :func:`~teachkit.kernels.flash.flash_config`'s table.
 :func:`flash_simple_launch_configs`
     :func:`~teachkit.kernels.flash_simple.flash_simple_kernel`, notebook 08's first kernel.
+:func:`flash_backward_launch_configs`
+    The three kernels of :mod:`teachkit.kernels.flash_backward`, per entry of
+    :func:`~teachkit.kernels.flash_backward.backward_config`'s table.
 :func:`decode_simple_launch_configs`
     The two kernels of :mod:`teachkit.kernels.decode_simple`, notebook 09's first split-KV
     decoding.
@@ -28,7 +31,7 @@ configuration for each GPU and counts which instructions multiply its tiles
 Examples
 --------
 >>> len(all_launch_configs())
-200
+220
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)

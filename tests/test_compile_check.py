@@ -208,3 +208,14 @@ def test_sigterm_stops_the_compile_workers(tmp_path):
         for pid in tree:  # a failed test leaves nothing behind either
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_wgmma_takes_p_from_registers_and_q_from_shared_memory():
+    """On sm_90 the flash kernel's q k^T reads q from shared memory and p v takes p from the
+    registers the softmax left it in (as FlashAttention-3 feeds P): both kinds of wgmma occur."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--wgmma-operands"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = {where: int(n) for n, where in
+              re.findall(r"(\d+) wgmma with A from (shared memory|registers)", done.stdout)}
+    assert counts["shared memory"] > 0 and counts["registers"] > 0, done.stdout

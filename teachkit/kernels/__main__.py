@@ -4,7 +4,9 @@
 ``python -m teachkit.kernels --dot-evidence`` instead compiles notebook 08's FlashAttention
 forward configuration (D = 64, float16) for each of those GPUs and prints how many tensor-core
 (``mma.sync``, ``wgmma.mma_async``) and scalar FMA (``fma.rn.f32``) instructions its PTX holds:
-which unit ``tl.dot`` runs on, per GPU, with the installed Triton.
+which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--wgmma-operands`` compiles
+that configuration for sm_90 and counts its ``wgmma`` instructions by where their A operand comes
+from: shared memory or registers.
 
 Both compile in worker processes (:mod:`teachkit.kernels.compile_check`); a SIGTERM stops them
 with the check.
@@ -28,6 +30,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dot-evidence", action="store_true",
                         help="count mma.sync / wgmma.mma_async / fma.rn.f32 in the PTX of "
                              "notebook 08's flash forward kernel, per GPU")
+    parser.add_argument("--wgmma-operands", action="store_true",
+                        help="count the sm_90 wgmma instructions of notebook 08's flash forward "
+                             "kernel by where their A operand comes from")
     from .decode import HEAD_DIMS  # already loaded: the package's __init__ imports it
 
     parser.add_argument("--head-dim", type=int, default=64, choices=HEAD_DIMS, metavar="D",
@@ -69,8 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("TRITON_INTERPRET") != "0":  # the compiler needs real @triton.jit functions
         return _run_compiled(argv)
     from ..gpus import SHARED_MEMORY_LIMIT
-    from .compile_check import all_launch_configs, check_all, dot_evidence, format_dot_evidence
+    from .compile_check import (
+        all_launch_configs,
+        check_all,
+        dot_evidence,
+        flash_forward_config,
+        format_dot_evidence,
+        wgmma_operands,
+    )
 
+    if args.wgmma_operands:
+        counts = wgmma_operands(flash_forward_config(90, args.head_dim, args.dtype, args.causal))
+        print(f"flash forward on sm_90, D={args.head_dim} {args.dtype}, causal={args.causal}: "
+              + ", ".join(f"{n} wgmma with {where}" for where, n in counts.items()))
+        return 0
     if args.dot_evidence:
         evidence = dot_evidence(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
         print(format_dot_evidence(evidence, args.head_dim, args.dtype, args.causal))

@@ -70,6 +70,7 @@ __all__ = [
     "flash_forward_config",
     "flash_launch_configs",
     "flash_simple_launch_configs",
+    "wgmma_operands",
     "format_dot_evidence",
     "kernel_signature",
     "softmax_launch_configs",
@@ -501,6 +502,31 @@ def dot_path(counts: dict[str, int]) -> str:
     if counts["wgmma.mma_async"]:
         return "wgmma"
     return "mma" if counts["mma.sync"] else "fma"
+
+
+def wgmma_operands(config: KernelConfig, capability: int = 90) -> dict[str, int]:
+    """Compile ``config`` for ``sm_<capability>`` (Hopper) and count its ``wgmma`` instructions
+    by where their A operand comes from.
+
+    A warpgroup product ``wgmma.mma_async`` always reads B from shared memory through a matrix
+    descriptor; A comes either from shared memory (a second descriptor) or from registers (a
+    brace list of registers right after the accumulator's). Needs no GPU, and
+    ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels --wgmma-operands`` arranges that).
+
+    Returns
+    -------
+    dict
+        ``{"A from shared memory": n, "A from registers": m}``.
+    """
+    ptx = _compile(config, capability).asm["ptx"]
+    counts = {"A from shared memory": 0, "A from registers": 0}
+    for line in ptx.splitlines():
+        if "wgmma.mma_async" not in line or "}" not in line:
+            continue
+        after_accumulator = line[line.index("}") + 1:].lstrip(", \t")
+        counts["A from registers" if after_accumulator.startswith("{")
+               else "A from shared memory"] += 1
+    return counts
 
 
 def flash_forward_config(capability: int, head_dim: int = 64, dtype: str = "fp16",

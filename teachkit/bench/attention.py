@@ -183,23 +183,38 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
 
 
 def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
-    """Notebook 08's kernels, from the first correct one to the tuned one: ``fn(q, k, v, causal)``.
+    """Notebook 08's ladder, from the first correct kernel to the tuned one, one change a step:
+    ``fn(q, k, v, causal)``.
 
     ``simple``: every block loaded and masked, natural exp (:mod:`teachkit.kernels.flash_simple`);
-    ``fast, same tiles``: the course's kernel (exp2 with the scale folded in, unmasked blocks
-    below the diagonal, blocks above it never loaded) with the simple kernel's 64 x 64 tiles,
-    4 warps, 2 stages; ``fast, table``: with the tiles chosen for this GPU (TMA loads on
-    Hopper at D = 128). :func:`bench_sweep` times every candidate configuration instead.
+    ``+ exp2``, ``+ block kinds``, ``+ acc in dot``, ``+ heavy first``: the ladder kernel
+    (:mod:`teachkit.kernels.flash_ladder`) with one more of the fast kernel's changes each, on
+    the simple kernel's 64 x 64 tiles, 4 warps, 2 stages; ``fast, same tiles``: the course's
+    kernel itself on those tiles (it also folds the scale into one multiply-add); ``fast, table
+    tiles``: with the tiles of the table for this GPU but plain loads; ``fast, table``: the
+    table's configuration as ``flash_attention`` launches it (TMA loads where the table says so,
+    on Hopper). :func:`bench_sweep` times every candidate configuration instead.
     """
-    from ..kernels.flash import FlashConfig, flash_attention
+    from ..device import INTERPRETED, compute_capability
+    from ..kernels.flash import flash_attention, flash_config
+    from ..kernels.flash_ladder import LADDER, SIMPLE_TILES, flash_attention_ladder
     from ..kernels.flash_simple import flash_attention_simple
 
-    small = FlashConfig(64, 64, 4, 2)
-    return {
-        "simple": lambda q, k, v, c: flash_attention_simple(q, k, v, causal=c)[0],
-        "fast, same tiles": lambda q, k, v, c: flash_attention(q, k, v, causal=c, config=small),
-        "fast, table": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
-    }
+    def table(q: torch.Tensor, causal: bool) -> object:
+        return flash_config(q.shape[-1], q.dtype,
+                            None if INTERPRETED else compute_capability(q.device), causal)
+
+    steps: dict[str, Callable[..., torch.Tensor]] = {
+        "simple": lambda q, k, v, c: flash_attention_simple(q, k, v, causal=c)[0]}
+    for name in list(LADDER)[1:]:
+        steps[f"+ {name}"] = (lambda q, k, v, c, name=name:
+                              flash_attention_ladder(q, k, v, c, step=name)[0])
+    steps["fast, same tiles"] = lambda q, k, v, c: flash_attention(q, k, v, causal=c,
+                                                                   config=SIMPLE_TILES)
+    steps["fast, table tiles"] = lambda q, k, v, c: flash_attention(
+        q, k, v, causal=c, config=table(q, c)._replace(tma=False))
+    steps["fast, table"] = lambda q, k, v, c: flash_attention(q, k, v, causal=c)
+    return steps
 
 
 def bench_steps(length: int = 4096, head_dims: Iterable[int] = (64, 128),

@@ -15,6 +15,8 @@ launch configurations lives here, beside the check that compiles them:
     :func:`~teachkit.kernels.flash.flash_config`'s table.
 :func:`flash_simple_launch_configs`
     :func:`~teachkit.kernels.flash_simple.flash_simple_kernel`, notebook 08's first kernel.
+:func:`flash_ladder_launch_configs`
+    :func:`~teachkit.kernels.flash_ladder.ladder_kernel` at every step of notebook 08's ladder.
 :func:`flash_backward_launch_configs`
     The three kernels of :mod:`teachkit.kernels.flash_backward`, per entry of
     :func:`~teachkit.kernels.flash_backward.backward_config`'s table.
@@ -31,7 +33,7 @@ configuration for each GPU and counts which instructions multiply its tiles
 Examples
 --------
 >>> len(all_launch_configs())
-220
+230
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -49,7 +51,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..gpus import GPU_CLASSES, SHARED_MEMORY_LIMIT
-from . import decode, decode_simple, flash, flash_backward, flash_simple
+from . import decode, decode_simple, flash, flash_backward, flash_ladder, flash_simple
 from . import softmax_kernels as sk
 
 __all__ = [
@@ -67,6 +69,7 @@ __all__ = [
     "dot_instructions",
     "dot_path",
     "flash_backward_launch_configs",
+    "flash_ladder_launch_configs",
     "flash_forward_config",
     "flash_launch_configs",
     "flash_simple_launch_configs",
@@ -237,6 +240,21 @@ def flash_simple_launch_configs() -> list[KernelConfig]:
             for d in (64, 128)]
 
 
+def flash_ladder_launch_configs() -> list[KernelConfig]:
+    """The GPU launches of notebook 08's ladder
+    (:func:`~teachkit.kernels.flash_ladder.flash_attention_ladder`): every step on the simple
+    kernel's tiles, causal, ``D`` of 64 and 128 (bfloat16 stands for both half types)."""
+    tiles = flash_ladder.SIMPLE_TILES
+    return [_config(f"flash ladder {name!r} bf16 D={d} causal", flash_ladder.ladder_kernel,
+                    _attention_types("bf16", "scale"),
+                    {"CAUSAL": True, "HEAD_DIM": d, "BLOCK_M": tiles.block_m,
+                     "BLOCK_N": tiles.block_n, "PRECISION": "tf32", "DOT_FP32": False,
+                     "EXP2": step.exp2, "BLOCK_KINDS": step.block_kinds,
+                     "ACC_IN_DOT": step.acc_in_dot, "HEAVY_FIRST": step.heavy_first,
+                     **UNIT_HEAD_DIM_STRIDES}, tiles.num_warps, tiles.num_stages)
+            for d in (64, 128) for name, step in flash_ladder.LADDER.items()]
+
+
 def flash_backward_launch_configs() -> list[KernelConfig]:
     """Every configuration of :func:`~teachkit.kernels.flash_backward.flash_backward` on a GPU.
 
@@ -352,7 +370,8 @@ def decode_launch_configs() -> list[KernelConfig]:
 def all_launch_configs() -> list[KernelConfig]:
     """The launch configurations of every kernel family in :mod:`teachkit.kernels`."""
     return (softmax_launch_configs() + flash_launch_configs() + flash_simple_launch_configs()
-            + flash_backward_launch_configs() + decode_simple_launch_configs()
+            + flash_ladder_launch_configs() + flash_backward_launch_configs()
+            + decode_simple_launch_configs()
             + decode_launch_configs())
 
 

@@ -1,5 +1,5 @@
 """FlashAttention benchmark figures: TFLOP/s against sequence length, one panel per head dim
-and mask, one line per provider."""
+and mask, one line per provider; and the staircase of notebook 08's ladder."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 from .figures import label_device
 from .roofline import dtype_label
 
-__all__ = ["plot_attention_tflops"]
+__all__ = ["plot_attention_tflops", "plot_steps"]
 
 
 def plot_attention_tflops(results: list, ceiling: float | None = None,
@@ -53,6 +53,44 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("TFLOP/s")
     axes[0, 0].legend(fontsize=7, loc="lower right")
+    label_device(fig, device)
+    fig.tight_layout()
+    return fig
+
+
+def plot_steps(results: list, device: str | None = None) -> plt.Figure:
+    """The ladder as a staircase: one panel per (D, causal), one bar per step in the order the
+    results list them, each labelled with its TFLOP/s and its gain over the step before.
+
+    Parameters
+    ----------
+    results : list of teachkit.bench.Measurement
+        What :func:`teachkit.bench.attention.bench_steps` returned (or a saved record): read by
+        their ``params`` ``D`` and ``causal`` and their ``provider``.
+    device : str, optional
+        Where the results were measured (default: this machine).
+    """
+    def panel(r: object) -> tuple[int, bool]:
+        return r.params["D"], r.params["causal"]
+
+    panels = list(dict.fromkeys(panel(r) for r in results))
+    steps = list(dict.fromkeys(r.provider for r in results))
+    fig, axes = plt.subplots(1, len(panels), figsize=(0.55 * len(steps) * len(panels) + 2, 4.2),
+                             squeeze=False, sharey=True)
+    for ax, (D, causal) in zip(axes[0], panels, strict=True):
+        got = {r.provider: r.value for r in results if panel(r) == (D, causal)}
+        names = [s for s in steps if s in got]
+        values = [got[s] for s in names]
+        ax.bar(range(len(names)), values, color="0.75", edgecolor="k", width=0.8)
+        ax.step(range(len(names)), values, where="mid", color="k", lw=1.5)
+        for i, v in enumerate(values):
+            gain = "" if i == 0 else f"\n{v / values[i - 1]:.2f}x"
+            ax.text(i, v, f"{v:.0f}{gain}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
+        ax.set_title(f"D = {D}" + (", causal" if causal else ""), fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+        ax.margins(y=0.15)
+    axes[0, 0].set_ylabel("TFLOP/s")
     label_device(fig, device)
     fig.tight_layout()
     return fig

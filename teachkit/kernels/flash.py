@@ -336,9 +336,12 @@ def check_inputs(q: object, k: object, v: object) -> None:
             "kernel needs one head dim for all three"
         )
     if q.shape[-1] not in HEAD_DIMS:
+        d = q.shape[-1]
+        padded = next((h for h in HEAD_DIMS if h > d), None)
         raise ValueError(
-            f"head dim {q.shape[-1]} is not supported; pass one of {HEAD_DIMS} (pad the head "
-            "dim with zeros up to the next one if needed)"
+            f"head dim {d} is not supported; pass one of {HEAD_DIMS}"
+            + (f" (pad q, k and v with zeros up to {padded}, and pass scale={d}**-0.5 "
+               f"explicitly: the default would be {padded}**-0.5)" if padded else "")
         )
     if q.device.type != _DEVICE_TYPE:
         raise ValueError(

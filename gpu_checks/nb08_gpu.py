@@ -44,14 +44,18 @@ def main() -> int:
 
     # 1. the checkers
     from teachkit.exercises import ex08
+    from teachkit.exercises.checking import ExerciseFailed
+    from teachkit.exercises.solutions import ex08 as solutions
 
     for name in ("exp2_update", "key_range", "causal_flops"):
         buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            ok = getattr(ex08, f"check_{name}")(getattr(ex08, f"solution_{name}"))
-        print(f"checker {name}: {'ok' if ok else 'FAIL'}")
-        if not ok:
+        try:
+            with contextlib.redirect_stdout(buf):
+                getattr(ex08, f"check_{name}")(getattr(solutions, f"solution_{name}"))
+        except ExerciseFailed as err:
+            print(f"checker {name}: FAIL\n{err}")
             return 1
+        print(f"checker {name}: ok")
 
     # 2. the notebook's cells
     cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]

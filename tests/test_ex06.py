@@ -186,3 +186,178 @@ def test_n_splits_known_values():
     assert solutions.solution_n_splits(64, 1_048_576, 132) == 9
     assert solutions.solution_n_splits(1024, 65_536, 132) == 1
     assert solutions.solution_n_splits(2, 10_000, 132) == 4
+
+
+# ---------------------------------------------------------------- exercise 2b: online kernel
+
+
+@triton.jit
+def _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr, OTHER: tl.constexpr,
+                 RESCALE: tl.constexpr, GUARD: tl.constexpr, MERGE: tl.constexpr,
+                 LOAD_MASK: tl.constexpr, STORE_MASK: tl.constexpr, X_STRIDE: tl.constexpr):
+    # The solution, with one mistake switched on by a flag.
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * (stride_x if X_STRIDE else n_cols)
+    y_row = Y + row * stride_y
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    d = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        if LOAD_MASK:
+            x = tl.load(x_row + cols, mask=cols < n_cols, other=OTHER).to(tl.float32)
+        else:
+            x = tl.load(x_row + cols).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new) if GUARD else m_new
+        if RESCALE:
+            d = d * tl.exp(m - shift) + tl.exp(x - shift)
+        else:
+            d = d + tl.exp(x - shift)
+        m = m_new
+    m_row = tl.max(m, 0)
+    if MERGE:
+        d_row = tl.sum(d * tl.exp(m - m_row), 0)
+    else:
+        d_row = tl.sum(d, 0)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        y = (tl.exp(x - m_row) / d_row).to(Y.dtype.element_ty)
+        if STORE_MASK:
+            tl.store(y_row + cols, y, mask=cols < n_cols)
+        else:
+            tl.store(y_row + cols, y)
+
+
+@triton.jit
+def _online_zero_padding(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK, 0.0, True, True, True, True, True, True)
+
+
+@triton.jit
+def _online_no_rescale(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK, float("-inf"), False, True, True, True,
+                 True, True)
+
+
+@triton.jit
+def _online_no_guard(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK, float("-inf"), True, False, True, True,
+                 True, True)
+
+
+@triton.jit
+def _online_lanes_summed(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK, float("-inf"), True, True, False, True,
+                 True, True)
+
+
+@triton.jit
+def _online_unmasked_load(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK, float("-inf"), True, True, True, False,
+                 True, True)
+
+
+@triton.jit
+def _online_unmasked_store(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK, float("-inf"), True, True, True, True,
+                 False, True)
+
+
+@triton.jit
+def _online_n_cols_stride(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _online_body(X, Y, n_cols, stride_x, stride_y, BLOCK, float("-inf"), True, True, True, True,
+                 True, False)
+
+
+@triton.jit
+def _scalar_stats(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr, RESCALE: tl.constexpr):
+    # One (m, d) per row, updated with tl.max and tl.sum on every block (the blog kernel's way).
+    row = tl.program_id(0).to(tl.int64)
+    m = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), 0)
+    d = tl.sum(tl.zeros([BLOCK], tl.float32), 0)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        x = x.to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, 0))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        if RESCALE:
+            d = d * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), 0)
+        else:
+            d = d + tl.sum(tl.exp(x - shift), 0)
+        m = m_new
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        tl.store(Y + row * stride_y + cols, (tl.exp(x.to(tl.float32) - m) / d)
+                 .to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _scalar_online(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _scalar_stats(X, Y, n_cols, stride_x, stride_y, BLOCK, True)
+
+
+@triton.jit
+def _scalar_no_rescale(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _scalar_stats(X, Y, n_cols, stride_x, stride_y, BLOCK, False)
+
+
+@triton.jit
+def _three_passes(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        m = tl.maximum(m, x.to(tl.float32))
+    m_row = tl.max(m, 0)
+    d = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        d += tl.exp(x.to(tl.float32) - m_row)
+    d_row = tl.sum(d, 0)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        tl.store(Y + row * stride_y + cols, (tl.exp(x.to(tl.float32) - m_row) / d_row)
+                 .to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _online_stub(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    raise NotImplementedError  # delete this line when your kernel is written
+
+
+def test_online_kernel_accepts_solution_and_one_scalar_pair(capsys):
+    assert ex06.check_online_kernel(solutions.solution_online_kernel) is True
+    assert ex06.check_online_kernel(_scalar_online) is True
+    assert ex06.check_online_kernel(_online_stub) is False
+    out = capsys.readouterr().out
+    assert out.count("[correct]") == 2 and "[not attempted]" in out and "tl.full" in out
+
+
+@pytest.mark.parametrize(("kernel", "says"), [
+    (_online_zero_padding, r"loaded as 0"),
+    (_online_no_rescale, "not rescaled when the running maximum grew"),
+    (_scalar_no_rescale, "not rescaled when the running maximum grew"),
+    (_online_lanes_summed, "added without rescaling"),
+    (_online_no_guard, r"exp\(-inf - \(-inf\)\)"),
+    (_online_unmasked_load, "mask=cols < n_cols"),
+    (_online_n_cols_stride, "stride_x is not n_cols"),
+    (_online_unmasked_store, "stored past column"),
+    (_three_passes, "three times"),
+    (lambda x: torch.softmax(x, -1), "not a Triton kernel"),
+])
+def test_online_kernel_mistakes_are_named(kernel, says):
+    with pytest.raises(ExerciseFailed, match=says):
+        ex06.check_online_kernel(kernel)
+
+
+def test_online_kernel_rejects_the_library_kernel():
+    from teachkit.kernels.softmax_kernels import online_kernel
+
+    with pytest.raises(ExerciseFailed, match="library's kernel"):
+        ex06.check_online_kernel(online_kernel)

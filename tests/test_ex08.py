@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from teachkit.exercises import ex08  # noqa: E402
 from teachkit.exercises.checking import ExerciseFailed  # noqa: E402
@@ -221,3 +223,192 @@ def test_causal_flops_mistakes_are_named(index, fragment):
 def test_causal_flops_float_is_refused():
     _fails(ex08.check_causal_flops, lambda *a: float(solutions.solution_causal_flops(*a)),
            "should be an int")
+
+
+# --- exercise 2b: the forward kernel ---------------------------------------------------------
+
+
+@triton.jit
+def _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, SKIP: tl.constexpr, ALPHA: tl.constexpr,
+                DIVIDE: tl.constexpr, STRICT: tl.constexpr, LSE_KIND: tl.constexpr,
+                MASK_V: tl.constexpr, MASK_STORE: tl.constexpr):
+    # One masked loop (no unmasked fast path), with one mistake switched on by a flag.
+    start_m = tl.program_id(0) * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + offs_m[:, None] * stride_q + offs_d[None, :], mask=offs_m[:, None] < L,
+                other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    end = tl.minimum(start_m + BLOCK_M, S) if CAUSAL and SKIP else S
+    for start_n in range(0, end, BLOCK_N):
+        cols = start_n + offs_n
+        k = tl.load(K + cols[:, None] * stride_k + offs_d[None, :], mask=cols[:, None] < S,
+                    other=0.0)
+        if MASK_V:
+            v = tl.load(V + cols[:, None] * stride_v + offs_d[None, :], mask=cols[:, None] < S,
+                        other=0.0)
+        else:
+            v = tl.load(V + cols[:, None] * stride_v + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k)) * scale
+        keep = cols[None, :] < S
+        if CAUSAL:
+            if STRICT:
+                keep = keep & (cols[None, :] < offs_m[:, None])
+            else:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - shift)
+        p = tl.exp(s - shift[:, None])
+        if ALPHA == 2:
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        elif ALPHA == 1:
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc + tl.dot(p.to(v.dtype), v)
+        else:
+            l_i = l_i + tl.sum(p, 1)
+            acc = acc + tl.dot(p.to(v.dtype), v)
+        if DIVIDE == 2:
+            acc = acc / l_i[:, None]
+        m_i = m_new
+    out = acc / l_i[:, None] if DIVIDE != 1 else acc
+    if LSE_KIND == 0:
+        lse = m_i + tl.log(l_i)
+    elif LSE_KIND == 1:
+        lse = m_i
+    else:
+        lse = (m_i + tl.log(l_i)) * 1.4426950408889634
+    if MASK_STORE:
+        tl.store(O + offs_m[:, None] * stride_o + offs_d[None, :], out.to(O.dtype.element_ty),
+                 mask=offs_m[:, None] < L)
+    else:
+        tl.store(O + offs_m[:, None] * stride_o + offs_d[None, :], out.to(O.dtype.element_ty))
+    tl.store(LSE + offs_m, lse, mask=offs_m < L)
+
+
+@triton.jit
+def _flash_masked_everywhere(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o,
+                             scale, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 0, False, 0, True, True)
+
+
+@triton.jit
+def _flash_no_skip(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                   CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, False, 2, 0, False, 0, True, True)
+
+
+@triton.jit
+def _flash_no_alpha(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                    CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 0, 0, False, 0, True, True)
+
+
+@triton.jit
+def _flash_no_alpha_acc(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                        CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 1, 0, False, 0, True, True)
+
+
+@triton.jit
+def _flash_no_division(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                       CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 1, False, 0, True, True)
+
+
+@triton.jit
+def _flash_divide_each_step(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o,
+                            scale, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 2, False, 0, True, True)
+
+
+@triton.jit
+def _flash_strict(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                  CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 0, True, 0, True, True)
+
+
+@triton.jit
+def _flash_lse_is_max(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 0, False, 1, True, True)
+
+
+@triton.jit
+def _flash_lse_log2(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                    CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 0, False, 2, True, True)
+
+
+@triton.jit
+def _flash_unmasked_v(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 0, False, 0, False, True)
+
+
+@triton.jit
+def _flash_unmasked_store(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                          CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr):
+    _flash_body(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL,
+                HEAD_DIM, BLOCK_M, BLOCK_N, True, 2, 0, False, 0, True, False)
+
+
+@triton.jit
+def _flash_stub(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):
+    raise NotImplementedError  # delete this line when your kernel is written
+
+
+def test_flash_kernel_accepts_solution_and_one_masked_loop(capsys):
+    assert ex08.check_flash_kernel(solutions.solution_flash_kernel) is True
+    assert ex08.check_flash_kernel(_flash_masked_everywhere) is True
+    assert ex08.check_flash_kernel(_flash_stub) is False
+    out = capsys.readouterr().out
+    assert out.count("[correct]") == 2 and "[not attempted]" in out and "range(0, end" in out
+
+
+@pytest.mark.parametrize(("kernel", "says"), [
+    (_flash_no_skip, "yet your loop loaded those keys"),
+    (_flash_no_alpha, "neither l nor acc was rescaled"),
+    (_flash_no_alpha_acc, r"acc was not rescaled by alpha \(l was\)"),
+    (_flash_no_division, "never divided by l"),
+    (_flash_divide_each_step, "inside the loop and again at the end"),
+    (_flash_strict, "strict"),
+    (_flash_lse_is_max, "lse is the row maximum m alone"),
+    (_flash_lse_log2, "log2 units"),
+    (_flash_unmasked_v, "0 \\* NaN"),
+    (_flash_unmasked_store, "stored outside the rows of O"),
+    (lambda q, k, v: torch.softmax(q @ k.T, -1) @ v, "not a Triton kernel"),
+])
+def test_flash_kernel_mistakes_are_named(kernel, says):
+    with pytest.raises(ExerciseFailed, match=says):
+        ex08.check_flash_kernel(kernel)

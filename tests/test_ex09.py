@@ -1,10 +1,13 @@
 """The checkers of notebook 09 explain wrong answers (test_exercises.py holds
 every checker to its solution and to an unfilled stub)."""
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (teachkit first: it sets TRITON_INTERPRET)
 
+import teachkit  # noqa: F401
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from teachkit.attention import merge_partials
 from teachkit.exercises import ex09
@@ -131,3 +134,147 @@ def test_token_rows_accepts_the_library_and_wants_integers():
         ex09.check_token_rows(lambda t, P, pos: solutions.solution_token_rows(t, P, pos).double())
     with pytest.raises(ExerciseFailed, match="shape"):
         ex09.check_token_rows(lambda t, P, pos: solutions.solution_token_rows(t, P, pos)[:, :1])
+
+
+# --- exercise 4: the merge kernel ------------------------------------------------------------
+
+
+@triton.jit
+def _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, MASK: tl.constexpr,
+                SHIFT: tl.constexpr, WEIGH: tl.constexpr, NORMALISE: tl.constexpr,
+                LSE_KIND: tl.constexpr, GUARD: tl.constexpr, READ_STRIDE: tl.constexpr,
+                STORE_STRIDE: tl.constexpr):
+    # The solution, with one mistake switched on by a flag.
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, SPLITS)
+    offs_d = tl.arange(0, HEAD_DIM)
+    used = offs_s < num_splits
+    pr = stride_pr if READ_STRIDE else HEAD_DIM
+    if MASK:
+        lse = tl.load(LSE_PART + offs_s * stride_ls + row, mask=used, other=float("-inf"))
+        part = tl.load(O_PART + offs_s[:, None] * stride_ps + row * pr + offs_d[None, :],
+                       mask=used[:, None], other=0.0)
+    else:
+        lse = tl.load(LSE_PART + offs_s * stride_ls + row)
+        part = tl.load(O_PART + offs_s[:, None] * stride_ps + row * pr + offs_d[None, :])
+    m = tl.max(lse, 0)
+    shift = tl.where(m == float("-inf"), 0.0, m) if GUARD else m
+    if not SHIFT:
+        shift = 0.0
+    w = tl.exp(lse - shift)
+    if not WEIGH:
+        w = tl.where(offs_s < num_splits, 1.0, 0.0)
+    total = tl.sum(w, 0)
+    safe = tl.where(total == 0.0, 1.0, total) if GUARD else total
+    out = tl.sum(w[:, None] * part, 0)
+    if NORMALISE:
+        out = out / safe
+    if LSE_KIND == 0:
+        res = tl.where(total == 0.0, float("-inf"), shift + tl.log(safe))
+    elif LSE_KIND == 1:
+        res = m
+    else:
+        res = tl.log(safe)
+    tl.store(O + row * (stride_o if STORE_STRIDE else HEAD_DIM) + offs_d,
+             out.to(O.dtype.element_ty))
+    tl.store(LSE + row, res)
+
+
+@triton.jit
+def _unmasked(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+              HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, False, True, True, True, 0, True, True, True)
+
+
+@triton.jit
+def _unshifted(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+               HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, False, True, True, 0, True, True, True)
+
+
+@triton.jit
+def _averaged(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+              HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, True, False, True, 0, True, True, True)
+
+
+@triton.jit
+def _unnormalised(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                  HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, True, True, False, 0, True, True, True)
+
+
+@triton.jit
+def _lse_is_max(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, True, True, True, 1, True, True, True)
+
+
+@triton.jit
+def _lse_without_m(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                   HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, True, True, True, 2, True, True, True)
+
+
+@triton.jit
+def _no_empty_guard(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, True, True, True, 0, False, True, True)
+
+
+@triton.jit
+def _read_stride_d(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                   HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, True, True, True, 0, True, False, True)
+
+
+@triton.jit
+def _store_stride_d(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    _merge_body(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+                HEAD_DIM, SPLITS, True, True, True, True, 0, True, True, False)
+
+
+def test_merge_kernel_accepts_the_solution_and_hints_on_the_stub(capsys):
+    @triton.jit
+    def stub(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+             HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+        raise NotImplementedError  # delete this line when your kernel is written
+
+    assert ex09.check_merge_kernel(solutions.solution_merge_kernel) is True
+    assert ex09.check_merge_kernel(stub) is False
+    out = capsys.readouterr().out
+    assert "[correct]" in out and "[not attempted]" in out and "offs_s < num_splits" in out
+
+
+@pytest.mark.parametrize(("kernel", "says"), [
+    (_unmasked, "are no split"),
+    (_unshifted, "overflows"),
+    (_averaged, "averaged the outputs"),
+    (_unnormalised, "without normalising"),
+    (_lse_is_max, "largest partial lse alone"),
+    (_lse_without_m, "without m"),
+    (_no_empty_guard, "0 / 0"),
+    (_read_stride_d, "between the rows"),
+    (_store_stride_d, "stored outside"),
+    (lambda outs, lses: solutions.solution_merge_splits(outs, lses), "not a Triton kernel"),
+])
+def test_merge_kernel_mistakes_are_named(kernel, says):
+    with pytest.raises(ExerciseFailed, match=says):
+        ex09.check_merge_kernel(kernel)
+
+
+def test_merge_kernel_rejects_the_library_kernel():
+    from teachkit.kernels.decode_simple import decode_simple_merge_kernel
+
+    with pytest.raises(ExerciseFailed, match="library's kernel"):
+        ex09.check_merge_kernel(decode_simple_merge_kernel)

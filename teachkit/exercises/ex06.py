@@ -8,7 +8,9 @@ Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_
   load with the right ``other=``, masked store);
 * :func:`check_combine` -- a ``@triton.jit`` combine function ``(m_a, d_a, m_b, d_b) -> (m, d)``
   that ``tl.reduce`` uses to merge lanes of running statistics;
-* :func:`check_n_splits` -- the number of chunks per row that fills a GPU of ``n_sms`` SMs.
+* :func:`check_n_splits` -- the number of chunks per row that fills a GPU of ``n_sms`` SMs;
+* :func:`check_online_kernel` -- the learner's ``@triton.jit`` two-pass online softmax for rows
+  longer than one block, launched by the checker itself.
 
 The kernel checkers run on :data:`teachkit.DEVICE` (the interpreter on a CPU) with fresh random
 inputs of odd sizes, values times 1000, ``-inf`` masks and all-``-inf`` rows, and compare with
@@ -17,7 +19,10 @@ float64 references.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 import warnings
 from collections.abc import Callable
 
@@ -34,13 +39,17 @@ from .checking import (
     expect,
     expect_close,
     fresh_generator,
+    matching_mistake,
     raise_if_stub,
+    random_int,
 )
+from .launching import SENTINEL, expect_untouched, launch, require_kernel
 
 __all__ = [
     "check_row_softmax",
     "check_combine",
     "check_n_splits",
+    "check_online_kernel",
     "MIN_CHUNK",
     "PROGRAMS_PER_SM",
 ]
@@ -288,3 +297,169 @@ def check_n_splits(fn: Callable[[int, int, int], int]) -> None:
                 f"On {case}: k = {k} (chunks of {chunk}) is more than needed: {want} chunks "
                 f"already give {n_rows * want} programs >= {PROGRAMS_PER_SM} x {n_sms}. Every "
                 "extra chunk adds a partial (m, d) to write and merge; take the smallest k.")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 2b: the two-pass online kernel
+# --------------------------------------------------------------------------------------------
+
+ONLINE_BLOCK = 256
+"""The block exercise 2b's checker launches with: rows of a few thousand columns take many."""
+_ONLINE_SIGNATURE = "(X, Y, n_cols, stride_x, stride_y, BLOCK)"
+
+
+def _padded_blocks(x: torch.Tensor, block: int, fill: float) -> torch.Tensor:
+    """``x`` ``(rows, n)`` padded with ``fill`` to whole blocks, as ``(rows, blocks, block)``."""
+    pad = (-x.shape[1]) % block
+    full = torch.cat([x, x.new_full((x.shape[0], pad), fill)], dim=1)
+    return full.reshape(x.shape[0], -1, block)
+
+
+def _exp_or_zero(t: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """``exp(t - shift)`` with 0 where ``t`` is ``-inf``."""
+    return torch.where(t == NEG_INF, torch.zeros_like(t), torch.exp(t - shift))
+
+
+def _online_mistakes(x: torch.Tensor, block: int) -> dict[str, torch.Tensor]:
+    """Usual wrong answers of a two-pass kernel on ``x`` ``(rows, n)`` float64 with no ``-inf``,
+    for both designs: per-lane ``(m, d)`` vectors and one scalar ``(m, d)`` per row."""
+    n = x.shape[1]
+    xb = _padded_blocks(x, block, NEG_INF)                   # (rows, blocks, block)
+    m_row = x.amax(dim=1, keepdim=True)                      # (rows, 1)
+    lane_run = torch.cummax(xb, dim=1).values                # each lane's running maximum
+    lane_m = lane_run[:, -1]                                 # (rows, block)
+    scalar_run = torch.cummax(xb.amax(dim=2), dim=1).values  # (rows, blocks)
+    lane_d = _exp_or_zero(xb, lane_m[:, None]).sum(dim=1)    # exact per-lane d
+    unscaled_lanes = _exp_or_zero(xb, lane_run).sum(dim=1)   # d += exp(x - m_new), no rescale
+    d_no_rescale_lanes = (unscaled_lanes * torch.exp(lane_m - m_row)).sum(dim=1, keepdim=True)
+    d_no_rescale_scalar = _exp_or_zero(xb, scalar_run[..., None]).sum(dim=(1, 2))[:, None]
+
+    def normalised(d: torch.Tensor) -> torch.Tensor:
+        return torch.exp(x - m_row) / d
+
+    zero_pad = torch.softmax(_padded_blocks(x, block, 0.0).reshape(x.shape[0], -1), dim=1)
+    rescale = ("When the maximum grows, the d summed so far was measured against the old "
+               "maximum: multiply it by exp(m_old - m_new) before adding exp(x - m_new).")
+    return {
+        "d was not rescaled when the running maximum grew (each term was added as "
+        "exp(x - m_new) but the old sum kept its old maximum). " + rescale:
+            normalised(d_no_rescale_lanes),
+        "d was not rescaled when the running maximum grew. " + rescale:
+            normalised(d_no_rescale_scalar),
+        "the lanes' d were added without rescaling: each lane's d was measured against that "
+        "lane's own maximum. Merge them at the row's maximum, sum_j d_j * exp(m_j - m_row) "
+        "(or tl.reduce with exercise 2's combine).": normalised(lane_d.sum(dim=1, keepdim=True)),
+        "your probabilities sum to less than 1 per row, as if the lanes past n_cols in the last "
+        "block were loaded as 0: each adds exp(0 - m) to d. Load with other=float('-inf'), so "
+        "they add exp(-inf) = 0.": zero_pad[:, :n],
+    }
+
+
+def _online_cases(g: torch.Generator, block: int) -> list[tuple[str, torch.Tensor, float, str]]:
+    """``(case, x (rows, n) on the CPU, rtol, advice)``."""
+    n = random_int(2000, 3000, g) | 1  # odd: never a whole number of blocks
+    whole = block * random_int(8, 11, g)
+    rows = 3
+    rising = torch.linspace(0, 40, whole).repeat(rows, 1) + torch.rand(rows, whole, generator=g)
+    prefix = torch.randn(rows, n, generator=g)
+    prefix[:, : 2 * block + 37] = NEG_INF  # every lane's first blocks hold nothing
+    prefix[:, 1::3] = NEG_INF
+    short = torch.randn(rows, 100, generator=g)
+    short[1] = NEG_INF  # a row with nothing: NaN, as torch.softmax
+    guard = ("A lane (or the row) that has seen only -inf has m = -inf, and exp(-inf - (-inf)) "
+             "is NaN: subtract shift = tl.where(m_new == float('-inf'), 0.0, m_new) instead.")
+    return [
+        (f"{rows} random rows of {n} values", torch.randn(rows, n, generator=g), 1e-5, ""),
+        (f"{rows} rows of {whole} values rising along the row (the maximum grows in every "
+         "block)", rising, 1e-5, "Rescale d by exp(m_old - m_new) whenever the maximum grows."),
+        (f"{rows} rows of {n} values around -10 (the lanes past n_cols in the last block must "
+         "add nothing)", torch.randn(rows, n, generator=g) - 10.0, 1e-5,
+         "Load with mask=cols < n_cols and other=float('-inf')."),
+        (f"{rows} rows of {n} values times 1000", torch.randn(rows, n, generator=g) * 1000,
+         1e-5, "Subtract the running maximum inside every exp: exp(x - m)."),
+        (f"{rows} rows of {n} values whose first {2 * block + 37} entries and every third "
+         "are -inf", prefix, 1e-5, guard),
+        (f"{rows} rows of 100 values (shorter than one block), row 1 all -inf (expected NaN, "
+         "as torch.softmax)", short, 1e-5, guard),
+        (f"{rows} rows of {n} values in bfloat16", (torch.randn(rows, n, generator=g) * 4)
+         .bfloat16(), 1e-2, "Keep m and d in float32: .to(tl.float32) after the load."),
+        (f"{rows} rows of {n} values in float16", (torch.randn(rows, n, generator=g) * 4).half(),
+         2e-3, "Keep m and d in float32: .to(tl.float32) after the load."),
+    ]
+
+
+def _passes(kernel: object) -> int:
+    """How many ``for`` loops the kernel's source holds (0 if it cannot be read)."""
+    try:
+        src = textwrap.dedent(inspect.getsource(kernel.fn))  # type: ignore[attr-defined]
+    except (OSError, TypeError, AttributeError):
+        return 0
+    return sum(isinstance(node, ast.For) for node in ast.walk(ast.parse(src)))
+
+
+@exercise(
+    "the two-pass online softmax kernel",
+    hint="Keep m = tl.full([BLOCK], float('-inf'), tl.float32) and d = tl.zeros([BLOCK], "
+    "tl.float32), one pair per lane. Pass 1: for each block, load with other=float('-inf'), "
+    "m_new = tl.maximum(m, x), d = d * exp(m - m_new) + exp(x - m_new) (shift by 0 where m_new "
+    "is -inf). Then merge the lanes at the row's maximum, and pass 2 writes exp(x - m) / d.",
+)
+def check_online_kernel(kernel: object) -> None:
+    """Launch the learner's ``@triton.jit`` kernel ``(X, Y, n_cols, stride_x, stride_y, BLOCK)``
+    with one program per row and ``BLOCK = 256`` on rows of a few thousand columns (never a whole
+    number of blocks), and compare with ``torch.softmax`` in float64.
+
+    Every input sits in a buffer wider than the row, NaN past ``n_cols`` (so an unmasked load
+    shows), rows further apart than ``n_cols``; the output sits in a buffer of
+    :data:`~teachkit.exercises.launching.SENTINEL` (so a store past the row shows). Cases:
+    random rows, rows whose maximum grows block after block, negative rows (padding read as 0
+    shows), values times 1000, ``-inf`` prefixes and holes, a row shorter than one block and an
+    all ``-inf`` row, bfloat16 and float16. A kernel that passes with three loops over the row
+    made three passes, not two.
+
+    Parameters
+    ----------
+    kernel
+        The learner's ``@triton.jit`` function.
+    """
+    require_kernel(kernel, _ONLINE_SIGNATURE)
+    g = fresh_generator()
+    block = ONLINE_BLOCK
+    for case, x, rtol, advice in _online_cases(g, block):
+        rows, n = x.shape
+        wide = torch.full((rows, n + block + 3), float("nan"), dtype=x.dtype)
+        wide[:, :n] = x
+        out = torch.full((rows, n + block + 3), SENTINEL, dtype=x.dtype, device=DEVICE)
+        x_dev = wide.to(DEVICE)[:, :n]
+        launch(kernel, (rows,), case, x_dev, out, n, x_dev.stride(0), out.stride(0), BLOCK=block,
+               advice=f"The kernel's arguments are {_ONLINE_SIGNATURE}; grid (n_rows,).")
+        outside = torch.zeros(out.shape, dtype=torch.bool)
+        outside[:, n:] = True
+        expect_untouched(out, outside, case,
+                         f"your kernel stored past column {n - 1} of a row. The last block runs "
+                         "past n_cols: store with mask=cols < n_cols, at Y + row * stride_y.")
+        got = out.cpu()[:, :n]
+        ref = torch.softmax(x.double(), dim=-1)
+        bad_nan = torch.isnan(got) & ~torch.isnan(ref)
+        if bool(bad_nan.any()):
+            raise ExerciseFailed(
+                f"On {case}: NaN where the reference is finite. "
+                + (advice if "-inf" in case or "1000" in case else
+                   "The checker fills the memory past n_cols with NaN, as any memory may hold: "
+                   "load with mask=cols < n_cols, other=float('-inf'), and start each row at "
+                   "X + row * stride_x (stride_x is not n_cols here)."))
+        if x.dtype == torch.float32 and "-inf" not in case and relative_error(got, ref) > rtol:
+            mistake = matching_mistake(got, _online_mistakes(x.double(), block), rtol=1e-4)
+            if mistake:
+                raise ExerciseFailed(f"On {case}: your result matches a usual mistake: "
+                                     + mistake)
+        expect(got.dtype == x.dtype, f"On {case}: Y is {x.dtype}; store y.to(Y.dtype.element_ty).")
+        expect_close(got, ref, case, rtol=rtol,
+                     advice=advice or "Rows start at X + row * stride_x and Y + row * "
+                     "stride_y; m and d in float32; merge the lanes at the row's maximum.")
+    loops = _passes(kernel)
+    expect(loops <= 2,
+           f"Your kernel gives the right numbers, but it has {loops} loops over the row: "
+           "that reads it three times (the maximum, then the sum, then the output). Keep the "
+           "maximum and the sum together in the first loop, with the online update, so the "
+           "row is read twice.")

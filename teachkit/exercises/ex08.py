@@ -10,6 +10,9 @@ Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
    ``end`` on are never loaded.
 3. :func:`check_causal_flops`: the flops a causal kernel really spends, tile by whole tile,
    against the nominal count a benchmark divides by.
+4. :func:`check_flash_kernel`: the learner's ``@triton.jit`` forward kernel for one head, its
+   key loop stopping at the diagonal; the checker launches it itself, with NaN in the keys
+   that no query of a program may see.
 
 Every checker runs the learner's function on fresh random cases (odd lengths that no block
 divides, ``L != S`` both ways, masked rows, large scores) and compares with a brute-force or
@@ -31,9 +34,11 @@ import operator
 from collections.abc import Callable
 
 import torch
+import triton
 
 from ..attention import attention_block_update
 from ..compare import relative_error
+from ..device import DEVICE, ON_GPU
 from ..tiling import count_tiles, tile_schedule
 from .checking import (
     ExerciseFailed,
@@ -42,13 +47,16 @@ from .checking import (
     expect,
     expect_close,
     fresh_generator,
+    matching_mistake,
     random_int,
 )
+from .launching import SENTINEL, expect_untouched, launch, require_kernel
 
 __all__ = [
     "check_key_range",
     "check_exp2_update",
     "check_causal_flops",
+    "check_flash_kernel",
 ]
 
 LOG2E = 1.0 / math.log(2.0)
@@ -428,3 +436,253 @@ def check_causal_flops(fn: Callable[[int, int, int, int, int], int]) -> None:
             raise ExerciseFailed(
                 f"On {case}: expected {want:,} flops ({tiles} computed tiles of {bm} x {bn}), "
                 f"got {got:,} ({got / want:.3g}x)." + (f"\n  {advice}" if advice else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 2b: the forward kernel, its key loop stopping at the diagonal
+# ---------------------------------------------------------------------------------------------
+
+_FLASH_SIGNATURE = ("(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, "
+                    "CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N)")
+_FLASH_RTOL = {torch.float32: 3e-3 if ON_GPU else 1e-5, torch.float16: 5e-3}
+"""float32 products are TF32 on a GPU by default (10-bit mantissas); float16 rounds p."""
+
+
+def _flash_simulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                    causal: bool, bm: int, bn: int, variant: str = "") -> tuple[torch.Tensor,
+                                                                                 torch.Tensor]:
+    """The kernel's algorithm in float64, program by program and key block by key block, right
+    (``variant=""``) or with one usual mistake; returns ``(out (L, D), lse (L,))``."""
+    L, S = q.shape[0], k.shape[0]
+    out = torch.zeros(L, v.shape[1], dtype=torch.float64)
+    lse = torch.zeros(L, dtype=torch.float64)
+    for start_m in range(0, L, bm):
+        rows = torch.arange(start_m, min(start_m + bm, L))
+        end = min(start_m + bm, S) if causal else S
+        m = torch.full((len(rows),), NEG_INF, dtype=torch.float64)
+        l = torch.zeros(len(rows), dtype=torch.float64)
+        acc = torch.zeros(len(rows), v.shape[1], dtype=torch.float64)
+        for start_n in range(0, end, bn):
+            cols = torch.arange(start_n, min(start_n + bn, S))
+            s = (q[rows] @ k[cols].T) * scale
+            if causal and variant != "no causal mask":
+                keep = (cols[None, :] < rows[:, None] if variant == "strict"
+                        else cols[None, :] <= rows[:, None])
+                s = s.masked_fill(~keep, NEG_INF)
+            m_new = torch.maximum(m, s.amax(1))
+            shift = torch.where(m_new == NEG_INF, torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - shift[:, None])
+            alpha = torch.exp(m - shift)
+            l = (l if variant == "no alpha" else alpha * l) + p.sum(1)
+            acc = (acc if variant in ("no alpha", "no alpha on acc") else alpha[:, None] * acc)
+            acc = acc + p @ v[cols]
+            if variant.startswith("divide each step"):
+                acc = acc / l[:, None]
+            m = m_new
+        if variant not in ("no division", "divide each step only"):
+            acc = acc / l[:, None]
+        out[rows], lse[rows] = acc, m + torch.log(l)
+    return out, lse
+
+
+def _flash_out_mistakes(q, k, v, scale, causal, bm, bn) -> dict[str, torch.Tensor]:
+    """Usual wrong outputs, from :func:`_flash_simulate`."""
+    rescale = ("When the maximum grows, what l and acc hold was computed against the old "
+               "maximum: alpha = exp(m_old - m_new); l = alpha * l + sum(p) and "
+               "acc = alpha * acc + p @ v.")
+    once = ("Divide acc by l once, after the loop: inside it, alpha * acc would mix a "
+            "normalised acc with unnormalised new terms (FlashAttention-1 keeps acc normalised "
+            "instead, with acc = (alpha * l_old * acc + p @ v) / l_new).")
+    mistakes = {
+        "neither l nor acc was rescaled by alpha. " + rescale: "no alpha",
+        "acc was not rescaled by alpha (l was). " + rescale: "no alpha on acc",
+        "acc was never divided by l: the output is unnormalised. " + once: "no division",
+        "acc was divided by l inside the loop and again at the end. " + once:
+            "divide each step",
+        "acc was divided by l inside the loop. " + once: "divide each step only",
+    }
+    if causal:
+        mistakes |= {
+            "the causal mask is strict (cols < rows): query i also sees key i itself, "
+            "keep = cols[None, :] <= offs_m[:, None].": "strict",
+            "the blocks the diagonal crosses were not masked: query i must not see keys j > i, "
+            "s = tl.where(cols[None, :] <= offs_m[:, None], s, float('-inf')).":
+                "no causal mask",
+        }
+    found = {why: _flash_simulate(q, k, v, scale, causal, bm, bn, variant)[0]
+             for why, variant in mistakes.items()}
+    if causal:  # a kernel that guards l = 0 gives query 0 (which then sees nothing) zeros
+        strict = _flash_simulate(q, k, v, scale, causal, bm, bn, "strict")[0]
+        found["the causal mask is strict (cols < rows), so query 0 saw no key at all: query i "
+              "also sees key i itself, keep = cols[None, :] <= offs_m[:, None]."] = (
+                  torch.nan_to_num(strict, nan=0.0))
+    found["the scores were not multiplied by scale (exp(q . k) instead of "
+          "exp(q . k * scale))."] = _flash_simulate(q, k, v, 1.0, causal, bm, bn)[0]
+    found["you used exp2 on scores multiplied by scale alone: 2^x is e^(x ln 2). Use tl.exp, "
+          "or exp2 of the scores times scale * log2(e)."] = _flash_simulate(
+              q, k, v, scale * LN2, causal, bm, bn)[0]
+    return found
+
+
+def _flash_lse_mistakes(q, k, scale, causal) -> dict[str, torch.Tensor]:
+    s = (q @ k.T) * scale
+    if causal:
+        s = s.masked_fill(torch.arange(k.shape[0])[None, :] > torch.arange(q.shape[0])[:, None],
+                          NEG_INF)
+    m = s.amax(1)
+    lse = torch.logsumexp(s, 1)
+    return {
+        "lse is the row maximum m alone: add log(l), lse = m + log(l).": m,
+        "lse is log(l) alone: l was summed against the maximum m, add it back, "
+        "lse = m + log(l).": lse - m,
+        "lse is in log2 units: with exp2 and m in log2 units, lse = (m2 + log2(l)) * ln(2).":
+            lse * LOG2E,
+    }
+
+
+def _flash_buffers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bm: int, bn: int,
+                   hidden_from: int) -> tuple[torch.Tensor, ...]:
+    """Device buffers: ``q``, ``k``, ``v`` in rows ``D + 8`` wide with NaN around them (and in the
+    keys from ``hidden_from`` on), ``O`` and ``LSE`` filled with :data:`SENTINEL`."""
+    L, D = q.shape
+
+    def wide(t: torch.Tensor, extra: int) -> torch.Tensor:
+        buf = torch.full((t.shape[0] + extra, D + 8), float("nan"), dtype=t.dtype)
+        buf[: t.shape[0], :D] = t
+        return buf.to(DEVICE)
+
+    kb, vb = wide(k, bn), wide(v, bn)
+    kb[hidden_from:], vb[hidden_from:] = float("nan"), float("nan")
+    o = torch.full((L + bm, D + 8), SENTINEL, dtype=q.dtype, device=DEVICE)
+    lse = torch.full((L + bm,), SENTINEL, dtype=torch.float32, device=DEVICE)
+    return wide(q, bm), kb, vb, o, lse
+
+
+def _run_flash(kernel: object, case: str, q, k, v, scale, causal, bm, bn, programs: int,
+               hidden_from: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the first ``programs`` programs; return ``(out, lse, O buffer, LSE buffer)``."""
+    (L, D), S = q.shape, k.shape[0]
+    qb, kb, vb, ob, lb = _flash_buffers(q, k, v, bm, bn, hidden_from)
+    launch(kernel, (programs,), case, qb, kb, vb, ob, lb, L, S, qb.stride(0), kb.stride(0),
+           vb.stride(0), ob.stride(0), scale, CAUSAL=causal, HEAD_DIM=D, BLOCK_M=bm,
+           BLOCK_N=bn, advice=f"The kernel's arguments are {_FLASH_SIGNATURE}; grid "
+           "(cdiv(L, BLOCK_M),).")
+    ob, lb = ob.cpu(), lb.cpu()
+    return ob[:L, :D], lb[:L], ob, lb
+
+
+def _flash_cases(gen: torch.Generator) -> list[tuple[str, int, int, bool, torch.dtype, float, int,
+                                                     int]]:
+    """``(case, L, S, causal, dtype, score size, BLOCK_M, BLOCK_N)``."""
+    L1, S1 = random_int(40, 60, gen) | 1, random_int(50, 70, gen) | 1
+    return [
+        (f"no mask, L = {L1}, S = 64 (whole key blocks)", L1, 64, False, torch.float32, 1.0, 16,
+         16),
+        (f"no mask, L = {L1}, S = {S1} (the last key block cut at S; NaN past it)", L1, S1,
+         False, torch.float32, 1.0, 16, 16),
+        (f"causal, L = S = {S1}", S1, S1, True, torch.float32, 1.0, 16, 16),
+        (f"causal, L = {L1} < S = 70", L1, 70, True, torch.float32, 1.0, 16, 16),
+        (f"causal, L = 70 > S = {L1}, BLOCK_M = 32, BLOCK_N = 16", 70, L1, True, torch.float32,
+         1.0, 32, 16),
+        (f"causal, L = {L1}, S = {S1}, float16, scores 4 times larger", L1, S1, True,
+         torch.float16, 4.0, 16, 16),
+    ]
+
+
+@exercise(
+    "FlashAttention's forward kernel, its key loop stopping at the diagonal",
+    hint="With exercise 2's bounds, loop start_n over range(0, end, BLOCK_N) (end = "
+    "min(start_m + BLOCK_M, S) when causal, else S). In each block: load k and v masked by "
+    "cols < S, s = tl.dot(q, tl.trans(k)) * scale, set s to -inf where cols >= S or (causal) "
+    "cols > row, then the online update of l and acc with alpha. After the loop divide acc by l "
+    "once and store lse = m + log(l).",
+)
+def check_flash_kernel(kernel: object) -> None:
+    """Launch the learner's ``@triton.jit`` kernel
+    ``(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, CAUSAL, HEAD_DIM,
+    BLOCK_M, BLOCK_N)`` on one head and compare ``O`` and ``LSE`` with float64 attention.
+
+    Rows of every tensor are ``HEAD_DIM + 8`` apart, with NaN between them and past the last
+    (so wrong strides and unmasked loads show), and ``O`` and ``LSE`` sit in buffers of
+    :data:`~teachkit.exercises.launching.SENTINEL` (so stores out of place show). In the causal
+    cases the checker also launches the programs ``0 .. i`` alone, for each query block ``i``,
+    with NaN in every key from ``start_m + BLOCK_M`` of block ``i`` on: keys that no query of
+    those programs may see. A kernel that loads them and relies on the mask gets
+    ``0 * NaN = NaN``; one that stops its loop at the diagonal never reads them. Wrong outputs
+    are compared with the usual mistakes (no rescale, the division inside the loop, a strict or
+    missing causal mask, no scale, exp2 without log2(e)) and wrong lse with theirs.
+
+    Parameters
+    ----------
+    kernel
+        The learner's ``@triton.jit`` function.
+    """
+    require_kernel(kernel, _FLASH_SIGNATURE)
+    gen = fresh_generator()
+    D = 16
+    scale = 1 / math.sqrt(D)
+    for case, L, S, causal, dtype, size, bm, bn in _flash_cases(gen):
+        q = (torch.randn(L, D, generator=gen, dtype=torch.float64) * size).to(dtype)
+        k, v = (torch.randn(S, D, generator=gen, dtype=torch.float64).to(dtype)
+                for _ in range(2))
+        q64, k64, v64 = q.double(), k.double(), v.double()
+        ref_out, ref_lse = _flash_simulate(q64, k64, v64, scale, causal, bm, bn)
+        rtol = _FLASH_RTOL[dtype]
+        out, lse, ob, lb = _run_flash(kernel, case, q, k, v, scale, causal, bm, bn,
+                                      triton.cdiv(L, bm), S)
+        outside = torch.ones(ob.shape, dtype=torch.bool)
+        outside[:L, :D] = False
+        expect_untouched(ob, outside, case,
+                         f"your kernel stored outside the rows of O: the last program's rows "
+                         f"run past L = {L}, store with mask=offs_m[:, None] < L, at "
+                         "O + offs_m[:, None] * stride_o + offs_d[None, :] (stride_o is not "
+                         "HEAD_DIM here).")
+        expect_untouched(lb, torch.arange(lb.numel()) >= L, case,
+                         f"your kernel stored past LSE[{L - 1}]: mask the store with "
+                         "offs_m < L.")
+        if relative_error(out, ref_out) > rtol:
+            mistake = matching_mistake(out, _flash_out_mistakes(q64, k64, v64, scale, causal,
+                                                                bm, bn), rtol=max(rtol, 1e-4))
+            if mistake:
+                raise ExerciseFailed(f"On {case}: your output matches a usual mistake: "
+                                     + mistake)
+        bad = ~torch.isfinite(out) & torch.isfinite(ref_out)
+        if bool(bad.any()):
+            raise ExerciseFailed(
+                f"On {case}: NaN or inf in the output where the reference is finite. The "
+                "checker puts NaN past the last key and between rows, as any memory may hold: "
+                "load k and v with mask=cols[:, None] < S, other=0.0 (an unmasked v gives "
+                "0 * NaN = NaN even where p = 0), use the strides (rows are not HEAD_DIM "
+                "apart here), and shift a row whose scores are all -inf by 0, not by -inf.")
+        expect(out.dtype == dtype, f"On {case}: O is {dtype}; store out.to(O.dtype.element_ty).")
+        expect_close(out, ref_out, f"{case} (O)", rtol,
+                     advice="m_new = max(m, rowmax(s)); p = exp(s - m_new); alpha = exp(m - "
+                     "m_new); l = alpha * l + rowsum(p); acc = alpha * acc + p @ v; out = acc "
+                     "/ l after the loop.")
+        if relative_error(lse, ref_lse) > 1e-5:
+            mistake = matching_mistake(lse, _flash_lse_mistakes(q64, k64, scale, causal),
+                                       rtol=1e-4)
+            if mistake:
+                raise ExerciseFailed(f"On {case}: your lse matches a usual mistake: " + mistake)
+        expect_close(lse, ref_lse, f"{case} (LSE)", 1e-5,
+                     advice="lse = m + log(l), natural log, with m and l after the last block.")
+        if not causal:
+            continue
+        for i in range(triton.cdiv(L, bm)):
+            hidden = min((i + 1) * bm, S)
+            where = (f"{case}: programs 0 to {i} alone, NaN in keys {hidden} to {S - 1} (no "
+                     f"query of those programs may see them)")
+            if hidden == S:
+                continue
+            out_i, _, _, _ = _run_flash(kernel, where, q, k, v, scale, causal, bm, bn, i + 1,
+                                        hidden)
+            rows = slice(i * bm, min((i + 1) * bm, L))
+            if not bool(torch.isfinite(out_i[rows]).all()):
+                raise ExerciseFailed(
+                    f"On {where}: NaN in the rows of program {i}. Its last query, "
+                    f"{min((i + 1) * bm, L) - 1}, sees no key from start_m + BLOCK_M = "
+                    f"{(i + 1) * bm} on, yet your loop loaded those keys (masking their scores "
+                    "leaves p = 0, and 0 * NaN is NaN). Stop the loop there: end = "
+                    "min(start_m + BLOCK_M, S) when CAUSAL; the blocks past the diagonal are "
+                    "never loaded.")
+            expect_close(out_i[rows], ref_out[rows], f"{where} (O)", rtol)

@@ -9,6 +9,8 @@ Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
    empty splits included: what the merge kernel does for every row.
 3. :func:`check_token_rows`: translate logical token positions through a block table into rows
    of a page pool.
+4. :func:`check_merge_kernel`: the merge of exercise 2 as a Triton kernel, one program per row,
+   the kernel that follows the split kernel in split-KV decoding.
 
 Every checker runs the learner's function on fresh random cases and compares with a reference
 (the library's rule, float64 attention over all keys, the pool's contents); a wrong answer
@@ -28,8 +30,10 @@ import math
 from collections.abc import Callable
 
 import torch
+import triton
 
 from ..compare import relative_error
+from ..device import DEVICE
 from ..kernels.decode import MAX_SPLITS, choose_num_splits
 from ..paging import build_block_table, token_rows
 from .checking import (
@@ -42,11 +46,13 @@ from .checking import (
     matching_mistake,
     random_int,
 )
+from .launching import SENTINEL, expect_untouched, launch, require_kernel
 
 __all__ = [
     "check_num_splits",
     "check_merge_splits",
     "check_token_rows",
+    "check_merge_kernel",
 ]
 
 NEG_INF = float("-inf")
@@ -300,3 +306,182 @@ def check_token_rows(fn: Callable[..., torch.Tensor]) -> None:
             + ("no token" if int(held[b, i]) < 0 else
                f"token {int(held[b, i]) % 1000} of sequence {int(held[b, i]) // 1000}")
             + f".\n  {advice}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 4: the merge kernel in Triton
+# ---------------------------------------------------------------------------------------------
+
+_MERGE_SIGNATURE = ("(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, "
+                    "stride_o, HEAD_DIM, SPLITS)")
+
+
+def _merge_kernel_cases(gen: torch.Generator) -> list[tuple[str, tuple[int, ...], int, list[int],
+                                                             float, torch.dtype]]:
+    """``(case, batch, queries, split bounds, score size, output dtype)``."""
+    n = random_int(30, 60, gen)
+    cut = sorted(random_int(1, n - 1, gen) for _ in range(4))
+    return [
+        (f"a (2, 3) batch of 1 query, {n} keys in 4 uneven splits {[0, *cut[:3], n]}", (2, 3), 1,
+         [0, *cut[:3], n], 1.0, torch.float32),
+        ("3 queries of 2 heads, 20 keys in 6 splits of which 3 are empty (SPLITS = 8: rows 6 "
+         "and 7 of the partials are not splits)", (2,), 3, [0, 8, 16, 20, 20, 20, 20], 1.0,
+         torch.float32),
+        ("scores in the thousands (exp(lse) overflows float32), 30 keys in 3 splits", (2,), 2,
+         [0, 11, 22, 30], 400.0, torch.float32),
+        ("a single split of 13 keys", (3,), 1, [0, 13], 1.0, torch.float32),
+        (f"float16 output, {n} keys in 5 splits", (2, 2), 1, [0, *cut, n], 1.0, torch.float16),
+    ]
+
+
+def _lse_mistakes(lses: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Usual wrong lse of the merge, from the partial lses ``(n, rows)``."""
+    lse = lses.double()
+    m = lse.amax(0)
+    return {
+        "lse is the largest partial lse alone: add the log of the summed weights, "
+        "lse = m + log(sum_s exp(lse_s - m)).": m,
+        "lse is log(sum_s exp(lse_s - m)) without m: the weights were measured against m, "
+        "add it back: lse = m + log(total).": torch.log(torch.exp(lse - m).sum(0)),
+    }
+
+
+def _merge_kernel_mistakes(outs: torch.Tensor, lses: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Exercise 2's usual wrong outputs, and the kernel's own: weights shifted but not
+    normalised."""
+    o, lse = outs.double(), lses.double()
+    w = torch.exp(lse - lse.amax(0))
+    return _split_merge_mistakes(outs, lses) | {
+        "you weighted by exp(lse_s - m) without normalising: divide by the sum of the "
+        "weights, tl.sum(w, 0), once.": (w.unsqueeze(-1) * o).sum(0),
+    }
+
+
+def _run_merge_kernel(kernel: object, case: str, outs: torch.Tensor, lses: torch.Tensor,
+                      dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                     torch.Tensor]:
+    """Launch ``kernel`` on float32 partials ``outs`` ``(n, rows, D)`` and ``lses`` ``(n, rows)``,
+    laid out with gaps of NaN between rows and NaN splits up to the next power of two; return
+    ``(out, lse, out buffer, lse buffer)`` (the buffers hold :data:`SENTINEL` around them)."""
+    n, rows, D = outs.shape
+    splits = triton.next_power_of_2(n)
+    part = torch.full((splits, rows, D + 8), float("nan"), dtype=torch.float32)
+    part[:n, :, :D] = outs
+    lse_part = torch.full((splits, rows + 3), float("nan"), dtype=torch.float32)
+    lse_part[:n, :rows] = lses
+    out_buf = torch.full((rows + 1, D + 8), SENTINEL, dtype=dtype, device=DEVICE)
+    lse_buf = torch.full((rows + 4,), SENTINEL, dtype=torch.float32, device=DEVICE)
+    part, lse_part = part.to(DEVICE), lse_part.to(DEVICE)
+    launch(kernel, (rows,), case, part, lse_part, out_buf, lse_buf, n, part.stride(0),
+           part.stride(1), lse_part.stride(0), out_buf.stride(0), HEAD_DIM=D, SPLITS=splits,
+           advice=f"The kernel's arguments are {_MERGE_SIGNATURE}; grid (n_rows,).")
+    out_buf, lse_buf = out_buf.cpu(), lse_buf.cpu()
+    return out_buf[:rows, :D], lse_buf[:rows], out_buf, lse_buf
+
+
+def _expect_merge_stores(out_buf: torch.Tensor, lse_buf: torch.Tensor, rows: int, D: int,
+                         case: str) -> None:
+    """Nothing stored past the last row, nor between the rows of O."""
+    outside = torch.ones(out_buf.shape, dtype=torch.bool)
+    outside[:rows, :D] = False
+    expect_untouched(out_buf, outside, case,
+                     "your kernel stored outside the rows of O: row r starts at "
+                     "O + r * stride_o (stride_o is not HEAD_DIM here) and holds HEAD_DIM values.")
+    expect_untouched(lse_buf, torch.arange(lse_buf.numel()) >= rows, case,
+                     f"your kernel stored past LSE[{rows - 1}]: one lse per program, at "
+                     "LSE + row.")
+
+
+@exercise(
+    "The split-KV merge kernel in Triton",
+    hint="One program per row: load the (SPLITS,) lses and the (SPLITS, HEAD_DIM) partials "
+    "with mask offs_s < num_splits (other -inf for the lse, 0.0 for the outputs), then "
+    "exercise 2's formula with tl.max, tl.exp and tl.sum over axis 0, and store masked by "
+    "nothing but the row.",
+)
+def check_merge_kernel(kernel: object) -> None:
+    """Launch the learner's ``@triton.jit`` kernel
+    ``(O_PART, LSE_PART, O, LSE, num_splits, stride_ps, stride_pr, stride_ls, stride_o,
+    HEAD_DIM, SPLITS)`` with one program per row, on the partials of float64 attention over
+    uneven splits of the keys, and compare with float64 attention over all of them.
+
+    The partials are laid out with NaN between the rows (strides larger than the width) and in
+    the splits past ``num_splits`` up to ``SPLITS``, so unmasked loads and wrong strides show;
+    the outputs sit in buffers of :data:`~teachkit.exercises.launching.SENTINEL`, so stores out
+    of place show. Cases: uneven splits, empty splits (lse ``-inf``) and ``num_splits`` not a
+    power of two, scores in the thousands, a single split, a float16 output, and a row whose
+    splits are all empty (zeros and ``-inf``).
+
+    Parameters
+    ----------
+    kernel
+        The learner's ``@triton.jit`` function.
+    """
+    require_kernel(kernel, _MERGE_SIGNATURE)
+    gen = fresh_generator()
+    D = 16
+    rtol32 = 1e-5
+    for case, batch, L, bounds, size, dtype in _merge_kernel_cases(gen):
+        q = torch.randn(*batch, L, D, generator=gen, dtype=torch.float64) * size ** 0.5
+        S = bounds[-1]
+        k = torch.randn(*batch, S, D, generator=gen, dtype=torch.float64) * size ** 0.5
+        v = torch.randn(*batch, S, D, generator=gen, dtype=torch.float64)
+        outs, lses = _split_partials(q, k, v, bounds, 1 / math.sqrt(D))
+        n = len(bounds) - 1
+        outs, lses = outs.reshape(n, -1, D).float(), lses.reshape(n, -1).float()
+        rows = outs.shape[1]
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        ref_out = (torch.softmax(s, -1) @ v).reshape(rows, D)
+        ref_lse = torch.logsumexp(s, -1).reshape(rows)
+        out, lse, out_buf, lse_buf = _run_merge_kernel(kernel, case, outs, lses, dtype)
+        _expect_merge_stores(out_buf, lse_buf, rows, D, case)
+        bad_nan = torch.isnan(out) & ~torch.isnan(ref_out)
+        if bool(bad_nan.any()):
+            if size > 1:
+                advice = ("exp(lse_s) overflows (inf / inf = NaN): subtract the largest lse "
+                          "first, w_s = exp(lse_s - m) <= 1.")
+            elif n < triton.next_power_of_2(n):
+                advice = (f"rows {n} to {triton.next_power_of_2(n) - 1} of the (SPLITS, "
+                          "HEAD_DIM) tile are no split (the checker filled them with NaN): "
+                          "load with mask=offs_s < num_splits, other=float('-inf') for the lse "
+                          "and other=0.0 for the outputs (0 * NaN is NaN).")
+            else:
+                advice = ("the checker put NaN between the rows of the partials: split s, row r "
+                          "starts at O_PART + s * stride_ps + r * stride_pr, and its lse is "
+                          "LSE_PART + s * stride_ls + r (the strides are not HEAD_DIM or "
+                          "n_rows here).")
+            raise ExerciseFailed(f"On {case}: NaN in the output where the reference is finite; "
+                                 + advice)
+        if not relative_error(out, ref_out) <= (rtol32 if dtype == torch.float32 else 2e-3):
+            mistake = matching_mistake(out, _merge_kernel_mistakes(outs, lses))
+            if mistake:
+                raise ExerciseFailed(f"On {case}: your output matches a usual mistake: "
+                                     + mistake)
+        expect(out.dtype == dtype, f"On {case}: O is {dtype}; store out.to(O.dtype.element_ty).")
+        expect_close(out, ref_out, f"{case} (out)", rtol32 if dtype == torch.float32 else 2e-3,
+                     advice="weights w_s = exp(lse_s - m) with m the largest lse, out = "
+                     "sum_s w_s out_s / sum_s w_s; row r of split s at O_PART + s * stride_ps "
+                     "+ r * stride_pr.")
+        if not relative_error(lse, ref_lse) <= rtol32:
+            mistake = matching_mistake(lse, _lse_mistakes(lses), rtol=1e-5)
+            if mistake:
+                raise ExerciseFailed(f"On {case}: your lse matches a usual mistake: " + mistake)
+        expect_close(lse, ref_lse, f"{case} (lse)", rtol32,
+                     advice="lse = m + log(sum_s exp(lse_s - m)), in natural log (tl.log).")
+    # Row 0 saw no key (all its splits empty); row 1 has three splits of equal lse.
+    outs = torch.zeros(3, 2, D)
+    lses = torch.full((3, 2), NEG_INF)
+    outs[:, 1], lses[:, 1] = torch.randn(3, D, generator=gen), 0.5
+    case = "row 0 of 2, whose 3 splits are all empty (it saw no key)"
+    out, lse, out_buf, lse_buf = _run_merge_kernel(kernel, case, outs, lses, torch.float32)
+    _expect_merge_stores(out_buf, lse_buf, 2, D, case)
+    expect(bool(torch.isfinite(out[0]).all()) and bool((out[0] == 0).all()),
+           f"On {case}: expected zeros, got {out[0][:4].tolist()}... With every weight 0 the "
+           "sum is 0 / 0 (and m = -inf makes lse_s - m = -inf - (-inf) = NaN): shift by 0 "
+           "where m is -inf and divide by 1 where the total is 0, as SDPA gives zeros for a "
+           "row that sees no key.")
+    expect(lse[0].item() == NEG_INF, f"On {case}: expected lse = -inf, got {lse[0].item()}.")
+    expect_close(out[1], outs[:, 1].double().mean(0), "row 1 of the same call (3 splits of "
+                 "equal lse)", 1e-6, "equal lse: equal weights, 1/3 each.")
+    expect_close(lse[1], torch.tensor(0.5 + math.log(3), dtype=torch.float64),
+                 "row 1 of the same call (lse)", 1e-6, "lse = m + log(total) = 0.5 + log 3.")

@@ -7,11 +7,13 @@ import math
 
 import torch
 import triton
+import triton.language as tl
 
 from ...kernels import teaching
 from ..ex06 import MIN_CHUNK, PROGRAMS_PER_SM
 
-__all__ = ["solution_row_softmax", "solution_combine", "solution_n_splits"]
+__all__ = ["solution_row_softmax", "solution_combine", "solution_n_splits",
+           "solution_online_kernel"]
 
 
 
@@ -37,6 +39,39 @@ def solution_row_softmax(x: torch.Tensor) -> torch.Tensor:
     block = triton.next_power_of_2(n_cols)
     teaching.row_softmax_kernel[(rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=block)
     return y
+
+
+@triton.jit
+def solution_online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """Program ``row``: the softmax of row ``row`` of ``X`` ``(n_rows, n_cols)`` into ``Y``, in
+    two passes over blocks of ``BLOCK`` columns, for rows of any length.
+
+    Pass 1 keeps ``BLOCK`` lanes of running ``(m, d)`` in float32, ``(BLOCK,)`` each: lane ``j``
+    sees columns ``j``, ``j + BLOCK``, ``j + 2 BLOCK``, ... and folds each in with the online
+    update (no reduction inside the loop). The lanes are then merged into the row's ``(m, d)``:
+    the largest ``m``, and every lane's ``d`` rescaled to it (``tl.reduce`` with exercise 2's
+    combine does the same in one tree). Pass 2 reads the row again and writes
+    ``exp(x - m) / d``. Columns past ``n_cols`` read ``-inf``: they add ``exp(-inf) = 0``. Rows
+    are ``stride_x`` and ``stride_y`` elements apart."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    m = tl.full([BLOCK], float("-inf"), tl.float32)  # (BLOCK,) running maximum per lane
+    d = tl.zeros([BLOCK], tl.float32)                # (BLOCK,) sum of exp(x - m) per lane
+    for start in range(0, n_cols, BLOCK):            # pass 1: the statistics
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a lane with nothing yet: no NaN
+        d = d * tl.exp(m - shift) + tl.exp(x - shift)          # rescale, then add the new value
+        m = m_new
+    m_row = tl.max(m, 0)                                       # the row's maximum (a scalar)
+    d_row = tl.sum(d * tl.exp(m - m_row), 0)                   # every lane's d at that maximum
+    for start in range(0, n_cols, BLOCK):            # pass 2: normalise
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        y = tl.exp(x - m_row) / d_row
+        tl.store(y_row + cols, y.to(Y.dtype.element_ty), mask=cols < n_cols)
 
 
 solution_combine = teaching.merge_combine_natural

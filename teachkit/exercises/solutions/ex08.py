@@ -6,8 +6,11 @@ from __future__ import annotations
 import math
 
 import torch
+import triton
+import triton.language as tl
 
-__all__ = ["solution_key_range", "solution_exp2_update", "solution_causal_flops"]
+__all__ = ["solution_key_range", "solution_exp2_update", "solution_causal_flops",
+           "solution_flash_kernel"]
 
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
@@ -116,3 +119,72 @@ def solution_causal_flops(L: int, S: int, D: int, block_m: int, block_n: int) ->
         end = min(start_m + block_m, S)
         tiles += -(-end // block_n)  # ceil(end / block_n) key blocks
     return tiles * 4 * block_m * block_n * D
+
+
+@triton.jit
+def solution_flash_kernel(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale,
+                          CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr):
+    """Program ``i``: rows ``i * BLOCK_M .. i * BLOCK_M + BLOCK_M - 1`` of one head's attention
+    ``O = softmax(Q K^T * scale) V`` and their natural log-sum-exp ``LSE``.
+
+    ``Q`` and ``O`` are ``(L, HEAD_DIM)``, ``K`` and ``V`` ``(S, HEAD_DIM)``, rows ``stride_*``
+    elements apart; ``LSE`` is ``(L,)`` float32. With ``CAUSAL`` query ``i`` sees keys
+    ``j <= i`` (top-left). The key loop runs in two parts, with exercise 2's bounds: keys
+    ``[0, full_end)`` in whole blocks that every row of the program sees, loaded and used without
+    a mask; keys ``[full_end, end)`` masked (the block cut at ``S``, the blocks the diagonal
+    crosses); keys from ``end`` on are never loaded. The state ``(m, l, acc)`` is float32 and
+    ``acc`` is divided by ``l`` once, after the loop."""
+    start_m = tl.program_id(0) * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)                    # (BLOCK_M,) query rows
+    offs_n = tl.arange(0, BLOCK_N)                              # (BLOCK_N,)
+    offs_d = tl.arange(0, HEAD_DIM)                             # (HEAD_DIM,)
+    q = tl.load(Q + offs_m[:, None] * stride_q + offs_d[None, :], mask=offs_m[:, None] < L,
+                other=0.0)                                      # (BLOCK_M, HEAD_DIM)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)         # running maximum per row
+    l_i = tl.zeros([BLOCK_M], tl.float32)                       # running sum of exp(s - m)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)             # unnormalised output
+
+    s_full = (S // BLOCK_N) * BLOCK_N                           # keys of whole blocks
+    if CAUSAL:
+        full_end = tl.minimum(start_m, s_full)   # below the diagonal for every row
+        end = tl.minimum(start_m + BLOCK_M, S)   # the last row sees no key from here on
+    else:
+        full_end = s_full
+        end = S
+    for start_n in range(0, full_end, BLOCK_N):                 # whole blocks: no mask
+        cols = start_n + offs_n
+        k = tl.load(K + cols[:, None] * stride_k + offs_d[None, :])   # (BLOCK_N, HEAD_DIM)
+        v = tl.load(V + cols[:, None] * stride_v + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k)) * scale                      # (BLOCK_M, BLOCK_N) scores
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)                             # rescales the old l and acc
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    for start_n in range(full_end, end, BLOCK_N):               # the diagonal, the cut block
+        cols = start_n + offs_n
+        k = tl.load(K + cols[:, None] * stride_k + offs_d[None, :], mask=cols[:, None] < S,
+                    other=0.0)
+        v = tl.load(V + cols[:, None] * stride_v + offs_d[None, :], mask=cols[:, None] < S,
+                    other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        keep = cols[None, :] < S
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None])    # query i sees keys j <= i
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)    # a row with no key yet: no NaN
+        alpha = tl.exp(m_i - shift)
+        p = tl.exp(s - shift[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]            # once, at the end
+    lse = m_i + tl.log(l_i)                                     # natural log
+    rows_ok = offs_m < L
+    tl.store(O + offs_m[:, None] * stride_o + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=rows_ok[:, None])
+    tl.store(LSE + offs_m, lse, mask=rows_ok)

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from ...kernels.decode import MAX_SPLITS
 
-__all__ = ["solution_num_splits", "solution_merge_splits", "solution_token_rows"]
+__all__ = ["solution_num_splits", "solution_merge_splits", "solution_token_rows",
+           "solution_merge_kernel"]
 
 NEG_INF = float("-inf")
 
@@ -90,3 +93,34 @@ def solution_token_rows(block_table: torch.Tensor, page_size: int,
     logical = positions.long() // page_size
     page = torch.gather(block_table.long(), 1, logical)
     return page * page_size + positions.long() % page_size
+
+
+@triton.jit
+def solution_merge_kernel(O_PART, LSE_PART, O, LSE, num_splits,
+                          stride_ps, stride_pr, stride_ls, stride_o,
+                          HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    """Program ``row``: merge the ``num_splits`` partial results of one row by their lse.
+
+    ``O_PART`` is ``(num_splits, n_rows, HEAD_DIM)`` (split ``s``, row ``r`` at
+    ``s * stride_ps + r * stride_pr``), ``LSE_PART`` ``(num_splits, n_rows)`` (split rows
+    ``stride_ls`` apart), both float32; ``O`` is ``(n_rows, HEAD_DIM)`` (rows ``stride_o``
+    apart) and ``LSE`` ``(n_rows,)`` float32. ``SPLITS`` is a power of two at least
+    ``num_splits``: the partials are one ``(SPLITS, HEAD_DIM)`` tile, the rows past
+    ``num_splits`` masked (lse ``-inf``, weight 0). Empty splits have lse ``-inf`` and weigh 0;
+    a row whose splits are all empty gets zeros and ``-inf``."""
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, SPLITS)                                   # (SPLITS,)
+    offs_d = tl.arange(0, HEAD_DIM)                                 # (HEAD_DIM,)
+    used = offs_s < num_splits
+    lse = tl.load(LSE_PART + offs_s * stride_ls + row, mask=used,
+                  other=float("-inf"))                              # (SPLITS,)
+    part = tl.load(O_PART + offs_s[:, None] * stride_ps + row * stride_pr + offs_d[None, :],
+                   mask=used[:, None], other=0.0)                   # (SPLITS, HEAD_DIM)
+    m = tl.max(lse, 0)                                              # -inf: every split empty
+    shift = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.exp(lse - shift)                                         # (SPLITS,), each <= 1
+    total = tl.sum(w, 0)
+    safe = tl.where(total == 0.0, 1.0, total)                       # no key: no 0 / 0
+    out = tl.sum(w[:, None] * part, 0) / safe                       # (HEAD_DIM,)
+    tl.store(O + row * stride_o + offs_d, out.to(O.dtype.element_ty))
+    tl.store(LSE + row, tl.where(total == 0.0, float("-inf"), shift + tl.log(safe)))

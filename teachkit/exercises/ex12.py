@@ -35,10 +35,10 @@ from .checking import (
     expect_close,
     fresh_generator,
     matching_mistake,
-    raise_if_stub,
     random_int,
     random_normal,
 )
+from .launching import SENTINEL, launch, require_kernel
 
 __all__ = ["check_softmax_backward", "check_delta_kernel"]
 
@@ -133,10 +133,6 @@ def check_softmax_backward(fn: object) -> None:
 # --------------------------------------------------------------------------------------------
 # Exercise 2: delta in Triton
 # --------------------------------------------------------------------------------------------
-SENTINEL = 12345.0
-"""What the checker writes past the last row of delta: a kernel that stores there changes it."""
-
-
 @exercise(
     "delta = rowsum(dO * O) in Triton",
     hint="Load the (BLOCK_M, HEAD_DIM) tiles at O + rows[:, None] * stride_o + cols[None, :] "
@@ -154,10 +150,7 @@ def check_delta_kernel(kernel: object) -> None:
     kernel
         The learner's ``@triton.jit`` function.
     """
-    raise_if_stub(kernel)
-    expect(hasattr(kernel, "fn") and hasattr(kernel, "__getitem__"),
-           f"{getattr(kernel, '__name__', kernel)!r} is not a Triton kernel: put @triton.jit "
-           "above def, and pass the kernel itself (not a function that launches it).")
+    require_kernel(kernel, "(O, DO, DELTA, n_rows, stride_o, stride_do, HEAD_DIM, BLOCK_M)")
     g = fresh_generator()
     for head_dim, block_m in ((16, 16), (64, 32)):
         n_rows = random_int(20, 90, g) | 1  # never a multiple of the block
@@ -176,8 +169,8 @@ def check_delta_kernel(kernel: object) -> None:
             buffer = torch.full((n_rows + block_m,), SENTINEL, dtype=torch.float32)
             o_dev, do_dev, buf = wide_o.to(DEVICE), wide_do.to(DEVICE), buffer.to(DEVICE)
             grid = (triton.cdiv(n_rows, block_m),)
-            call_learner(
-                kernel[grid], case, o_dev[:n_rows, :head_dim], do_dev[:n_rows, :head_dim], buf,
+            launch(
+                kernel, grid, case, o_dev[:n_rows, :head_dim], do_dev[:n_rows, :head_dim], buf,
                 n_rows, o_dev.stride(0), do_dev.stride(0), HEAD_DIM=head_dim, BLOCK_M=block_m,
                 advice="The kernel's arguments are (O, DO, DELTA, n_rows, stride_o, "
                 "stride_do, HEAD_DIM, BLOCK_M); tl.sum(..., axis=1) gives one number per row.")

@@ -218,6 +218,6 @@ def test_causal_flops_mistakes_are_named(index, fragment):
     _fails(ex08.check_causal_flops, _flops_with(mistake), fragment, "computed tiles")
 
 
-def test_causal_flops_float_is_refused():
+def test_causal_flops_float_is_refused(unwatched):
     _fails(ex08.check_causal_flops, lambda *a: float(solutions.solution_causal_flops(*a)),
            "should be an int")

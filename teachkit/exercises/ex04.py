@@ -20,7 +20,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex04 import solution_rescale_chunk
 >>> check_rescale_chunk(solution_rescale_chunk)
 [correct] Rescale a chunk's local softmax into the global softmax
-True
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from ..attention import attention_scores
 from ..compare import relative_error
 from ..softmax import exp_shift, softmax_stats
 from .checking import (
+    SOFTMAX_FUNCTIONS,
     call_learner,
     exercise,
     expect,
@@ -168,6 +168,7 @@ _RESCALE_DEFAULT = (
     "p_local = exp(x - m_local) / d_local. Multiply by d_local to undo the local division, by "
     "exp(m_local - m) to re-measure from the row's maximum, and divide by d. The statistics have "
     "no chunk axis: use .unsqueeze(-1).",
+    forbid=(*SOFTMAX_FUNCTIONS,),
 )
 def check_rescale_chunk(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(p_local, m_local, d_local, m, d)`` chunk by chunk against a float64 softmax.
@@ -274,6 +275,8 @@ def _merge_case(
     "lse = merge of the two lse's (teachkit.merge_lse, or max + log of a sum of exponentials "
     "of differences); the weights are exp(lse_a - lse) and exp(lse_b - lse), made (..., L, 1) "
     "with unsqueeze(-1). A part with lse = -inf must get weight 0: see teachkit.softmax.exp_shift.",
+    forbid=("teachkit.attention.merge_partials", "teachkit.ring.attention.merge_partials_",
+            "teachkit.exercises.solutions.ex09.solution_merge_splits",),
 )
 def check_merge_out_lse(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(out_a, lse_a, out_b, lse_b) -> (out, lse)`` against attention over the union.
@@ -417,6 +420,12 @@ def _run_blocks(
     "m' = max(m, s.amax(-1)); alpha = exp(m - m'); p = exp(s - m'[..., None]); l' = alpha * l + "
     "p.sum(-1); acc' = alpha[..., None] * acc + p @ v. Use teachkit.softmax.exp_shift for the "
     "exponentials so rows that have only seen -inf stay at (-inf, 0, 0).",
+    forbid=("teachkit.attention.attention_block_update", "teachkit.attention.naive_attention",
+            "teachkit.attention.blockwise_attention",
+            "torch.nn.functional.scaled_dot_product_attention",
+            "teachkit.kernels.flash.flash_attention",
+            "teachkit.kernels.flash_simple.flash_attention_simple",
+            "teachkit.exercises.solutions.ex08.solution_exp2_update",),
 )
 def check_block_update(fn: Callable[..., tuple[torch.Tensor, ...]]) -> None:
     """Check ``fn(m, l, acc, s, v) -> (m, l, acc)`` by running it over all key blocks.

@@ -29,6 +29,7 @@ from ..compare import relative_error
 from ..device import DEVICE
 from ..kernels import teaching
 from .checking import (
+    SOFTMAX_FUNCTIONS,
     ExerciseFailed,
     exercise,
     expect,
@@ -93,6 +94,15 @@ def _row_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, float]]:
     "+ cols, mask=mask, other=float('-inf')), upcast with .to(tl.float32), subtract tl.max, "
     "exp, divide by tl.sum; store with the same mask. Launch grid (rows,) with "
     "BLOCK=triton.next_power_of_2(n_cols).",
+    forbid=("teachkit.kernels.teaching.row_softmax_kernel", "teachkit.kernels.teaching.row_softmax",
+            "teachkit.kernels.teaching.fused_one_row", "teachkit.kernels.softmax_kernels.softmax",
+            "teachkit.kernels.softmax_kernels.softmax_fused",
+            "teachkit.kernels.softmax_kernels.softmax_blog",
+            "teachkit.kernels.softmax_kernels.softmax_online",
+            "teachkit.kernels.softmax_kernels.softmax_split",
+            "teachkit.kernels.softmax_kernels.fused_kernel",
+            "teachkit.kernels.softmax_kernels.blog_kernel",
+            "teachkit.kernels.softmax_kernels.online_kernel", *SOFTMAX_FUNCTIONS,),
 )
 def check_row_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Run ``fn(x)`` on rows of odd length (not a power of two), large and masked values, three
@@ -181,6 +191,8 @@ def _combine_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor]]:
     hint="m = tl.maximum(m_a, m_b); rescale each side to it: d_a * tl.exp(m_a - m) + "
     "d_b * tl.exp(m_b - m). When both sides are empty (m = -inf) that is exp(-inf - (-inf)) = "
     "NaN: subtract safe = tl.where(m == float('-inf'), 0.0, m) instead. Return (m, d).",
+    forbid=("teachkit.kernels.teaching.merge_combine_natural",
+            "teachkit.kernels.softmax_kernels.merge_combine",),
 )
 def check_combine(combine: object) -> None:
     """Reduce lanes of ``(m, d)`` with ``tl.reduce(..., combine)`` in a kernel and compare each
@@ -244,6 +256,7 @@ def check_combine(combine: object) -> None:
     hint=f"you want n_rows * k >= {PROGRAMS_PER_SM} * n_sms, so k = ceil({PROGRAMS_PER_SM} * "
     f"n_sms / n_rows); but chunks of n_cols / k columns must stay >= {MIN_CHUNK}, so k <= "
     f"n_cols // {MIN_CHUNK}; and k is at least 1.",
+    forbid=("teachkit.kernels.softmax_kernels._split_chunk",),
 )
 def check_n_splits(fn: Callable[[int, int, int], int]) -> None:
     """Compare ``fn(n_rows, n_cols, n_sms)`` with the rule on the benchmark's shapes, tiny and

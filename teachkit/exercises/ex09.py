@@ -19,7 +19,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex09 import solution_num_splits
 >>> check_num_splits(solution_num_splits)
 [correct] Choose the number of splits of a decoding grid
-True
 """
 
 from __future__ import annotations
@@ -92,6 +91,7 @@ _SPLIT_MISTAKES: dict[str, Callable[[int, int, int], int]] = {
     "1 if programs >= sms (the grid is full); else splits = 2 * sms // programs: the most that "
     "fit in one wave of two programs per SM; then at most key_blocks (a split holds a block or "
     f"more), at most {MAX_SPLITS}, and at least 1.",
+    forbid=("teachkit.kernels.decode.choose_num_splits",),
 )
 def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
     """Check ``fn(programs, key_blocks, sms) -> int`` against the library's rule.
@@ -167,6 +167,9 @@ def _split_merge_mistakes(outs: torch.Tensor, lses: torch.Tensor) -> dict[str, t
     "m = lses.amax(0) (replace -inf by 0), w = exp(lses - m), total = w.sum(0); "
     "out = (w[..., None] * outs).sum(0) / total[..., None] and lse = m + log(total), "
     "with zeros and -inf where total == 0.",
+    forbid=("teachkit.attention.merge_partials", "teachkit.ring.attention.merge_partials_",
+            "teachkit.kernels.decode.decode_merge_kernel",
+            "teachkit.exercises.solutions.ex04.solution_merge_out_lse",),
 )
 def check_merge_splits(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(outs, lses) -> (out, lse)`` against float64 attention over all the keys.
@@ -254,6 +257,8 @@ def _rows_mistakes(table: torch.Tensor, P: int, pos: torch.Tensor) -> dict[str, 
     "Find a token's row in the page pool through the block table",
     "page = torch.gather(block_table.long(), 1, positions // page_size); "
     "row = page * page_size + positions % page_size.",
+    forbid=("teachkit.paging.token_rows", "teachkit.paging.gather_from_pages",
+            "teachkit.paging.paged_from_contiguous",),
 )
 def check_token_rows(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(block_table, page_size, positions) -> rows`` by reading a real pool.

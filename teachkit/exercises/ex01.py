@@ -58,8 +58,8 @@ def _definition(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 @exercise(
     title="Naive softmax along any dim",
-    hint="exponentiate with torch.exp(x), then divide by e.sum(dim=dim, keepdim=True): keepdim "
-    "keeps the summed axis so the sums line up with their rows.",
+    hint="Two steps: exponentiate every entry, then divide by a sum taken along dim only. How do "
+         "you make that sum line up with its row?",
     forbid=(*SOFTMAX_FUNCTIONS,),
 )
 def check_naive_softmax(fn: Callable[..., torch.Tensor]) -> None:
@@ -131,9 +131,9 @@ def _steps(a: float, b: float, dtype: torch.dtype) -> int:
 
 @exercise(
     title="The overflow threshold of a dtype, found by experiment",
-    hint="start from v = torch.tensor(math.log(torch.finfo(dtype).max), dtype=dtype) and move one "
-    "representable value at a time with torch.nextafter(v, target) until exp(v) is finite but "
-    "exp of the next value is inf.",
+    hint="exp(v) is finite exactly up to some value of the dtype; a good first guess is ln of the"
+         " dtype's largest number, but a guess must be checked, one representable value at a "
+         "time.",
     forbid=("teachkit.numerics.overflow_threshold", "teachkit.numerics.largest_where",),
 )
 def check_overflow_threshold(fn: Callable[[torch.dtype], Any]) -> None:
@@ -270,9 +270,8 @@ def _nan_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, str]]:
 
 @exercise(
     title="Predict which rows the naive softmax turns NaN",
-    hint="two ways to get NaN: an entry above overflow_threshold(x.dtype) (exp = inf, inf/inf), "
-    "or a row whose entries are all below underflow_threshold(x.dtype) (all exp = 0, 0/0). "
-    "Combine (x > t).any(dim=-1) and (x < u).all(dim=-1).",
+    hint="A row of the naive softmax gets a NaN in two ways: inf / inf, or 0 / 0. Which values of"
+         " x make each happen?",
     forbid=(*SOFTMAX_FUNCTIONS,),
 )
 def check_nan_rows(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:

@@ -165,9 +165,8 @@ _RESCALE_DEFAULT = (
 
 @exercise(
     "Rescale a chunk's local softmax into the global softmax",
-    "p_local = exp(x - m_local) / d_local. Multiply by d_local to undo the local division, by "
-    "exp(m_local - m) to re-measure from the row's maximum, and divide by d. The statistics have "
-    "no chunk axis: use .unsqueeze(-1).",
+    "p_local was divided by the chunk's own sum and measured from the chunk's own maximum. Undo "
+    "both, then apply the row's.",
     forbid=(*SOFTMAX_FUNCTIONS,),
 )
 def check_rescale_chunk(fn: Callable[..., torch.Tensor]) -> None:
@@ -272,9 +271,8 @@ def _merge_case(
 
 @exercise(
     "Merge two partial attention results (out, lse)",
-    "lse = merge of the two lse's (teachkit.merge_lse, or max + log of a sum of exponentials "
-    "of differences); the weights are exp(lse_a - lse) and exp(lse_b - lse), made (..., L, 1) "
-    "with unsqueeze(-1). A part with lse = -inf must get weight 0: see teachkit.softmax.exp_shift.",
+    "Each part's out is a softmax-weighted average over its own keys. What share of the union's "
+    "softmax mass does each part hold?",
     forbid=("teachkit.attention.merge_partials", "teachkit.ring.attention.merge_partials_",
             "teachkit.exercises.solutions.ex09.solution_merge_splits",),
 )
@@ -417,9 +415,8 @@ def _run_blocks(
 
 @exercise(
     "One step of the online attention update (m, l, acc)",
-    "m' = max(m, s.amax(-1)); alpha = exp(m - m'); p = exp(s - m'[..., None]); l' = alpha * l + "
-    "p.sum(-1); acc' = alpha[..., None] * acc + p @ v. Use teachkit.softmax.exp_shift for the "
-    "exponentials so rows that have only seen -inf stay at (-inf, 0, 0).",
+    "This is the online step of notebook 03 applied to a whole block of scores, with a running "
+    "output that must be rescaled the same way as l.",
     forbid=("teachkit.attention.attention_block_update", "teachkit.attention.naive_attention",
             "teachkit.attention.blockwise_attention",
             "torch.nn.functional.scaled_dot_product_attention",

@@ -90,10 +90,9 @@ def _row_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, float]]:
 
 @exercise(
     "a one-row softmax kernel",
-    hint="cols = tl.arange(0, BLOCK); mask = cols < n_cols; load with tl.load(X + row * stride_x "
-    "+ cols, mask=mask, other=float('-inf')), upcast with .to(tl.float32), subtract tl.max, "
-    "exp, divide by tl.sum; store with the same mask. Launch grid (rows,) with "
-    "BLOCK=triton.next_power_of_2(n_cols).",
+    hint="One program owns one row: load it with a mask, compute in float32, store with the same "
+         "mask. What must the lanes past the row's end hold so they change neither the max nor "
+         "the sum?",
     forbid=("teachkit.kernels.teaching.row_softmax_kernel", "teachkit.kernels.teaching.row_softmax",
             "teachkit.kernels.teaching.fused_one_row", "teachkit.kernels.softmax_kernels.softmax",
             "teachkit.kernels.softmax_kernels.softmax_fused",
@@ -188,9 +187,8 @@ def _combine_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor]]:
 
 @exercise(
     "the combine function of tl.reduce over (m, d) pairs",
-    hint="m = tl.maximum(m_a, m_b); rescale each side to it: d_a * tl.exp(m_a - m) + "
-    "d_b * tl.exp(m_b - m). When both sides are empty (m = -inf) that is exp(-inf - (-inf)) = "
-    "NaN: subtract safe = tl.where(m == float('-inf'), 0.0, m) instead. Return (m, d).",
+    hint="It is notebook 03's merge written with tl functions. What happens when both sides are "
+         "empty?",
     forbid=("teachkit.kernels.teaching.merge_combine_natural",
             "teachkit.kernels.softmax_kernels.merge_combine",),
 )
@@ -253,9 +251,8 @@ def check_combine(combine: object) -> None:
 
 @exercise(
     "chunks per row to fill the GPU",
-    hint=f"you want n_rows * k >= {PROGRAMS_PER_SM} * n_sms, so k = ceil({PROGRAMS_PER_SM} * "
-    f"n_sms / n_rows); but chunks of n_cols / k columns must stay >= {MIN_CHUNK}, so k <= "
-    f"n_cols // {MIN_CHUNK}; and k is at least 1.",
+    hint="The smallest k that gives the GPU enough programs, then the limit that keeps chunks "
+         "long enough, then at least 1.",
     forbid=("teachkit.kernels.softmax_kernels._split_chunk",),
 )
 def check_n_splits(fn: Callable[[int, int, int], int]) -> None:

@@ -140,9 +140,8 @@ def _random_tile_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, i
 
 @exercise(
     "Classify one tile of the causal score matrix",
-    "Tile (i, j) holds queries r0 = i * block_m .. r1 - 1 with r1 = min((i + 1) * block_m, L), "
-    "and keys c0 .. c1 - 1 likewise. Query q sees key k iff k <= q. SKIP if c0 > r1 - 1, FULL if "
-    "c1 - 1 <= r0, MASKED otherwise; without causal every tile is FULL.",
+    "Think of the corners of the tile: which query and which key decide 'everything masked', and "
+    "which decide 'nothing masked'?",
     forbid=("teachkit.tiling.tile_kind", "teachkit.tiling.tile_schedule",
             "teachkit.tiling.schedule_from_mask",),
 )
@@ -203,8 +202,8 @@ def _probs_mistakes(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
 
 @exercise(
     "Recompute a tile of probabilities from q, k and lse",
-    "s = scale * q @ k.transpose(-2, -1) (in lse's dtype), then P = exp(s - lse.unsqueeze(-1)). "
-    "The lse already holds the whole row's normalisation: no max, no sum over the tile.",
+    "The lse already holds the whole row's normalisation: no maximum and no sum over the tile are"
+    " needed.",
 )
 def check_recompute_probs(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(q_block, k_block, lse_block, scale)`` on every tile against a float64 softmax.
@@ -348,10 +347,8 @@ def _first_unseen_block(L: int, S: int, bn: int) -> int:
 
 @exercise(
     "Tiled attention: query blocks, key blocks, the causal schedule, one division",
-    "For each query block: m = -inf, l = 0, acc = 0; for each key block whose tile is not SKIP "
-    "(teachkit.tiling.tile_schedule): s = attention_scores(q_block, k_block), mask key > query "
-    "on MASKED tiles (absolute positions), (m, l, acc) = attention_block_update(m, l, acc, s, "
-    "v_block). Then out = acc / l, lse = m + log(l); concatenate the blocks.",
+    "Two loops: query blocks outside, key blocks inside, with notebook 04's running (m, l, acc). "
+    "Which tiles must you not even read?",
     forbid=("teachkit.attention.naive_attention", "teachkit.attention.blockwise_attention",
             "torch.nn.functional.scaled_dot_product_attention",
             "teachkit.kernels.flash.flash_attention",

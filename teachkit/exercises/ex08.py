@@ -166,9 +166,8 @@ def _key_range_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, int
 
 @exercise(
     "The key range of one query block: unmasked, masked, never loaded",
-    "Whole key blocks end at s_full = (S // block_n) * block_n. Without causal: (s_full, S). "
-    "With causal, query start_m sees every key < start_m and query start_m + block_m - 1 sees "
-    "none from start_m + block_m on: (min(start_m, s_full), min(start_m + block_m, S)).",
+    "Think of the program's first and last query, and of the last block of keys, which may be cut"
+    " short at S.",
     forbid=("teachkit.tiling.tile_schedule", "teachkit.tiling.schedule_from_mask",),
 )
 def check_key_range(fn: Callable[..., tuple[int, int]]) -> None:
@@ -297,10 +296,8 @@ def _exp2_cases():
 
 @exercise(
     "One key block folded into (m, l, acc) with exp2 and the scale folded in",
-    "Put the scores in log2 units first: s2 = s_raw * (scale * log2(e)), log2(e) = 1/ln(2). "
-    "Then m2_new = max(m2, s2.amax(-1)); shift = m2_new, or 0 where m2_new is -inf; "
-    "p = exp2(s2 - shift[..., None]); alpha = exp2(m2 - shift); l = alpha * l + p.sum(-1); "
-    "acc = alpha[..., None] * acc + p @ v.",
+    "Multiply the scores by scale * log2(e) once, then the update is the natural-log one with "
+    "exp2 in place of exp.",
     forbid=("teachkit.attention.attention_block_update",
             "teachkit.exercises.solutions.ex04.solution_block_update",),
 )
@@ -392,9 +389,8 @@ def _flops_mistakes(L: int, S: int, D: int, bm: int, bn: int) -> dict[str, int]:
 
 @exercise(
     "The flops a causal FlashAttention kernel really spends",
-    "For each query block start_m in range(0, L, block_m): end = min(start_m + block_m, S) and "
-    "it computes ceil(end / block_n) tiles. Each tile is two products of 2 * block_m * "
-    "block_n * D flops. Sum over the blocks.",
+    "Use exercise 2's key range: how many key blocks does each query block compute, and what does"
+    " one tile cost?",
     forbid=("teachkit.tiling.count_tiles", "teachkit.tiling.tile_schedule",
             "teachkit.tiling.schedule_from_mask",),
 )

@@ -88,9 +88,8 @@ _SPLIT_MISTAKES: dict[str, Callable[[int, int, int], int]] = {
 
 @exercise(
     "Choose the number of splits of a decoding grid",
-    "1 if programs >= sms (the grid is full); else splits = 2 * sms // programs: the most that "
-    "fit in one wave of two programs per SM; then at most key_blocks (a split holds a block or "
-    f"more), at most {MAX_SPLITS}, and at least 1.",
+    "No split when the grid already fills the GPU; otherwise as many as fit in one wave of two "
+    "programs per SM, within the limits.",
     forbid=("teachkit.kernels.decode.choose_num_splits",),
 )
 def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
@@ -164,9 +163,8 @@ def _split_merge_mistakes(outs: torch.Tensor, lses: torch.Tensor) -> dict[str, t
 
 @exercise(
     "Merge the partial results of many splits",
-    "m = lses.amax(0) (replace -inf by 0), w = exp(lses - m), total = w.sum(0); "
-    "out = (w[..., None] * outs).sum(0) / total[..., None] and lse = m + log(total), "
-    "with zeros and -inf where total == 0.",
+    "Subtract the largest lse so every weight lies in [0, 1]. What must an empty split, and a row"
+    " with only empty splits, give?",
     forbid=("teachkit.attention.merge_partials", "teachkit.ring.attention.merge_partials_",
             "teachkit.kernels.decode.decode_merge_kernel",
             "teachkit.exercises.solutions.ex04.solution_merge_out_lse",),
@@ -255,8 +253,8 @@ def _rows_mistakes(table: torch.Tensor, P: int, pos: torch.Tensor) -> dict[str, 
 
 @exercise(
     "Find a token's row in the page pool through the block table",
-    "page = torch.gather(block_table.long(), 1, positions // page_size); "
-    "row = page * page_size + positions % page_size.",
+    "A position names a logical page and a slot in it; the block table turns the logical page "
+    "into a physical one.",
     forbid=("teachkit.paging.token_rows", "teachkit.paging.gather_from_pages",
             "teachkit.paging.paged_from_contiguous",),
 )

@@ -128,9 +128,8 @@ def _as_kind(mask: object, where: str) -> TileKind:
 
 @exercise(
     "The blocks a rank meets, in order, and their masks",
-    "At step t rank r holds the block of rank s = (r - t) % W (blocks move to r + 1). Not "
-    "causal: FULL. Contiguous: FULL if s < r, MASKED if s == r, SKIP if s > r. Striped: MASKED "
-    "if s <= r, STRICT if s > r (teachkit.tiling.TileKind members, or their names 'full', ...).",
+    "At step t a rank holds the block that started t ranks before it. Then compare the block's "
+    "token positions with the rank's own.",
     forbid=("teachkit.ring.layout.ring_schedule", "teachkit.ring.layout.block_mask",
             "teachkit.ring.layout.ring_tiles", "teachkit.ring.layout.source_rank",),
 )
@@ -203,9 +202,8 @@ def _strict_mistakes(q: torch.Tensor, k: torch.Tensor,
 
 @exercise(
     "Attention under the strict mask b < a",
-    "Run causal attention of q[..., 1:, :] against k[..., :-1, :] and v[..., :-1, :] (e.g. "
-    "teachkit.attention.blockwise_attention(..., causal=True)) and put it in rows 1.. of the "
-    "result; row 0 sees no key: out 0, lse -inf.",
+    "b < a is the causal mask shifted by one: which queries and which keys take part, and what "
+    "does query 0 see?",
     forbid=("teachkit.ring.attention.attend_block", "teachkit.ring.attention.ring_step",
             "teachkit.ring.attention.simulate_ring",),
 )
@@ -312,9 +310,8 @@ _RING_MISTAKES: dict[str, Callable[..., Pair]] = {
 
 @exercise(
     "One rank's ring: attend to each block in turn, merge by lse",
-    "for src, mask in your ring plan (exercise 1): part = "
-    "teachkit.ring.attend_block(q, k_blocks[src], v_blocks[src], mask, block_attention='torch'); "
-    "then (out, lse) = part at the first step, else merge_partials(out, lse, *part).",
+    "Walk your plan of exercise 1 step by step; every step gives a partial (out, lse) that "
+    "notebook 04's merge folds in.",
     forbid=("teachkit.ring.attention.simulate_ring", "teachkit.ring.attention.ring_step",
             "teachkit.ring.attention.ring_attention", "teachkit.attention.naive_attention",
             "teachkit.attention.blockwise_attention",

@@ -63,7 +63,7 @@ def test_row_softmax_accepts_solution(capsys):
 def test_row_softmax_hints_on_stub(capsys):
     assert ex06.check_row_softmax(_stub) is None
     out = capsys.readouterr().out
-    assert "[not attempted]" in out and "other=float('-inf')" in out
+    assert "[not attempted]" in out and "past the row's end" in out
 
 
 def test_row_softmax_zero_padding():
@@ -122,7 +122,7 @@ def test_combine_accepts_solution(capsys):
 def test_combine_hints_on_stub(capsys):
     assert ex06.check_combine(_stub_combine) is None
     out = capsys.readouterr().out
-    assert "[not attempted]" in out and "tl.where" in out
+    assert "[not attempted]" in out and "both sides are empty" in out
 
 
 def test_combine_nan_without_guard():
@@ -158,7 +158,7 @@ def test_n_splits_accepts_solution(capsys):
 
 def test_n_splits_hints_on_stub(capsys):
     assert ex06.check_n_splits(_stub) is None
-    assert "n_cols // 2048" in capsys.readouterr().out
+    assert "chunks long enough" in capsys.readouterr().out
 
 
 def test_n_splits_uncapped():

@@ -353,13 +353,15 @@ class SolutionCode(SourceCode):
         return None  # the HTML form, collapsed, is the one to show
 
 
-def show_solution(obj: object) -> SolutionCode:
+def show_solution(obj: object, docstring: bool = True) -> SolutionCode:
     """Return a stored solution's source, displayed collapsed in a notebook.
 
     Parameters
     ----------
     obj
         A solution from :mod:`teachkit.exercises.solutions` (a function or a Triton kernel).
+    docstring : bool
+        Keep the docstring (``True``) or show only the code (``False``).
 
     Examples
     --------
@@ -367,7 +369,7 @@ def show_solution(obj: object) -> SolutionCode:
     >>> show_solution(ex02.solution_safe_softmax).origin
     'teachkit.exercises.solutions.ex02.solution_safe_softmax'
     """
-    code = show_source(obj)
+    code = show_source(obj, docstring=docstring)
     return SolutionCode(code.text, code.origin)
 
 

@@ -17,3 +17,15 @@ def gen() -> torch.Generator:
     g = torch.Generator()
     g.seed()
     return g
+
+
+@pytest.fixture
+def unwatched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turn off the checkers' watch for forbidden calls, for tests that build wrong answers out of
+    the stored solutions or the library (a learner's check keeps the watch on)."""
+    import contextlib
+
+    from teachkit.exercises import checking
+
+    monkeypatch.setattr(checking, "forbidden_calls",
+                        lambda *args, **kwargs: contextlib.nullcontext())

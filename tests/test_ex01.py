@@ -63,8 +63,20 @@ def test_naive_softmax_upcasts() -> None:
 
 
 def test_naive_softmax_note_for_safe_version(capsys) -> None:
-    assert ex01.check_naive_softmax(torch.softmax) is True
+    def shifted(x, dim=-1):
+        e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+        return e / e.sum(dim=dim, keepdim=True)
+
+    assert ex01.check_naive_softmax(shifted) is None
     assert "subtracted the maximum" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("library", [torch.softmax, lambda x, dim=-1: torch.softmax(x, dim),
+                                     lambda x, dim=-1: x.softmax(dim),
+                                     lambda x, dim=-1: torch.nn.functional.softmax(x, dim)])
+def test_naive_softmax_refuses_torch_softmax(library) -> None:
+    with pytest.raises(ExerciseFailed, match="softmax.*what this exercise asks you to write"):
+        ex01.check_naive_softmax(library)
 
 
 # -- exercise 2 ----------------------------------------------------------------------------------
@@ -92,7 +104,7 @@ def test_threshold_rounded_log_is_one_step_past() -> None:
         ex01.check_overflow_threshold(wrong)
 
 
-def test_threshold_stops_early() -> None:
+def test_threshold_stops_early(unwatched) -> None:
     def wrong(dtype):
         v = torch.tensor(overflow_threshold(dtype), dtype=dtype)
         return float(torch.nextafter(v, torch.tensor(0.0, dtype=dtype)))
@@ -157,6 +169,6 @@ def test_nan_rows_sum_overflow_is_not_nan() -> None:
         ex01.check_nan_rows(wrong)
 
 
-def test_nan_rows_wrong_shape() -> None:
+def test_nan_rows_wrong_shape(unwatched) -> None:
     with pytest.raises(ExerciseFailed, match="one answer per row"):
         ex01.check_nan_rows(lambda x: torch.isnan(ex01.naive_softmax(x)))

@@ -55,7 +55,7 @@ def in_place(x, dim):
     ],
     ids=["no_max", "global_max", "last_axis_only", "float32_out", "no_keepdim", "in_place"],
 )
-def test_safe_softmax_checker_explains_mistakes(wrong, message):
+def test_safe_softmax_checker_explains_mistakes(wrong, message, unwatched):
     with pytest.raises(ExerciseFailed, match=message):
         ex02.check_safe_softmax(wrong)
 
@@ -67,13 +67,17 @@ def test_safe_softmax_checker_names_the_case():
         ex02.check_safe_softmax(global_max)
 
 
-def test_safe_softmax_checker_accepts_torch_and_low_precision_compute(capsys):
+def test_safe_softmax_checker_refuses_torch_and_float16_compute():
     def all_in_input_dtype(x, dim):
         e = torch.exp(x - x.amax(dim, keepdim=True))
         return e / e.sum(dim, keepdim=True)
 
-    assert ex02.check_safe_softmax(torch.softmax) is True
-    assert ex02.check_safe_softmax(all_in_input_dtype) is True
+    with pytest.raises(ExerciseFailed, match="handed the checker torch.softmax"):
+        ex02.check_safe_softmax(torch.softmax)
+    with pytest.raises(ExerciseFailed, match="calls torch.Tensor.softmax"):
+        ex02.check_safe_softmax(lambda x, dim: x.float().softmax(dim).to(x.dtype))
+    with pytest.raises(ExerciseFailed, match="past 65504.*Compute in float32 inside"):
+        ex02.check_safe_softmax(all_in_input_dtype)
 
 
 # --- exercise 2: the mean shift ----------------------------------------------------------------

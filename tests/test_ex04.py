@@ -141,7 +141,7 @@ def test_block_update_needs_l_measured_from_the_maximum():
     assert "measured from the running maximum" in str(info.value)
 
 
-def test_block_update_reports_shape_and_dtype_trouble():
+def test_block_update_reports_shape_and_dtype_trouble(unwatched):
     def keeps_block_axis(m, l, acc, s, v):
         m_new, l_new, acc_new = solutions.solution_block_update(m, l, acc, s, v)
         return m_new.unsqueeze(-1), l_new, acc_new

@@ -23,7 +23,7 @@ from teachkit.exercises.solutions import ex05 as solutions
     ],
     ids=["no_stats", "stats_at_itemsize", "elements", "swapped"],
 )
-def test_safe_traffic_explains(wrong, words):
+def test_safe_traffic_explains(wrong, words, unwatched):
     with pytest.raises(ExerciseFailed, match=words):
         ex05.check_safe_traffic(wrong)
 

@@ -56,14 +56,14 @@ def _launcher(kernel, use_n_cols_as_stride=False):
 
 
 def test_row_softmax_accepts_solution(capsys):
-    assert ex06.check_row_softmax(solutions.solution_row_softmax) is True
+    assert ex06.check_row_softmax(solutions.solution_row_softmax) is None
     assert "[correct]" in capsys.readouterr().out
 
 
 def test_row_softmax_hints_on_stub(capsys):
-    assert ex06.check_row_softmax(_stub) is False
+    assert ex06.check_row_softmax(_stub) is None
     out = capsys.readouterr().out
-    assert "[not attempted]" in out and "other=float('-inf')" in out
+    assert "[not attempted]" in out and "past the row's end" in out
 
 
 def test_row_softmax_zero_padding():
@@ -76,14 +76,14 @@ def test_row_softmax_without_max():
         ex06.check_row_softmax(_launcher(_unshifted_kernel))
 
 
-def test_row_softmax_wrong_stride():
+def test_row_softmax_wrong_stride(unwatched):
     from teachkit.kernels.teaching import row_softmax_kernel
 
     with pytest.raises(ExerciseFailed, match="row stride"):
         ex06.check_row_softmax(_launcher(row_softmax_kernel, use_n_cols_as_stride=True))
 
 
-def test_row_softmax_wrong_dtype():
+def test_row_softmax_wrong_dtype(unwatched):
     with pytest.raises(ExerciseFailed, match="Cast before the store"):
         ex06.check_row_softmax(lambda x: solutions.solution_row_softmax(x.float()))
 
@@ -115,14 +115,14 @@ def _inverted_combine(m_a, d_a, m_b, d_b):
 
 
 def test_combine_accepts_solution(capsys):
-    assert ex06.check_combine(solutions.solution_combine) is True
+    assert ex06.check_combine(solutions.solution_combine) is None
     assert "[correct]" in capsys.readouterr().out
 
 
 def test_combine_hints_on_stub(capsys):
-    assert ex06.check_combine(_stub_combine) is False
+    assert ex06.check_combine(_stub_combine) is None
     out = capsys.readouterr().out
-    assert "[not attempted]" in out and "tl.where" in out
+    assert "[not attempted]" in out and "both sides are empty" in out
 
 
 def test_combine_nan_without_guard():
@@ -152,13 +152,13 @@ def test_combine_needs_triton_jit():
 
 
 def test_n_splits_accepts_solution(capsys):
-    assert ex06.check_n_splits(solutions.solution_n_splits) is True
+    assert ex06.check_n_splits(solutions.solution_n_splits) is None
     assert "[correct]" in capsys.readouterr().out
 
 
 def test_n_splits_hints_on_stub(capsys):
-    assert ex06.check_n_splits(_stub) is False
-    assert "n_cols // 2048" in capsys.readouterr().out
+    assert ex06.check_n_splits(_stub) is None
+    assert "chunks long enough" in capsys.readouterr().out
 
 
 def test_n_splits_uncapped():
@@ -332,11 +332,11 @@ def _online_stub(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 
 
 def test_online_kernel_accepts_solution_and_one_scalar_pair(capsys):
-    assert ex06.check_online_kernel(solutions.solution_online_kernel) is True
-    assert ex06.check_online_kernel(_scalar_online) is True
-    assert ex06.check_online_kernel(_online_stub) is False
+    ex06.check_online_kernel(solutions.solution_online_kernel)
+    ex06.check_online_kernel(_scalar_online)
+    ex06.check_online_kernel(_online_stub)
     out = capsys.readouterr().out
-    assert out.count("[correct]") == 2 and "[not attempted]" in out and "tl.full" in out
+    assert out.count("[correct]") == 2 and "[not attempted]" in out and "m nor d" in out
 
 
 @pytest.mark.parametrize(("kernel", "says"), [
@@ -359,5 +359,5 @@ def test_online_kernel_mistakes_are_named(kernel, says):
 def test_online_kernel_rejects_the_library_kernel():
     from teachkit.kernels.softmax_kernels import online_kernel
 
-    with pytest.raises(ExerciseFailed, match="library's kernel"):
+    with pytest.raises(ExerciseFailed, match="the library's"):
         ex06.check_online_kernel(online_kernel)

@@ -107,7 +107,7 @@ def test_recompute_probs_without_unsqueeze():
                                                                         - lse))
 
 
-def test_recompute_probs_wants_lse_dtype():
+def test_recompute_probs_wants_lse_dtype(unwatched):
     def float64_out(q, k, lse, scale):
         return solutions.solution_recompute_probs(q, k, lse, scale).double()
 
@@ -135,7 +135,7 @@ def test_tiled_attention_explains_wrong_answers(mistake, message):
     assert "On " in str(info.value)
 
 
-def test_tiled_attention_names_a_wrong_lse():
+def test_tiled_attention_names_a_wrong_lse(unwatched):
     def lse_is_m(q, k, v, bm, bn, causal):
         out, _ = solutions.solution_tiled_attention(q, k, v, bm, bn, causal)
         _, m = _tiled_with("lse = m", q, k, v, bm, bn, causal)
@@ -148,3 +148,13 @@ def test_tiled_attention_names_a_wrong_lse():
 def test_tiled_attention_asks_for_a_pair():
     with pytest.raises(ExerciseFailed, match=r"pair \(out, lse\)"):
         ex07.check_tiled_attention(lambda q, k, v, bm, bn, causal: q)
+
+
+def test_tiled_attention_refuses_a_materialised_softmax():
+    def materialised(q, k, v, block_m, block_n, causal):
+        s = attention_scores(q.double(), k.double(), causal)
+        lse = torch.logsumexp(s, dim=-1)
+        return (torch.exp(s - lse.unsqueeze(-1)) @ v.double()).to(q.dtype), lse.float()
+
+    with pytest.raises(ExerciseFailed, match="SKIP.*NaN|NaN.*SKIP"):
+        ex07.check_tiled_attention(materialised)

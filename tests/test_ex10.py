@@ -123,13 +123,13 @@ def strict_with_nan_row_zero(q, k, v):
     (strict_without_row_zero, "query 0 included"),
     (strict_with_nan_row_zero, "Row 0 is NaN"),
 ])
-def test_strict_block_explains_wrong_answers(wrong, message):
+def test_strict_block_explains_wrong_answers(wrong, message, unwatched):
     with pytest.raises(ExerciseFailed, match=message) as info:
         ex10.check_strict_block(wrong)
     assert "On " in str(info.value)
 
 
-def test_strict_block_wants_q_dtype():
+def test_strict_block_wants_q_dtype(unwatched):
     def float64_out(q, k, v):
         out, lse = solutions.solution_strict_block(q, k, v)
         return out.double(), lse
@@ -157,7 +157,7 @@ def test_ring_rank_explains_wrong_answers(mistake, message):
     assert "On rank" in str(info.value)
 
 
-def test_ring_rank_without_a_known_mistake_gets_the_general_advice():
+def test_ring_rank_without_a_known_mistake_gets_the_general_advice(unwatched):
     def own_block_only(q, ks, vs, rank, causal, layout):
         out = naive_attention(q, ks[rank], vs[rank], causal=causal)
         return out, torch.zeros(q.shape[:-1], dtype=_lse_dtype(q))

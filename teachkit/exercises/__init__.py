@@ -4,9 +4,10 @@ Each module holds, for every exercise, a checker ``check_<name>(fn)``; the solut
 ``solution_<name>`` a learner may ask for lives apart, in :mod:`teachkit.exercises.solutions`
 (``solutions.ex01`` and so on). Checkers never call the solutions: each compares with its own
 float64 reference and its own wrong formulas, so the two cannot agree on a shared bug. See
-:mod:`teachkit.exercises.checking` for how a checker reports.
+:mod:`teachkit.exercises.checking` for how a checker reports and what it forbids, and
+:func:`show_solution` for showing a solution collapsed in a notebook.
 """
 
-from .checking import ExerciseFailed
+from .checking import ExerciseFailed, show_solution
 
-__all__ = ["ExerciseFailed"]
+__all__ = ["ExerciseFailed", "show_solution"]

@@ -12,7 +12,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex01 import solution_naive_softmax
 >>> check_naive_softmax(solution_naive_softmax)
 [correct] Naive softmax along any dim
-True
 """
 
 from __future__ import annotations
@@ -26,7 +25,15 @@ import torch
 from ..compare import relative_error
 from ..numerics import overflow_threshold
 from ..softmax import naive_softmax
-from .checking import ExerciseFailed, call_learner, exercise, expect, expect_close, fresh_generator
+from .checking import (
+    SOFTMAX_FUNCTIONS,
+    ExerciseFailed,
+    call_learner,
+    exercise,
+    expect,
+    expect_close,
+    fresh_generator,
+)
 
 __all__ = [
     "check_naive_softmax",
@@ -51,13 +58,14 @@ def _definition(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 @exercise(
     title="Naive softmax along any dim",
-    hint="exponentiate with torch.exp(x), then divide by e.sum(dim=dim, keepdim=True): keepdim "
-    "keeps the summed axis so the sums line up with their rows.",
+    hint="Two steps: exponentiate every entry, then divide by a sum taken along dim only. How do "
+         "you make that sum line up with its row?",
+    forbid=(*SOFTMAX_FUNCTIONS,),
 )
-def check_naive_softmax(fn: Callable[..., torch.Tensor]) -> bool:
+def check_naive_softmax(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(x, dim)`` against the float64 definition on 1-D to 3-D inputs and 3 dtypes.
 
-    Returns ``True`` when correct and ``False`` (with a hint printed) when ``fn`` still raises
+    Prints ``[correct]`` when right and a hint when ``fn`` still raises
     ``NotImplementedError``; raises :class:`ExerciseFailed` when an answer is wrong.
     """
     g = fresh_generator()
@@ -107,7 +115,6 @@ def check_naive_softmax(fn: Callable[..., torch.Tensor]) -> bool:
         print("  Note: on logits times 1000 your function gives no NaN, where the formula as "
               "written overflows; if you subtracted the maximum, you already have notebook 02's "
               "fix.")
-    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,17 +131,18 @@ def _steps(a: float, b: float, dtype: torch.dtype) -> int:
 
 @exercise(
     title="The overflow threshold of a dtype, found by experiment",
-    hint="start from v = torch.tensor(math.log(torch.finfo(dtype).max), dtype=dtype) and move one "
-    "representable value at a time with torch.nextafter(v, target) until exp(v) is finite but "
-    "exp of the next value is inf.",
+    hint="exp(v) is finite exactly up to some value of the dtype; a good first guess is ln of the"
+         " dtype's largest number, but a guess must be checked, one representable value at a "
+         "time.",
+    forbid=("teachkit.numerics.overflow_threshold", "teachkit.numerics.largest_where",),
 )
-def check_overflow_threshold(fn: Callable[[torch.dtype], Any]) -> bool:
+def check_overflow_threshold(fn: Callable[[torch.dtype], Any]) -> None:
     """Check ``fn(dtype)`` against :func:`~teachkit.numerics.overflow_threshold`, exactly.
 
     Checked for float16, bfloat16 and float32: the answer must be a value of the dtype whose
     ``exp`` is finite while the ``exp`` of the next representable value is ``inf``.
 
-    Returns ``True`` when correct and ``False`` (with a hint printed) when ``fn`` still raises
+    Prints ``[correct]`` when right and a hint when ``fn`` still raises
     ``NotImplementedError``; raises :class:`ExerciseFailed` when an answer is wrong.
     """
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
@@ -174,7 +182,6 @@ def check_overflow_threshold(fn: Callable[[torch.dtype], Any]) -> bool:
                 f"(expected {want!r}). Did you use the float32 threshold for a smaller dtype, or "
                 "stop a bisection before lo and hi were neighbours?"
             )
-    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,17 +270,17 @@ def _nan_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, str]]:
 
 @exercise(
     title="Predict which rows the naive softmax turns NaN",
-    hint="two ways to get NaN: an entry above overflow_threshold(x.dtype) (exp = inf, inf/inf), "
-    "or a row whose entries are all below underflow_threshold(x.dtype) (all exp = 0, 0/0). "
-    "Combine (x > t).any(dim=-1) and (x < u).all(dim=-1).",
+    hint="A row of the naive softmax gets a NaN in two ways: inf / inf, or 0 / 0. Which values of"
+         " x make each happen?",
+    forbid=(*SOFTMAX_FUNCTIONS,),
 )
-def check_nan_rows(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
+def check_nan_rows(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Check ``fn(x)`` against what ``teachkit.naive_softmax(x)`` actually does, row by row.
 
     ``fn`` gets a batch ``(..., N)`` and returns a boolean tensor of shape ``x.shape[:-1]``,
     ``True`` where the row's naive softmax holds a NaN.
 
-    Returns ``True`` when correct and ``False`` (with a hint printed) when ``fn`` still raises
+    Prints ``[correct]`` when right and a hint when ``fn`` still raises
     ``NotImplementedError``; raises :class:`ExerciseFailed` when an answer is wrong.
     """
     for case, x, advice in _nan_cases(fresh_generator()):
@@ -298,4 +305,3 @@ def check_nan_rows(fn: Callable[[torch.Tensor], torch.Tensor]) -> bool:
                 f"(finite logits from {lo} to {hi}): you said NaN={bool(got.cpu()[idx])}, the "
                 f"naive softmax actually gives NaN={bool(actual[idx])}.\n  {advice}"
             )
-    return True

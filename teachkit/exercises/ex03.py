@@ -139,9 +139,10 @@ def _step_mistakes(rows: torch.Tensor) -> dict[str, torch.Tensor]:
 
 @exercise(
     "the online step (m, d, x) -> (m, d)",
-    hint="m_new = torch.maximum(m, x); rescale the old d by exp(m - m_new) and add "
-    "exp(x - m_new). While m and m_new are both -inf, exp(-inf - (-inf)) is NaN: make that "
-    "factor 0 (teachkit.softmax.exp_shift does).",
+    hint="Reading x may raise the running maximum. The old d was measured from the old maximum: "
+         "what factor moves it to the new one?",
+    forbid=("teachkit.softmax.merge_stats", "teachkit.softmax.online_stats",
+            "teachkit.softmax.online_prefix_stats", "teachkit.softmax.merge_lse",),
 )
 def check_online_step(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Stats]) -> None:
     """Feed rows to ``fn(m, d, x)`` element by element, from ``(-inf, 0)``, and compare the final
@@ -216,9 +217,10 @@ def _random_tree(
 
 @exercise(
     "the merge of two partial statistics (m_a, d_a, m_b, d_b) -> (m, d)",
-    hint="m = torch.maximum(m_a, m_b); bring each d to the common maximum: "
-    "d = d_a * exp(m_a - m) + d_b * exp(m_b - m). An all-masked part (-inf, 0) must add nothing, "
-    "not NaN: teachkit.softmax.exp_shift gives 0 where its maximum is -inf.",
+    hint="Both parts' d are sums of exponentials, each measured from its own maximum. Bring them "
+         "to a common reference before adding.",
+    forbid=("teachkit.softmax.merge_stats", "teachkit.softmax.merge_lse",
+            "teachkit.softmax.reduce_stats", "teachkit.cute.simulate.block_merge",),
 )
 def check_merge(fn: Callable[..., Stats]) -> None:
     """Check ``fn(m_a, d_a, m_b, d_b)`` against the float64 statistics of the concatenated parts,
@@ -331,9 +333,11 @@ def _lane_stats(x: torch.Tensor, lanes: int) -> Stats:
 
 @exercise(
     "a warp's butterfly all-reduce of (m, d) over lanes",
-    hint="with lanes = torch.arange(m.shape[-1]), the partners' values are m[..., lanes ^ offset] "
-    "(and the same for d); merge them in with teachkit.merge_stats, once per offset "
-    "lanes/2, lanes/4, ..., 1.",
+    hint="After a round in which every lane merges with lane ^ offset, a lane holds the "
+         "statistics of a group twice as large. How many rounds cover the warp?",
+    forbid=("teachkit.cute.simulate.warp_butterfly", "teachkit.cute.simulate.butterfly_round",
+            "teachkit.reduction.simulate_block_reduction", "teachkit.softmax.reduce_stats",
+            "teachkit.softmax.softmax_stats",),
 )
 def check_warp_allreduce(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None:
     """Give ``fn(m, d)`` per-lane statistics of strided slices of random rows; every lane of the

@@ -20,7 +20,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex04 import solution_rescale_chunk
 >>> check_rescale_chunk(solution_rescale_chunk)
 [correct] Rescale a chunk's local softmax into the global softmax
-True
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from ..attention import attention_scores
 from ..compare import relative_error
 from ..softmax import exp_shift, softmax_stats
 from .checking import (
+    SOFTMAX_FUNCTIONS,
     call_learner,
     exercise,
     expect,
@@ -165,9 +165,9 @@ _RESCALE_DEFAULT = (
 
 @exercise(
     "Rescale a chunk's local softmax into the global softmax",
-    "p_local = exp(x - m_local) / d_local. Multiply by d_local to undo the local division, by "
-    "exp(m_local - m) to re-measure from the row's maximum, and divide by d. The statistics have "
-    "no chunk axis: use .unsqueeze(-1).",
+    "p_local was divided by the chunk's own sum and measured from the chunk's own maximum. Undo "
+    "both, then apply the row's.",
+    forbid=(*SOFTMAX_FUNCTIONS,),
 )
 def check_rescale_chunk(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(p_local, m_local, d_local, m, d)`` chunk by chunk against a float64 softmax.
@@ -271,9 +271,10 @@ def _merge_case(
 
 @exercise(
     "Merge two partial attention results (out, lse)",
-    "lse = merge of the two lse's (teachkit.merge_lse, or max + log of a sum of exponentials "
-    "of differences); the weights are exp(lse_a - lse) and exp(lse_b - lse), made (..., L, 1) "
-    "with unsqueeze(-1). A part with lse = -inf must get weight 0: see teachkit.softmax.exp_shift.",
+    "Each part's out is a softmax-weighted average over its own keys. What share of the union's "
+    "softmax mass does each part hold?",
+    forbid=("teachkit.attention.merge_partials", "teachkit.ring.attention.merge_partials_",
+            "teachkit.exercises.solutions.ex09.solution_merge_splits",),
 )
 def check_merge_out_lse(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(out_a, lse_a, out_b, lse_b) -> (out, lse)`` against attention over the union.
@@ -414,9 +415,14 @@ def _run_blocks(
 
 @exercise(
     "One step of the online attention update (m, l, acc)",
-    "m' = max(m, s.amax(-1)); alpha = exp(m - m'); p = exp(s - m'[..., None]); l' = alpha * l + "
-    "p.sum(-1); acc' = alpha[..., None] * acc + p @ v. Use teachkit.softmax.exp_shift for the "
-    "exponentials so rows that have only seen -inf stay at (-inf, 0, 0).",
+    "This is the online step of notebook 03 applied to a whole block of scores, with a running "
+    "output that must be rescaled the same way as l.",
+    forbid=("teachkit.attention.attention_block_update", "teachkit.attention.naive_attention",
+            "teachkit.attention.blockwise_attention",
+            "torch.nn.functional.scaled_dot_product_attention",
+            "teachkit.kernels.flash.flash_attention",
+            "teachkit.kernels.flash_simple.flash_attention_simple",
+            "teachkit.exercises.solutions.ex08.solution_exp2_update",),
 )
 def check_block_update(fn: Callable[..., tuple[torch.Tensor, ...]]) -> None:
     """Check ``fn(m, l, acc, s, v) -> (m, l, acc)`` by running it over all key blocks.

@@ -34,6 +34,7 @@ from ..compare import relative_error
 from ..device import DEVICE
 from ..kernels import teaching
 from .checking import (
+    SOFTMAX_FUNCTIONS,
     ExerciseFailed,
     exercise,
     expect,
@@ -98,10 +99,18 @@ def _row_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, float]]:
 
 @exercise(
     "a one-row softmax kernel",
-    hint="cols = tl.arange(0, BLOCK); mask = cols < n_cols; load with tl.load(X + row * stride_x "
-    "+ cols, mask=mask, other=float('-inf')), upcast with .to(tl.float32), subtract tl.max, "
-    "exp, divide by tl.sum; store with the same mask. Launch grid (rows,) with "
-    "BLOCK=triton.next_power_of_2(n_cols).",
+    hint="One program owns one row: load it with a mask, compute in float32, store with the same "
+         "mask. What must the lanes past the row's end hold so they change neither the max nor "
+         "the sum?",
+    forbid=("teachkit.kernels.teaching.row_softmax_kernel", "teachkit.kernels.teaching.row_softmax",
+            "teachkit.kernels.teaching.fused_one_row", "teachkit.kernels.softmax_kernels.softmax",
+            "teachkit.kernels.softmax_kernels.softmax_fused",
+            "teachkit.kernels.softmax_kernels.softmax_blog",
+            "teachkit.kernels.softmax_kernels.softmax_online",
+            "teachkit.kernels.softmax_kernels.softmax_split",
+            "teachkit.kernels.softmax_kernels.fused_kernel",
+            "teachkit.kernels.softmax_kernels.blog_kernel",
+            "teachkit.kernels.softmax_kernels.online_kernel", *SOFTMAX_FUNCTIONS,),
 )
 def check_row_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """Run ``fn(x)`` on rows of odd length (not a power of two), large and masked values, three
@@ -187,9 +196,10 @@ def _combine_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor]]:
 
 @exercise(
     "the combine function of tl.reduce over (m, d) pairs",
-    hint="m = tl.maximum(m_a, m_b); rescale each side to it: d_a * tl.exp(m_a - m) + "
-    "d_b * tl.exp(m_b - m). When both sides are empty (m = -inf) that is exp(-inf - (-inf)) = "
-    "NaN: subtract safe = tl.where(m == float('-inf'), 0.0, m) instead. Return (m, d).",
+    hint="It is notebook 03's merge written with tl functions. What happens when both sides are "
+         "empty?",
+    forbid=("teachkit.kernels.teaching.merge_combine_natural",
+            "teachkit.kernels.softmax_kernels.merge_combine",),
 )
 def check_combine(combine: object) -> None:
     """Reduce lanes of ``(m, d)`` with ``tl.reduce(..., combine)`` in a kernel and compare each
@@ -250,9 +260,9 @@ def check_combine(combine: object) -> None:
 
 @exercise(
     "chunks per row to fill the GPU",
-    hint=f"you want n_rows * k >= {PROGRAMS_PER_SM} * n_sms, so k = ceil({PROGRAMS_PER_SM} * "
-    f"n_sms / n_rows); but chunks of n_cols / k columns must stay >= {MIN_CHUNK}, so k <= "
-    f"n_cols // {MIN_CHUNK}; and k is at least 1.",
+    hint="The smallest k that gives the GPU enough programs, then the limit that keeps chunks "
+         "long enough, then at least 1.",
+    forbid=("teachkit.kernels.softmax_kernels._split_chunk",),
 )
 def check_n_splits(fn: Callable[[int, int, int], int]) -> None:
     """Compare ``fn(n_rows, n_cols, n_sms)`` with the rule on the benchmark's shapes, tiny and
@@ -399,10 +409,12 @@ def _passes(kernel: object) -> int:
 
 @exercise(
     "the two-pass online softmax kernel",
-    hint="Keep m = tl.full([BLOCK], float('-inf'), tl.float32) and d = tl.zeros([BLOCK], "
-    "tl.float32), one pair per lane. Pass 1: for each block, load with other=float('-inf'), "
-    "m_new = tl.maximum(m, x), d = d * exp(m - m_new) + exp(x - m_new) (shift by 0 where m_new "
-    "is -inf). Then merge the lanes at the row's maximum, and pass 2 writes exp(x - m) / d.",
+    hint="Pass 1 is notebook 03's online update on a block at a time; pass 2 reads the row again. "
+    "What must a lane past the row's end hold so it changes neither m nor d?",
+    forbid=("teachkit.kernels.softmax_kernels.online_kernel",
+            "teachkit.kernels.softmax_kernels.online_update",
+            "teachkit.kernels.softmax_kernels.blog_kernel",
+            "teachkit.kernels.softmax_kernels.fused_kernel"),
 )
 def check_online_kernel(kernel: object) -> None:
     """Launch the learner's ``@triton.jit`` kernel ``(X, Y, n_cols, stride_x, stride_y, BLOCK)``

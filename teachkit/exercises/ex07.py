@@ -20,7 +20,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex07 import solution_tile_kind
 >>> check_tile_kind(solution_tile_kind)
 [correct] Classify one tile of the causal score matrix
-True
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from ..attention import attention_block_update, attention_scores, causal_mask
 from ..compare import relative_error
 from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, schedule_from_mask, tile_kind, tile_schedule
 from .checking import (
+    SOFTMAX_FUNCTIONS,
     ExerciseFailed,
     call_learner,
     exercise,
@@ -140,9 +140,10 @@ def _random_tile_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, i
 
 @exercise(
     "Classify one tile of the causal score matrix",
-    "Tile (i, j) holds queries r0 = i * block_m .. r1 - 1 with r1 = min((i + 1) * block_m, L), "
-    "and keys c0 .. c1 - 1 likewise. Query q sees key k iff k <= q. SKIP if c0 > r1 - 1, FULL if "
-    "c1 - 1 <= r0, MASKED otherwise; without causal every tile is FULL.",
+    "Think of the corners of the tile: which query and which key decide 'everything masked', and "
+    "which decide 'nothing masked'?",
+    forbid=("teachkit.tiling.tile_kind", "teachkit.tiling.tile_schedule",
+            "teachkit.tiling.schedule_from_mask",),
 )
 def check_tile_kind(fn: Callable[..., int]) -> None:
     """Check ``fn(i, j, L, S, block_m, block_n, causal) -> SKIP | FULL | MASKED`` on every tile.
@@ -201,8 +202,8 @@ def _probs_mistakes(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor,
 
 @exercise(
     "Recompute a tile of probabilities from q, k and lse",
-    "s = scale * q @ k.transpose(-2, -1) (in lse's dtype), then P = exp(s - lse.unsqueeze(-1)). "
-    "The lse already holds the whole row's normalisation: no max, no sum over the tile.",
+    "The lse already holds the whole row's normalisation: no maximum and no sum over the tile are"
+    " needed.",
 )
 def check_recompute_probs(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(q_block, k_block, lse_block, scale)`` on every tile against a float64 softmax.
@@ -332,12 +333,28 @@ def _tiled_mistakes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bm: int, 
             for explanation, mistake in _TILED_MISTAKES.items()}
 
 
+def _has_nan(got: object) -> bool:
+    """Whether ``got`` is a pair holding a tensor with a NaN."""
+    return (isinstance(got, tuple) and len(got) == 2
+            and any(isinstance(t, torch.Tensor) and bool(torch.isnan(t).any()) for t in got))
+
+
+def _first_unseen_block(L: int, S: int, bn: int) -> int:
+    """The first key of the first whole key block that no query sees under the top-left causal
+    mask (query ``L - 1`` sees keys ``0 .. L - 1``), or ``S`` if there is none."""
+    return min(S, -(-L // bn) * bn)
+
+
 @exercise(
     "Tiled attention: query blocks, key blocks, the causal schedule, one division",
-    "For each query block: m = -inf, l = 0, acc = 0; for each key block whose tile is not SKIP "
-    "(teachkit.tiling.tile_schedule): s = attention_scores(q_block, k_block), mask key > query "
-    "on MASKED tiles (absolute positions), (m, l, acc) = attention_block_update(m, l, acc, s, "
-    "v_block). Then out = acc / l, lse = m + log(l); concatenate the blocks.",
+    "Two loops: query blocks outside, key blocks inside, with notebook 04's running (m, l, acc). "
+    "Which tiles must you not even read?",
+    forbid=("teachkit.attention.naive_attention", "teachkit.attention.blockwise_attention",
+            "torch.nn.functional.scaled_dot_product_attention",
+            "teachkit.kernels.flash.flash_attention",
+            "teachkit.kernels.flash_simple.flash_attention_simple", *SOFTMAX_FUNCTIONS,
+            "teachkit.ring.attention.attend_block",
+            "teachkit.exercises.solutions.ex10.solution_ring_rank",),
 )
 def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(q, k, v, block_m, block_n, causal) -> (out, lse)`` against float64 attention.
@@ -362,8 +379,24 @@ def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) 
     ]
     for case, batch, L, S, bm, bn, causal, dtype, rtol in cases:
         q, k, v = (random_normal(*batch, n, D, gen=gen).to(dtype) for n in (L, S, S))
-        got = call_learner(fn, case, q.clone(), k.clone(), v.clone(), bm, bn, causal,
+        # Whole key blocks after the last query are SKIP for every query block: no query sees
+        # them and a kernel never loads them. They hold NaN, so an answer that computes them
+        # anyway (a materialised softmax, a loop without the schedule) gets NaN.
+        unseen = _first_unseen_block(L, S, bn) if causal else S
+        k_in, v_in = k.clone(), v.clone()
+        k_in[..., unseen:, :] = float("nan")
+        v_in[..., unseen:, :] = float("nan")
+        got = call_learner(fn, case, q.clone(), k_in, v_in, bm, bn, causal,
                            advice=SHAPE_ADVICE)
+        if unseen < S and _has_nan(got):
+            # NaN may have another cause (a row that saw no key): run again without the NaN keys.
+            got = call_learner(fn, case, q.clone(), k.clone(), v.clone(), bm, bn, causal,
+                               advice=SHAPE_ADVICE)
+            expect(_has_nan(got),
+                   f"On {case}: keys {unseen}..{S - 1} fill whole key blocks that no query may "
+                   "see (every tile of theirs is SKIP), and the checker filled them with NaN: "
+                   "your answer has NaN, so it computed those tiles. Skip the SKIP tiles of "
+                   "tile_schedule: never read their keys or values.")
         expect(isinstance(got, tuple) and len(got) == 2,
                f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
         out, lse = got

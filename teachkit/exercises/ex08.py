@@ -24,7 +24,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex08 import solution_key_range
 >>> check_key_range(solution_key_range)
 [correct] The key range of one query block: unmasked, masked, never loaded
-True
 """
 
 from __future__ import annotations
@@ -175,9 +174,9 @@ def _key_range_cases(gen: torch.Generator) -> list[tuple[str, int, int, int, int
 
 @exercise(
     "The key range of one query block: unmasked, masked, never loaded",
-    "Whole key blocks end at s_full = (S // block_n) * block_n. Without causal: (s_full, S). "
-    "With causal, query start_m sees every key < start_m and query start_m + block_m - 1 sees "
-    "none from start_m + block_m on: (min(start_m, s_full), min(start_m + block_m, S)).",
+    "Think of the program's first and last query, and of the last block of keys, which may be cut"
+    " short at S.",
+    forbid=("teachkit.tiling.tile_schedule", "teachkit.tiling.schedule_from_mask",),
 )
 def check_key_range(fn: Callable[..., tuple[int, int]]) -> None:
     """Check ``fn(start_m, S, block_m, block_n, causal) -> (full_end, end)`` on every query block.
@@ -305,10 +304,10 @@ def _exp2_cases():
 
 @exercise(
     "One key block folded into (m, l, acc) with exp2 and the scale folded in",
-    "Put the scores in log2 units first: s2 = s_raw * (scale * log2(e)), log2(e) = 1/ln(2). "
-    "Then m2_new = max(m2, s2.amax(-1)); shift = m2_new, or 0 where m2_new is -inf; "
-    "p = exp2(s2 - shift[..., None]); alpha = exp2(m2 - shift); l = alpha * l + p.sum(-1); "
-    "acc = alpha[..., None] * acc + p @ v.",
+    "Multiply the scores by scale * log2(e) once, then the update is the natural-log one with "
+    "exp2 in place of exp.",
+    forbid=("teachkit.attention.attention_block_update",
+            "teachkit.exercises.solutions.ex04.solution_block_update",),
 )
 def check_exp2_update(fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(m2, l, acc, s_raw, v, scale) -> (m2, l, acc)`` block after block.
@@ -398,9 +397,10 @@ def _flops_mistakes(L: int, S: int, D: int, bm: int, bn: int) -> dict[str, int]:
 
 @exercise(
     "The flops a causal FlashAttention kernel really spends",
-    "For each query block start_m in range(0, L, block_m): end = min(start_m + block_m, S) and "
-    "it computes ceil(end / block_n) tiles. Each tile is two products of 2 * block_m * "
-    "block_n * D flops. Sum over the blocks.",
+    "Use exercise 2's key range: how many key blocks does each query block compute, and what does"
+    " one tile cost?",
+    forbid=("teachkit.tiling.count_tiles", "teachkit.tiling.tile_schedule",
+            "teachkit.tiling.schedule_from_mask",),
 )
 def check_causal_flops(fn: Callable[[int, int, int, int, int], int]) -> None:
     """Check ``fn(L, S, D, block_m, block_n) -> flops`` against :mod:`teachkit.tiling`.
@@ -591,11 +591,12 @@ def _flash_cases(gen: torch.Generator) -> list[tuple[str, int, int, bool, torch.
 
 @exercise(
     "FlashAttention's forward kernel, its key loop stopping at the diagonal",
-    hint="With exercise 2's bounds, loop start_n over range(0, end, BLOCK_N) (end = "
-    "min(start_m + BLOCK_M, S) when causal, else S). In each block: load k and v masked by "
-    "cols < S, s = tl.dot(q, tl.trans(k)) * scale, set s to -inf where cols >= S or (causal) "
-    "cols > row, then the online update of l and acc with alpha. After the loop divide acc by l "
-    "once and store lse = m + log(l).",
+    hint="Notebook 07's loop over key blocks, with exercise 2's bounds for where it ends. Which "
+    "keys of the last block must still be masked, and when is acc divided by l?",
+    forbid=("teachkit.kernels.flash.flash_fwd_kernel",
+            "teachkit.kernels.flash.attend_key_block",
+            "teachkit.kernels.flash_ladder.ladder_key_block",
+            "teachkit.kernels.flash_ladder.ladder_kernel"),
 )
 def check_flash_kernel(kernel: object) -> None:
     """Launch the learner's ``@triton.jit`` kernel

@@ -21,7 +21,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex09 import solution_num_splits
 >>> check_num_splits(solution_num_splits)
 [correct] Choose the number of splits of a decoding grid
-True
 """
 
 from __future__ import annotations
@@ -95,9 +94,9 @@ _SPLIT_MISTAKES: dict[str, Callable[[int, int, int], int]] = {
 
 @exercise(
     "Choose the number of splits of a decoding grid",
-    "1 if programs >= sms (the grid is full); else splits = 2 * sms // programs: the most that "
-    "fit in one wave of two programs per SM; then at most key_blocks (a split holds a block or "
-    f"more), at most {MAX_SPLITS}, and at least 1.",
+    "No split when the grid already fills the GPU; otherwise as many as fit in one wave of two "
+    "programs per SM, within the limits.",
+    forbid=("teachkit.kernels.decode.choose_num_splits",),
 )
 def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
     """Check ``fn(programs, key_blocks, sms) -> int`` against the library's rule.
@@ -170,9 +169,11 @@ def _split_merge_mistakes(outs: torch.Tensor, lses: torch.Tensor) -> dict[str, t
 
 @exercise(
     "Merge the partial results of many splits",
-    "m = lses.amax(0) (replace -inf by 0), w = exp(lses - m), total = w.sum(0); "
-    "out = (w[..., None] * outs).sum(0) / total[..., None] and lse = m + log(total), "
-    "with zeros and -inf where total == 0.",
+    "Subtract the largest lse so every weight lies in [0, 1]. What must an empty split, and a row"
+    " with only empty splits, give?",
+    forbid=("teachkit.attention.merge_partials", "teachkit.ring.attention.merge_partials_",
+            "teachkit.kernels.decode.decode_merge_kernel",
+            "teachkit.exercises.solutions.ex04.solution_merge_out_lse",),
 )
 def check_merge_splits(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(outs, lses) -> (out, lse)`` against float64 attention over all the keys.
@@ -258,8 +259,10 @@ def _rows_mistakes(table: torch.Tensor, P: int, pos: torch.Tensor) -> dict[str, 
 
 @exercise(
     "Find a token's row in the page pool through the block table",
-    "page = torch.gather(block_table.long(), 1, positions // page_size); "
-    "row = page * page_size + positions % page_size.",
+    "A position names a logical page and a slot in it; the block table turns the logical page "
+    "into a physical one.",
+    forbid=("teachkit.paging.token_rows", "teachkit.paging.gather_from_pages",
+            "teachkit.paging.paged_from_contiguous",),
 )
 def check_token_rows(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(block_table, page_size, positions) -> rows`` by reading a real pool.
@@ -394,10 +397,10 @@ def _expect_merge_stores(out_buf: torch.Tensor, lse_buf: torch.Tensor, rows: int
 
 @exercise(
     "The split-KV merge kernel in Triton",
-    hint="One program per row: load the (SPLITS,) lses and the (SPLITS, HEAD_DIM) partials "
-    "with mask offs_s < num_splits (other -inf for the lse, 0.0 for the outputs), then "
-    "exercise 2's formula with tl.max, tl.exp and tl.sum over axis 0, and store masked by "
-    "nothing but the row.",
+    hint="Exercise 2's merge, one row per program, with the splits along a block axis. What "
+    "must a padding split's lse be so that it weighs nothing?",
+    forbid=("teachkit.kernels.decode.decode_merge_kernel",
+            "teachkit.kernels.decode_simple.decode_simple_merge_kernel"),
 )
 def check_merge_kernel(kernel: object) -> None:
     """Launch the learner's ``@triton.jit`` kernel

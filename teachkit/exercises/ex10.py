@@ -20,7 +20,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex10 import solution_ring_plan
 >>> check_ring_plan(solution_ring_plan)
 [correct] The blocks a rank meets, in order, and their masks
-True
 """
 
 from __future__ import annotations
@@ -129,9 +128,10 @@ def _as_kind(mask: object, where: str) -> TileKind:
 
 @exercise(
     "The blocks a rank meets, in order, and their masks",
-    "At step t rank r holds the block of rank s = (r - t) % W (blocks move to r + 1). Not "
-    "causal: FULL. Contiguous: FULL if s < r, MASKED if s == r, SKIP if s > r. Striped: MASKED "
-    "if s <= r, STRICT if s > r (teachkit.tiling.TileKind members, or their names 'full', ...).",
+    "At step t a rank holds the block that started t ranks before it. Then compare the block's "
+    "token positions with the rank's own.",
+    forbid=("teachkit.ring.layout.ring_schedule", "teachkit.ring.layout.block_mask",
+            "teachkit.ring.layout.ring_tiles", "teachkit.ring.layout.source_rank",),
 )
 def check_ring_plan(fn: Callable[..., list[tuple[int, TileKind | str]]]) -> None:
     """Check ``fn(rank, world_size, causal, layout) -> [(source, mask), ...]`` for every rank.
@@ -202,9 +202,10 @@ def _strict_mistakes(q: torch.Tensor, k: torch.Tensor,
 
 @exercise(
     "Attention under the strict mask b < a",
-    "Run causal attention of q[..., 1:, :] against k[..., :-1, :] and v[..., :-1, :] (e.g. "
-    "teachkit.attention.blockwise_attention(..., causal=True)) and put it in rows 1.. of the "
-    "result; row 0 sees no key: out 0, lse -inf.",
+    "b < a is the causal mask shifted by one: which queries and which keys take part, and what "
+    "does query 0 see?",
+    forbid=("teachkit.ring.attention.attend_block", "teachkit.ring.attention.ring_step",
+            "teachkit.ring.attention.simulate_ring",),
 )
 def check_strict_block(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(q, k, v) -> (out, lse)`` against float64 attention under ``b < a``.
@@ -264,7 +265,7 @@ def _partials(q: torch.Tensor, ks: list[torch.Tensor], vs: list[torch.Tensor], r
         if strict_as_causal and mask == STRICT:
             mask = MASKED
         parts.append(attend_block(q.double(), ks[src].double(), vs[src].double(), mask,
-                                  block_attention="torch"))
+                                  block_attention='torch'))
     return parts
 
 
@@ -309,9 +310,14 @@ _RING_MISTAKES: dict[str, Callable[..., Pair]] = {
 
 @exercise(
     "One rank's ring: attend to each block in turn, merge by lse",
-    "for src, mask in your ring plan (exercise 1): part = "
-    "teachkit.ring.attend_block(q, k_blocks[src], v_blocks[src], mask, block_attention='torch'); "
-    "then (out, lse) = part at the first step, else merge_partials(out, lse, *part).",
+    "Walk your plan of exercise 1 step by step; every step gives a partial (out, lse) that "
+    "notebook 04's merge folds in.",
+    forbid=("teachkit.ring.attention.simulate_ring", "teachkit.ring.attention.ring_step",
+            "teachkit.ring.attention.ring_attention", "teachkit.attention.naive_attention",
+            "teachkit.attention.blockwise_attention",
+            "torch.nn.functional.scaled_dot_product_attention",
+            "teachkit.kernels.flash.flash_attention",
+            "teachkit.kernels.flash_simple.flash_attention_simple",),
 )
 def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(q, k_blocks, v_blocks, rank, causal, layout) -> (out, lse)`` for every rank.

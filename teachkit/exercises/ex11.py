@@ -20,7 +20,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex11 import solution_thread_elements
 >>> check_thread_elements(solution_thread_elements)
 [correct] Which elements does thread t load?
-True
 """
 
 from __future__ import annotations
@@ -109,8 +108,10 @@ def _element_mistakes(t: int, n: int, threads: int, vec: int) -> dict[str, list[
 
 @exercise(
     "Which elements does thread t load?",
-    "Thread t loads vectors j = t, t + threads, t + 2 * threads, ... while j * vec < n_cols; "
-    "vector j holds elements j * vec .. min((j + 1) * vec, n_cols) - 1.",
+    "Threads take vectors in turn: which vectors are thread t's, and which elements does a vector"
+    " hold near the row's end?",
+    forbid=("teachkit.cute.simulate.elements_of_thread", "teachkit.cute.simulate.thread_of_element",
+            "teachkit.cute.simulate.to_thread_major",),
 )
 def check_thread_elements(fn: Callable[[int, int, int, int], list[int]]) -> None:
     """Check ``fn(t, n_cols, threads, vec)`` against the layout the kernel uses.
@@ -194,8 +195,9 @@ def _fold_wrong(m: torch.Tensor, d: torch.Tensor, v: torch.Tensor) -> dict[str, 
 
 @exercise(
     "Fold one loaded vector into the running (m, d)",
-    "m_new = torch.maximum(m, v.amax(-1)); d_new = d * exp(m - m_new) + exp(v - m_new[..., None])"
-    ".sum(-1), with teachkit.softmax.exp_shift instead of exp so that m_new = -inf gives 0.",
+    "A vector is a small chunk: fold its statistics into the running pair as in notebook 04.",
+    forbid=("teachkit.reduction.fold", "teachkit.cute.simulate.simulate_cute_softmax",
+            "teachkit.reduction.simulate_block_reduction",),
 )
 def check_fold_vector(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], Stats]) -> None:
     """Fold each thread's vectors with ``fn(m, d, v)``, one step at a time, from ``(-inf, 0)``.
@@ -243,9 +245,9 @@ def _block_wrong(m: torch.Tensor, d: torch.Tensor) -> dict[str, Stats]:
 
 @exercise(
     "Merge the warps' pairs from shared memory into the row's (m, d)",
-    "Start from (m, d) = (-inf, 0) and merge each warp's pair in with "
-    "teachkit.softmax.merge_stats (or use teachkit.reduction.tree_reduce); idle warps hold "
-    "(-inf, 0) and must add nothing.",
+    "Merging is associative: any order of pairwise merges works. What must an idle warp add?",
+    forbid=("teachkit.cute.simulate.block_merge", "teachkit.cute.simulate.warp_butterfly",
+            "teachkit.softmax.reduce_stats", "teachkit.cute.simulate.simulate_cute_softmax",),
 )
 def check_block_merge(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None:
     """Check ``fn(warp_m, warp_d)`` on the warps' pairs of simulated CTAs.

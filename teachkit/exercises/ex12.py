@@ -18,7 +18,6 @@ Examples
 >>> from teachkit.exercises.solutions.ex12 import solution_softmax_backward
 >>> check_softmax_backward(solution_softmax_backward)
 [correct] The softmax's backward: dS from P and dP
-True
 """
 
 from __future__ import annotations
@@ -88,8 +87,12 @@ def _softmax_mistakes(p: torch.Tensor, dp: torch.Tensor) -> dict[str, torch.Tens
 
 @exercise(
     "The softmax's backward: dS from P and dP",
-    hint="delta = (p * dp).sum(dim=-1, keepdim=True) is one number per row; the answer is "
-    "p * (dp - delta).",
+    hint="Differentiate p_k with respect to s_j for one row, then apply the chain rule: one "
+         "number appears that is the same for the whole row.",
+    forbid=("teachkit.attention_backward.softmax_delta",
+            "teachkit.attention_backward.attention_gradients",
+            "teachkit.attention_backward.blockwise_attention_backward", "torch.autograd.grad",
+            "torch.autograd.backward", "torch.Tensor.backward", "torch._softmax_backward_data",),
 )
 def check_softmax_backward(fn: object) -> None:
     """Call ``fn(p, dp)`` on rows of probabilities and compare with float64 autograd through
@@ -135,9 +138,9 @@ def check_softmax_backward(fn: object) -> None:
 # --------------------------------------------------------------------------------------------
 @exercise(
     "delta = rowsum(dO * O) in Triton",
-    hint="Load the (BLOCK_M, HEAD_DIM) tiles at O + rows[:, None] * stride_o + cols[None, :] "
-    "with mask=inside[:, None], other=0.0 (same for DO), convert both .to(tl.float32), "
-    "tl.sum(o * do, axis=1), and tl.store(DELTA + rows, delta, mask=inside).",
+    hint="Each program: a masked tile of O and one of dO, their product summed along the head dim"
+         " in float32, a masked store of one number per row.",
+    forbid=("teachkit.kernels.flash_backward.flash_bwd_delta_kernel",),
 )
 def check_delta_kernel(kernel: object) -> None:
     """Launch the learner's ``@triton.jit`` kernel

@@ -10,7 +10,8 @@ which unit ``tl.dot`` runs on, per GPU, with the installed Triton.
 (``--arch``, default sm_90) beside notebook 06's blog softmax kernel, and prints how each reduces
 a row: the layout line of the reduced tile from the compiled IR and the butterfly shuffles of the
 PTX. ``--register-sweep`` prints the registers and spills ``ptxas`` reports for the fused softmax
-kernel, one row per program, against the row length, per GPU.
+kernel, one row per program, against the row length, per GPU, and what one program of the
+blog and of the per-slot online kernel does on a row of 1024 (sm_90).
 
 All compile in worker processes (:mod:`teachkit.kernels.compile_check`); a SIGTERM stops them
 with the check.
@@ -40,7 +41,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "the butterfly shuffles of its PTX, beside the blog softmax kernel's")
     parser.add_argument("--register-sweep", action="store_true",
                         help="registers and spills (ptxas -v) of the fused softmax kernel, one "
-                             "row of 4096 to 65536 float32 per program, per GPU")
+                             "row of 4096 to 65536 float32 per program, per GPU; and the two-pass "
+                             "kernels' work per program")
     from ..gpus import SHARED_MEMORY_LIMIT
     from .decode import HEAD_DIMS  # already loaded: the package's __init__ imports it
 
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.register_sweep:
         print(cc.format_register_sweep(cc.fused_register_sweep()))
+        print()
+        print(cc.format_two_pass_evidence(cc.two_pass_evidence()))
         return 0
     problems = cc.check_all()
     caps = ", ".join(f"sm_{c}" for c in SHARED_MEMORY_LIMIT)

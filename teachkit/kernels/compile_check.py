@@ -76,12 +76,14 @@ __all__ = [
     "format_dot_evidence",
     "format_layout_evidence",
     "format_register_sweep",
+    "format_two_pass_evidence",
     "fused_register_sweep",
     "kernel_signature",
     "layout_evidence",
     "ptxas_resources",
     "reduction_evidence",
     "softmax_launch_configs",
+    "two_pass_evidence",
 ]
 
 UNIT_HEAD_DIM_STRIDES = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
@@ -818,4 +820,59 @@ def format_register_sweep(sweep: dict[int, dict[int, dict[str, int]]], dtype: st
                                 if not r["spill_stores"] + r["spill_loads"]), default=0))
         for cap in caps)
     lines.append(f"longest row with no spill: {fits}")
+    return "\n".join(lines)
+
+
+def _two_pass_one(job: tuple[str, int]) -> dict[str, int]:
+    name, capability = job
+    config = next(c for c in softmax_launch_configs() if c.name == name)
+    ptx = _compile(config, capability).asm["ptx"]
+    return {"warps": config.num_warps, "block": config.constexprs["BLOCK"],
+            "ex2": len(re.findall(r"\bex2\.approx", ptx)),
+            "shuffles": len(_SHUFFLE.findall(ptx)),
+            **ptxas_resources(config, capability)}
+
+
+def two_pass_evidence(capability: int = 90) -> dict[str, dict[str, int]]:
+    """The blog kernel and the per-slot online kernel of notebook 06, in float32 as
+    :func:`~teachkit.kernels.softmax_blog` and :func:`~teachkit.kernels.softmax_online` launch
+    them, compiled for ``sm_<capability>``: per kernel its ``"warps"``, ``"block"`` (the
+    elements one iteration loads), ``"ex2"`` and ``"shuffles"`` (``ex2.approx`` and
+    ``shfl.sync.bfly`` instructions in the PTX) and :func:`ptxas_resources`.
+
+    Must run with ``TRITON_INTERPRET=0``, as :func:`check_all`.
+    """
+    names = {"blog": "blog fp32", "online": "online fp32"}
+    jobs = [(name, capability) for name in names.values()]
+    return dict(zip(names, _parallel_map(_two_pass_one, jobs, 2), strict=True))
+
+
+def format_two_pass_evidence(evidence: dict[str, dict[str, int]], n_cols: int = 1024,
+                             capability: int = 90) -> str:
+    """:func:`two_pass_evidence` as a table, with what one program does on a row of ``n_cols``.
+
+    Examples
+    --------
+    >>> r = {"warps": 4, "block": 1024, "ex2": 12, "shuffles": 14, "registers": 32,
+    ...      "spill_stores": 0, "spill_loads": 0, "stack": 0}
+    >>> print(format_two_pass_evidence({"blog": r}))  # doctest: +NORMALIZE_WHITESPACE
+    two-pass kernels, fp32, sm_90, rows of 1024: one program per row
+    kernel  warps  threads  block  slots masked  registers  regs/program  ex2  shfl.bfly
+    blog        4      128   1024            0         32          4096   12         14
+    """
+    head = ["kernel", "warps", "threads", "block", "slots masked", "registers",
+            "regs/program", "ex2", "shfl.bfly"]
+    rows = []
+    for name, r in evidence.items():
+        threads = 32 * r["warps"]
+        masked = -n_cols % r["block"]
+        rows.append([name, r["warps"], threads, r["block"], masked, r["registers"],
+                     r["registers"] * threads, r["ex2"], r["shuffles"]])
+    widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
+    lines = [f"two-pass kernels, fp32, sm_{capability}, rows of {n_cols}: one program per row",
+             "  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                       for i, (h, w) in enumerate(zip(head, widths, strict=True)))]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths, strict=True))))
     return "\n".join(lines)

@@ -14,7 +14,8 @@ input ``x`` (row-wise softmax):
     three passes over ``x``: the maximum, the denominator, the normalisation; the statistics
     ``m`` and ``d`` are stored in float32.
 ``online 2-pass``
-    one pass computes ``(m, d)`` together (notebook 03), a second normalises.
+    one pass computes ``(m, d)`` together with notebook 03's running update, folding the row in
+    blocks of :data:`ONLINE_BLOCK` columns; a second normalises.
 ``fused``
     ``torch.softmax``: every row read once and written once.
 
@@ -65,6 +66,10 @@ __all__ = [
 
 STAT_DTYPE = torch.float32
 """dtype of the row statistics ``m`` and ``d`` that the safe 3-pass and online variants store."""
+ONLINE_BLOCK = 1024
+"""Columns the online 2-pass variant folds into its running ``(m, d)`` at a time: each block is
+one update of notebook 03's rule, ``m' = max(m, max(block))``, ``d' = d e^{m - m'} +
+sum(e^{block - m'})``, so the statistics come out of one read of the row."""
 
 
 class Memory:
@@ -130,9 +135,15 @@ def _safe_3pass(mem: Memory) -> None:
 
 def _online_2pass(mem: Memory) -> None:
     x = mem.load("x").to(STAT_DTYPE)                              # pass 1: (m, d) together
-    m = x.amax(-1, keepdim=True)  # a kernel folds (m, d) element by element; same result
+    m = torch.full_like(x[..., :1], float("-inf"))
+    d = torch.zeros_like(m)
+    for block in x.split(ONLINE_BLOCK, dim=-1):  # notebook 03's update, one block at a time
+        m_new = torch.maximum(m, block.amax(-1, keepdim=True))
+        safe = torch.where(m_new == float("-inf"), 0.0, m_new)  # a row of -inf so far: no NaN
+        d = d * torch.exp(m - safe) + torch.exp(block - safe).sum(-1, keepdim=True)
+        m = m_new
     mem.store("m", m)
-    mem.store("d", torch.exp(x - m).sum(-1, keepdim=True))
+    mem.store("d", d)
     x, m, d = mem.load("x"), mem.load("m"), mem.load("d")         # pass 2: normalise
     mem.store("y", (torch.exp(x.to(STAT_DTYPE) - m) / d).to(x.dtype))
 

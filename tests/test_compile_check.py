@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -219,3 +220,35 @@ def test_wgmma_takes_p_from_registers_and_q_from_shared_memory():
     counts = {where: int(n) for n, where in
               re.findall(r"(\d+) wgmma with A from (shared memory|registers)", done.stdout)}
     assert counts["shared memory"] > 0 and counts["registers"] > 0, done.stdout
+
+
+def test_layout_evidence_flash_reduces_rows_in_quads_blog_across_the_block():
+    """``--layout-evidence``: notebook 08's D = 128 forward on sm_90 reduces tiles of an MMA
+    layout with warps stacked along rows, by butterfly shuffles of lane offsets 2 and 1 only (a
+    row lives in a quad of lanes of one warp); notebook 06's blog kernel reduces a block spread
+    over 4 warps, from offset 16 down, then across warps through shared memory."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--layout-evidence"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    flash, blog = done.stdout.split("\nblog ")
+    assert "tt.reduce over 128x128 #mma" in flash
+    assert "nvidia_mma<{versionMajor = 3" in flash and "warpsPerCTA = [8, 1]" in flash
+    shuffles = flash.strip().splitlines()[-1]
+    assert re.search(r"by lane offset: 2: \d+, 1: \d+ \(", shuffles), shuffles
+    assert "by lane offset: 16: " in blog
+
+
+def test_register_sweep_reads_ptxas():
+    """The fused kernel with 512 threads: no spill up to 16384 columns on every GPU class, and
+    spills at 65536 (65536 registers / 512 threads caps a thread at 128)."""
+    code = ("from teachkit.kernels import compile_check as cc; "
+            "s = cc.fused_register_sweep(columns=(16384, 65536)); "
+            "print([(c, n, r['registers'], r['spill_stores'])"
+            " for c in s for n, r in s[c].items()])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = ast.literal_eval(done.stdout)
+    for cap, n, registers, spilled in found:
+        assert registers <= 128, (cap, n)
+        assert (spilled > 0) == (n == 65536), (cap, n, spilled)

@@ -8,7 +8,14 @@ which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--wgmma-ope
 that configuration for sm_90 and counts its ``wgmma`` instructions by where their A operand comes
 from: shared memory or registers.
 
-Both compile in worker processes (:mod:`teachkit.kernels.compile_check`); a SIGTERM stops them
+``python -m teachkit.kernels --layout-evidence`` compiles that kernel with ``D = 128`` for one GPU
+(``--arch``, default sm_90) beside notebook 06's blog softmax kernel, and prints how each reduces
+a row: the layout line of the reduced tile from the compiled IR and the butterfly shuffles of the
+PTX. ``--register-sweep`` prints the registers and spills ``ptxas`` reports for the fused softmax
+kernel, one row per program, against the row length, per GPU, and what one program of the
+blog and of the per-slot online kernel does on a row of 1024 (sm_90).
+
+All compile in worker processes (:mod:`teachkit.kernels.compile_check`); a SIGTERM stops them
 with the check.
 """
 
@@ -26,22 +33,38 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         prog="python -m teachkit.kernels",
         description="Compile the course's kernels for sm_75, sm_80, sm_89 and sm_90 (no GPU "
                     "needed): check every configuration fits, or show which instructions "
-                    "multiply the flash kernel's tiles.")
+                    "multiply the flash kernel's tiles, how its rows are reduced, or the fused "
+                    "softmax kernel's registers and spills.")
     parser.add_argument("--dot-evidence", action="store_true",
                         help="count mma.sync / wgmma.mma_async / fma.rn.f32 in the PTX of "
                              "notebook 08's flash forward kernel, per GPU")
     parser.add_argument("--wgmma-operands", action="store_true",
                         help="count the sm_90 wgmma instructions of notebook 08's flash forward "
                              "kernel by where their A operand comes from")
+    parser.add_argument("--layout-evidence", action="store_true",
+                        help="show the layout of the tiles the flash forward kernel reduces and "
+                             "the butterfly shuffles of its PTX, beside the blog softmax kernel's")
+    parser.add_argument("--register-sweep", action="store_true",
+                        help="registers and spills (ptxas -v) of the fused softmax kernel, one "
+                             "row of 4096 to 65536 float32 per program, per GPU; and the two-pass "
+                             "kernels' work per program")
+    from ..gpus import SHARED_MEMORY_LIMIT
     from .decode import HEAD_DIMS  # already loaded: the package's __init__ imports it
 
-    parser.add_argument("--head-dim", type=int, default=64, choices=HEAD_DIMS, metavar="D",
-                        help="head dim of the flash configuration (--dot-evidence; default 64), "
-                             "one of " + ", ".join(map(str, HEAD_DIMS)))
+    parser.add_argument("--head-dim", type=int, default=None, choices=HEAD_DIMS, metavar="D",
+                        help="head dim of the flash configuration (default 64 for "
+                             "--dot-evidence, 128 for --layout-evidence), one of "
+                             + ", ".join(map(str, HEAD_DIMS)))
+    parser.add_argument("--arch", type=int, default=90, choices=tuple(SHARED_MEMORY_LIMIT),
+                        metavar="CC", help="compute capability of --layout-evidence (default "
+                                           "90), one of "
+                                           + ", ".join(map(str, SHARED_MEMORY_LIMIT)))
     parser.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
-                        help="element type of the flash configuration (--dot-evidence)")
+                        help="element type of the flash configuration (--dot-evidence, "
+                             "--layout-evidence)")
     parser.add_argument("--causal", action="store_true",
-                        help="the causal flash configuration (--dot-evidence)")
+                        help="the causal flash configuration (--dot-evidence, "
+                             "--layout-evidence)")
     return parser.parse_args(argv)
 
 
@@ -68,34 +91,38 @@ def _run_compiled(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the compile check (exit status 1 if any configuration fails or does not fit), or
-    print the ``--dot-evidence`` table."""
+    print the ``--dot-evidence``, ``--layout-evidence`` or ``--register-sweep`` findings."""
     argv = sys.argv[1:] if argv is None else argv
     args = _parse(argv)
     if os.environ.get("TRITON_INTERPRET") != "0":  # the compiler needs real @triton.jit functions
         return _run_compiled(argv)
     from ..gpus import SHARED_MEMORY_LIMIT
-    from .compile_check import (
-        all_launch_configs,
-        check_all,
-        dot_evidence,
-        flash_forward_config,
-        format_dot_evidence,
-        wgmma_operands,
-    )
+    from . import compile_check as cc
 
     if args.wgmma_operands:
-        counts = wgmma_operands(flash_forward_config(90, args.head_dim, args.dtype, args.causal))
-        print(f"flash forward on sm_90, D={args.head_dim} {args.dtype}, causal={args.causal}: "
+        head_dim = args.head_dim or 64
+        counts = cc.wgmma_operands(cc.flash_forward_config(90, head_dim, args.dtype, args.causal))
+        print(f"flash forward on sm_90, D={head_dim} {args.dtype}, causal={args.causal}: "
               + ", ".join(f"{n} wgmma with {where}" for where, n in counts.items()))
         return 0
     if args.dot_evidence:
-        evidence = dot_evidence(head_dim=args.head_dim, dtype=args.dtype, causal=args.causal)
-        print(format_dot_evidence(evidence, args.head_dim, args.dtype, args.causal))
+        head_dim = args.head_dim or 64
+        evidence = cc.dot_evidence(head_dim=head_dim, dtype=args.dtype, causal=args.causal)
+        print(cc.format_dot_evidence(evidence, head_dim, args.dtype, args.causal))
         return 0
-    problems = check_all()
+    if args.layout_evidence:
+        evidence = cc.layout_evidence(args.arch, args.head_dim or 128, args.dtype, args.causal)
+        print(cc.format_layout_evidence(evidence, args.arch))
+        return 0
+    if args.register_sweep:
+        print(cc.format_register_sweep(cc.fused_register_sweep()))
+        print()
+        print(cc.format_two_pass_evidence(cc.two_pass_evidence()))
+        return 0
+    problems = cc.check_all()
     caps = ", ".join(f"sm_{c}" for c in SHARED_MEMORY_LIMIT)
     print("\n".join(problems) if problems else
-          f"{len(all_launch_configs())} kernel configurations compile and fit {caps}")
+          f"{len(cc.all_launch_configs())} kernel configurations compile and fit {caps}")
     return 1 if problems else 0
 
 

@@ -28,7 +28,9 @@ launch configurations lives here, beside the check that compiles them:
 
 ``python -m teachkit.kernels --dot-evidence`` compiles notebook 08's FlashAttention forward
 configuration for each GPU and counts which instructions multiply its tiles
-(:func:`dot_evidence`).
+(:func:`dot_evidence`); ``--layout-evidence`` compiles it for one GPU beside notebook 06's blog
+softmax kernel and shows how each reduces a row: the layout of the reduced tile and the butterfly
+shuffles (:func:`layout_evidence`).
 
 Examples
 --------
@@ -60,6 +62,7 @@ __all__ = [
     "KernelConfig",
     "alignment_hints",
     "all_launch_configs",
+    "blog_softmax_config",
     "check_all",
     "check_config",
     "compile_for",
@@ -75,8 +78,16 @@ __all__ = [
     "flash_simple_launch_configs",
     "wgmma_operands",
     "format_dot_evidence",
+    "format_layout_evidence",
+    "format_register_sweep",
+    "format_two_pass_evidence",
+    "fused_register_sweep",
     "kernel_signature",
+    "layout_evidence",
+    "ptxas_resources",
+    "reduction_evidence",
     "softmax_launch_configs",
+    "two_pass_evidence",
 ]
 
 UNIT_HEAD_DIM_STRIDES = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
@@ -637,4 +648,276 @@ def format_dot_evidence(evidence: dict[int, dict[str, int]], head_dim: int = 64,
         cells = [cell.rjust(w) if i in numeric and r is not head else cell.ljust(w)
                  for i, (cell, w) in enumerate(zip(r, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# How a row is reduced: the layout and the shuffles, from the compiled IR and PTX
+# ---------------------------------------------------------------------------------------------
+_LAYOUT_DEF = re.compile(r"^(#[\w]+) = (#ttg\.[\w]+<.*>)\s*$", re.M)
+_REDUCED_TYPE = re.compile(r'"tt\.reduce"\(.*?\).*?:\s*\(tensor<([0-9x]+)x\w+, (#[\w]+)>', re.S)
+_SHUFFLE = re.compile(r"\bshfl\.sync\.bfly\.b32\s+[^,]+,\s*[^,]+,\s*(\d+),")
+
+
+def reduction_evidence(config: KernelConfig, capability: int) -> dict:
+    """Compile ``config`` for ``sm_<capability>`` and read how its ``tl.max`` / ``tl.sum`` run.
+
+    Needs no GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels --layout-evidence``
+    arranges that).
+
+    Returns
+    -------
+    dict
+        ``"reductions"``: the ``tt.reduce`` operations of the compiled IR (TTGIR), one per
+        ``tl.max`` / ``tl.sum`` / ``tl.reduce`` the compiler kept, as ``(tile shape, layout
+        name)``; ``"layouts"``: the definition line of each of those layouts (e.g. ``#mma =
+        #ttg.nvidia_mma<{... warpsPerCTA = [8, 1] ...}>``); ``"shuffles"``: lane offset to the
+        number of ``shfl.sync.bfly`` (butterfly shuffles) with that offset in the PTX;
+        ``"shared_bytes"``: the shared memory the kernel asks for.
+    """
+    compiled = _compile(config, capability)
+    ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
+    definitions = dict(_LAYOUT_DEF.findall(ttgir))
+    reductions = [(shape, layout) for shape, layout in _REDUCED_TYPE.findall(ttgir)]
+    layouts = {name: f"{name} = {definitions[name]}" for _, name in reductions
+               if name in definitions}
+    shuffles: dict[int, int] = {}
+    for offset in _SHUFFLE.findall(ptx):
+        shuffles[int(offset)] = shuffles.get(int(offset), 0) + 1
+    return {"reductions": reductions, "layouts": layouts,
+            "shuffles": dict(sorted(shuffles.items(), reverse=True)),
+            "shared_bytes": int(compiled.metadata.shared)}
+
+
+def blog_softmax_config() -> KernelConfig:
+    """Notebook 06's blog kernel as :func:`~teachkit.kernels.softmax_blog` launches it (float32,
+    blocks of 1024, 4 warps): one program reduces a whole block of a row to a scalar."""
+    return next(c for c in softmax_launch_configs() if c.name == "blog fp32")
+
+
+def _reduction_one(job: tuple[str, int, int, str, bool]) -> dict:
+    which, capability, head_dim, dtype, causal = job
+    config = (blog_softmax_config() if which == "blog"
+              else flash_forward_config(capability, head_dim, dtype, causal))
+    return {"name": config.name, "warps": config.num_warps,
+            **reduction_evidence(config, capability)}
+
+
+def layout_evidence(capability: int = 90, head_dim: int = 128, dtype: str = "fp16",
+                    causal: bool = False) -> dict[str, dict]:
+    """:func:`reduction_evidence` of notebook 08's flash forward configuration for
+    ``sm_<capability>`` and, for contrast, of notebook 06's blog softmax kernel, compiled in two
+    processes. Keys ``"flash"`` and ``"blog"``; each value adds the configuration's ``"name"``
+    and ``"warps"``.
+
+    Must run with ``TRITON_INTERPRET=0``, as :func:`check_all`.
+    """
+    jobs = [(which, capability, head_dim, dtype, causal) for which in ("flash", "blog")]
+    return dict(zip(("flash", "blog"), _parallel_map(_reduction_one, jobs, 2), strict=True))
+
+
+def format_layout_evidence(evidence: dict[str, dict], capability: int = 90) -> str:
+    """What :func:`layout_evidence` found, one block per kernel: its reductions, the layout line
+    of the reduced tiles, and the butterfly shuffles of the PTX by lane offset.
+
+    Examples
+    --------
+    >>> found = {"reductions": [("128x128", "#mma")], "warps": 8, "shared_bytes": 0,
+    ...          "layouts": {"#mma": "#mma = #ttg.nvidia_mma<{warpsPerCTA = [8, 1]}>"},
+    ...          "shuffles": {2: 4, 1: 4}, "name": "flash"}
+    >>> print(format_layout_evidence({"flash": found}))  # doctest: +ELLIPSIS
+    sm_90, Triton ...
+    flash, 8 warps: 1 tt.reduce over 128x128 #mma
+      #mma = #ttg.nvidia_mma<{warpsPerCTA = [8, 1]}>
+      shfl.sync.bfly in the PTX, by lane offset: 2: 4, 1: 4 (8 in all)
+    """
+    import triton
+
+    lines = [f"sm_{capability}, Triton {triton.__version__}"]
+    for found in evidence.values():
+        tiles = sorted({f"{shape} {layout}" for shape, layout in found["reductions"]})
+        lines.append(f"{found['name']}, {found['warps']} warps: {len(found['reductions'])} "
+                     f"tt.reduce over {', '.join(tiles)}")
+        lines += [f"  {line}" for line in found["layouts"].values()]
+        counts = ", ".join(f"{offset}: {n}" for offset, n in found["shuffles"].items())
+        lines.append(f"  shfl.sync.bfly in the PTX, by lane offset: {counts} "
+                     f"({sum(found['shuffles'].values())} in all)")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registers and spills, from ptxas
+# ---------------------------------------------------------------------------------------------
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame")
+
+
+def ptxas_resources(config: KernelConfig, capability: int) -> dict[str, int]:
+    """Compile ``config`` for ``sm_<capability>`` and read its registers and spills from
+    ``ptxas -v``, the assembler Triton ships and runs on its PTX (no GPU needed).
+
+    On a GPU the same figures are the compiled kernel's ``n_regs`` and ``n_spills``. Needs
+    ``TRITON_INTERPRET=0``, as :func:`check_all`.
+
+    Returns
+    -------
+    dict
+        ``"registers"`` per thread, ``"spill_stores"`` and ``"spill_loads"`` (bytes per thread
+        written to and read back from local memory because the registers ran out), and
+        ``"stack"`` (bytes of local memory per thread).
+    """
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    ptx = _compile(config, capability).asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "kernel.ptx"
+        source.write_text(ptx)
+        done = subprocess.run(
+            [get_ptxas(capability).path, "-v", "--regAllocOptLevel=2",
+             f"--gpu-name={sm_arch_from_capability(capability)}", str(source),
+             "-o", str(Path(tmp) / "kernel.cubin")],
+            capture_output=True, text=True, check=True)
+    log = done.stdout + done.stderr
+    stores, loads = map(int, _PTXAS_SPILLS.search(log).groups())
+    return {"registers": int(_PTXAS_REGISTERS.search(log).group(1)), "spill_stores": stores,
+            "spill_loads": loads, "stack": int(_PTXAS_STACK.search(log).group(1))}
+
+
+def _fused_one_row_config(n_cols: int, ty: str, num_warps: int) -> KernelConfig:
+    """The fused softmax kernel as :func:`teachkit.kernels.teaching.fused_one_row` launches it:
+    one row of ``n_cols`` (a power of two) per program, ``num_warps`` warps."""
+    types = {"X": f"*{ty}", "Y": f"*{ty}"}
+    return _config(f"fused {ty} one row BLOCK_N={n_cols} warps={num_warps}", sk.fused_kernel,
+                   types, {"BLOCK_M": 1, "BLOCK_N": n_cols}, num_warps)
+
+
+def _sweep_one(job: tuple[int, int, str, int]) -> dict[str, int]:
+    capability, n_cols, ty, num_warps = job
+    return ptxas_resources(_fused_one_row_config(n_cols, ty, num_warps), capability)
+
+
+def fused_register_sweep(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT),
+                         columns: tuple[int, ...] = (4096, 8192, 16384, 32768, 65536),
+                         dtype: str = "fp32", num_warps: int = 16,
+                         workers: int | None = None) -> dict[int, dict[int, dict[str, int]]]:
+    """:func:`ptxas_resources` of the fused softmax kernel, one row per program of ``n`` columns
+    and ``num_warps`` warps (notebook 06's register-cliff experiment), for each capability and
+    row length, compiled in parallel processes: capability to ``n`` to the resources.
+
+    Must run with ``TRITON_INTERPRET=0``, as :func:`check_all`.
+    """
+    jobs = [(cap, n, dtype, num_warps) for cap in capabilities for n in columns]
+    found = _parallel_map(_sweep_one, jobs, workers)
+    sweep: dict[int, dict[int, dict[str, int]]] = {}
+    for (cap, n, _, _), resources in zip(jobs, found, strict=True):
+        sweep.setdefault(cap, {})[n] = resources
+    return sweep
+
+
+def format_register_sweep(sweep: dict[int, dict[int, dict[str, int]]], dtype: str = "fp32",
+                          num_warps: int = 16) -> str:
+    """A table of :func:`fused_register_sweep`: per row length, the registers per thread and
+    the bytes spilled per thread on each GPU class, and the longest row with no spill.
+
+    Examples
+    --------
+    >>> fits = {"registers": 40, "spill_stores": 0, "spill_loads": 0, "stack": 0}
+    >>> spills = {"registers": 255, "spill_stores": 96, "spill_loads": 96, "stack": 96}
+    >>> print(format_register_sweep({90: {16384: fits, 32768: spills}}))  # doctest: +ELLIPSIS
+    fused softmax, one fp32 row per program, 16 warps (512 threads), Triton ...
+    columns  values/thread  sm_90 registers (spilled bytes)
+      16384             32                   40
+      32768             64                  255 (96 + 96)
+    longest row with no spill: sm_90 16384
+    """
+    import triton
+
+    caps = list(sweep)
+    threads = 32 * num_warps
+    lines = [f"fused softmax, one {dtype} row per program, {num_warps} warps ({threads} "
+             f"threads), Triton {triton.__version__}"]
+    head = ["columns", "values/thread"] + [f"sm_{c} registers (spilled bytes)" for c in caps]
+    rows = []
+    for n in sweep[caps[0]]:
+        cells = [str(n), str(n // threads)]
+        for cap in caps:
+            r = sweep[cap][n]
+            spilled = r["spill_stores"] + r["spill_loads"]
+            cells.append(f"{r['registers']}" + (f" ({r['spill_stores']} + {r['spill_loads']})"
+                                                 if spilled else ""))
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
+    for cells in rows:  # numbers right-aligned; a spill's bytes hang past the register count
+        out = [cells[0].rjust(widths[0]), cells[1].rjust(widths[1])]
+        for cell, w in zip(cells[2:], widths[2:], strict=True):
+            regs, _, rest = cell.partition(" ")
+            out.append((regs.rjust(min(w, len(head[2]) - 14)) + (" " + rest if rest else "")
+                        ).ljust(w))
+        lines.append("  ".join(out).rstrip())
+    fits = ", ".join(
+        f"sm_{cap} " + str(max((n for n, r in sweep[cap].items()
+                                if not r["spill_stores"] + r["spill_loads"]), default=0))
+        for cap in caps)
+    lines.append(f"longest row with no spill: {fits}")
+    return "\n".join(lines)
+
+
+def _two_pass_one(job: tuple[str, int]) -> dict[str, int]:
+    name, capability = job
+    config = next(c for c in softmax_launch_configs() if c.name == name)
+    ptx = _compile(config, capability).asm["ptx"]
+    return {"warps": config.num_warps, "block": config.constexprs["BLOCK"],
+            "ex2": len(re.findall(r"\bex2\.approx", ptx)),
+            "shuffles": len(_SHUFFLE.findall(ptx)),
+            **ptxas_resources(config, capability)}
+
+
+def two_pass_evidence(capability: int = 90) -> dict[str, dict[str, int]]:
+    """The blog kernel and the per-slot online kernel of notebook 06, in float32 as
+    :func:`~teachkit.kernels.softmax_blog` and :func:`~teachkit.kernels.softmax_online` launch
+    them, compiled for ``sm_<capability>``: per kernel its ``"warps"``, ``"block"`` (the
+    elements one iteration loads), ``"ex2"`` and ``"shuffles"`` (``ex2.approx`` and
+    ``shfl.sync.bfly`` instructions in the PTX) and :func:`ptxas_resources`.
+
+    Must run with ``TRITON_INTERPRET=0``, as :func:`check_all`.
+    """
+    names = {"blog": "blog fp32", "online": "online fp32"}
+    jobs = [(name, capability) for name in names.values()]
+    return dict(zip(names, _parallel_map(_two_pass_one, jobs, 2), strict=True))
+
+
+def format_two_pass_evidence(evidence: dict[str, dict[str, int]], n_cols: int = 1024,
+                             capability: int = 90) -> str:
+    """:func:`two_pass_evidence` as a table, with what one program does on a row of ``n_cols``.
+
+    Examples
+    --------
+    >>> r = {"warps": 4, "block": 1024, "ex2": 12, "shuffles": 14, "registers": 32,
+    ...      "spill_stores": 0, "spill_loads": 0, "stack": 0}
+    >>> print(format_two_pass_evidence({"blog": r}))  # doctest: +NORMALIZE_WHITESPACE
+    two-pass kernels, fp32, sm_90, rows of 1024: one program per row
+    kernel  warps  threads  block  slots masked  registers  regs/program  ex2  shfl.bfly
+    blog        4      128   1024            0         32          4096   12         14
+    """
+    head = ["kernel", "warps", "threads", "block", "slots masked", "registers",
+            "regs/program", "ex2", "shfl.bfly"]
+    rows = []
+    for name, r in evidence.items():
+        threads = 32 * r["warps"]
+        masked = -n_cols % r["block"]
+        rows.append([name, r["warps"], threads, r["block"], masked, r["registers"],
+                     r["registers"] * threads, r["ex2"], r["shuffles"]])
+    widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
+    lines = [f"two-pass kernels, fp32, sm_{capability}, rows of {n_cols}: one program per row",
+             "  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                       for i, (h, w) in enumerate(zip(head, widths, strict=True)))]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths, strict=True))))
     return "\n".join(lines)

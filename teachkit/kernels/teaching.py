@@ -76,7 +76,7 @@ def row_max_kernel(X, OUT, n_cols, stride_x, BLOCK: tl.constexpr):
     (``OUT`` is ``(rows,)``)."""
     row = tl.program_id(0)                       # which row this program owns
     cols = tl.arange(0, BLOCK)                   # BLOCK offsets, a power of two >= n_cols
-    mask = cols < n_cols                         # lanes past the row's end read nothing
+    mask = cols < n_cols                         # slots past the row's end read nothing
     x = tl.load(X + row * stride_x + cols, mask=mask, other=float("-inf"))
     tl.store(OUT + row, tl.max(x, axis=0))
 
@@ -118,7 +118,7 @@ def row_softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
-    # Padding lanes read -inf: they cannot raise the maximum and add exp(-inf) = 0 to the sum.
+    # Padding slots read -inf: they cannot raise the maximum and add exp(-inf) = 0 to the sum.
     x = tl.load(X + row * stride_x + cols, mask=mask, other=float("-inf")).to(tl.float32)
     e = tl.exp(x - tl.max(x, axis=0))
     y = e / tl.sum(e, axis=0)

@@ -147,7 +147,7 @@ def test_strided_lengths_and_column_major_tables(gen):
     """The kernel reads lengths and table entries with unit strides: the wrapper makes them so."""
     q, k, v, k_ref, v_ref, _ = make(3, 2, 1, 1, 24, 16, gen, torch.float32, lens=[24, 24, 24])
     lens = torch.tensor([24, 0, 9])
-    strided = torch.stack([lens, lens.flip(0)], 1).to(torch.int32)[:, 0].to(DEV)  # stride 2
+    strided = torch.stack([lens, lens.flip(0)], 1).to(DEV, torch.int32)[:, 0]  # stride 2
     assert strided.stride() == (2,)
     check(q, k, v, k_ref, v_ref, lens, num_splits=2)  # contiguous, as a baseline
     out, lse = check(q, k, v, k_ref, v_ref, strided, num_splits=2)

@@ -644,8 +644,10 @@ def check_flash_kernel(kernel: object) -> None:
                          f"your kernel stored past LSE[{L - 1}]: mask the store with "
                          "offs_m < L.")
         if relative_error(out, ref_out) > rtol:
+            # a mistake's output carries TF32's rounding on a GPU too: match it loosely there
             mistake = matching_mistake(out, _flash_out_mistakes(q64, k64, v64, scale, causal,
-                                                                bm, bn), rtol=max(rtol, 1e-4))
+                                                                bm, bn),
+                                       rtol=1e-2 if ON_GPU else max(rtol, 1e-4))
             if mistake:
                 raise ExerciseFailed(f"On {case}: your output matches a usual mistake: "
                                      + mistake)

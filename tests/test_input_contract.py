@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import teachkit
 from teachkit import validation

@@ -10,6 +10,7 @@ import pytest
 from teachkit.bench import (
     Measurement,
     find_records,
+    format_table,
     load_record,
     load_results,
     record_path,
@@ -23,6 +24,7 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
     "softmax_": {"rows", "cols", "dtype"},
     "cute_softmax_": {"rows", "cols", "dtype"},
     "traffic_": {"rows", "cols", "dtype"},
+    "attention_backward_": {"D", "L", "S", "causal", "dtype", "pass"},
     "attention_": {"D", "L", "S", "causal", "dtype"},
     "decode_": {"B", "S", "dtype"},
     "ring_": {"N", "causal", "dtype"},
@@ -114,3 +116,18 @@ def test_records_without_a_matmul_dtype_were_bf16(tmp_path):
     path = save_results(tmp_path / "c.json", [], copy_gbps=300.0, matmul_tflops=65.0,
                         matmul_dtype="float16")
     assert recorded_matmul_dtype(load_results(path)[1]) == "float16"
+
+
+def test_format_table_shows_the_subjects_ratios_whatever_the_providers_order():
+    """The recorded backward lists the course's kernel first; its ratios are still the ones
+    shown when it is named the subject."""
+    results, record = load_record("attention_backward_nvidia_h100")
+    table = format_table(results, baseline=("sdpa flash", "sdpa cudnn"),
+                         device=record["device"], subject="teachkit flash")
+    head = table.splitlines()[1]
+    assert "teachkit flash / sdpa flash" in head and "teachkit flash / sdpa cudnn" in head
+    first = next(r for r in results if r.provider == "teachkit flash")
+    flash = next(r for r in results if r.provider == "sdpa flash" and r.problem == first.problem)
+    assert f"{first.value / flash.value:.2f}x" in table.splitlines()[3]
+    # without a subject, the last provider's ratios, as before
+    assert "sdpa cudnn / sdpa flash" in format_table(results, baseline=("sdpa flash",))

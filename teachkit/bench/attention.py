@@ -417,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.backward:
         results = bench_backward(lengths, args.head_dims, causal, args.dtype, args.providers,
                                  **kwargs)
-        print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
+        print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn"),
+                           subject="teachkit flash"))
     elif args.steps:
         results = bench_steps(lengths[0] if args.lengths else pick_steps_length(), args.head_dims,
                               causal, args.dtype, **kwargs, graph=args.graph)
@@ -425,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = bench_attention(lengths, args.head_dims, causal, args.dtype, args.providers,
                                   **kwargs, graph=args.graph)
-        print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn")))
+        print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn"),
+                           subject="teachkit flash"))
     extra = {}
     if args.memory and ON_GPU:
         if args.backward:

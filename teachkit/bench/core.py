@@ -274,15 +274,16 @@ def run_problem(bar: object, jobs: int, label: str, nbytes: int, run: Callable[[
 
 
 def format_table(results: list[Measurement], ceiling: float | None = None,
-                 baseline: str | tuple[str, ...] = "torch", device: str | None = None) -> str:
-    """A Markdown table: one row per (problem, dtype), one column per provider, then the last
-    provider's ratio to each ``baseline`` provider present and to ``ceiling``. ``device`` names
-    where the results were measured (default: this machine). Rows and columns are headed by the
-    results' labels."""
+                 baseline: str | tuple[str, ...] = "torch", device: str | None = None,
+                 subject: str | None = None) -> str:
+    """A Markdown table: one row per (problem, dtype), one column per provider, then the ratio of
+    ``subject`` (default: the last provider) to each ``baseline`` provider present and to
+    ``ceiling``. ``device`` names where the results were measured (default: this machine). Rows
+    and columns are headed by the results' labels."""
     providers = list(dict.fromkeys(r.provider for r in results))
     keys = list(dict.fromkeys((r.problem, r.dtype) for r in results))
     unit = results[0].unit if results else ""
-    last = providers[-1] if providers else ""
+    last = subject if subject in providers else (providers[-1] if providers else "")
     bases = [b for b in ((baseline,) if isinstance(baseline, str) else baseline)
              if b in providers and b != last]
     head = ["problem", "dtype", *providers, *(f"{last} / {b}" for b in bases)]

@@ -31,8 +31,8 @@ cute
     the online softmax as a CuTe DSL kernel (optional extra ``[cute]``) and its thread, warp
     and block tiers simulated in torch.
 bench
-    ``python -m teachkit.bench softmax|ceilings|traffic|attention|decode``: kernels beside
-    PyTorch and the device's ceilings.
+    ``python -m teachkit.bench softmax|ceilings|traffic|attention|decode|host``: kernels
+    beside PyTorch and the device's ceilings, and the host's cost of one call.
 plots
     matplotlib helpers (imported on demand).
 exercises

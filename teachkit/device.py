@@ -90,9 +90,10 @@ def interpreter_switched_off() -> bool:
     driver. ``python -m teachkit.kernels`` sets it on purpose to compile without running; a
     kernel launch checks it first (:func:`teachkit.validation.require_kernel_world`).
     """
+    if ON_GPU:  # asked on every launch: on a GPU, answer without reading the environment
+        return False
     value = os.environ.get("TRITON_INTERPRET")
-    return (not ON_GPU and value is not None
-            and value.strip().lower() not in ("1", "true", "on", "yes", "y"))
+    return value is not None and value.strip().lower() not in ("1", "true", "on", "yes", "y")
 
 
 def has_triton() -> bool:

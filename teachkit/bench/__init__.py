@@ -8,6 +8,7 @@ Run from a shell::
     python -m teachkit.bench traffic               # notebook 05: bytes moved per formulation, L2
     python -m teachkit.bench attention             # FlashAttention beside each SDPA backend
     python -m teachkit.bench decode                # split-KV and paged decoding
+    python -m teachkit.bench host                  # the host's cost of one call, beside torch
 
 Each run measures the ceilings first (a large device-to-device copy for bandwidth, a large
 matmul for compute, in bf16 from sm_80 on and fp16 before: :func:`matmul_dtype`), then every

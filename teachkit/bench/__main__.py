@@ -11,6 +11,7 @@ SUBCOMMANDS = {
     "traffic": "teachkit.traffic",
     "attention": "teachkit.bench.attention",
     "decode": "teachkit.bench.decode",
+    "host": "teachkit.bench.host",
 }
 
 

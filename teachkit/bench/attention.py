@@ -32,6 +32,7 @@ from .attention_problems import (
     TOKENS,
     attention_flops,
     attention_params,
+    attention_problems,
     batch_for,
     problem_name,
     sdpa_backend,
@@ -124,15 +125,10 @@ def bench_attention(
     """
     table = attention_providers()
     names = require_names(providers, table, "providers")
-    lengths, head_dims = require_sizes(lengths, "lengths"), require_sizes(head_dims, "head_dims")
-    require_dtype_name(dtype)
-    require_positive_int(tokens, "tokens")
-    require_positive_int(heads, "heads")
-    problems = [(L, D, c) for D in head_dims for c in causal for L in lengths]
+    problems = attention_problems(lengths, head_dims, causal, dtype, tokens, heads)
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), show_progress) as bar:
-        for L, D, c in problems:
-            B = batch_for(L, tokens)
+        for B, L, D, c in problems:
             run_problem(bar, len(names), f"{problem_name(D, L, c)} {dtype}",
                         attention_bytes(B, heads, L, D, dtype),
                         lambda B=B, L=L, D=D, c=c: _attention_problem(

@@ -16,13 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from ..device import DEVICE, ON_GPU, is_out_of_memory, skip_if_out_of_memory
-from ..validation import require_positive_int
 from .attention_problems import (
     ATTENTION_LENGTHS,
     HEADS,
     TOKENS,
     attention_flops,
-    batch_for,
+    attention_problems,
     problem_name,
     sdpa_backend,
 )
@@ -33,9 +32,7 @@ from .core import (
     dtype_name,
     each_job,
     progress_bar,
-    require_dtype_name,
     require_names,
-    require_sizes,
     run_problem,
     time_ms,
 )
@@ -114,15 +111,10 @@ def bench_backward(
     """
     table = backward_providers()
     names = require_names(providers, table, "providers")
-    lengths, head_dims = require_sizes(lengths, "lengths"), require_sizes(head_dims, "head_dims")
-    require_dtype_name(dtype)
-    require_positive_int(tokens, "tokens")
-    require_positive_int(heads, "heads")
-    problems = [(L, D, c) for D in head_dims for c in causal for L in lengths]
+    problems = attention_problems(lengths, head_dims, causal, dtype, tokens, heads)
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), show_progress) as bar:
-        for L, D, c in problems:
-            B = batch_for(L, tokens)
+        for B, L, D, c in problems:
             run_problem(bar, len(names), f"{problem_name(D, L, c)} {dtype} backward",
                         backward_bytes(B, heads, L, D, dtype),
                         lambda B=B, L=L, D=D, c=c: _backward_problem(

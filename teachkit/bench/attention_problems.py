@@ -3,15 +3,16 @@ counts, labels and parameters, and SDPA pinned to one backend."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
 
-from .core import DTYPES, dtype_name
+from ..validation import require_positive_int
+from .core import DTYPES, dtype_name, require_dtype_name, require_sizes
 
 __all__ = ["ATTENTION_LENGTHS", "HEADS", "SDPA_BACKENDS", "TOKENS", "attention_flops",
-           "attention_params", "batch_for", "problem_name", "sdpa_backend"]
+           "attention_params", "attention_problems", "batch_for", "problem_name", "sdpa_backend"]
 
 ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 """Sequence lengths L = S of the benchmark."""
@@ -27,6 +28,25 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
 def batch_for(length: int, tokens: int = TOKENS) -> int:
     """Sequences per problem: ``tokens // length``, at least 1."""
     return max(1, tokens // length)
+
+
+def attention_problems(lengths: Iterable[int], head_dims: Iterable[int],
+                       causal: Iterable[bool], dtype: str, tokens: int = TOKENS,
+                       heads: int = HEADS) -> list[tuple[int, int, int, bool]]:
+    """The problems ``(B, L, D, causal)`` of an attention benchmark, by head dim, then mask,
+    then length, with ``B`` from :func:`batch_for`; every argument checked first (``TypeError``
+    or ``ValueError`` naming it).
+
+    Examples
+    --------
+    >>> attention_problems([1024, 4096], [64], [False], "fp16")
+    [(16, 1024, 64, False), (4, 4096, 64, False)]
+    """
+    lengths, head_dims = require_sizes(lengths, "lengths"), require_sizes(head_dims, "head_dims")
+    require_dtype_name(dtype)
+    require_positive_int(tokens, "tokens")
+    require_positive_int(heads, "heads")
+    return [(batch_for(L, tokens), L, D, c) for D in head_dims for c in causal for L in lengths]
 
 
 def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> float:

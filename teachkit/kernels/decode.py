@@ -68,6 +68,7 @@ from ..validation import (
     resolve_scale,
 )
 from .flash import HEAD_DIMS, LN2, LOG2E
+from .grid_math import cdiv, next_power_of_2
 
 __all__ = [
     "HEAD_DIMS",
@@ -696,14 +697,14 @@ def decode_attention(
     if config is None:
         config = decode_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device))
     group = H // H_kv
-    block_m = max(16, min(max_rows(D, q.dtype), triton.next_power_of_2(group * Lq)))
-    row_blocks = triton.cdiv(group * Lq, block_m)
+    block_m = max(16, min(max_rows(D, q.dtype), next_power_of_2(group * Lq)))
+    row_blocks = cdiv(group * Lq, block_m)
     if row_blocks > _MAX_GRID_YZ:
         raise ValueError(f"(H / H_kv) * Lq = {group * Lq} query rows per cache head is too many; "
                          "split q into several calls")
     if num_splits is None:
         num_splits = choose_num_splits(B * H_kv * row_blocks,
-                                       triton.cdiv(capacity, config.block_n), sm_count(q.device))
+                                       cdiv(capacity, config.block_n), sm_count(q.device))
     if num_splits == 1:  # the unsplit forward pass: final output and lse directly
         o_part, lse_part = out.unsqueeze(0), lse.unsqueeze(0)
     else:
@@ -731,7 +732,7 @@ def decode_attention(
             o_part, lse_part, out, lse,
             *o_part.stride(), *lse_part.stride(), *out.stride(),
             H, Lq, num_splits,
-            HEAD_DIM=D, SPLITS=triton.next_power_of_2(num_splits), num_warps=4,
+            HEAD_DIM=D, SPLITS=next_power_of_2(num_splits), num_warps=4,
         )
     return (out, lse) if return_lse else out
 

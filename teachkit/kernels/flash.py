@@ -43,6 +43,7 @@ from ..validation import (
     resolve_scale,
 )
 from .flash_backward import flash_backward
+from .grid_math import cdiv
 
 __all__ = [
     "HEAD_DIMS",
@@ -507,7 +508,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
     No checks: :func:`flash_attention` is the entry point; tuning sweeps call this directly.
     """
     B, H, L, D = q.shape
-    grid = (triton.cdiv(L, config.block_m), B * H)
+    grid = (cdiv(L, config.block_m), B * H)
     use_tma = config.tma and _tma_ok(q, k, v)
     if use_tma:
         from triton.tools.tensor_descriptor import TensorDescriptor

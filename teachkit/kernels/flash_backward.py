@@ -50,6 +50,7 @@ import triton.language as tl
 
 from ..device import INTERPRETED, compute_capability
 from ..gpus import gpu_class
+from .grid_math import cdiv
 
 __all__ = [
     "BackwardConfig",
@@ -433,18 +434,18 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     dot_fp32 = INTERPRETED and q.dtype == torch.bfloat16
     delta_rows = 16 if INTERPRETED else 32
-    flash_bwd_delta_kernel[(triton.cdiv(L, delta_rows), B * H)](
+    flash_bwd_delta_kernel[(cdiv(L, delta_rows), B * H)](
         out, do, dlse.contiguous() if dlse is not None else delta, delta,
         *out.stride(), *do.stride(), H, L,
         HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_M=delta_rows)
     common = dict(CAUSAL=causal, HEAD_DIM=D, PRECISION=precision, DOT_FP32=dot_fp32,
                   num_warps=config.num_warps, num_stages=config.num_stages)
-    flash_bwd_dkdv_kernel[(triton.cdiv(S, config.kv_block_n), B * H_kv)](
+    flash_bwd_dkdv_kernel[(cdiv(S, config.kv_block_n), B * H_kv)](
         q, k, v, do, lse, delta, dk, dv,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dk.stride()[:3], *dv.stride()[:3], H, H_kv, L, S, scale,
         BLOCK_M=config.kv_block_m, BLOCK_N=config.kv_block_n, **common)
-    flash_bwd_dq_kernel[(triton.cdiv(L, config.q_block_m), B * H)](
+    flash_bwd_dq_kernel[(cdiv(L, config.q_block_m), B * H)](
         q, k, v, do, lse, delta, dq,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dq.stride()[:3], H, H_kv, L, S, scale,

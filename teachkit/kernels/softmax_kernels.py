@@ -32,6 +32,7 @@ import triton.language as tl
 
 from ..device import ON_GPU, multiprocessors
 from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
+from .grid_math import cdiv, next_power_of_2
 
 __all__ = [
     "FUSED_MAX_COLS",
@@ -116,7 +117,7 @@ def fused_config(n_cols: int) -> tuple[int, int, int]:
     program moves at least 4096 elements; warps grow with the tile (16 values a thread at most
     up to 16 warps).
     """
-    block_n = triton.next_power_of_2(max(n_cols, 1))
+    block_n = next_power_of_2(max(n_cols, 1))
     block_m = max(1, min(16, 4096 // block_n))
     tile = block_m * block_n
     num_warps = max(1, min(16, tile // 512))
@@ -126,7 +127,7 @@ def fused_config(n_cols: int) -> tuple[int, int, int]:
 def _launch_fused(x2: torch.Tensor, y2: torch.Tensor) -> None:
     n_rows, n_cols = x2.shape
     block_m, block_n, num_warps = fused_config(n_cols)
-    grid = (triton.cdiv(n_rows, block_m),)
+    grid = (cdiv(n_rows, block_m),)
     fused_kernel[grid](x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
                        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
 
@@ -257,14 +258,14 @@ def split_depth(chunk: int, block: int) -> int:
 
 def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) -> None:
     n_rows, n_cols = x2.shape
-    n_chunks = triton.cdiv(n_cols, chunk)
+    n_chunks = cdiv(n_cols, chunk)
     m = torch.empty(n_rows, n_chunks, dtype=torch.float32, device=x2.device)
     d = torch.empty_like(m)
     grid = (n_rows, n_chunks)
     depth = split_depth(chunk, block)
     split_stats_kernel[grid](x2, m, d, n_cols, x2.stride(0), n_chunks,
                              CHUNK=chunk, BLOCK=block, DEPTH=depth, num_warps=8)
-    block_p = min(1024, triton.next_power_of_2(n_chunks))
+    block_p = min(1024, next_power_of_2(n_chunks))
     split_normalize_kernel[grid](x2, y2, m, d, n_cols, x2.stride(0), y2.stride(0), n_chunks,
                                  CHUNK=chunk, BLOCK=block, BLOCK_P=block_p, num_warps=8)
 

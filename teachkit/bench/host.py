@@ -1,0 +1,199 @@
+"""``python -m teachkit.bench host``: what one call costs on the host, beside torch's own op.
+
+A model calls softmax, attention and decoding once per layer and per token, so the work between
+the Python call and the kernel's start (checking the inputs, allocating the outputs, Triton's
+launcher) is paid on every call. On a tiny problem the GPU's part is a few microseconds, less
+than the host's, so the time per call of many back-to-back calls (the GPU synchronised once, at
+the end) is the host's time. Each op is timed three ways, side by side in one process:
+
+``torch``
+    PyTorch's own op on the same tensors (``torch.softmax``,
+    ``scaled_dot_product_attention``).
+``teachkit``
+    The course's entry point, as a user calls it.
+``teachkit, no launch``
+    The same call with every Triton launch of :mod:`teachkit.kernels` skipped
+    (:func:`launches_skipped`): the checks, the allocations and the Python around them.
+
+``teachkit`` minus ``teachkit, no launch`` is what the launches cost. On a CPU the kernels run
+in Triton's interpreter, so only the last figure means anything there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+import torch
+
+from ..device import DEVICE, ON_GPU, device_name, pick
+from ..validation import require_positive_int
+from .core import (
+    Measurement,
+    add_common_arguments,
+    finish,
+    format_table,
+    positive_int,
+    progress_bar,
+    require_names,
+    start,
+)
+
+__all__ = ["OPS", "PROVIDERS", "host_problems", "launches_skipped", "host_us", "bench_host",
+           "main"]
+
+OPS = ("softmax", "flash_attention", "decode_attention")
+"""The entry points timed, by the name :mod:`teachkit.kernels` gives them."""
+PROVIDERS = ("torch", "teachkit", "teachkit, no launch")
+"""The three ways each op is timed, in order."""
+
+
+def host_problems() -> dict[str, tuple[dict, Callable[[], object], Callable[[], object]]]:
+    """Per op: its parameters, torch's call and teachkit's call, on tiny float16 inputs.
+
+    softmax: 8 rows of 1024; flash_attention: (1, 8, 128, 64); decode_attention: one query of
+    32 heads of 128 against a cache of 1024 tokens (8 heads of keys and values, grouped), its
+    lengths given, as a server passes them. Smaller on a CPU.
+    """
+    from ..kernels import decode_attention, flash_attention, softmax
+
+    f16 = {"dtype": torch.float16, "device": DEVICE}
+    rows, cols = pick(cpu=(4, 64), gpu=(8, 1024))
+    x = torch.randn(rows, cols, **f16)
+    B, H, L, D = pick(cpu=(1, 2, 16, 16), gpu=(1, 8, 128, 64))
+    q, k, v = (torch.randn(B, H, L, D, **f16) for _ in range(3))
+    Hq, Hkv, S, Dd = pick(cpu=(4, 2, 64, 16), gpu=(32, 8, 1024, 128))
+    qd = torch.randn(1, Hq, 1, Dd, **f16)
+    kc, vc = (torch.randn(1, Hkv, S, Dd, **f16) for _ in range(2))
+    lens = torch.full((1,), S, dtype=torch.int32, device=DEVICE)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return {
+        "softmax": ({"rows": rows, "cols": cols},
+                    lambda: torch.softmax(x, -1), lambda: softmax(x)),
+        "flash_attention": ({"B": B, "H": H, "L": L, "S": L, "D": D},
+                            lambda: sdpa(q, k, v), lambda: flash_attention(q, k, v)),
+        "decode_attention": ({"B": 1, "H": Hq, "H_kv": Hkv, "S": S, "D": Dd},
+                             lambda: sdpa(qd, kc, vc, enable_gqa=True),
+                             lambda: decode_attention(qd, kc, vc, cache_seqlens=lens)),
+    }
+
+
+def _no_launch(*args: object, **kwargs: object) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def launches_skipped() -> Iterator[None]:
+    """Within the block, launching any Triton kernel of :mod:`teachkit.kernels` does nothing.
+
+    ``kernel[grid](...)`` calls the kernel's ``run``; each kernel object gets a ``run`` of its
+    own that returns at once, removed again on the way out (an exception included).
+    """
+    from triton.runtime.jit import KernelInterface
+
+    from ..kernels import (
+        decode,
+        decode_simple,
+        flash,
+        flash_backward,
+        flash_simple,
+        softmax_kernels,
+    )
+
+    modules = (softmax_kernels, flash, flash_simple, flash_backward, decode, decode_simple)
+    kernels = {id(obj): obj for module in modules for obj in vars(module).values()
+               if isinstance(obj, KernelInterface)}
+    try:
+        for kernel in kernels.values():
+            kernel.run = _no_launch
+        yield
+    finally:
+        for kernel in kernels.values():
+            vars(kernel).pop("run", None)
+
+
+def host_us(fn: Callable[[], object], calls: int, repeats: int = 5) -> float:
+    """Microseconds per call of ``calls`` back-to-back calls of ``fn``, the GPU synchronised at
+    the end: the median of ``repeats`` such runs, after one call to warm up (compilation)."""
+    def sync() -> None:
+        if ON_GPU:
+            torch.cuda.synchronize()
+
+    fn()
+    sync()
+    runs = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        runs.append((time.perf_counter() - begin) / calls * 1e6)
+    return statistics.median(runs)
+
+
+def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
+               show_progress: bool = True) -> list[Measurement]:
+    """Time every op of ``ops`` (default :data:`OPS`) three ways (:data:`PROVIDERS`).
+
+    ``calls`` back-to-back calls a timing (default 1000 on a GPU, 20 on a CPU).
+    """
+    names = require_names(ops, OPS, "ops")
+    calls = pick(cpu=20, gpu=1000) if calls is None else require_positive_int(calls, "calls")
+    problems = host_problems()
+    results = []
+    with progress_bar(len(names) * len(PROVIDERS), show_progress) as bar:
+        for op in names:
+            params, torch_call, teachkit_call = problems[op]
+            timed = {"torch": torch_call, "teachkit": teachkit_call}
+            for provider in PROVIDERS:
+                bar.set_description(f"{op}: {provider}")
+                if provider == "teachkit, no launch":
+                    with launches_skipped():
+                        us = host_us(teachkit_call, calls)
+                else:
+                    us = host_us(timed[provider], calls)
+                results.append(Measurement(
+                    problem=op, dtype="fp16", provider=provider, ms=us / 1e3, value=us,
+                    unit="µs per call", params={"op": op, **params, "dtype": "float16"}))
+                bar.update()
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: ``python -m teachkit.bench host [options]``."""
+    parser = argparse.ArgumentParser(prog="python -m teachkit.bench host", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP",
+                        help="which entry points to time: " + ", ".join(OPS))
+    parser.add_argument("--calls", type=positive_int, default=None,
+                        help="back-to-back calls a timing (default 1000 on a GPU, 20 on a CPU)")
+    add_common_arguments(parser)
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if args.graph:
+        parser.error("--graph does not apply: a CUDA graph removes the host cost this measures")
+    if not start(args):
+        return 2
+    print(f"device: {device_name()}")
+    results = bench_host(args.ops, args.calls)
+    print(format_table(results, baseline=("torch",), subject="teachkit"))
+    for op in dict.fromkeys(r.problem for r in results):
+        got = {r.provider: r.value for r in results if r.problem == op}
+        print(f"{op}: checks, allocations and Python {got['teachkit, no launch']:.1f} µs, "
+              f"launches {got['teachkit'] - got['teachkit, no launch']:.1f} µs, "
+              f"torch {got['torch']:.1f} µs")
+
+    def figure() -> object:
+        from ..plots.host import plot_host_cost
+
+        return plot_host_cost(results)
+
+    finish(args, results, figure)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

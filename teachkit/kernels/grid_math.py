@@ -1,0 +1,28 @@
+"""Grid arithmetic on the host for the entry points a model calls on every layer and token.
+
+``triton.cdiv`` and ``triton.next_power_of_2`` are constexpr functions, written to be called
+inside a kernel as well as on the host; on the host each call goes through Triton's wrapper,
+which unwraps every argument from ``triton.language`` first. ``python -m teachkit.bench host``
+measures what a call of an entry point costs. The fast entry points (:mod:`.softmax_kernels`,
+:mod:`.flash`, :mod:`.flash_backward`, :mod:`.decode`) use these two plain functions instead;
+the teaching kernels keep Triton's, as its tutorials write them.
+
+Examples
+--------
+>>> cdiv(1000, 64), next_power_of_2(1000), next_power_of_2(1024)
+(16, 1024, 1024)
+"""
+
+from __future__ import annotations
+
+__all__ = ["cdiv", "next_power_of_2"]
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for ints, ``b > 0``: the number of blocks of ``b`` that cover ``a``."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n``, for ``n >= 1`` (as ``triton.next_power_of_2``)."""
+    return 1 << (n - 1).bit_length() if n > 1 else 1

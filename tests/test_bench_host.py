@@ -1,0 +1,86 @@
+"""``python -m teachkit.bench host``: the host cost of a call, split into what surrounds the
+launches and the launches themselves, beside torch's op."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("teachkit.kernels")
+from teachkit.bench import __main__ as bench_cli  # noqa: E402
+from teachkit.bench import host  # noqa: E402
+from teachkit.bench.core import load_results  # noqa: E402
+from teachkit.kernels import flash, grid_math, softmax_kernels  # noqa: E402
+
+
+def test_launches_skipped_skips_every_launch_and_puts_them_back():
+    x = torch.full((3, 40), 2.0, device=host.DEVICE)
+    with host.launches_skipped():
+        # a real launch with these arguments would fail; a skipped one returns at once
+        assert softmax_kernels.fused_kernel[(1,)]("not", "a", "tensor") is None
+        assert flash.flash_fwd_kernel[(1, 1)]() is None
+        softmax_kernels.softmax(x)  # the checks and allocations still run
+    assert "run" not in vars(softmax_kernels.fused_kernel)
+    assert torch.allclose(softmax_kernels.softmax(x).cpu(), torch.full((3, 40), 1 / 40))
+
+
+def test_launches_come_back_after_an_error():
+    with pytest.raises(RuntimeError, match="inside"):
+        with host.launches_skipped():
+            raise RuntimeError("inside")
+    assert "run" not in vars(flash.flash_fwd_kernel)
+    with pytest.raises(TypeError):  # launching for real again: the arguments are checked
+        softmax_kernels.fused_kernel[(1,)]("not", "a", "tensor")
+
+
+def test_bench_host_times_every_op_three_ways():
+    results = host.bench_host(calls=2, show_progress=False)
+    assert [(r.params["op"], r.provider) for r in results] == [
+        (op, p) for op in host.OPS for p in host.PROVIDERS]
+    assert all(r.value > 0 and r.unit == "µs per call" for r in results)
+    assert all(r.params["dtype"] == "float16" for r in results)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"ops": ["matmul"]}, ValueError, "unknown ops"),
+    ({"ops": "softmax"}, TypeError, "list of names"),
+    ({"calls": 0}, ValueError, "calls must be a positive int"),
+    ({"calls": 2.5}, TypeError, "calls must be a positive int"),
+])
+def test_bench_host_checks_its_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        host.bench_host(**kwargs, show_progress=False)
+
+
+def test_cli_writes_a_record_keyed_by_params(tmp_path, capsys):
+    path = tmp_path / "host.json"
+    assert bench_cli.main(["host", "--allow-cpu", "--calls", "2", "--ops", "softmax",
+                           "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "softmax: checks, allocations and Python" in out
+    results, record = load_results(path)
+    assert {r.provider for r in results} == set(host.PROVIDERS)
+    assert json.loads(path.read_text())["results"][0]["params"]["op"] == "softmax"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["host", "--calls", "0"], "--calls: 0 is not positive"),
+    (["host", "--ops", "matmul"], "--ops: invalid choice: 'matmul'"),
+    (["host", "--graph", "--allow-cpu"], "--graph does not apply"),
+])
+def test_cli_refuses_bad_arguments_before_running(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_cli.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_grid_math_agrees_with_triton():
+    import triton
+
+    for n in range(1, 3000):
+        assert grid_math.next_power_of_2(n) == triton.next_power_of_2(n)
+        for b in (1, 16, 64, 128):
+            assert grid_math.cdiv(n, b) == triton.cdiv(n, b)

@@ -227,3 +227,13 @@ def test_scale_and_flags_are_checked(gen):
         K.flash_attention(q, q, q, scale=float("nan"))
     with pytest.raises(TypeError, match="causal"):
         K.flash_attention(q, q, q, causal="no")
+
+
+def test_a_second_derivative_is_refused_by_name(gen):
+    """The backward kernels have no backward: asking for a gradient of a gradient says so
+    instead of failing later with a tensor that "does not require grad"."""
+    q, k, v = (randn(1, 2, 9, 16, gen=gen).to(DEV).requires_grad_() for _ in range(3))
+    loss = (K.flash_attention(q, k, v) ** 2).sum()  # its gradient depends on the output
+    (dq,) = torch.autograd.grad(loss, q, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dq.sum().backward()

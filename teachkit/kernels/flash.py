@@ -33,6 +33,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ..device import INTERPRETED, ON_GPU, compute_capability
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
@@ -478,6 +479,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @once_differentiable  # the backward kernels have no backward: a second derivative says so
     def backward(ctx: torch.autograd.function.FunctionCtx, dout: torch.Tensor | None,
                  dlse: torch.Tensor | None) -> tuple:
         q, k, v, out, lse = ctx.saved_tensors

@@ -50,35 +50,37 @@ OPS = ("softmax", "flash_attention", "decode_attention")
 """The entry points timed, by the name :mod:`teachkit.kernels` gives them."""
 PROVIDERS = ("torch", "teachkit", "teachkit, no launch")
 """The three ways each op is timed, in order."""
+DTYPE_LABELS = {"float16": "fp16", "bfloat16": "bf16"}
 
 
 def host_problems() -> dict[str, tuple[dict, Callable[[], object], Callable[[], object]]]:
-    """Per op: its parameters, torch's call and teachkit's call, on tiny float16 inputs.
+    """Per op: its parameters (with its dtype's torch name), torch's call and teachkit's call.
 
-    softmax: 8 rows of 1024; flash_attention: (1, 8, 128, 64); decode_attention: one query of
-    32 heads of 128 against a cache of 1024 tokens (8 heads of keys and values, grouped), its
-    lengths given, as a server passes them. Smaller on a CPU.
+    On a GPU: softmax of 64 rows of 256 in bfloat16; flash_attention of (1, 2, 64, 64) in
+    float16; decode_attention of one new token of 32 heads of 128 against a cache of 256 tokens
+    in float16, its lengths given and ``check_values=False``, as a decoding loop calls it.
+    Smaller in the interpreter.
     """
     from ..kernels import decode_attention, flash_attention, softmax
 
-    f16 = {"dtype": torch.float16, "device": DEVICE}
-    rows, cols = pick(cpu=(4, 64), gpu=(8, 1024))
-    x = torch.randn(rows, cols, **f16)
-    B, H, L, D = pick(cpu=(1, 2, 16, 16), gpu=(1, 8, 128, 64))
-    q, k, v = (torch.randn(B, H, L, D, **f16) for _ in range(3))
-    Hq, Hkv, S, Dd = pick(cpu=(4, 2, 64, 16), gpu=(32, 8, 1024, 128))
-    qd = torch.randn(1, Hq, 1, Dd, **f16)
-    kc, vc = (torch.randn(1, Hkv, S, Dd, **f16) for _ in range(2))
+    rows, cols = pick(cpu=(4, 64), gpu=(64, 256))
+    x = torch.randn(rows, cols, dtype=torch.bfloat16, device=DEVICE)
+    B, H, L, D = pick(cpu=(1, 2, 16, 16), gpu=(1, 2, 64, 64))
+    q, k, v = (torch.randn(B, H, L, D, dtype=torch.float16, device=DEVICE) for _ in range(3))
+    Hd, S, Dd = pick(cpu=(2, 64, 16), gpu=(32, 256, 128))
+    qd, kc, vc = (torch.randn(1, Hd, n, Dd, dtype=torch.float16, device=DEVICE)
+                  for n in (1, S, S))
     lens = torch.full((1,), S, dtype=torch.int32, device=DEVICE)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     return {
-        "softmax": ({"rows": rows, "cols": cols},
+        "softmax": ({"rows": rows, "cols": cols, "dtype": "bfloat16"},
                     lambda: torch.softmax(x, -1), lambda: softmax(x)),
-        "flash_attention": ({"B": B, "H": H, "L": L, "S": L, "D": D},
+        "flash_attention": ({"B": B, "H": H, "L": L, "S": L, "D": D, "dtype": "float16"},
                             lambda: sdpa(q, k, v), lambda: flash_attention(q, k, v)),
-        "decode_attention": ({"B": 1, "H": Hq, "H_kv": Hkv, "S": S, "D": Dd},
-                             lambda: sdpa(qd, kc, vc, enable_gqa=True),
-                             lambda: decode_attention(qd, kc, vc, cache_seqlens=lens)),
+        "decode_attention": ({"B": 1, "H": Hd, "S": S, "D": Dd, "dtype": "float16"},
+                             lambda: sdpa(qd, kc, vc),
+                             lambda: decode_attention(qd, kc, vc, cache_seqlens=lens,
+                                                      check_values=False)),
     }
 
 
@@ -157,8 +159,8 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
                 else:
                     us = host_us(timed[provider], calls)
                 results.append(Measurement(
-                    problem=op, dtype="fp16", provider=provider, ms=us / 1e3, value=us,
-                    unit="µs per call", params={"op": op, **params, "dtype": "float16"}))
+                    problem=op, dtype=DTYPE_LABELS[params["dtype"]], provider=provider,
+                    ms=us / 1e3, value=us, unit="µs per call", params={"op": op, **params}))
                 bar.update()
     return results
 

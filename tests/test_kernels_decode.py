@@ -368,6 +368,69 @@ def test_configs_and_launch_list():
     names = [c.name for c in decode_launch_configs()]
     assert len(names) == len(set(names))
     assert any("page=16" in n for n in names) and any("merge" in n for n in names)
+    assert any("one launch" in n for n in names)
+
+
+ONE_LAUNCH = decode.DecodeConfig(*decode.decode_config(
+    16, torch.float16, None if not teachkit.ON_GPU else torch.cuda.get_device_capability())[:3],
+    one_launch=True)
+
+
+@pytest.mark.parametrize("dtype", list(RTOL))
+@pytest.mark.parametrize("Lq,splits", [(1, 3), (3, 8), (2, 1)])
+def test_one_launch_merges_in_the_split_kernel(dtype, Lq, splits, gen):
+    """The last split of each row block merges; lengths full, empty and short leave splits with
+    nothing to add; one split needs no merge at all. The same result as the merge kernel's, and
+    every counter is back at zero after the call."""
+    q, k, v, k_ref, v_ref, lens = make(3, 4, 2, Lq, 45, 16, gen, dtype, lens=[45, 0, 30])
+    one, lse_one = check(q, k, v, k_ref, v_ref, lens, num_splits=splits, config=ONE_LAUNCH)
+    two, lse_two = decode_attention(q, k, v, cache_seqlens=lens, num_splits=splits,
+                                    config=ONE_LAUNCH._replace(one_launch=False),
+                                    return_lse=True)
+    # the same rule, summed in another order on a GPU
+    assert relative_error(one, two) < RTOL[dtype] and relative_error(lse_one, lse_two) < 1e-6
+    assert not decode.merge_counters(1, q.device).any()
+
+
+def test_one_launch_paged_grouped_and_nan(gen):
+    q, k, v, k_ref, v_ref, lens = make(3, 8, 2, 1, 53, 16, gen, torch.float32)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 5, num_pages=40,
+                                                  gen=gen, fill=NAN)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV), num_splits=4,
+          config=ONE_LAUNCH)
+    k[0, 1, 7, 3] = NAN  # a visible NaN reaches its rows through the in-kernel merge too
+    out = decode_attention(q, k, v, cache_seqlens=lens, num_splits=3, config=ONE_LAUNCH)
+    assert torch.isnan(out[0, 4:8]).all() and not torch.isnan(out[0, :4]).any()
+    assert not decode.merge_counters(1, q.device).any()
+
+
+def test_merge_counters_grow_and_stay_zero():
+    small = decode.merge_counters(10, DEV)
+    assert small.dtype == torch.int32 and small.numel() >= 10 and not small.any()
+    assert decode.merge_counters(5, DEV) is small  # kept, not made again
+    big = decode.merge_counters(small.numel() + 1, DEV)
+    assert big.numel() > small.numel() and not big.any()
+    with pytest.raises(TypeError, match="config.one_launch"):
+        q, k, v, *_ = make(1, 2, 2, 1, 8, 16, torch.Generator().manual_seed(0))
+        decode_attention(q, k, v, config=ONE_LAUNCH._replace(one_launch="yes"))
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="the race it looks for needs a GPU")
+def test_one_launch_merge_sees_every_split_under_load():
+    """Many splits finishing close together, call after call: a merge that read a partial
+    before it was written, or a counter left non-zero, would show as a wrong row."""
+    dev = teachkit.DEVICE
+    q = torch.randn(4, 32, 1, 128, device=dev, dtype=torch.float16)
+    k, v = (torch.randn(4, 8, 8192, 128, device=dev, dtype=torch.float16) for _ in range(2))
+    lens = torch.tensor([8192, 5000, 1, 77], device=dev, dtype=torch.int32)
+    want = decode_attention(q, k, v, cache_seqlens=lens, num_splits=64)
+    config = decode.decode_config(128, torch.float16, torch.cuda.get_device_capability())
+    config = config._replace(one_launch=True)
+    for _ in range(200):
+        got = decode_attention(q, k, v, cache_seqlens=lens, num_splits=64, config=config,
+                               check_values=False)
+        assert relative_error(got, want) < 1e-3
+    assert not decode.merge_counters(1, dev).any()
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="CUDA graphs need a GPU")

@@ -9,7 +9,8 @@ Providers: ``SDPA <backend>`` (``scaled_dot_product_attention`` forced onto each
 ``torch.nn.attention.sdpa_kernel``; a backend that refuses the problem is left out),
 ``teachkit unsplit`` (:func:`~teachkit.kernels.decode.decode_attention` with
 ``num_splits=1``: the plain forward pass, one program per (sequence, head)), ``teachkit paged``
-(the same cache in shuffled pages through a block table) and ``teachkit split-KV``. Every
+(the same cache in shuffled pages through a block table), ``teachkit split-KV`` and
+``teachkit split-KV, one launch`` (the last split of a row merges, no merge kernel). Every
 provider is checked against a float32 reference before it is timed.
 
 Tile size, warps, stages and the number of splits can be forced from the command line
@@ -75,6 +76,8 @@ DECODE_LENGTHS = (1024, 4096, 16384, 65536, 131072)
 SDPA_BACKENDS = ("flash", "cuDNN", "efficient", "math")
 """``scaled_dot_product_attention`` backends, by the names the tables use."""
 SPLIT, UNSPLIT, PAGED = "teachkit split-KV", "teachkit unsplit", "teachkit paged"
+ONE_LAUNCH = "teachkit split-KV, one launch"
+"""Split-KV whose last split merges (``DecodeConfig.one_launch``): no second kernel."""
 
 
 def decode_problem(batch: int, length: int) -> str:
@@ -220,7 +223,7 @@ def bench_decode(
     require_dtype_name(dtype)
     sdpa_backends = require_names(sdpa_backends, SDPA_BACKENDS, "sdpa_backends", allow_empty=True)
     problems = [(b, s) for b in batches for s in lengths]
-    names = [f"SDPA {n}" for n in sdpa_backends] + [UNSPLIT, PAGED, SPLIT]
+    names = [f"SDPA {n}" for n in sdpa_backends] + [UNSPLIT, PAGED, SPLIT, ONE_LAUNCH]
     shape = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(names), progress) as bar:
@@ -268,7 +271,8 @@ def _forced(name: str, num_splits: int | None, config: object | None) -> dict[st
     """What a teachkit provider was forced to run with, as its ``provider_params``."""
     if name.startswith("SDPA"):
         return {}
-    forced = {"num_splits": num_splits} if name == SPLIT and num_splits is not None else {}
+    forced = ({"num_splits": num_splits} if name in (SPLIT, ONE_LAUNCH) and num_splits is not None
+              else {})
     if config is not None:
         forced.update(block_n=config.block_n, num_warps=config.num_warps,
                       num_stages=config.num_stages)
@@ -306,6 +310,12 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
             k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
         return _check_and_time(name, label, lambda: decode_attention(
             q, k_pool, v_pool, lens_dev, table, **kw), ref, graph)
+    if name == ONE_LAUNCH:
+        from ..kernels.decode import decode_config
+
+        base = config or decode_config(q.shape[-1], q.dtype,
+                                       torch.cuda.get_device_capability() if ON_GPU else None)
+        kw["config"] = base._replace(one_launch=True)
     splits = 1 if name == UNSPLIT else num_splits
     return _check_and_time(name, label, lambda: decode_attention(
         q, k, v, num_splits=splits, **kw), ref, graph)

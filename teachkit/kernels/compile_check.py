@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-232
+240
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -346,27 +346,33 @@ def decode_launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`~teachkit.kernels.decode.decode_attention` may launch on a GPU.
 
     The split kernel per (GPU class, head dim, element size) in the variants of
-    :func:`_decode_variants`; the merge kernel for 2 and
+    :func:`_decode_variants`, and with its own merge (``ONE_LAUNCH``) at ``D = 128``; the merge
+    kernel for 2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
     configs = []
     for ty, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        split_types = {**dict.fromkeys(("Q", "K", "V", "O"), f"*{ty}"), "SEQLENS": "*i32",
-                       "TABLE": "*i32", "LSE": "*fp32", "qk_scale": "fp32"}
+        split_types = {**dict.fromkeys(("Q", "K", "V", "O", "OUT"), f"*{ty}"),
+                       "SEQLENS": "*i32", "TABLE": "*i32", "COUNTERS": "*i32", "LSE": "*fp32",
+                       "LSE_OUT": "*fp32", "qk_scale": "fp32"}
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
                 cfg = decode.decode_config(d, dtype, capability)
-                for page_size, block_m in _decode_variants(ty, d):
+                # the merge inside the split kernel: contiguous, one query row, D = 128
+                one_launch = [(0, 16, True)] if d == 128 else []
+                for page_size, block_m, merge in [
+                        *((p, m, False) for p, m in _decode_variants(ty, d)), *one_launch]:
                     configs.append(_config(
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                         f"page={page_size or 'none'} warps={cfg.num_warps} "
-                        f"stages={cfg.num_stages} (for sm_{cls}-class GPUs)",
+                        f"stages={cfg.num_stages}{' one launch' if merge else ''} "
+                        f"(for sm_{cls}-class GPUs)",
                         decode.decode_split_kernel, split_types,
                         {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
                          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
                          "PRECISION": "ieee" if ty == "fp32" else "tf32", "DOT_FP32": False,
-                         **UNIT_HEAD_DIM_STRIDES},
+                         "ONE_LAUNCH": merge, **UNIT_HEAD_DIM_STRIDES, "stride_xd": 1},
                         cfg.num_warps, cfg.num_stages, (cls,)))
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):

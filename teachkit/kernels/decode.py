@@ -43,8 +43,13 @@ order: its token ``t`` lives in page ``block_table[b, t // page_size]`` at slot
 :func:`decode_attention` validates, picks a configuration (:func:`decode_config`) and the number
 of splits (:func:`choose_num_splits`) and launches :func:`decode_split_kernel`, then
 :func:`decode_merge_kernel`; ``num_splits=1`` runs the split kernel alone, writing the final
-output: the plain, unsplit forward pass. The compile check of ``python -m teachkit.kernels``
-(:mod:`teachkit.kernels.compile_check`) proves every configuration fits the GPUs learners use.
+output: the plain, unsplit forward pass. With ``DecodeConfig(one_launch=True)`` there is no
+second kernel: every split counts itself done on an atomic counter of its rows, and the one that
+counts last merges the partials (:func:`merge_splits`), which saves a launch and its host time.
+It is off by default until it is timed against the two-kernel path on a GPU
+(``python -m teachkit.bench decode`` times both). The compile check of
+``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves every
+configuration fits the GPUs learners use.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
 from ..gpus import gpu_class
 from ..validation import (
     KERNEL_DTYPES,
+    require_bool,
     require_float_tensor,
     require_kernel_world,
     require_no_grad,
@@ -82,6 +88,8 @@ __all__ = [
     "decode_split_kernel",
     "fold_key_block",
     "max_rows",
+    "merge_counters",
+    "merge_splits",
     "sm_count",
 ]
 
@@ -159,16 +167,19 @@ def fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, s
 
 @triton.jit
 def decode_split_kernel(
-    Q, K, V, SEQLENS, TABLE, O, LSE,
+    Q, K, V, SEQLENS, TABLE, O, LSE, COUNTERS, OUT, LSE_OUT,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_tb,
     stride_os, stride_ob, stride_oh, stride_om, stride_od,
     stride_ls, stride_lb, stride_lh, stride_lm,
+    stride_xb, stride_xh, stride_xm, stride_xd,
+    stride_yb, stride_yh, stride_ym,
     H_KV, Lq, qk_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+    ONE_LAUNCH: tl.constexpr,
 ):
     """Program ``(split, b * H_KV + kv_head, row block)``: the rows ``(query head, query token)``
     that share one cache head, against one range of its keys. Writes the rows' output normalised
@@ -178,7 +189,11 @@ def decode_split_kernel(
     pools ``(num_pages, PAGE_SIZE, H_KV, HEAD_DIM)`` with ``TABLE`` ``(B, max_pages)``;
     ``SEQLENS`` ``(B,)``; ``O`` ``(num_splits, B, H, Lq, HEAD_DIM)`` and ``LSE``
     ``(num_splits, B, H, Lq)``. The program holds ``BLOCK_M`` rows: ``q`` and ``acc``
-    ``(BLOCK_M, HEAD_DIM)``, ``m`` and ``l`` ``(BLOCK_M,)``."""
+    ``(BLOCK_M, HEAD_DIM)``, ``m`` and ``l`` ``(BLOCK_M,)``.
+
+    With ``ONE_LAUNCH``, the last split of a row block to finish also merges (:func:`merge_splits`)
+    into ``OUT`` ``(B, H, Lq, HEAD_DIM)`` and ``LSE_OUT`` ``(B, H, Lq)``, counting the finished
+    splits in ``COUNTERS`` ``(B * H_KV, row blocks)`` int32, zeros between calls."""
     split = tl.program_id(0)
     num_splits = tl.num_programs(0)
     b = tl.program_id(1) // H_KV
@@ -244,6 +259,60 @@ def decode_split_kernel(
     tl.store(LSE + split.to(tl.int64) * stride_ls + b.to(tl.int64) * stride_lb
              + head * stride_lh + tok * stride_lm, lse, mask=row_ok)
 
+    if ONE_LAUNCH:  # the last of the splits of these rows to finish merges them all
+        tl.debug_barrier()  # every thread's partials are written before the count
+        counter = COUNTERS + tl.program_id(1) * tl.num_programs(2) + tl.program_id(2)
+        # acq_rel: this program's partials become visible with its count (release), and the
+        # one that counts last sees every other split's partials (acquire)
+        finished = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+        if finished == num_splits - 1:
+            tl.store(counter, 0)  # zero again for the next call (every split has counted)
+            merge_splits(O, LSE, OUT, LSE_OUT, b.to(tl.int64), head, tok, row_ok, offs_d,
+                         num_splits, stride_os, stride_ob, stride_oh, stride_om, stride_od,
+                         stride_ls, stride_lb, stride_lh, stride_lm,
+                         stride_xb, stride_xh, stride_xm, stride_xd,
+                         stride_yb, stride_yh, stride_ym, BLOCK_M, HEAD_DIM)
+
+
+@triton.jit
+def merge_splits(O, LSE, OUT, LSE_OUT, b, head, tok, row_ok, offs_d, num_splits,
+                 stride_os, stride_ob, stride_oh, stride_om, stride_od,
+                 stride_ls, stride_lb, stride_lh, stride_lm,
+                 stride_xb, stride_xh, stride_xm, stride_xd,
+                 stride_yb, stride_yh, stride_ym, BLOCK_M: tl.constexpr,
+                 HEAD_DIM: tl.constexpr):
+    """Merge the ``num_splits`` partials of ``BLOCK_M`` rows by their lse, the rule of
+    :func:`decode_merge_kernel`, inside the split kernel: one pass over the splits' lse for
+    the maximum, one over their outputs for the weighted sum. The partials were written by
+    other programs, so they are loaded ``volatile`` (from L2, past this SM's L1 cache).
+
+    Shapes: ``head``, ``tok`` and ``row_ok`` ``(BLOCK_M,)``; ``offs_d`` ``(HEAD_DIM,)``; each
+    split's partial output ``(BLOCK_M, HEAD_DIM)`` and lse ``(BLOCK_M,)``."""
+    lse_rows = LSE + b * stride_lb + head * stride_lh + tok * stride_lm
+    o_rows = O + b * stride_ob + head[:, None] * stride_oh + tok[:, None] * stride_om \
+        + offs_d[None, :] * stride_od
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for s in range(0, num_splits):
+        lse_s = tl.load(lse_rows + s * stride_ls, mask=row_ok, other=float("-inf"),
+                        volatile=True)
+        m = tl.maximum(m, lse_s)
+    safe = tl.where(m == float("-inf"), 0.0, m)  # every split empty: weights 0, not NaN
+    total = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for s in range(0, num_splits):
+        lse_s = tl.load(lse_rows + s * stride_ls, mask=row_ok, other=float("-inf"),
+                        volatile=True)
+        w = tl.exp2((lse_s - safe) * LOG2E)  # exp(lse_s - max): at most 1
+        part = tl.load(o_rows + s * stride_os, mask=row_ok[:, None], other=0.0, volatile=True)
+        total += w
+        acc += w[:, None] * part
+    t_safe = tl.where(total == 0.0, 1.0, total)
+    out = acc / t_safe[:, None]  # acc is 0 where total is
+    lse = tl.where(total == 0.0, float("-inf"), safe + tl.log2(t_safe) * LN2)
+    tl.store(OUT + b * stride_xb + head[:, None] * stride_xh + tok[:, None] * stride_xm
+             + offs_d[None, :] * stride_xd, out.to(OUT.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE_OUT + b * stride_yb + head * stride_yh + tok * stride_ym, lse, mask=row_ok)
+
 
 # ---------------------------------------------------------------------------------------------
 # The merge kernel
@@ -291,11 +360,14 @@ def decode_merge_kernel(
 # Configurations and the number of splits
 # ---------------------------------------------------------------------------------------------
 class DecodeConfig(NamedTuple):
-    """One launch of the split kernel: keys per iteration, warps, pipeline depth."""
+    """One launch of the split kernel: keys per iteration, warps, pipeline depth, and whether
+    the last split of a row block merges the partials itself (``one_launch``) instead of a
+    second kernel doing it."""
 
     block_n: int
     num_warps: int
     num_stages: int
+    one_launch: bool = False
 
 
 _INTERPRETER_CONFIG = DecodeConfig(16, 4, 1)
@@ -330,7 +402,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     Examples
     --------
     >>> decode_config(128, torch.float16, (9, 0))
-    DecodeConfig(block_n=64, num_warps=4, num_stages=2)
+    DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=False)
     """
     if capability is None:
         return _INTERPRETER_CONFIG
@@ -510,6 +582,21 @@ def _check_values(seqlens: torch.Tensor, table: torch.Tensor | None, capacity: i
 # ---------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+
+
+def merge_counters(n: int, device: torch.device) -> torch.Tensor:
+    """``n`` int32 zeros for the split kernel's ``ONE_LAUNCH`` merge, kept per device and
+    grown when a call needs more: each merge sets its counter back to zero, so the next call
+    finds zeros without a fill. Calls that run at the same time on two streams of one device
+    would share them: run those with ``one_launch=False``."""
+    have = _COUNTERS.get(device)
+    if have is None or have.numel() < n:
+        have = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[device] = have
+    return have
+
+
 @functools.lru_cache(maxsize=16)
 def _full_lengths(B: int, S: int, device: torch.device) -> torch.Tensor:
     """``(B,)`` int32 lengths ``S``, made once per shape (a decoding loop calls every step)."""
@@ -681,6 +768,7 @@ def decode_attention(
         require_power_of_two(config.block_n, "config.block_n", 16)
         require_power_of_two(config.num_warps, "config.num_warps")
         require_positive_int(config.num_stages, "config.num_stages")
+        require_bool(config.one_launch, "config.one_launch")
     if B * H_kv > _MAX_GRID_YZ:
         raise ValueError(f"batch * kv heads must be at most {_MAX_GRID_YZ}, got {B * H_kv}; "
                          "split the batch into several calls")
@@ -705,11 +793,14 @@ def decode_attention(
     if num_splits is None:
         num_splits = choose_num_splits(B * H_kv * row_blocks,
                                        cdiv(capacity, config.block_n), sm_count(q.device))
+    one_launch = config.one_launch and num_splits > 1
     if num_splits == 1:  # the unsplit forward pass: final output and lse directly
         o_part, lse_part = out.unsqueeze(0), lse.unsqueeze(0)
     else:
         o_part = torch.empty((num_splits, B, H, Lq, D), dtype=torch.float32, device=q.device)
         lse_part = torch.empty((num_splits, B, H, Lq), dtype=torch.float32, device=q.device)
+    # one counter per (sequence, cache head, row block) for the merge in the split kernel
+    counters = merge_counters(B * H_kv * row_blocks, q.device) if one_launch else seqlens
     if paged:  # pool strides: page, head, slot, dim (the kernel's "batch" axis is the page)
         k_strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), k_cache.stride(3))
         v_strides = (v_cache.stride(0), v_cache.stride(2), v_cache.stride(1), v_cache.stride(3))
@@ -718,16 +809,16 @@ def decode_attention(
         k_strides, v_strides = k_cache.stride(), v_cache.stride()
         table, stride_tb = seqlens, 0  # not read: any int32 tensor
     decode_split_kernel[(num_splits, B * H_kv, row_blocks)](
-        q, k_cache, v_cache, seqlens, table, o_part, lse_part,
+        q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
         *q.stride(), *k_strides, *v_strides, stride_tb,
-        *o_part.stride(), *lse_part.stride(),
+        *o_part.stride(), *lse_part.stride(), *out.stride(), *lse.stride(),
         H_kv, Lq, scale,
         GROUP=group, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=config.block_n,
         PAGE_SIZE=page_size, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16,
+        DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    if num_splits > 1:
+    if num_splits > 1 and not one_launch:
         decode_merge_kernel[(B * H * Lq,)](
             o_part, lse_part, out, lse,
             *o_part.stride(), *lse_part.stride(), *out.stride(),

@@ -252,3 +252,16 @@ def test_register_sweep_reads_ptxas():
     for cap, n, registers, spilled in found:
         assert registers <= 128, (cap, n)
         assert (spilled > 0) == (n == 65536), (cap, n, spilled)
+
+
+def test_merge_evidence_orders_the_one_launch_merge():
+    """``--merge-evidence``: the one-launch decoding kernel counts with one acq_rel atomic at
+    GPU scope between two barriers, and reads the other splits' partials with volatile loads;
+    without its merge it has neither."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--merge-evidence"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("bar.sync") and "atom.global.gpu.acq_rel.add" in lines[2]
+    assert lines[-2].startswith("bar.sync")
+    assert lines[-1] == "with its merge: 1 atom, 4 ld.volatile; without: 0 atom, 0 ld.volatile"

@@ -44,6 +44,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--layout-evidence", action="store_true",
                         help="show the layout of the tiles the flash forward kernel reduces and "
                              "the butterfly shuffles of its PTX, beside the blog softmax kernel's")
+    parser.add_argument("--merge-evidence", action="store_true",
+                        help="the PTX lines that order the one-launch decoding merge: barriers, "
+                             "the atomic count, volatile loads of the partials (--arch)")
     parser.add_argument("--register-sweep", action="store_true",
                         help="registers and spills (ptxas -v) of the fused softmax kernel, one "
                              "row of 4096 to 65536 float32 per program, per GPU; and the two-pass "
@@ -56,7 +59,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "--dot-evidence, 128 for --layout-evidence), one of "
                              + ", ".join(map(str, HEAD_DIMS)))
     parser.add_argument("--arch", type=int, default=90, choices=tuple(SHARED_MEMORY_LIMIT),
-                        metavar="CC", help="compute capability of --layout-evidence (default "
+                        metavar="CC", help="compute capability of --layout-evidence and "
+                                           "--merge-evidence (default "
                                            "90), one of "
                                            + ", ".join(map(str, SHARED_MEMORY_LIMIT)))
     parser.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
@@ -113,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.layout_evidence:
         evidence = cc.layout_evidence(args.arch, args.head_dim or 128, args.dtype, args.causal)
         print(cc.format_layout_evidence(evidence, args.arch))
+        return 0
+    if args.merge_evidence:
+        print("\n".join(cc.merge_evidence(args.arch)))
         return 0
     if args.register_sweep:
         print(cc.format_register_sweep(cc.fused_register_sweep()))

@@ -76,6 +76,8 @@ __all__ = [
     "flash_forward_config",
     "flash_launch_configs",
     "flash_simple_launch_configs",
+    "merge_evidence",
+    "one_launch_config",
     "wgmma_operands",
     "format_dot_evidence",
     "format_layout_evidence",
@@ -563,6 +565,41 @@ def wgmma_operands(config: KernelConfig, capability: int = 90) -> dict[str, int]
         counts["A from registers" if after_accumulator.startswith("{")
                else "A from shared memory"] += 1
     return counts
+
+
+def one_launch_config(capability: int = 90) -> KernelConfig:
+    """The split-KV decoding kernel with its own merge (``ONE_LAUNCH``), as
+    :func:`decode_launch_configs` checks it for ``sm_<capability>``-class GPUs: D = 128,
+    bfloat16 (float16 compiles alike), a contiguous cache."""
+    return next(c for c in decode_launch_configs()
+                if "one launch" in c.name and " bf16 " in c.name and capability in c.capabilities)
+
+
+def merge_evidence(capability: int = 90) -> list[str]:
+    """The PTX lines that order the one-launch merge of :func:`one_launch_config`: the barrier
+    before the count, the atomic count by one thread, and the barrier that hands its result to
+    every thread; then how many atomics and ``ld.volatile`` loads (past the SM's L1 cache) the
+    kernel holds with its merge and without it.
+
+    Needs no GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels --merge-evidence``
+    arranges that).
+    """
+    config = one_launch_config(capability)
+    lines = [line.strip() for line in _compile(config, capability).asm["ptx"].splitlines()]
+    where = next(i for i, line in enumerate(lines) if "atom." in line)
+    before = next(i for i in range(where, -1, -1) if lines[i].startswith("bar.sync"))
+    after = next(i for i in range(where + 1, len(lines)) if lines[i].startswith("bar.sync"))
+    shown = [lines[before], lines[where], *(line for line in lines[where + 1:after + 1]
+                                            if line.startswith(("st.shared", "@", "bar.sync")))]
+    plain = replace(config, constexprs={**config.constexprs, "ONE_LAUNCH": False})
+    plain_lines = _compile(plain, capability).asm["ptx"].splitlines()
+
+    def counts(ptx: list[str]) -> str:
+        return (f"{sum('atom.' in line for line in ptx)} atom, "
+                f"{sum('ld.volatile' in line for line in ptx)} ld.volatile")
+
+    return [f"sm_{capability}, {config.name}:", *shown,
+            f"with its merge: {counts(lines)}; without: {counts(plain_lines)}"]
 
 
 def flash_forward_config(capability: int, head_dim: int = 64, dtype: str = "fp16",

@@ -415,6 +415,15 @@ def test_merge_counters_grow_and_stay_zero():
         decode_attention(q, k, v, config=ONE_LAUNCH._replace(one_launch="yes"))
 
 
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="streams need a GPU")
+def test_merge_counters_are_kept_per_stream():
+    here = decode.merge_counters(8, DEV)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert decode.merge_counters(8, DEV) is not here
+    assert decode.merge_counters(8, DEV) is here
+
+
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the race it looks for needs a GPU")
 def test_one_launch_merge_sees_every_split_under_load():
     """Many splits finishing close together, call after call: a merge that read a partial

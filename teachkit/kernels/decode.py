@@ -582,18 +582,20 @@ def _check_values(seqlens: torch.Tensor, table: torch.Tensor | None, capacity: i
 # ---------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
+_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
 
 
 def merge_counters(n: int, device: torch.device) -> torch.Tensor:
-    """``n`` int32 zeros for the split kernel's ``ONE_LAUNCH`` merge, kept per device and
-    grown when a call needs more: each merge sets its counter back to zero, so the next call
-    finds zeros without a fill. Calls that run at the same time on two streams of one device
-    would share them: run those with ``one_launch=False``."""
-    have = _COUNTERS.get(device)
+    """``n`` int32 zeros for the split kernel's ``ONE_LAUNCH`` merge, kept per device and per
+    CUDA stream (calls on one stream run one after another; calls on two streams may overlap,
+    so they get a set each) and grown when a call needs more. Each merge sets its counter back
+    to zero, so the next call finds zeros without a fill."""
+    device = torch.device(device)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    have = _COUNTERS.get((device, stream))
     if have is None or have.numel() < n:
         have = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-        _COUNTERS[device] = have
+        _COUNTERS[device, stream] = have
     return have
 
 

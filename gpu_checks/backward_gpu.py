@@ -9,8 +9,8 @@ CUDA machine with `python gpu_checks/backward_gpu.py`.
    head dim (fp16, causal and not), fastest first, to set the table of
    `teachkit.kernels.flash_backward`;
 4. with `--record`, the records notebooks 08 and 12 read: `attention_backward_<device>.json`
-   (`python -m teachkit.bench attention --backward --memory`) and `attention_steps_<device>.json`
-   (`--steps`, the ladder).
+   (`python -m teachkit.bench attention --backward` at L = 1k, 4k, 16k beside SDPA's flash and
+   cuDNN backends) and `attention_steps_<device>.json` (`--steps`, the ladder).
 Exits 1 on any failed check, 2 without a GPU.
 """
 
@@ -131,7 +131,10 @@ def record() -> int:
 
     slug = device_slug(device_name())
     commands = [
-        ["attention", "--backward", "--memory", "--json",
+        # the problems of the README's table (B = 16 / 4 / 1), against SDPA's flash and cuDNN:
+        # about 4 minutes on an H100, where every length and backend takes twice that
+        ["attention", "--backward", "--lengths", "1024", "4096", "16384",
+         "--providers", "teachkit flash", "sdpa flash", "sdpa cudnn", "--json",
          f"teachkit/benchmarks/attention_backward_{slug}.json",
          "--plot", f"12_attention_backward_{slug}"],
         ["attention", "--steps", "--json", f"teachkit/benchmarks/attention_steps_{slug}.json"],

@@ -29,6 +29,7 @@ import torch
 from ..device import (
     DEVICE,
     ON_GPU,
+    compute_capability,
     device_name,
     fits_or_skip,
     is_out_of_memory,
@@ -313,8 +314,9 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
     if name == ONE_LAUNCH:
         from ..kernels.decode import decode_config
 
+        # decode_attention's own choice when no config is forced, with the merge switched on
         base = config or decode_config(q.shape[-1], q.dtype,
-                                       torch.cuda.get_device_capability() if ON_GPU else None)
+                                       compute_capability(q.device) if ON_GPU else None)
         kw["config"] = base._replace(one_launch=True)
     splits = 1 if name == UNSPLIT else num_splits
     return _check_and_time(name, label, lambda: decode_attention(

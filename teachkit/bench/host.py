@@ -33,8 +33,10 @@ import torch
 from ..device import DEVICE, ON_GPU, device_name, pick
 from ..validation import require_positive_int
 from .core import (
+    DTYPES,
     Measurement,
     add_common_arguments,
+    dtype_name,
     finish,
     format_table,
     positive_int,
@@ -50,11 +52,11 @@ OPS = ("softmax", "flash_attention", "decode_attention")
 """The entry points timed, by the name :mod:`teachkit.kernels` gives them."""
 PROVIDERS = ("torch", "teachkit", "teachkit, no launch")
 """The three ways each op is timed, in order."""
-DTYPE_LABELS = {"float16": "fp16", "bfloat16": "bf16"}
 
 
-def host_problems() -> dict[str, tuple[dict, Callable[[], object], Callable[[], object]]]:
-    """Per op: its parameters (with its dtype's torch name), torch's call and teachkit's call.
+def host_problems() -> dict[str, tuple[str, dict, Callable[[], object], Callable[[], object]]]:
+    """Per op: its dtype's label (a key of :data:`teachkit.bench.DTYPES`), its sizes, torch's
+    call and teachkit's call.
 
     On a GPU: softmax of 64 rows of 256 in bfloat16; flash_attention of (1, 2, 64, 64) in
     float16; decode_attention of one new token of 32 heads of 128 against a cache of 256 tokens
@@ -73,11 +75,11 @@ def host_problems() -> dict[str, tuple[dict, Callable[[], object], Callable[[], 
     lens = torch.full((1,), S, dtype=torch.int32, device=DEVICE)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     return {
-        "softmax": ({"rows": rows, "cols": cols, "dtype": "bfloat16"},
+        "softmax": ("bf16", {"rows": rows, "cols": cols},
                     lambda: torch.softmax(x, -1), lambda: softmax(x)),
-        "flash_attention": ({"B": B, "H": H, "L": L, "S": L, "D": D, "dtype": "float16"},
+        "flash_attention": ("fp16", {"B": B, "H": H, "L": L, "S": L, "D": D},
                             lambda: sdpa(q, k, v), lambda: flash_attention(q, k, v)),
-        "decode_attention": ({"B": 1, "H": Hd, "S": S, "D": Dd, "dtype": "float16"},
+        "decode_attention": ("fp16", {"B": 1, "H": Hd, "S": S, "D": Dd},
                              lambda: sdpa(qd, kc, vc),
                              lambda: decode_attention(qd, kc, vc, cache_seqlens=lens,
                                                       check_values=False)),
@@ -149,7 +151,8 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
     results = []
     with progress_bar(len(names) * len(PROVIDERS), show_progress) as bar:
         for op in names:
-            params, torch_call, teachkit_call = problems[op]
+            dtype, sizes, torch_call, teachkit_call = problems[op]
+            params = {"op": op, **sizes, "dtype": dtype_name(DTYPES[dtype])}
             timed = {"torch": torch_call, "teachkit": teachkit_call}
             for provider in PROVIDERS:
                 bar.set_description(f"{op}: {provider}")
@@ -158,9 +161,9 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
                         us = host_us(teachkit_call, calls)
                 else:
                     us = host_us(timed[provider], calls)
-                results.append(Measurement(
-                    problem=op, dtype=DTYPE_LABELS[params["dtype"]], provider=provider,
-                    ms=us / 1e3, value=us, unit="µs per call", params={"op": op, **params}))
+                results.append(Measurement(problem=op, dtype=dtype, provider=provider,
+                                           ms=us / 1e3, value=us, unit="µs per call",
+                                           params=params))
                 bar.update()
     return results
 

@@ -149,7 +149,7 @@ def test_strided_lengths_and_column_major_tables(gen):
     lens = torch.tensor([24, 0, 9])
     strided = torch.stack([lens, lens.flip(0)], 1).to(DEV, torch.int32)[:, 0]  # stride 2
     assert strided.stride() == (2,)
-    check(q, k, v, k_ref, v_ref, lens, num_splits=2)  # contiguous, as a baseline
+    check(q, k, v, k_ref, v_ref, lens.to(DEV), num_splits=2)  # contiguous, as a baseline
     out, lse = check(q, k, v, k_ref, v_ref, strided, num_splits=2)
     assert torch.all(out[1] == 0) and torch.all(lse[1] == float("-inf"))  # length 0: no key
     k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens, 4, gen=gen)

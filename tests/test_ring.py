@@ -357,8 +357,10 @@ def test_a_failing_rank_ends_the_run_with_its_error():
 
 def test_a_stuck_rank_times_out_instead_of_hanging():
     start = time.monotonic()
+    # timeout_s also bounds the group's start-up, which can take seconds on a loaded machine:
+    # 5 s lets both ranks meet, so that the timeout seen is rank 1's stall.
     with pytest.raises(RingError, match="rank 0 of 2 failed.*Timed out") as info:
-        run_ring(workers.stall_on_rank, 2, {"rank": 1, "seconds": 60}, timeout_s=1, wall_s=40)
+        run_ring(workers.stall_on_rank, 2, {"rank": 1, "seconds": 60}, timeout_s=5, wall_s=40)
     assert time.monotonic() - start < 30
     assert not isinstance(info.value, RingTimeout)
     assert info.value.stuck == [1]  # the rank that never answered is named too

@@ -17,30 +17,43 @@ from teachkit.kernels import flash, grid_math, softmax_kernels  # noqa: E402
 
 def test_launches_skipped_skips_every_launch_and_puts_them_back():
     x = torch.full((3, 40), 2.0, device=host.DEVICE)
+    own_run = vars(softmax_kernels.fused_kernel).get("run")  # the launch cache's, on a GPU
     with host.launches_skipped():
         # a real launch with these arguments would fail; a skipped one returns at once
         assert softmax_kernels.fused_kernel[(1,)]("not", "a", "tensor") is None
         assert flash.flash_fwd_kernel[(1, 1)]() is None
         softmax_kernels.softmax(x)  # the checks and allocations still run
-    assert "run" not in vars(softmax_kernels.fused_kernel)
+    assert vars(softmax_kernels.fused_kernel).get("run") is own_run
     assert torch.allclose(softmax_kernels.softmax(x).cpu(), torch.full((3, 40), 1 / 40))
 
 
 def test_launches_come_back_after_an_error():
+    own_run = vars(flash.flash_fwd_kernel).get("run")
     with pytest.raises(RuntimeError, match="inside"):
         with host.launches_skipped():
             raise RuntimeError("inside")
-    assert "run" not in vars(flash.flash_fwd_kernel)
+    assert vars(flash.flash_fwd_kernel).get("run") is own_run
     with pytest.raises(TypeError):  # launching for real again: the arguments are checked
         softmax_kernels.fused_kernel[(1,)]("not", "a", "tensor")
 
 
-def test_bench_host_times_every_op_three_ways():
+def test_launch_cache_bypassed_launches_through_jitfunction_run_and_puts_the_cache_back():
+    x = torch.randn(3, 40, device=host.DEVICE)
+    own_run = vars(softmax_kernels.fused_kernel).get("run")
+    with host.launch_cache_bypassed():
+        assert "run" not in vars(softmax_kernels.fused_kernel)
+        y = softmax_kernels.softmax(x)
+    assert vars(softmax_kernels.fused_kernel).get("run") is own_run
+    assert torch.allclose(y, softmax_kernels.softmax(x))
+
+
+def test_bench_host_times_every_op_four_ways():
     results = host.bench_host(calls=2, show_progress=False)
     assert [(r.params["op"], r.provider) for r in results] == [
         (op, p) for op in host.OPS for p in host.PROVIDERS]
     assert all(r.value > 0 and r.unit == "µs per call" for r in results)
-    assert [r.params["dtype"] for r in results[::3]] == ["bfloat16", "float16", "float16"]
+    firsts = results[::len(host.PROVIDERS)]
+    assert [r.params["dtype"] for r in firsts] == ["bfloat16", "float16", "float16"]
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

@@ -75,6 +75,7 @@ from ..validation import (
 )
 from .flash import HEAD_DIMS, LN2, LOG2E
 from .grid_math import cdiv, next_power_of_2
+from .launch_cache import cached_launch
 
 __all__ = [
     "HEAD_DIMS",
@@ -165,6 +166,7 @@ def fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, s
     return acc, l_i, m_new
 
 
+@cached_launch
 @triton.jit
 def decode_split_kernel(
     Q, K, V, SEQLENS, TABLE, O, LSE, COUNTERS, OUT, LSE_OUT,
@@ -317,6 +319,7 @@ def merge_splits(O, LSE, OUT, LSE_OUT, b, head, tok, row_ok, offs_d, num_splits,
 # ---------------------------------------------------------------------------------------------
 # The merge kernel
 # ---------------------------------------------------------------------------------------------
+@cached_launch
 @triton.jit
 def decode_merge_kernel(
     O_PART, LSE_PART, O, LSE,

@@ -45,6 +45,7 @@ from ..validation import (
 )
 from .flash_backward import flash_backward
 from .grid_math import cdiv
+from .launch_cache import cached_launch
 
 __all__ = [
     "HEAD_DIMS",
@@ -131,6 +132,7 @@ def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk, start_n, off
     return acc, l_i, m_new
 
 
+@cached_launch
 @triton.jit
 def flash_fwd_kernel(
     Q, K, V, O, LSE,

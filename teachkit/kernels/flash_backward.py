@@ -51,6 +51,7 @@ import triton.language as tl
 from ..device import INTERPRETED, compute_capability
 from ..gpus import gpu_class
 from .grid_math import cdiv
+from .launch_cache import cached_launch
 
 __all__ = [
     "BackwardConfig",
@@ -67,6 +68,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 # ---------------------------------------------------------------------------------------------
 # 1. delta = rowsum(dO * O)
 # ---------------------------------------------------------------------------------------------
+@cached_launch
 @triton.jit
 def flash_bwd_delta_kernel(O, DO, DLSE, DELTA,
                            stride_ob, stride_oh, stride_om, stride_od,
@@ -136,6 +138,7 @@ def dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base, stat_base
     return dk, dv
 
 
+@cached_launch
 @triton.jit
 def flash_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV,
@@ -241,6 +244,7 @@ def dq_key_block(dq, q, do, lse, delta, K, V, k_base, v_base, start_n, offs_m, S
     return tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)  # dQ += dS K (unscaled)
 
 
+@cached_launch
 @triton.jit
 def flash_bwd_dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ,

@@ -33,6 +33,7 @@ import triton.language as tl
 from ..device import ON_GPU, multiprocessors
 from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
 from .grid_math import cdiv, next_power_of_2
+from .launch_cache import cached_launch
 
 __all__ = [
     "FUSED_MAX_COLS",
@@ -92,6 +93,7 @@ def online_update(m, d, x):
 # ---------------------------------------------------------------------------------------------
 # Fused: whole rows in registers
 # ---------------------------------------------------------------------------------------------
+@cached_launch
 @triton.jit
 def fused_kernel(X, Y, n_rows, n_cols, stride_x, stride_y,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -198,6 +200,7 @@ def online_update_tile(m, d, x):
     return m_new, d * tl.exp2((m - safe) * LOG2E) + tl.sum(terms, axis=0)
 
 
+@cached_launch
 @triton.jit
 def split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr,
                        BLOCK: tl.constexpr, DEPTH: tl.constexpr):
@@ -220,6 +223,7 @@ def split_stats_kernel(X, M, D, n_cols, stride_x, n_chunks, CHUNK: tl.constexpr,
     tl.store(D + row * n_chunks + chunk, d_c)
 
 
+@cached_launch
 @triton.jit
 def split_normalize_kernel(X, Y, M, D, n_cols, stride_x, stride_y, n_chunks,
                            CHUNK: tl.constexpr, BLOCK: tl.constexpr, BLOCK_P: tl.constexpr):

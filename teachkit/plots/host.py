@@ -11,37 +11,43 @@ __all__ = ["plot_host_cost"]
 
 
 def plot_host_cost(results: list, device: str | None = None) -> plt.Figure:
-    """Horizontal bars of microseconds per call, two per op: torch, and teachkit stacked as
-    "checks, allocations, Python" then "launches".
+    """Horizontal bars of microseconds per call, three per op: torch, then teachkit stacked as
+    "checks, allocations, Python" and "launches", with the launch cache and without it.
 
     Parameters
     ----------
     results : list of teachkit.bench.Measurement
         What :func:`teachkit.bench.host.bench_host` returned (or a saved record), read by their
-        ``params["op"]`` and providers ``torch``, ``teachkit`` and ``teachkit, no launch``.
+        ``params["op"]`` and providers ``torch``, ``teachkit``, ``teachkit, Triton's launch
+        path`` (optional) and ``teachkit, no launch``.
     device : str, optional
         Where they were measured (default: this machine).
     """
     ops = list(dict.fromkeys(r.params["op"] for r in results))
     got = {(r.params["op"], r.provider): r.value for r in results}
-    fig, ax = new_axes(width=7.0, height=0.9 + 0.8 * len(ops))
+    triton_path = "teachkit, Triton's launch path"
+    fig, ax = new_axes(width=7.0, height=0.9 + 1.0 * len(ops))
     for i, op in enumerate(ops):
-        y = 2 * (len(ops) - 1 - i)
+        y = 2.4 * (len(ops) - 1 - i)
         python = got[op, "teachkit, no launch"]
-        launches = max(got[op, "teachkit"] - python, 0.0)
-        ax.barh(y + 0.4, got[op, "torch"], 0.7, color="0.6",
-                label="torch" if i == 0 else None)
-        ax.barh(y - 0.4, python, 0.7, color="tab:blue",
-                label="teachkit: checks, allocations, Python" if i == 0 else None)
-        ax.barh(y - 0.4, launches, 0.7, left=python, color="tab:orange",
-                label="teachkit: Triton launches" if i == 0 else None)
-        ax.text(got[op, "teachkit"], y - 0.4, f" {got[op, 'teachkit']:.0f}", va="center",
-                fontsize=8)
-        ax.text(got[op, "torch"], y + 0.4, f" {got[op, 'torch']:.0f}", va="center", fontsize=8)
-    ax.set_yticks([2 * (len(ops) - 1 - i) for i in range(len(ops))], ops)
+        first = i == 0
+        ax.barh(y + 0.6, got[op, "torch"], 0.55, color="0.6", label="torch" if first else None)
+        ax.text(got[op, "torch"], y + 0.6, f" {got[op, 'torch']:.0f}", va="center", fontsize=8)
+        for dy, provider, color, label in (
+                (0.0, "teachkit", "tab:orange", "teachkit: Triton launches, cached"),
+                (-0.6, triton_path, "tab:red", "teachkit: Triton launches, JITFunction.run")):
+            if (op, provider) not in got:  # a record from before the launch cache
+                continue
+            total = got[op, provider]
+            ax.barh(y + dy, python, 0.55, color="tab:blue",
+                    label="teachkit: checks, allocations, Python" if first and dy == 0 else None)
+            ax.barh(y + dy, max(total - python, 0.0), 0.55, left=python, color=color,
+                    label=label if first else None)
+            ax.text(total, y + dy, f" {total:.0f}", va="center", fontsize=8)
+    ax.set_yticks([2.4 * (len(ops) - 1 - i) for i in range(len(ops))], ops)
     ax.set_xlabel("µs per call (host)")
     ax.margins(x=0.15)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     label_device(fig, device)
     return fig

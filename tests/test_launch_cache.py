@@ -1,0 +1,75 @@
+"""The launch cache: on a GPU a second launch with the same specialisation takes the short path
+and gives the same answer; anything that changes the compiled kernel misses; under the
+interpreter kernels are left as they are."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("teachkit.kernels")
+from teachkit.device import DEVICE, INTERPRETED, ON_GPU  # noqa: E402
+from teachkit.kernels import decode, flash, flash_backward, softmax_kernels  # noqa: E402
+from teachkit.kernels.launch_cache import CachedRun, cached_launch  # noqa: E402
+
+ENTRY_KERNELS = [softmax_kernels.fused_kernel, softmax_kernels.split_stats_kernel,
+                 softmax_kernels.split_normalize_kernel, flash.flash_fwd_kernel,
+                 flash_backward.flash_bwd_delta_kernel, flash_backward.flash_bwd_dkdv_kernel,
+                 flash_backward.flash_bwd_dq_kernel, decode.decode_split_kernel,
+                 decode.decode_merge_kernel]
+
+
+def test_the_entry_points_kernels_carry_the_cache_on_a_gpu_only():
+    for kernel in ENTRY_KERNELS:
+        run = vars(kernel).get("run")
+        assert isinstance(run, CachedRun) if ON_GPU else run is None, kernel
+
+
+def test_anything_but_a_jit_function_is_returned_untouched():
+    def plain():
+        return 1
+
+    assert cached_launch(plain) is plain
+    assert "run" not in vars(plain)
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
+def test_a_repeated_launch_hits_and_agrees_and_a_new_specialisation_misses():
+    run = vars(softmax_kernels.fused_kernel)["run"]
+    x = torch.randn(37, 200, device=DEVICE)
+    want = torch.softmax(x, -1)
+    softmax_kernels.softmax(x)  # compiled, and its key kept
+    hits, misses = run.hits, run.misses
+    for _ in range(3):
+        torch.testing.assert_close(softmax_kernels.softmax(x), want)
+    assert (run.hits - hits, run.misses - misses) == (3, 0)
+    # another dtype, and a base that is not 16-byte aligned: each its own compiled kernel
+    for other in (x.half(), torch.randn(37 * 200 + 1, device=DEVICE)[1:].view(37, 200)):
+        misses = run.misses
+        torch.testing.assert_close(softmax_kernels.softmax(other).float(),
+                                   torch.softmax(other.float(), -1), atol=2e-3, rtol=2e-3)
+        assert run.misses == misses + 1
+        torch.testing.assert_close(softmax_kernels.softmax(other).float(),
+                                   torch.softmax(other.float(), -1), atol=2e-3, rtol=2e-3)
+        assert run.misses == misses + 1  # the second call hit
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
+def test_profiler_hooks_and_warmup_take_tritons_path():
+    from triton import knobs
+
+    run = vars(softmax_kernels.fused_kernel)["run"]
+    x = torch.randn(8, 64, device=DEVICE)
+    softmax_kernels.softmax(x)
+    seen = []
+
+    def hook(metadata):
+        seen.append(metadata)
+
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        hits = run.hits
+        softmax_kernels.softmax(x)
+        assert run.hits == hits and len(seen) == 1  # the hook saw the launch
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)

@@ -424,6 +424,26 @@ def test_merge_counters_are_kept_per_stream():
     assert decode.merge_counters(8, DEV) is here
 
 
+def test_the_default_merges_in_one_launch_outside_a_graph(gen):
+    """Called eagerly with no config, the split kernel merges: the merge kernel never runs."""
+    assert decode.default_one_launch()
+    q, k, v, k_ref, v_ref, lens = make(2, 4, 2, 1, 40, 16, gen, torch.float32, lens=[40, 7])
+    kernel = decode.decode_merge_kernel
+    own_run = vars(kernel).get("run")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the merge kernel was launched")
+
+    kernel.run = refuse
+    try:
+        check(q, k, v, k_ref, v_ref, lens.to(DEV), num_splits=3)
+    finally:
+        if own_run is None:
+            del kernel.run
+        else:
+            kernel.run = own_run
+
+
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the race it looks for needs a GPU")
 def test_one_launch_merge_sees_every_split_under_load():
     """Many splits finishing close together, call after call: a merge that read a partial
@@ -432,8 +452,9 @@ def test_one_launch_merge_sees_every_split_under_load():
     q = torch.randn(4, 32, 1, 128, device=dev, dtype=torch.float16)
     k, v = (torch.randn(4, 8, 8192, 128, device=dev, dtype=torch.float16) for _ in range(2))
     lens = torch.tensor([8192, 5000, 1, 77], device=dev, dtype=torch.int32)
-    want = decode_attention(q, k, v, cache_seqlens=lens, num_splits=64)
     config = decode.decode_config(128, torch.float16, torch.cuda.get_device_capability())
+    want = decode_attention(q, k, v, cache_seqlens=lens, num_splits=64,
+                            config=config._replace(one_launch=False))  # the merge kernel's
     config = config._replace(one_launch=True)
     for _ in range(200):
         got = decode_attention(q, k, v, cache_seqlens=lens, num_splits=64, config=config,
@@ -456,7 +477,9 @@ def test_a_decoding_step_replays_from_a_cuda_graph():
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
+        captured_one_launch = decode.default_one_launch()
         out = decode_attention(q, k, v, cache_seqlens=lens, check_values=False)
+    assert not captured_one_launch  # replays merge in the merge kernel
     q.copy_(torch.randn_like(q))  # the next step: new queries, one more token for sequence 1
     lens[1] += 1
     graph.replay()

@@ -9,7 +9,8 @@ Providers: ``SDPA <backend>`` (``scaled_dot_product_attention`` forced onto each
 ``torch.nn.attention.sdpa_kernel``; a backend that refuses the problem is left out),
 ``teachkit unsplit`` (:func:`~teachkit.kernels.decode.decode_attention` with
 ``num_splits=1``: the plain forward pass, one program per (sequence, head)), ``teachkit paged``
-(the same cache in shuffled pages through a block table), ``teachkit split-KV`` and
+(the same cache in shuffled pages through a block table, ``decode_attention``'s own choice of
+how to merge), ``teachkit split-KV`` (the merge kernel after the split kernel) and
 ``teachkit split-KV, one launch`` (the last split of a row merges, no merge kernel). Every
 provider is checked against a float32 reference before it is timed.
 
@@ -311,13 +312,14 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
             k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
         return _check_and_time(name, label, lambda: decode_attention(
             q, k_pool, v_pool, lens_dev, table, **kw), ref, graph)
-    if name == ONE_LAUNCH:
+    if name in (SPLIT, ONE_LAUNCH):
         from ..kernels.decode import decode_config
 
-        # decode_attention's own choice when no config is forced, with the merge switched on
+        # decode_attention's own tiles when no config is forced; the merge forced into the
+        # split kernel (one launch) or into the merge kernel (two), whatever the default
         base = config or decode_config(q.shape[-1], q.dtype,
                                        compute_capability(q.device) if ON_GPU else None)
-        kw["config"] = base._replace(one_launch=True)
+        kw["config"] = base._replace(one_launch=name == ONE_LAUNCH)
     splits = 1 if name == UNSPLIT else num_splits
     return _check_and_time(name, label, lambda: decode_attention(
         q, k, v, num_splits=splits, **kw), ref, graph)

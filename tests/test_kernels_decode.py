@@ -424,9 +424,9 @@ def test_merge_counters_are_kept_per_stream():
     assert decode.merge_counters(8, DEV) is here
 
 
-def test_the_default_merges_in_one_launch_outside_a_graph(gen):
-    """Called eagerly with no config, the split kernel merges: the merge kernel never runs."""
-    assert decode.default_one_launch()
+def test_the_default_merges_in_one_launch(gen):
+    """With no config, the split kernel merges: the merge kernel never runs."""
+    assert DecodeConfig(64, 4, 2).one_launch
     q, k, v, k_ref, v_ref, lens = make(2, 4, 2, 1, 40, 16, gen, torch.float32, lens=[40, 7])
     kernel = decode.decode_merge_kernel
     own_run = vars(kernel).get("run")
@@ -477,9 +477,7 @@ def test_a_decoding_step_replays_from_a_cuda_graph():
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured_one_launch = decode.default_one_launch()
         out = decode_attention(q, k, v, cache_seqlens=lens, check_values=False)
-    assert not captured_one_launch  # replays merge in the merge kernel
     q.copy_(torch.randn_like(q))  # the next step: new queries, one more token for sequence 1
     lens[1] += 1
     graph.replay()

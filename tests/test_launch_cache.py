@@ -55,6 +55,35 @@ def test_a_repeated_launch_hits_and_agrees_and_a_new_specialisation_misses():
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
+def test_an_integer_that_stops_dividing_by_16_misses():
+    """Row strides 256 and 250 with the same row length: Triton compiles one kernel for each
+    (it specialises on divisibility by 16), so the cache must not share them."""
+    run = vars(softmax_kernels.fused_kernel)["run"]
+    for width in (256, 250):
+        x = torch.randn(37, width, device=DEVICE)[:, :200]
+        misses = run.misses
+        for _ in range(2):
+            torch.testing.assert_close(softmax_kernels.softmax(x), torch.softmax(x, -1))
+        assert run.misses == misses + 1, width
+
+
+def test_argument_keys_refine_tritons_specialisation():
+    from teachkit.kernels.launch_cache import UNCACHED, argument_key
+
+    assert argument_key(16) != argument_key(17) != argument_key(1)
+    assert argument_key(2**31) != argument_key(2**31 - 16)  # int64 against int32
+    assert argument_key(2**63) != argument_key(2**62)  # uint64 against int64
+    x = torch.zeros(8)
+    assert argument_key(x) != argument_key(x[1:])  # 4 bytes off: not 16-byte aligned
+    assert argument_key(x) != argument_key(x.half())
+    assert argument_key(True) != argument_key(False) != argument_key(0)
+    assert argument_key(object()) is UNCACHED
+    import numpy as np
+
+    assert argument_key(np.int64(3)) is UNCACHED
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
 def test_profiler_hooks_and_warmup_take_tritons_path():
     from triton import knobs
 

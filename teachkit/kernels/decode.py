@@ -46,11 +46,11 @@ of splits (:func:`choose_num_splits`) and launches :func:`decode_split_kernel`, 
 output: the plain, unsplit forward pass. With ``DecodeConfig(one_launch=True)`` there is no
 second kernel: every split counts itself done on an atomic counter of its rows, and the one that
 counts last merges the partials (:func:`merge_splits`), which saves a launch and its host time.
-Without a ``config``, :func:`decode_attention` merges in one launch when it is called eagerly
-and in the merge kernel while a CUDA graph is being captured (:func:`default_one_launch`): on an
-H100, plain launches of one sequence read 4k tokens 1.9x faster in one launch (the host's time
-for a launch saved), and graph replays read 1k-16k tokens 1-18 % faster with the merge kernel
-(``teachkit/benchmarks/decode_nvidia_h100.json`` and ``..._cudagraph.json``, which time both).
+This is the default (``DecodeConfig.one_launch`` is ``True`` unless set): on an H100, plain
+launches of one sequence read 1k-16k tokens 1.2-1.3x faster in one launch than with the merge
+kernel (the host's time for a launch saved); on CUDA-graph replays, where a launch costs the host
+nothing, the merge kernel is 1-16 % faster at 1k-16k tokens and the two are equal from 64k
+(``teachkit/benchmarks/decode_nvidia_h100.json`` and ``..._cudagraph.json`` time both).
 The compile check of
 ``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves every
 configuration fits the GPUs learners use.
@@ -89,7 +89,6 @@ __all__ = [
     "decode_attention",
     "decode_config",
     "decode_mask",
-    "default_one_launch",
     "decode_merge_kernel",
     "decode_split_kernel",
     "fold_key_block",
@@ -375,7 +374,7 @@ class DecodeConfig(NamedTuple):
     block_n: int
     num_warps: int
     num_stages: int
-    one_launch: bool = False
+    one_launch: bool = True
 
 
 _INTERPRETER_CONFIG = DecodeConfig(16, 4, 1)
@@ -410,7 +409,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     Examples
     --------
     >>> decode_config(128, torch.float16, (9, 0))
-    DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=False)
+    DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=True)
     """
     if capability is None:
         return _INTERPRETER_CONFIG
@@ -445,17 +444,6 @@ def sm_count(device: torch.device | str | None = None) -> int:
     if INTERPRETED:
         return INTERPRETER_SMS
     return multiprocessors(device)
-
-
-def default_one_launch() -> bool:
-    """Whether :func:`decode_attention` merges in the split kernel when not given a config:
-    yes, unless the current CUDA stream is capturing a graph.
-
-    Launched from Python, every launch costs the host tens of microseconds, as much as the GPU
-    spends on a short cache, so one launch is faster. Replayed from a graph, launches cost
-    nothing and the merge kernel is a little faster than the last split merging alone.
-    """
-    return not (ON_GPU and torch.cuda.is_current_stream_capturing())
 
 
 def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) -> int:
@@ -697,8 +685,8 @@ def decode_attention(
     return_lse : bool
         Also return the log-sum-exp of every query's scaled scores.
     config : DecodeConfig, optional
-        Tile size, warps, stages and ``one_launch``; default :func:`decode_config`, merging in
-        one launch unless a CUDA graph is being captured (:func:`default_one_launch`).
+        Tile size, warps, stages and whether the split kernel merges (``one_launch``, the
+        default) or a merge kernel does; default :func:`decode_config`.
     check_values : bool
         Check ``cache_seqlens`` and ``block_table`` values on the host (one synchronisation).
         Pass ``False`` in a decoding loop once they are known to be good: an entry outside the
@@ -806,7 +794,6 @@ def decode_attention(
 
     if config is None:
         config = decode_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device))
-        config = config._replace(one_launch=default_one_launch())
     group = H // H_kv
     block_m = max(16, min(max_rows(D, q.dtype), next_power_of_2(group * Lq)))
     row_blocks = cdiv(group * Lq, block_m)

@@ -598,7 +598,12 @@ def merge_counters(n: int, device: torch.device) -> torch.Tensor:
     so they get a set each) and grown when a call needs more. Each merge sets its counter back
     to zero, so the next call finds zeros without a fill."""
     device = torch.device(device)
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    stream = 0
+    if device.type == "cuda":  # Triton's driver reads the raw stream: a fraction of a µs
+        from triton.runtime import driver
+
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        stream = driver.active.get_current_stream(index)
     have = _COUNTERS.get((device, stream))
     if have is None or have.numel() < n:
         have = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)

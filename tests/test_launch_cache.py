@@ -56,14 +56,19 @@ def test_a_repeated_launch_hits_and_agrees_and_a_new_specialisation_misses():
 
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
 def test_an_integer_that_stops_dividing_by_16_misses():
-    """Row strides 256 and 250 with the same row length: Triton compiles one kernel for each
+    """Row strides 256 and 250 with the same rows of 200: Triton compiles one kernel for each
     (it specialises on divisibility by 16), so the cache must not share them."""
-    run = vars(softmax_kernels.fused_kernel)["run"]
+    kernel = softmax_kernels.fused_kernel
+    run = vars(kernel)["run"]
+    block_m, block_n, num_warps = softmax_kernels.fused_config(200)
     for width in (256, 250):
-        x = torch.randn(37, width, device=DEVICE)[:, :200]
+        x = torch.randn(32, width, device=DEVICE)[:, :200]
+        y = torch.empty(32, width, device=DEVICE)[:, :200]
         misses = run.misses
         for _ in range(2):
-            torch.testing.assert_close(softmax_kernels.softmax(x), torch.softmax(x, -1))
+            kernel[(32 // block_m,)](x, y, 32, 200, x.stride(0), y.stride(0), BLOCK_M=block_m,
+                                     BLOCK_N=block_n, num_warps=num_warps)
+            torch.testing.assert_close(y, torch.softmax(x, -1))
         assert run.misses == misses + 1, width
 
 

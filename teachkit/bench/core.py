@@ -543,13 +543,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 def finish(args: argparse.Namespace, results: list[Measurement],
            figure: Callable[[], object] | None = None, extra: dict | None = None,
-           **ceilings: float | str) -> None:
+           timing: str | None = None, **ceilings: float | str) -> None:
     """Do what the common options ask once a benchmark has run: ``--json`` saves the results
-    with ``extra`` and the ``ceilings`` (:func:`save_results`, timed as ``--graph`` says),
-    ``--plot`` saves ``figure()`` under ``figures/``; each says where."""
+    with ``extra`` and the ``ceilings`` (:func:`save_results`, timed as ``timing`` says, by
+    default as ``--graph`` says), ``--plot`` saves ``figure()`` under ``figures/``; each says
+    where."""
     if args.json:
-        path = save_results(args.json, results, extra,
-                            timing=timing_description(args.graph), **ceilings)
+        timing = timing_description(args.graph) if timing is None else timing
+        path = save_results(args.json, results, extra, timing=timing, **ceilings)
         print(f"results: {path}")
     if args.plot and figure is not None:
         from ..plots.figures import save_figure

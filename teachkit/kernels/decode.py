@@ -47,10 +47,11 @@ output: the plain, unsplit forward pass. With ``DecodeConfig(one_launch=True)`` 
 second kernel: every split counts itself done on an atomic counter of its rows, and the one that
 counts last merges the partials (:func:`merge_splits`), which saves a launch and its host time.
 This is the default (``DecodeConfig.one_launch`` is ``True`` unless set): on an H100, plain
-launches of one sequence read 1k-16k tokens 1.2-1.3x faster in one launch than with the merge
+launches of one sequence read 1k-4k tokens 1.2-1.4x faster in one launch than with the merge
 kernel (the host's time for a launch saved); on CUDA-graph replays, where a launch costs the host
-nothing, the merge kernel is 1-16 % faster at 1k-16k tokens and the two are equal from 64k
-(``teachkit/benchmarks/decode_nvidia_h100.json`` and ``..._cudagraph.json`` time both).
+nothing, the merge kernel is 1-15 % faster at 1k-16k tokens and the two are equal from 64k
+(``teachkit/benchmarks/decode_nvidia_h100.json`` and ``..._cudagraph.json`` time both; notebook
+09 prints the ratios).
 The compile check of
 ``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves every
 configuration fits the GPUs learners use.

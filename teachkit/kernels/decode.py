@@ -711,12 +711,14 @@ def decode_attention(
     multiply with ``input_precision="ieee"`` (no tf32). The splits share each sequence's key
     blocks evenly, so shorter sequences get shorter ranges; splits past the end are empty.
 
-    A call costs host time before the GPU starts: the checks, the buffers and two Triton
-    launches, about 150 µs on an H100 machine, more than the kernels take on caches under 16k
-    tokens (records ``decode_nvidia_h100`` against ``decode_nvidia_h100_cudagraph``). A decoding
-    loop should capture its step in a CUDA graph (``torch.cuda.graph``) and replay it, as
-    serving engines do; pass ``check_values=False`` there, since the value checks synchronise
-    with the GPU, which a capture forbids.
+    A call costs host time before the GPU starts: the checks, the buffers and the Triton
+    launch, 79-107 µs a call for one sequence of 1k-16k tokens on an H100 machine, more than the
+    kernel takes on caches under 16k tokens (records ``decode_nvidia_h100`` against
+    ``decode_nvidia_h100_cudagraph``). A decoding loop should capture its step in a CUDA graph
+    (``torch.cuda.graph``) and replay it, as serving engines do; pass ``check_values=False``
+    there, since the value checks synchronise with the GPU, which a capture forbids, and
+    consider ``config=DecodeConfig(..., one_launch=False)``, whose merge kernel is a little
+    faster on replays of short caches.
 
     Examples
     --------

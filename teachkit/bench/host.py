@@ -49,13 +49,17 @@ from .core import (
     start,
 )
 
-__all__ = ["OPS", "PROVIDERS", "host_problems", "launches_skipped", "launch_cache_bypassed",
-           "host_us", "bench_host", "main"]
+__all__ = ["OPS", "PROVIDERS", "ROUNDS", "DEFAULT_CALLS", "host_problems", "launches_skipped",
+           "launch_cache_bypassed", "host_us", "bench_host", "main"]
 
 OPS = ("softmax", "flash_attention", "decode_attention")
 """The entry points timed, by the name :mod:`teachkit.kernels` gives them."""
 PROVIDERS = ("torch", "teachkit", "teachkit, Triton's launch path", "teachkit, no launch")
 """The ways each op is timed, in order."""
+TORCH, TEACHKIT, TRITON_PATH, NO_LAUNCH = PROVIDERS
+DEFAULT_CALLS = pick(cpu=20, gpu=1000)
+"""Back-to-back calls a timing unless told: enough on a GPU for microseconds to add up to
+milliseconds; few in the interpreter, where a call takes milliseconds."""
 ROUNDS = 5
 """Rounds in which every provider is timed once; each provider's figure is its fastest round."""
 
@@ -153,28 +157,20 @@ def launch_cache_bypassed() -> contextlib.AbstractContextManager[None]:
     return _runs_replaced(lambda kernel: None)
 
 
-def host_us(fn: Callable[[], object], calls: int, repeats: int = 5) -> float:
+def host_us(fn: Callable[[], object], calls: int) -> float:
     """Microseconds per call of ``calls`` back-to-back calls of ``fn``, the GPU synchronised at
-    the end: the fastest of ``repeats`` such runs, after one call to warm up (compilation).
-
-    The fastest, not the median: what a call costs the host only grows with whatever else the
-    machine does meanwhile (other processes, the allocator, interrupts), so the least time is
-    the steadiest estimate of the call's own cost.
-    """
+    the end, after one call to warm up (compilation)."""
     def sync() -> None:
         if ON_GPU:
             torch.cuda.synchronize()
 
     fn()
     sync()
-    runs = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        runs.append((time.perf_counter() - begin) / calls * 1e6)
-    return min(runs)
+    begin = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - begin) / calls * 1e6
 
 
 def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
@@ -182,26 +178,28 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
     """Time every op of ``ops`` (default :data:`OPS`) each way of :data:`PROVIDERS`, in
     :data:`ROUNDS` interleaved rounds, keeping each way's fastest.
 
-    ``calls`` back-to-back calls a timing (default 1000 on a GPU, 20 on a CPU).
+    ``calls`` back-to-back calls a timing (default :data:`DEFAULT_CALLS`). The fastest round,
+    not the median: what a call costs the host only grows with whatever else the machine does
+    meanwhile (other processes, the allocator, interrupts), so the least time is the steadiest
+    estimate of the call's own cost.
     """
     names = require_names(ops, OPS, "ops")
-    calls = pick(cpu=20, gpu=1000) if calls is None else require_positive_int(calls, "calls")
+    calls = DEFAULT_CALLS if calls is None else require_positive_int(calls, "calls")
     problems = host_problems()
-    ways = {"teachkit, no launch": launches_skipped,
-            "teachkit, Triton's launch path": launch_cache_bypassed}
+    ways = {NO_LAUNCH: launches_skipped, TRITON_PATH: launch_cache_bypassed}
     results = []
     with progress_bar(len(names) * ROUNDS, show_progress) as bar:
         for op in names:
             dtype, sizes, torch_call, teachkit_call = problems[op]
             params = {"op": op, **sizes, "dtype": dtype_name(DTYPES[dtype])}
-            timed = {"torch": torch_call, "teachkit": teachkit_call}
+            timed = {TORCH: torch_call, TEACHKIT: teachkit_call}
             best = dict.fromkeys(PROVIDERS, float("inf"))
             for round_ in range(ROUNDS):  # the providers take turns, so drift hits them alike
                 bar.set_description(f"{op}: round {round_ + 1} of {ROUNDS}")
                 for provider in PROVIDERS:
                     way = ways.get(provider, contextlib.nullcontext)
                     with way():
-                        us = host_us(timed.get(provider, teachkit_call), calls, repeats=1)
+                        us = host_us(timed.get(provider, teachkit_call), calls)
                     best[provider] = min(best[provider], us)
                 bar.update()
             results += [Measurement(problem=op, dtype=dtype, provider=provider,
@@ -226,23 +224,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"device: {device_name()}")
     results = bench_host(args.ops, args.calls)
-    print(format_table(results, baseline=("torch",), subject="teachkit"))
+    print(format_table(results, baseline=(TORCH,), subject=TEACHKIT))
     for op in dict.fromkeys(r.problem for r in results):
         got = {r.provider: r.value for r in results if r.problem == op}
-        checks = got["teachkit, no launch"]
+        checks = got[NO_LAUNCH]
         print(f"{op}: checks, allocations and Python {checks:.1f} µs, "
-              f"launches {got['teachkit'] - checks:.1f} µs "
-              f"({got[PROVIDERS[2]] - checks:.1f} µs through JITFunction.run), "
-              f"torch {got['torch']:.1f} µs")
+              f"launches {got[TEACHKIT] - checks:.1f} µs "
+              f"({got[TRITON_PATH] - checks:.1f} µs through JITFunction.run), "
+              f"torch {got[TORCH]:.1f} µs")
 
     def figure() -> object:
         from ..plots.host import plot_host_cost
 
         return plot_host_cost(results)
 
-    calls = args.calls or pick(cpu=20, gpu=1000)
     finish(args, results, figure, timing=f"host: the fastest of {ROUNDS} interleaved rounds of "
-           f"{calls} back-to-back calls (time.perf_counter, the GPU synchronised at the end)")
+           f"{args.calls or DEFAULT_CALLS} back-to-back calls (time.perf_counter, the GPU "
+           "synchronised at the end)")
     return 0
 
 

@@ -51,10 +51,8 @@ launches of one sequence read 1k-4k tokens 1.2-1.4x faster in one launch than wi
 kernel (the host's time for a launch saved); on CUDA-graph replays, where a launch costs the host
 nothing, the merge kernel is 1-15 % faster at 1k-16k tokens and the two are equal from 64k
 (``teachkit/benchmarks/decode_nvidia_h100.json`` and ``..._cudagraph.json`` time both; notebook
-09 prints the ratios).
-The compile check of
-``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves every
-configuration fits the GPUs learners use.
+09 prints the ratios). The compile check of ``python -m teachkit.kernels``
+(:mod:`teachkit.kernels.compile_check`) proves every configuration fits the GPUs learners use.
 """
 
 from __future__ import annotations
@@ -65,6 +63,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from triton.runtime import driver
 
 from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
 from ..gpus import gpu_class
@@ -601,8 +600,6 @@ def merge_counters(n: int, device: torch.device) -> torch.Tensor:
     device = torch.device(device)
     stream = 0
     if device.type == "cuda":  # Triton's driver reads the raw stream: a fraction of a µs
-        from triton.runtime import driver
-
         index = device.index if device.index is not None else torch.cuda.current_device()
         stream = driver.active.get_current_stream(index)
     have = _COUNTERS.get((device, stream))

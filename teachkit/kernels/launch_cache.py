@@ -5,8 +5,9 @@ arguments to the kernel's signature, specialises each (dtype and 16-byte alignme
 divisibility by 16 of an integer), builds a cache key from that and the options, finds the
 compiled kernel, checks the globals the kernel read, builds launch metadata for profiler hooks
 and calls the launcher. For the decoding kernel's 50 parameters the binding and specialisation
-alone take about 20 µs on an H100 machine, and the launcher, handed the compiled kernel, 13
-(``python -m teachkit.bench host`` times the entry points with and without this module).
+alone took about 20 µs on an H100 machine, and the launcher, handed the compiled kernel, 13, each
+timed by itself; ``python -m teachkit.bench host`` times the entry points with and without this
+module.
 
 :func:`cached_launch` keeps, per kernel, a dictionary from a launch's **key** to its compiled
 kernel, and on a hit calls the compiled kernel's launcher directly. The key is built in Python
@@ -103,7 +104,7 @@ class CachedRun:
     def _hooks_free(self) -> bool:
         """True when no profiler hook wants to see launches (their chains are empty)."""
         runtime = self._knobs.runtime
-        return all(type(h).__name__ == "HookChain" and not h.calls
+        return all(isinstance(h, self._knobs.HookChain) and not h.calls
                    for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
     def _key(self, device: int, args: tuple, kwargs: dict) -> tuple | None:

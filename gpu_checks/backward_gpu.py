@@ -10,7 +10,9 @@ CUDA machine with `python gpu_checks/backward_gpu.py`.
    `teachkit.kernels.flash_backward`;
 4. with `--record`, the records notebooks 08 and 12 read: `attention_backward_<device>.json`
    (`python -m teachkit.bench attention --backward` at L = 1k, 4k, 16k beside SDPA's flash and
-   cuDNN backends) and `attention_steps_<device>.json` (`--steps`, the ladder).
+   cuDNN backends, with the one-loop atomic-dQ variant), `attention_gqa_<device>.json`
+   (`--kv-heads 32 8 4`, the forward with grouped-query heads) and
+   `attention_steps_<device>.json` (`--steps`, the ladder).
 Exits 1 on any failed check, 2 without a GPU.
 """
 
@@ -133,10 +135,15 @@ def record() -> int:
     commands = [
         # the problems of the README's table (B = 16 / 4 / 1), against SDPA's flash and cuDNN:
         # about 4 minutes on an H100, where every length and backend takes twice that
+        # (and the course's kernels with FlashAttention-2's one loop and atomic dQ)
         ["attention", "--backward", "--lengths", "1024", "4096", "16384",
-         "--providers", "teachkit flash", "sdpa flash", "sdpa cudnn", "--json",
-         f"teachkit/benchmarks/attention_backward_{slug}.json",
+         "--providers", "teachkit flash", "teachkit flash, atomic dQ", "sdpa flash",
+         "sdpa cudnn", "--json", f"teachkit/benchmarks/attention_backward_{slug}.json",
          "--plot", f"12_attention_backward_{slug}"],
+        # grouped-query heads beside multi-head, the forward at L = 4096 (notebook 12)
+        ["attention", "--lengths", "4096", "--kv-heads", "32", "8", "4", "--providers",
+         "teachkit flash", "sdpa flash", "sdpa cudnn", "--json",
+         f"teachkit/benchmarks/attention_gqa_{slug}.json"],
         ["attention", "--steps", "--json", f"teachkit/benchmarks/attention_steps_{slug}.json"],
     ]
     for args in commands:

@@ -90,3 +90,23 @@ def test_backward_cli_runs_on_a_cpu(tmp_path):
     assert main(["--backward", "--lengths", "20", "--head-dims", "16", "--causal", "yes",
                  "--providers", "teachkit flash", "--allow-cpu", "--json", str(out)]) == 0
     assert out.exists()
+
+
+def test_grouped_query_problems_are_labelled_and_checked():
+    import pytest
+
+    res = bench_attention([24], [16], [True], providers=["teachkit flash", "sdpa math"],
+                          tokens=24, heads=4, show_progress=False, kv_heads=[4, 1])
+    assert {r.problem for r in res} == {"D=16 L=24 causal H_kv=4", "D=16 L=24 causal H_kv=1"}
+    assert {r.params["kv_heads"] for r in res} == {4, 1}
+    with pytest.raises(ValueError, match="kv_heads = 3 does not divide heads = 4"):
+        bench_attention([24], [16], [True], tokens=24, heads=4, show_progress=False,
+                        kv_heads=[3])
+
+
+def test_the_one_loop_backward_is_timed_beside_the_two_loops():
+    from teachkit.bench.attention_backward import ONE_LOOP, bench_backward
+
+    res = bench_backward([33], [16], [True], providers=["teachkit flash", ONE_LOOP],
+                         tokens=33, heads=2, show_progress=False)
+    assert [r.provider for r in res] == ["teachkit flash", ONE_LOOP]

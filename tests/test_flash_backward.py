@@ -237,3 +237,32 @@ def test_a_second_derivative_is_refused_by_name(gen):
     (dq,) = torch.autograd.grad(loss, q, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         dq.sum().backward()
+
+
+ONE_LOOP = flash_backward.BackwardConfig(16, 32, 32, 16, 4, 1, atomic_dq=True)
+
+
+@pytest.mark.parametrize(("H", "H_kv", "L", "S"), [(2, 2, 29, 37), (4, 2, 40, 23)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_one_loop_with_atomic_dq_matches_float64(H, H_kv, L, S, causal, dtype, gen):
+    """FlashAttention-2's single loop: dQ summed by atomic adds inside the dK/dV kernel."""
+    q = randn(2, H, L, 32, gen=gen, dtype=dtype).to(DEV).requires_grad_()
+    k, v = (randn(2, H_kv, S, 32, gen=gen, dtype=dtype).to(DEV).requires_grad_()
+            for _ in range(2))
+    do = randn(2, H, L, 32, gen=gen, dtype=dtype).to(DEV)
+    got = torch.autograd.grad(K.flash_attention(q, k, v, causal=causal,
+                                                backward_config=ONE_LOOP), (q, k, v), do)
+    (out64, _), leaves = reference(q, k, v, causal)
+    want = torch.autograd.grad((out64 * do.cpu().double()).sum(), leaves)
+    assert got[0].dtype == dtype
+    assert_close(got, want, dtype)
+
+
+def test_backward_config_is_checked(gen):
+    q = randn(1, 1, 4, 16, gen=gen).to(DEV)
+    with pytest.raises(TypeError, match="backward_config must be a BackwardConfig"):
+        K.flash_attention(q, q, q, backward_config=(16, 16, 16, 16, 4, 1))
+    with pytest.raises(ValueError, match="kv_block_n a multiple of kv_block_m"):
+        K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
+            32, 16, 16, 16, 4, 1))

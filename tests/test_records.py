@@ -25,6 +25,7 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
     "cute_softmax_": {"rows", "cols", "dtype"},
     "traffic_": {"rows", "cols", "dtype"},
     "attention_backward_": {"D", "L", "S", "causal", "dtype", "pass"},
+    "attention_gqa_": {"D", "L", "S", "causal", "dtype", "kv_heads"},
     "attention_": {"D", "L", "S", "causal", "dtype"},
     "decode_": {"B", "S", "dtype"},
     "ring_": {"N", "causal", "dtype"},

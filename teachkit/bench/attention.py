@@ -24,7 +24,7 @@ from ..device import (
     skip_if_out_of_memory,
 )
 from ..validation import require_positive_int
-from .attention_backward import bench_backward, training_memory
+from .attention_backward import ONE_LOOP, bench_backward, training_memory
 from .attention_problems import (
     ATTENTION_LENGTHS,
     HEADS,
@@ -81,9 +81,11 @@ def attention_bytes(B: int, H: int, L: int, D: int, dtype: str, scores: bool = F
     return tokens * (4 * size + 4) + extra + TIMING_BYTES
 
 
-def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str) -> tuple[torch.Tensor, ...]:
-    return tuple(torch.randn(B, heads, L, D, device=DEVICE, dtype=DTYPES[dtype])
-                 for _ in range(3))
+def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str, kv_heads: int | None = None,
+                ) -> tuple[torch.Tensor, ...]:
+    kv = heads if kv_heads is None else kv_heads
+    return tuple(torch.randn(B, h, L, D, device=DEVICE, dtype=DTYPES[dtype])
+                 for h in (heads, kv, kv))
 
 
 PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
@@ -110,6 +112,7 @@ def bench_attention(
     heads: int = HEADS,
     show_progress: bool = True,
     graph: bool = False,
+    kv_heads: Iterable[int] | None = None,
 ) -> list[Measurement]:
     """Time every provider on every (L = S, D, causal); TFLOP/s per :func:`attention_flops`.
 
@@ -121,19 +124,28 @@ def bench_attention(
     provider that runs, itself checked against float32 math on one sequence, before timing. The
     problem is labelled ``D=64 L=4096`` (or with ``causal``); its parameters are
     :func:`attention_params`. ``show_progress`` draws a progress bar naming the current job;
-    ``graph`` times CUDA-graph replays.
+    ``graph`` times CUDA-graph replays. ``kv_heads`` runs every problem once per number of key
+    and value heads (grouped-query attention, each dividing ``heads``; SDPA gets
+    ``enable_gqa=True``), labelled ``H_kv=...``: the same flops over fewer key/value bytes.
     """
     table = attention_providers()
     names = require_names(providers, table, "providers")
     problems = attention_problems(lengths, head_dims, causal, dtype, tokens, heads)
+    groups: list[int | None] = [None]
+    if kv_heads is not None:
+        groups = list(require_sizes(kv_heads, "kv_heads"))
+        for h in groups:
+            if heads % h:
+                raise ValueError(f"kv_heads = {h} does not divide heads = {heads}; pass divisors")
     results: list[Measurement] = []
-    with progress_bar(len(problems) * len(names), show_progress) as bar:
+    with progress_bar(len(problems) * len(groups) * len(names), show_progress) as bar:
         for B, L, D, c in problems:
-            run_problem(bar, len(names), f"{problem_name(D, L, c)} {dtype}",
-                        attention_bytes(B, heads, L, D, dtype),
-                        lambda B=B, L=L, D=D, c=c: _attention_problem(
-                            table, names, *_random_qkv(B, heads, L, D, dtype), c, dtype,
-                            math_max_length, results, bar, graph))
+            for hk in groups:
+                run_problem(bar, len(names), f"{problem_name(D, L, c, hk)} {dtype}",
+                            attention_bytes(B, heads, L, D, dtype),
+                            lambda B=B, L=L, D=D, c=c, hk=hk: _attention_problem(
+                                table, names, *_random_qkv(B, heads, L, D, dtype, hk), c,
+                                dtype, math_max_length, results, bar, graph, hk))
         bar.set_description("done")
     return results
 
@@ -141,12 +153,12 @@ def bench_attention(
 def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: list[str],
                        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: bool, dtype: str,
                        math_max_length: int, results: list[Measurement], bar: object,
-                       graph: bool = False) -> None:
+                       graph: bool = False, kv_heads: int | None = None) -> None:
     """Check and time every provider on one problem, appending to ``results``."""
     from ..compare import relative_error
 
     B, H, L, D = q.shape
-    problem = problem_name(D, L, c)
+    problem = problem_name(D, L, c, kv_heads)
     ref = None
     for name in each_job(bar, names, lambda n: f"{problem} {n}"):
         if name == "sdpa math" and (L > math_max_length or not fits_or_skip(
@@ -161,8 +173,10 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
                     raise  # the course's kernel must take every problem it is given
                 continue  # this SDPA backend does not take this problem here
             if ref is None:  # the first provider that runs is checked against float32 math
-                sub = [t[:1, :2] for t in (q, k, v)]
-                want = F.scaled_dot_product_attention(*(t.float() for t in sub), is_causal=c)
+                group = H // k.shape[1]
+                sub = [q[:1, :2 * group]] + [t[:1, :2] for t in (k, v)]  # 2 key heads' groups
+                want = F.scaled_dot_product_attention(*(t.float() for t in sub), is_causal=c,
+                                                      enable_gqa=group > 1)
                 got = fn(*sub, c).float()
                 if not relative_error(got, want) < 2e-2:
                     raise AssertionError(f"{name} is wrong on {problem} (first sequence, "
@@ -175,7 +189,7 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
             ms = time_ms(lambda fn=fn: fn(q, k, v, c), graph=graph)
             tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
             results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s",
-                                       attention_params(D, L, c, dtype)))
+                                       attention_params(D, L, c, dtype, kv_heads)))
 
 
 def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
@@ -378,9 +392,13 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="D", help="head dims, of " + ", ".join(map(str, HEAD_DIMS)))
     parser.add_argument("--causal", nargs="+", choices=["no", "yes"], default=["no", "yes"])
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    parser.add_argument("--providers", nargs="+", default=None, choices=PROVIDERS,
-                        metavar="PROVIDER",
-                        help="which to time (quote names with spaces): " + ", ".join(PROVIDERS))
+    parser.add_argument("--providers", nargs="+", default=None,
+                        choices=[*PROVIDERS, ONE_LOOP], metavar="PROVIDER",
+                        help="which to time (quote names with spaces): " + ", ".join(PROVIDERS)
+                        + f"; with --backward also {ONE_LOOP!r}")
+    parser.add_argument("--kv-heads", nargs="+", type=positive_int, default=None, metavar="H_KV",
+                        help="time each problem with these numbers of key/value heads "
+                        f"(grouped-query attention; divisors of the {HEADS} query heads)")
     parser.add_argument("--memory", action="store_true", help="also measure peak memory")
     parser.add_argument("--sweep", action="store_true",
                         help="time every candidate tile configuration instead")
@@ -392,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
     if not start(args):
+        return 2
+    if (args.sweep or args.backward or args.steps) and args.kv_heads:
+        print("--kv-heads applies to the forward benchmark alone", file=sys.stderr)
         return 2
     if (args.sweep or args.backward) and args.graph:  # plain launches only
         print("--graph does not apply to --sweep or --backward: they time plain launches",
@@ -421,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(results, ceiling=flops, baseline=("simple",)))
     else:
         results = bench_attention(lengths, args.head_dims, causal, args.dtype, args.providers,
-                                  **kwargs, graph=args.graph)
+                                  **kwargs, graph=args.graph, kv_heads=args.kv_heads)
         print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn"),
                            subject="teachkit flash"))
     extra = {}

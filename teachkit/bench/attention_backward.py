@@ -11,11 +11,19 @@ FlashAttention's papers and of Triton's tutorial.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from ..device import DEVICE, ON_GPU, is_out_of_memory, skip_if_out_of_memory
+from ..device import (
+    DEVICE,
+    INTERPRETED,
+    ON_GPU,
+    compute_capability,
+    is_out_of_memory,
+    skip_if_out_of_memory,
+)
 from .attention_problems import (
     ATTENTION_LENGTHS,
     HEADS,
@@ -37,11 +45,14 @@ from .core import (
     time_ms,
 )
 
-__all__ = ["BACKWARD_FLOPS_FACTOR", "backward_bytes", "backward_params", "backward_providers",
-           "bench_backward", "training_memory"]
+__all__ = ["BACKWARD_FLOPS_FACTOR", "ONE_LOOP", "backward_bytes", "backward_params",
+           "backward_providers", "bench_backward", "one_loop_config", "training_memory"]
 
 BACKWARD_FLOPS_FACTOR = 2.5
 """Backward flops per forward flop: five ``L x S x D`` matrix products against two."""
+
+if TYPE_CHECKING:
+    from ..kernels.flash_backward import BackwardConfig
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
 
@@ -73,14 +84,37 @@ def backward_bytes(B: int, H: int, L: int, D: int, dtype: str) -> int:
     return tokens * (8 * DTYPES[dtype].itemsize + 3 * 4) + 2 * B * H * L * 4 + TIMING_BYTES
 
 
+ONE_LOOP = "teachkit flash, atomic dQ"
+"""The provider that runs the course's backward as FlashAttention-2 does: one loop over key
+blocks, ``dQ`` summed by atomic adds (``BackwardConfig.atomic_dq``)."""
+
+
 def backward_providers() -> dict[str, Attention]:
     """The differentiable attentions the benchmark compares, by name: ``fn(q, k, v, causal)``.
-    SDPA's flash backend is FlashAttention-2; its math backend stores the scores."""
+    SDPA's flash backend is FlashAttention-2; its math backend stores the scores;
+    :data:`ONE_LOOP` is the course's kernels with FlashAttention-2's loop order."""
     from ..kernels.flash import flash_attention
 
     table = {f"sdpa {name}": sdpa_backend(name) for name in ("flash", "cudnn", "efficient", "math")}
     table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
+    table[ONE_LOOP] = lambda q, k, v, causal: flash_attention(
+        q, k, v, causal=causal, backward_config=one_loop_config(q))
     return table
+
+
+def one_loop_config(q: torch.Tensor) -> BackwardConfig:
+    """The backward tiles the table picks for ``q``'s head dim, dtype and GPU, with ``dQ`` by
+    atomic adds in the dK/dV loop.
+
+    Examples
+    --------
+    >>> one_loop_config(torch.zeros(1, 1, 1, 64)).atomic_dq
+    True
+    """
+    from ..kernels.flash_backward import backward_config
+
+    capability = None if INTERPRETED or q.device.type != "cuda" else compute_capability(q.device)
+    return backward_config(q.shape[-1], q.dtype, capability)._replace(atomic_dq=True)
 
 
 def _gradients(fn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,

@@ -60,22 +60,29 @@ def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> flo
     return 4 * B * H * L * S * D * (0.5 if causal else 1.0)
 
 
-def problem_name(D: int, L: int, causal: bool) -> str:
-    """How the benchmark labels a problem in tables, e.g. ``"D=64 L=4096 causal"``; its
-    parameters are :func:`attention_params`."""
-    return f"D={D} L={L}" + (" causal" if causal else "")
+def problem_name(D: int, L: int, causal: bool, kv_heads: int | None = None) -> str:
+    """How the benchmark labels a problem in tables, e.g. ``"D=64 L=4096 causal"``, or with
+    ``kv_heads`` (grouped-query attention) ``"D=64 L=4096 H_kv=8"``; its parameters are
+    :func:`attention_params`."""
+    return (f"D={D} L={L}" + (" causal" if causal else "")
+            + (f" H_kv={kv_heads}" if kv_heads is not None else ""))
 
 
-def attention_params(D: int, L: int, causal: bool, dtype: str) -> dict[str, int | bool | str]:
+def attention_params(D: int, L: int, causal: bool, dtype: str, kv_heads: int | None = None,
+                     ) -> dict[str, int | bool | str]:
     """The parameters of one attention problem (``L = S``), as its :class:`Measurement` keeps
-    them.
+    them; ``kv_heads`` only where the benchmark was asked for grouped-query heads.
 
     Examples
     --------
     >>> attention_params(64, 4096, True, "fp16")
     {'D': 64, 'L': 4096, 'S': 4096, 'causal': True, 'dtype': 'float16'}
     """
-    return {"D": D, "L": L, "S": L, "causal": causal, "dtype": dtype_name(DTYPES[dtype])}
+    params: dict[str, int | bool | str] = {"D": D, "L": L, "S": L, "causal": causal,
+                                           "dtype": dtype_name(DTYPES[dtype])}
+    if kv_heads is not None:
+        params["kv_heads"] = kv_heads
+    return params
 
 
 def sdpa_backend(backend: str) -> Callable[..., torch.Tensor]:
@@ -87,7 +94,8 @@ def sdpa_backend(backend: str) -> Callable[..., torch.Tensor]:
     which = getattr(SDPBackend, SDPA_BACKENDS[backend])
 
     def run(q, k, v, causal):
+        gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
         with sdpa_kernel(which):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
 
     return run

@@ -43,7 +43,7 @@ from ..validation import (
     require_kernel_world,
     resolve_scale,
 )
-from .flash_backward import flash_backward
+from .flash_backward import BackwardConfig, flash_backward
 from .grid_math import cdiv
 from .launch_cache import cached_launch
 
@@ -364,6 +364,7 @@ def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
     scale: float | None = None, return_lse: bool = False, *,
     config: FlashConfig | None = None, autotune: bool = False,
+    backward_config: BackwardConfig | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     r"""Attention :math:`\mathrm{softmax}(q k^T \cdot scale)\, v` by FlashAttention's forward pass.
 
@@ -392,6 +393,11 @@ def flash_attention(
         Time the candidates of :func:`candidate_configs` on this problem the first time its
         kind is seen and keep the fastest (:func:`tuned_config`). Under the interpreter there is
         one small candidate, so this changes nothing there.
+    backward_config : BackwardConfig, optional
+        The backward's tiles instead of the table's choice
+        (:func:`~teachkit.kernels.flash_backward.backward_config`). ``atomic_dq=True`` takes
+        FlashAttention-2's single loop with atomic adds on ``dQ`` (not bitwise reproducible)
+        instead of the two loops. Only used when the call is differentiated.
 
     Returns
     -------
@@ -428,13 +434,16 @@ def flash_attention(
     check_inputs(q, k, v)
     if config is not None:
         _check_config(config)
+    if backward_config is not None:
+        _check_backward_config(backward_config)
     causal = require_bool(causal, "causal")
     require_bool(return_lse, "return_lse")
     scale = resolve_scale(scale, q.shape[-1])
     if scale < 0:  # softmax(s q k^T) = softmax(|s| (-q) k^T): the kernel wants scale >= 0
         q, scale = -q, -scale
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        out, lse = FlashAttentionFunction.apply(q, k, v, causal, scale, config, autotune)
+        out, lse = FlashAttentionFunction.apply(q, k, v, causal, scale, config, autotune,
+                                                backward_config)
     else:
         out, lse = _forward(q, k, v, causal, scale, config, autotune)
     return (out, lse) if return_lse else out
@@ -473,10 +482,11 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, q: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor, causal: bool, scale: float, config: FlashConfig | None,
-                autotune: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                autotune: bool, backward_config: BackwardConfig | None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         out, lse = _forward(q, k, v, causal, scale, config, autotune)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.causal, ctx.scale, ctx.backward_config = causal, scale, backward_config
         ctx.set_materialize_grads(False)
         return out, lse
 
@@ -490,8 +500,9 @@ class FlashAttentionFunction(torch.autograd.Function):
         if q.numel() == 0 or k.shape[2] == 0:  # nothing was attended: no gradient
             dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         else:
-            dq, dk, dv = flash_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale, dlse)
-        return dq, dk, dv, None, None, None, None
+            dq, dk, dv = flash_backward(dout, q, k, v, out, lse, ctx.causal, ctx.scale, dlse,
+                                        ctx.backward_config)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _check_config(config: FlashConfig) -> None:
@@ -502,6 +513,19 @@ def _check_config(config: FlashConfig) -> None:
         raise ValueError(
             f"config needs block_m and block_n powers of two >= 16 with block_m a multiple of "
             f"block_n, got block_m={bm}, block_n={bn}; e.g. FlashConfig(128, 64, 8, 3)"
+        )
+
+
+def _check_backward_config(config: BackwardConfig) -> None:
+    if not isinstance(config, BackwardConfig):
+        raise TypeError(f"backward_config must be a BackwardConfig, got {type(config).__name__}")
+    blocks = (config.kv_block_m, config.kv_block_n, config.q_block_m, config.q_block_n)
+    if (not all(b >= 16 and b & (b - 1) == 0 for b in blocks)
+            or config.kv_block_n % config.kv_block_m or config.q_block_m % config.q_block_n):
+        raise ValueError(
+            f"backward_config needs powers of two >= 16 with kv_block_n a multiple of kv_block_m "
+            f"and q_block_m a multiple of q_block_n, got {tuple(config)[:4]}; e.g. "
+            f"BackwardConfig(32, 128, 128, 32, 4, 3)"
         )
 
 

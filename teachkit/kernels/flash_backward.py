@@ -26,6 +26,9 @@ block's share to a float32 ``dQ`` in global memory with atomic adds. That saves 
 forward it redoes), but the order of the atomic adds changes from run to run, so the gradients
 are not bitwise reproducible, and it needs a float32 copy of ``dQ``. Here two loops, each the
 sole writer of its rows, keep the result deterministic and the kernels plain.
+``BackwardConfig(..., atomic_dq=True)`` runs FlashAttention-2's way instead, for comparison: the
+dK/dV kernel adds each tile's ``dS K`` into a float32 ``dQ`` with ``tl.atomic_add`` and the dQ
+kernel is not launched (``python -m teachkit.bench attention --backward`` times both).
 
 Grouped-query attention: ``k`` and ``v`` may have ``H_kv`` heads where ``H_kv`` divides the
 ``H`` heads of ``q``; query head ``h`` reads key head ``h // (H // H_kv)``. The ``dK``/``dV``
@@ -101,15 +104,18 @@ def flash_bwd_delta_kernel(O, DO, DLSE, DELTA,
 # 2. dK and dV: a block of keys, every query block of every query head of its group
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base, stat_base, start_m,
-                     offs_n, L, stride_qm, stride_dom, qk_scale,
+def dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, q_base, do_base, stat_base, dq_base,
+                     start_m, offs_n, L, stride_qm, stride_dom, stride_dqm, qk_scale,
                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                     DOT_FP32: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+                     DOT_FP32: tl.constexpr, ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr,
+                     HEAD_DIM: tl.constexpr):
     """Add the share of the query rows ``start_m .. start_m + BLOCK_M - 1`` to ``dk`` and
     ``dv``. Everything is transposed (keys along rows): ``k``, ``v``, ``dk`` and ``dv`` are
     ``(BLOCK_N, HEAD_DIM)``, the scores ``qkT``, weights ``pT`` and ``dpT``, ``dsT`` are
     ``(BLOCK_N, BLOCK_M)``. ``MASKED`` blocks cross the causal diagonal (key ``n`` is kept for
-    query ``m`` where ``n <= m``) or the end of the queries (rows past ``L``)."""
+    query ``m`` where ``n <= m``) or the end of the queries (rows past ``L``). With
+    ``ATOMIC_DQ`` the block's share of ``dQ``, ``dS K`` (unscaled), is also added into the
+    float32 ``DQ`` with atomic adds, FlashAttention-2's single loop."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = offs_m < L
@@ -133,29 +139,37 @@ def dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base, stat_base
         pT = tl.where(keep, pT, 0.0)
     dv = tl.dot(pT.to(do.dtype), do, dv, input_precision=PRECISION)  # dV += P^T dO
     dpT = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (dO V^T)^T
-    dsT = pT * (dpT - delta[None, :])
-    dk = tl.dot(dsT.to(q.dtype), q, dk, input_precision=PRECISION)  # dK += dS^T Q (unscaled)
+    dsT = (pT * (dpT - delta[None, :])).to(q.dtype)
+    dk = tl.dot(dsT, q, dk, input_precision=PRECISION)  # dK += dS^T Q (unscaled)
+    if ATOMIC_DQ:  # this key block's share of dQ = dS K, added where other programs add theirs
+        dq = tl.dot(tl.trans(dsT), k, input_precision=PRECISION)
+        tl.atomic_add(DQ + dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :], dq,
+                      mask=rows[:, None], sem="relaxed")
     return dk, dv
 
 
 @cached_launch
 @triton.jit
 def flash_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQ,
     stride_qb, stride_qh, stride_qm,
     stride_kb, stride_kh, stride_kn,
     stride_vb, stride_vh, stride_vn,
     stride_dob, stride_doh, stride_dom,
     stride_dkb, stride_dkh, stride_dkn,
     stride_dvb, stride_dvh, stride_dvn,
+    stride_dqb, stride_dqh, stride_dqm,
     H, H_KV, L, S, scale,
     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
 ):
     """Program ``(key block, b * H_KV + key head)``: rows ``start_n .. start_n + BLOCK_N - 1`` of
     ``dK`` and ``dV``. ``Q``, ``DO`` ``(B, H, L, HEAD_DIM)``; ``K``, ``V``, ``DK``, ``DV``
     ``(B, H_KV, S, HEAD_DIM)``; ``LSE``, ``DELTA`` ``(B, H, L)`` float32. Head dims are
-    contiguous (unit stride). ``BLOCK_N`` is a multiple of ``BLOCK_M``."""
+    contiguous (unit stride). ``BLOCK_N`` is a multiple of ``BLOCK_M``. With ``ATOMIC_DQ``,
+    ``DQ`` ``(B, H, L, HEAD_DIM)`` float32, zeroed, receives the unscaled ``dS K`` of every
+    block by atomic adds; otherwise it is not touched."""
     start_n = tl.program_id(0) * BLOCK_N
     bhk = tl.program_id(1)
     b = (bhk // H_KV).to(tl.int64)
@@ -190,21 +204,22 @@ def flash_bwd_dkdv_kernel(
         q_base = b * stride_qb + h * stride_qh
         do_base = b * stride_dob + h * stride_doh
         stat_base = (b * H + h) * L
+        dq_base = b * stride_dqb + h * stride_dqh
         for start_m in range(first, diag_end, BLOCK_M):
-            dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base,
-                                      stat_base, start_m, offs_n, L, stride_qm, stride_dom,
-                                      qk_scale, True, CAUSAL, PRECISION, DOT_FP32, BLOCK_M,
-                                      HEAD_DIM)
+            dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, q_base, do_base,
+                                      stat_base, dq_base, start_m, offs_n, L, stride_qm,
+                                      stride_dom, stride_dqm, qk_scale, True, CAUSAL, PRECISION,
+                                      DOT_FP32, ATOMIC_DQ, BLOCK_M, HEAD_DIM)
         for start_m in range(diag_end, l_full, BLOCK_M):
-            dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base,
-                                      stat_base, start_m, offs_n, L, stride_qm, stride_dom,
-                                      qk_scale, False, CAUSAL, PRECISION, DOT_FP32, BLOCK_M,
-                                      HEAD_DIM)
+            dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, q_base, do_base,
+                                      stat_base, dq_base, start_m, offs_n, L, stride_qm,
+                                      stride_dom, stride_dqm, qk_scale, False, CAUSAL, PRECISION,
+                                      DOT_FP32, ATOMIC_DQ, BLOCK_M, HEAD_DIM)
         for start_m in range(tl.maximum(diag_end, l_full), L, BLOCK_M):
-            dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, q_base, do_base,
-                                      stat_base, start_m, offs_n, L, stride_qm, stride_dom,
-                                      qk_scale, True, CAUSAL, PRECISION, DOT_FP32, BLOCK_M,
-                                      HEAD_DIM)
+            dk, dv = dkdv_query_block(dk, dv, k, v, Q, DO, LSE, DELTA, DQ, q_base, do_base,
+                                      stat_base, dq_base, start_m, offs_n, L, stride_qm,
+                                      stride_dom, stride_dqm, qk_scale, True, CAUSAL, PRECISION,
+                                      DOT_FP32, ATOMIC_DQ, BLOCK_M, HEAD_DIM)
 
     dk *= scale  # dS was taken with respect to the scaled scores
     tl.store(DK + b * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dkn
@@ -314,7 +329,8 @@ class BackwardConfig(NamedTuple):
     """Tiles of the two backward kernels. The dK/dV kernel holds ``kv_block_n`` keys and steps
     over ``kv_block_m`` queries (``kv_block_n`` a multiple of ``kv_block_m``); the dQ kernel
     holds ``q_block_m`` queries and steps over ``q_block_n`` keys (``q_block_m`` a multiple of
-    ``q_block_n``)."""
+    ``q_block_n``). ``atomic_dq`` computes ``dQ`` inside the dK/dV kernel with atomic adds
+    (FlashAttention-2's one loop, not bitwise reproducible) and leaves the dQ tiles unused."""
 
     kv_block_m: int
     kv_block_n: int
@@ -322,6 +338,7 @@ class BackwardConfig(NamedTuple):
     q_block_n: int
     num_warps: int
     num_stages: int
+    atomic_dq: bool = False
 
 
 _INTERPRETER_CONFIG = BackwardConfig(16, 16, 16, 16, 4, 1)
@@ -432,7 +449,9 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     q, k, v, out, do = (_unit_head_dim(t) for t in (q, k, v, out, do))
     lse = lse.contiguous()
     delta = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    dq = torch.empty_like(q)
+    # One loop with atomic adds sums dQ in float32 from zero; two loops write it once.
+    dq = (torch.zeros(q.shape, dtype=torch.float32, device=q.device) if config.atomic_dq
+          else torch.empty_like(q))
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -445,10 +464,13 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     common = dict(CAUSAL=causal, HEAD_DIM=D, PRECISION=precision, DOT_FP32=dot_fp32,
                   num_warps=config.num_warps, num_stages=config.num_stages)
     flash_bwd_dkdv_kernel[(cdiv(S, config.kv_block_n), B * H_kv)](
-        q, k, v, do, lse, delta, dk, dv,
+        q, k, v, do, lse, delta, dk, dv, dq,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dk.stride()[:3], *dv.stride()[:3], H, H_kv, L, S, scale,
-        BLOCK_M=config.kv_block_m, BLOCK_N=config.kv_block_n, **common)
+        *dk.stride()[:3], *dv.stride()[:3], *dq.stride()[:3], H, H_kv, L, S, scale,
+        BLOCK_M=config.kv_block_m, BLOCK_N=config.kv_block_n, ATOMIC_DQ=config.atomic_dq,
+        **common)
+    if config.atomic_dq:
+        return dq.mul_(scale).to(q.dtype), dk, dv
     flash_bwd_dq_kernel[(cdiv(L, config.q_block_m), B * H)](
         q, k, v, do, lse, delta, dq,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],

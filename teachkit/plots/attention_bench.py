@@ -41,7 +41,10 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
             pts = sorted((r.params["L"], r.value) for r in results
                          if r.provider == prov and panel(r) == (D, causal))
             if pts:
-                style = {"lw": 2.5, "color": "k"} if prov.startswith("teachkit") else {"lw": 1.2}
+                style = {"lw": 1.2}
+                if prov.startswith("teachkit"):  # the course's kernels in black, variants dashed
+                    style = {"lw": 2.5, "color": "k", "ls": "-" if prov == "teachkit flash"
+                             else "--"}
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=prov, **style)
         ax.set_xscale("log", base=2)
         if ceiling:

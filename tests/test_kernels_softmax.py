@@ -21,6 +21,7 @@ VARIANTS = {
     "blog": lambda x, dim=-1: ks.softmax_blog(x, dim, block=64),
     "online": lambda x, dim=-1: ks.softmax_online(x, dim, block=32),
     "split": lambda x, dim=-1: ks.softmax_split(x, dim, chunk=64, block=32),
+    "resident": lambda x, dim=-1: ks.softmax_resident(x, dim, config=ks.ResidentConfig(32, 4, 1)),
     "entry": ks.softmax,
 }
 
@@ -107,3 +108,31 @@ def test_bad_input_says_what_to_pass():
     if teachkit.ON_GPU:
         with pytest.raises(ValueError, match="cuda"):
             ks.softmax(torch.randn(3, 4))
+
+
+def test_resident_rows_without_the_exchange(gen):
+    """Every program of the resident kernel that finds its row's partials missing (here: all
+    of them, no polls allowed) reads the row itself and still gets the softmax."""
+    x = randn(4, 300, gen=gen, scale=30).to(DEV)
+    x[1, :100] = -INF
+    y = torch.empty_like(x)
+    chunk, g = 64, 5
+    part = torch.empty(4 * g, dtype=torch.float32, device=DEV)
+    arrived = torch.zeros(4, dtype=torch.int32, device=DEV)
+    ks.resident_kernel[(g,)](x, y, part, torch.empty_like(part), arrived, 4, 300, x.stride(0),
+                             y.stride(0), g, G=g, G_POW2=8, CHUNK=chunk, BLOCK=32, MAX_SPIN=0,
+                             num_warps=4)
+    assert relative_error(y, ref(x)) < RTOL[torch.float32]
+    assert arrived.tolist() == [g] * 4  # every chunk still announced itself
+
+
+def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
+    config = ks.ResidentConfig(16, 4, 1)
+    x = randn(2, 5000, gen=gen).to(DEV)  # 313 chunks a row: more than one program per SM
+    assert ks.resident_fits(5000, x.dtype, 0) and not ks.resident_fits(1 << 34, x.dtype, 0)
+    with pytest.raises(ValueError, match="use softmax_split or softmax"):
+        ks.softmax_resident(x, config=config)
+    with pytest.raises(TypeError, match="config must be a ResidentConfig"):
+        ks.softmax_resident(x, config=(16, 4, 1))
+    with pytest.raises(ValueError, match="config.chunk must be a power of two"):
+        ks.softmax_resident(x, config=ks.ResidentConfig(48, 4, 1))

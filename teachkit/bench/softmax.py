@@ -37,7 +37,7 @@ SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (25
 
 
 PROVIDERS = ("torch", "blog kernel", "online (tl.reduce)", "fused", "split rows",
-             "teachkit.kernels.softmax")
+             "resident rows", "teachkit.kernels.softmax")
 """The names of :func:`softmax_providers`, in order."""
 
 
@@ -51,6 +51,7 @@ def softmax_providers() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         "online (tl.reduce)": ks.softmax_online,
         "fused": ks.softmax_fused,
         "split rows": ks.softmax_split,
+        "resident rows": ks.softmax_resident,
         "teachkit.kernels.softmax": ks.softmax,
     }
 
@@ -98,7 +99,7 @@ def bench_softmax(
     (:func:`softmax_bytes`) or one that runs out of it. Outputs are checked against
     ``torch.softmax`` before timing. ``progress`` draws a progress bar naming the current job.
     """
-    from ..kernels.softmax_kernels import FUSED_MAX_COLS
+    from ..kernels.softmax_kernels import FUSED_MAX_COLS, resident_fits
 
     table = softmax_providers() if table is None else table
     names = core.require_names(providers, table, "providers")
@@ -115,9 +116,13 @@ def bench_softmax(
             def run(rows: int = rows, cols: int = cols, dt: str = dt, label: str = label) -> None:
                 x = torch.randn(rows, cols, device=DEVICE, dtype=DTYPES[dt])
                 for name in core.each_job(bar, names, lambda n: f"{label} {n}"):
-                    if not (name == "fused" and cols > FUSED_MAX_COLS):
-                        with skip_if_out_of_memory(f"{label} {name}"):
-                            results.append(_time_provider(name, table[name], x, dt, graph))
+                    if name == "fused" and cols > FUSED_MAX_COLS:
+                        continue  # the row does not fit in one program's registers
+                    if name == "resident rows" and (cols <= FUSED_MAX_COLS or not resident_fits(
+                            cols, x.dtype, x.device.index or 0)):
+                        continue  # a short row, or one whose chunks do not fit on chip at once
+                    with skip_if_out_of_memory(f"{label} {name}"):
+                        results.append(_time_provider(name, table[name], x, dt, graph))
 
             core.run_problem(bar, len(names), label, softmax_bytes(rows, cols, dt), run)
         bar.set_description("done")
@@ -178,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     shapes = args.shapes or (SOFTMAX_SHAPES if ON_GPU else [(64, 1000), (4, 20000)])
     results = bench_softmax(shapes, args.dtypes, args.providers, graph=args.graph)
-    print(format_table(results, ceiling=copy))
+    print(format_table(results, ceiling=copy, subject="teachkit.kernels.softmax"))
 
     def figure() -> object:
         from ..plots.softmax_bench import plot_bandwidth

@@ -179,7 +179,8 @@ def softmax_launch_configs() -> list[KernelConfig]:
     float16 tiles are laid out as bfloat16 ones (same shared memory), so bfloat16 stands for
     both: the fused kernel for rows of 1 to 16384 columns (the tiles
     :func:`~teachkit.kernels.softmax_kernels.fused_config` picks per power of two), the blog and
-    online kernels, and the split kernels for chunks of 16384 down to 2048 columns.
+    online kernels, the split kernels for chunks of 16384 down to 2048 columns, and the
+    resident kernel with its chunk for 256 chunks a row.
     """
     configs = []
     for ty in ("fp32", "bf16"):
@@ -198,6 +199,14 @@ def softmax_launch_configs() -> list[KernelConfig]:
             configs.append(_config(
                 f"split normalize {ty} CHUNK={chunk}", sk.split_normalize_kernel, types,
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
+        size = 4 if ty == "fp32" else 2
+        resident = sk.RESIDENT_CONFIGS[size]
+        configs.append(_config(
+            f"resident {ty} CHUNK={resident.chunk} G=256", sk.resident_kernel,
+            {"X": f"*{ty}", "Y": f"*{ty}", "PART_M": "*fp32", "PART_D": "*fp32",
+             "ARRIVED": "*i32"},
+            {"G": 256, "G_POW2": 256, "CHUNK": resident.chunk, "BLOCK": 1024,
+             "MAX_SPIN": sk.SPIN_POLLS}, resident.num_warps))
     return configs
 
 

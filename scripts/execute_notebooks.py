@@ -24,6 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def strip_tracer_lines(text: str) -> str:
+    """``text`` without the lines PyTorch's profiler backend writes to stderr when it starts and
+    stops (``USDT:<date> <time> <pid>... profiler_start``): a timestamp and a process id, not
+    something the notebook printed."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.startswith("USDT:"))
+
+
 def execute(path: Path, timeout: int = 1800) -> tuple[str, float]:
     """Execute ``path`` in place; return its name and the seconds it took."""
     import nbformat
@@ -36,6 +44,11 @@ def execute(path: Path, timeout: int = 1800) -> tuple[str, float]:
     client.execute()
     for cell in nb.cells:
         cell.get("metadata", {}).pop("execution", None)
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                output["text"] = strip_tracer_lines(output["text"])
+        cell["outputs"] = [o for o in cell.get("outputs", [])
+                           if o.get("output_type") != "stream" or o["text"]]
     nbformat.write(nb, path)
     return path.name, time.perf_counter() - start
 

@@ -76,3 +76,5 @@ def test_no_timestamps_and_no_machine_paths(path):
     assert stamped == [], "strip metadata.execution (scripts/execute_notebooks.py does)"
     leaks = [i for i, c in enumerate(cells) if MACHINE_PATH.search(json.dumps(c["outputs"]))]
     assert leaks == [], f"code cells {leaks} print a machine path"
+    traced = [i for i, c in enumerate(cells) if "USDT:" in json.dumps(c["outputs"])]
+    assert traced == [], f"code cells {traced} keep the profiler's dated start/stop lines"

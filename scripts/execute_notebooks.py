@@ -44,11 +44,13 @@ def execute(path: Path, timeout: int = 1800) -> tuple[str, float]:
     client.execute()
     for cell in nb.cells:
         cell.get("metadata", {}).pop("execution", None)
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                output["text"] = strip_tracer_lines(output["text"])
-        cell["outputs"] = [o for o in cell.get("outputs", [])
-                           if o.get("output_type") != "stream" or o["text"]]
+        if cell.cell_type != "code":
+            cell.pop("outputs", None)  # only code cells have outputs
+            continue
+        for output in cell.outputs:
+            if output.output_type == "stream":
+                output.text = strip_tracer_lines(output.text)
+        cell.outputs = [o for o in cell.outputs if o.output_type != "stream" or o.text]
     nbformat.write(nb, path)
     return path.name, time.perf_counter() - start
 

@@ -78,3 +78,10 @@ def test_no_timestamps_and_no_machine_paths(path):
     assert leaks == [], f"code cells {leaks} print a machine path"
     traced = [i for i, c in enumerate(cells) if "USDT:" in json.dumps(c["outputs"])]
     assert traced == [], f"code cells {traced} keep the profiler's dated start/stop lines"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_valid_nbformat(path):
+    """Jupyter opens the file: markdown cells carry no outputs, every field is nbformat's."""
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.validate(nbformat.read(path, as_version=4))

@@ -298,8 +298,9 @@ def resident_kernel(X, Y, PART_M, PART_D, ARRIVED, n_rows, n_cols, stride_x, str
 
     1. loads its chunk once and keeps ``e = exp(x - m_chunk)`` in registers;
     2. writes the chunk's ``(m, d)`` to ``PART_M``/``PART_D`` (``(n_rows * G,)`` float32) and
-       adds 1 to the row's arrival counter ``ARRIVED[row]`` (int32, zeroed) with release
-       semantics: the partials are visible before the count is;
+       adds 1 to the row's arrival counter ``ARRIVED[row]`` (int32, zeroed) with
+       acquire-release semantics: its partials are visible before the count is, and the last
+       program to arrive sees everyone else's;
     3. waits until the count reaches ``G`` (acquire), merges the row's ``G`` partials and writes
        its chunk's softmax, ``e * exp(m_chunk - m_row) / d_row``, from the registers: one read
        and one write of the tensor, one exponential per element.
@@ -321,7 +322,9 @@ def resident_kernel(X, Y, PART_M, PART_D, ARRIVED, n_rows, n_cols, stride_x, str
         d_c = tl.sum(e, axis=0)
         tl.store(PART_M + item, m_c)
         tl.store(PART_D + item, d_c)
-        arrived = tl.atomic_add(ARRIVED + row, 1, sem="release") + 1
+        # release: this pair is visible before the count is; acquire: the last to arrive sees
+        # every other pair
+        arrived = tl.atomic_add(ARRIVED + row, 1, sem="acq_rel") + 1
         polls = 0
         while (arrived < G) & (polls < MAX_SPIN):
             arrived = tl.atomic_add(ARRIVED + row, 0, sem="acquire")

@@ -361,3 +361,49 @@ def test_online_kernel_rejects_the_library_kernel():
 
     with pytest.raises(ExerciseFailed, match="the library's"):
         ex06.check_online_kernel(online_kernel)
+
+
+# ---------------------------------------------------------------- exercise 4: resident rescale
+
+
+def test_resident_rescale_accepts_solution(capsys):
+    assert ex06.check_resident_rescale(solutions.solution_resident_rescale) is None
+    assert "[correct]" in capsys.readouterr().out
+
+
+def test_resident_rescale_hints_on_stub(capsys):
+    assert ex06.check_resident_rescale(_stub) is None
+    assert "largest chunk maximum" in capsys.readouterr().out
+
+
+def _rescaled(e, m, d, shift_sum=True, shift_e=True, safe=False):
+    m_row = m.amax(-1, keepdim=True)
+    factor = torch.exp(m - m_row)
+    d_row = (d * factor).sum(-1, keepdim=True) if shift_sum else d.sum(-1, keepdim=True)
+    if safe:
+        factor = torch.exp(torch.where(m == float("-inf"), torch.zeros_like(m), m) - m_row)
+    return (e * factor[..., None] if shift_e else e) / d_row[..., None]
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"shift_e": False}, "multiply it by exp"),
+    ({"shift_sum": False}, "not the plain sum"),
+    ({"safe": True}, "0 \\* inf is NaN"),
+])
+def test_resident_rescale_explains_the_usual_mistakes(kwargs, says):
+    with pytest.raises(ExerciseFailed, match=says):
+        ex06.check_resident_rescale(lambda e, m, d: _rescaled(e, m, d, **kwargs))
+
+
+def test_resident_rescale_wants_the_chunks_shape():
+    with pytest.raises(ExerciseFailed, match="shape"):
+        ex06.check_resident_rescale(lambda e, m, d: _rescaled(e, m, d).flatten(1))
+
+
+def test_chunk_statistics_match_the_kernel_rule():
+    x = torch.tensor([[0.0, 1.0, float("-inf"), float("-inf"), 2.0, 2.0]], dtype=torch.float64)
+    e, m, d = ex06.chunk_statistics(x, 2)
+    assert m.tolist() == [[1.0, float("-inf"), 2.0]]
+    assert d[0].tolist() == [1 + math.exp(-1), 0.0, 2.0]
+    y = solutions.solution_resident_rescale(e, m, d).reshape(1, 6)
+    assert torch.allclose(y, torch.softmax(x, -1))

@@ -9,6 +9,8 @@ Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_
 * :func:`check_combine` -- a ``@triton.jit`` combine function ``(m_a, d_a, m_b, d_b) -> (m, d)``
   that ``tl.reduce`` uses to merge lanes of running statistics;
 * :func:`check_n_splits` -- the number of chunks per row that fills a GPU of ``n_sms`` SMs;
+* :func:`check_resident_rescale` -- the resident kernel's last step in torch: every chunk's
+  kept ``e = exp(x - m_chunk)`` and the chunks' ``(m, d)`` in, the row's softmax out;
 * :func:`check_online_kernel` -- the learner's ``@triton.jit`` two-pass online softmax for rows
   longer than one block, launched by the checker itself.
 
@@ -51,6 +53,8 @@ __all__ = [
     "check_combine",
     "check_n_splits",
     "check_online_kernel",
+    "check_resident_rescale",
+    "chunk_statistics",
     "MIN_CHUNK",
     "PROGRAMS_PER_SM",
 ]
@@ -307,6 +311,107 @@ def check_n_splits(fn: Callable[[int, int, int], int]) -> None:
                 f"On {case}: k = {k} (chunks of {chunk}) is more than needed: {want} chunks "
                 f"already give {n_rows * want} programs >= {PROGRAMS_PER_SM} x {n_sms}. Every "
                 "extra chunk adds a partial (m, d) to write and merge; take the smallest k.")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 4: the resident kernel's rescale
+# --------------------------------------------------------------------------------------------
+
+
+def chunk_statistics(x: torch.Tensor, chunk: int) -> tuple[torch.Tensor, ...]:
+    """What each program of the resident kernel holds after its first step, for rows ``x``
+    ``(rows, G * chunk)`` cut into ``G`` chunks: ``(e, m, d)`` with ``e`` ``(rows, G, chunk)``
+    the chunk's ``exp(x - m)``, ``m`` and ``d`` ``(rows, G)`` its maximum and ``sum(e)``. A
+    chunk of ``-inf`` has ``m = -inf``, ``e = 0`` and ``d = 0``.
+
+    Examples
+    --------
+    >>> e, m, d = chunk_statistics(torch.tensor([[0.0, 1.0, float("-inf"), float("-inf")]]), 2)
+    >>> m.tolist(), d[0, 1].item(), e[0, 1].tolist()
+    ([[1.0, -inf]], 0.0, [0.0, 0.0])
+    """
+    rows, n = x.shape
+    chunks = x.reshape(rows, n // chunk, chunk)
+    m = chunks.amax(-1)
+    safe = torch.where(m == NEG_INF, torch.zeros_like(m), m)
+    e = torch.exp(chunks - safe[..., None])
+    return e, m, e.sum(-1)
+
+
+def _rescale_mistakes(e: torch.Tensor, m: torch.Tensor, d: torch.Tensor
+                      ) -> dict[str, torch.Tensor]:
+    """The softmax each usual mistake gives on the same statistics."""
+    m_row = m.amax(-1, keepdim=True)
+    shift = torch.exp(m - m_row)
+    d_row = (d * shift).sum(-1, keepdim=True)
+    safe = torch.where(m == NEG_INF, torch.zeros_like(m), m)
+    return {
+        "Each chunk's e is relative to its own maximum m_c: multiply it by exp(m_c - m_row) "
+        "before dividing by the row's sum.": e / d_row[..., None],
+        "The row's sum adds every chunk's d rescaled to the row's maximum, "
+        "d_row = sum_c d_c exp(m_c - m_row), not the plain sum of the d_c.":
+            e * shift[..., None] / d.sum(-1, keepdim=True)[..., None],
+        "A chunk of -inf has m_c = -inf: its factor exp(m_c - m_row) is 0 as it stands. "
+        "Replacing that m_c by 0 makes the factor exp(-m_row), infinite when the row's values "
+        "are very negative, and 0 * inf is NaN.":
+            e * torch.exp(safe - m_row)[..., None] / d_row[..., None],
+    }
+
+
+def _rescale_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, int]]:
+    """``(case, rows of float64 values, chunk)`` for the rescale checker."""
+    chunk = int(torch.randint(5, 12, (1,), generator=g)) | 1
+    chunks = int(torch.randint(3, 7, (1,), generator=g))
+    rows = int(torch.randint(3, 6, (1,), generator=g))
+    base = torch.randn(rows, chunks * chunk, generator=g, dtype=torch.float64)
+    spread = base.clone()
+    spread[:, :chunk] += 40.0  # the first chunk dominates: the others' factors are tiny
+    masked = base * 3 - 1000.0  # very negative values ...
+    masked[:, chunk:2 * chunk] = NEG_INF  # ... and a whole chunk of -inf in every row
+    empty = base.clone()
+    empty[0] = NEG_INF  # a row with nothing in it: NaN, as torch.softmax gives
+    return [
+        (f"{rows} rows of {chunks} chunks of {chunk} random values", base, chunk),
+        (f"{rows} rows whose first chunk is 40 larger than the rest", spread, chunk),
+        (f"{rows} rows of values near -1000 with a chunk of -inf in each", masked, chunk),
+        (f"{rows} rows, the first all -inf", empty, chunk),
+    ]
+
+
+@exercise(
+    "the resident kernel's rescale",
+    hint="The row's maximum is the largest chunk maximum; every chunk's weights and sum must be "
+         "brought to that maximum before they are added or divided.",
+)
+def check_resident_rescale(fn: Callable[..., torch.Tensor]) -> None:
+    """Check ``fn(e, m, d)`` (what :func:`chunk_statistics` gives) against ``torch.softmax`` of
+    the rows the statistics came from, in float64: random rows, a dominant chunk, a chunk of
+    ``-inf`` among very negative values, a row of ``-inf`` (NaN). The rows themselves are never
+    passed: the softmax has to come from the chunks' statistics.
+
+    Parameters
+    ----------
+    fn
+        The learner's rescale: ``e`` ``(rows, G, chunk)``, ``m`` and ``d`` ``(rows, G)`` in,
+        ``(rows, G, chunk)`` probabilities out.
+    """
+    g = fresh_generator()
+    for case, x, chunk in _rescale_cases(g):
+        e, m, d = chunk_statistics(x, chunk)
+        ref = torch.softmax(x, -1).reshape(e.shape)
+        got = _quiet(fn, e.clone(), m.clone(), d.clone())
+        expect(isinstance(got, torch.Tensor) and got.shape == e.shape,
+               f"On {case}: expected a tensor of shape {tuple(e.shape)} (rows, chunks, "
+               f"columns), got {getattr(got, 'shape', type(got).__name__)}.")
+        mistake = matching_mistake(got, _rescale_mistakes(e, m, d))
+        expect(torch.equal(torch.isnan(got), torch.isnan(ref)),
+               f"On {case}: {int(torch.isnan(got).sum())} NaN where torch.softmax gives "
+               f"{int(torch.isnan(ref).sum())}. "
+               + (mistake or "Only a row that is all -inf has no maximum to rescale to."))
+        if mistake and relative_error(got, ref) > 1e-6:
+            raise ExerciseFailed(f"On {case}: {mistake}")
+        expect_close(got, ref, case, rtol=1e-9,
+                     advice="Merge the chunks' (m, d) into the row's, then rescale each chunk.")
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from ...kernels import teaching
 from ..ex06 import MIN_CHUNK, PROGRAMS_PER_SM
 
 __all__ = ["solution_row_softmax", "solution_combine", "solution_n_splits",
-           "solution_online_kernel"]
+           "solution_online_kernel", "solution_resident_rescale"]
 
 
 
@@ -97,3 +97,30 @@ def solution_n_splits(n_rows: int, n_cols: int, n_sms: int) -> int:
     wanted = math.ceil(PROGRAMS_PER_SM * n_sms / n_rows)
     longest_allowed = max(1, n_cols // MIN_CHUNK)
     return max(1, min(wanted, longest_allowed))
+
+
+def solution_resident_rescale(e: torch.Tensor, m: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """The row's softmax from its chunks' kept weights and statistics, as the resident kernel
+    finishes: merge the chunks' ``(m, d)`` into the row's, then rescale each chunk.
+
+    ``e_c = exp(x - m_c)``, so ``exp(x - m_row) = e_c * exp(m_c - m_row)``; the same factor
+    brings each ``d_c`` to the row's maximum before the sum. A chunk of ``-inf`` has
+    ``m_c = -inf`` and a factor of 0; a row of ``-inf`` has ``m_row = -inf`` and gives NaN, as
+    ``torch.softmax``.
+
+    Parameters
+    ----------
+    e : torch.Tensor
+        ``(rows, G, chunk)``: each chunk's ``exp(x - m_c)``.
+    m, d : torch.Tensor
+        ``(rows, G)``: each chunk's maximum and ``sum(e)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(rows, G, chunk)``: the probabilities of every row.
+    """
+    m_row = m.amax(-1, keepdim=True)
+    factor = torch.exp(m - m_row)  # exp(m_c - m_row): 0 for a chunk of -inf
+    d_row = (d * factor).sum(-1, keepdim=True)
+    return e * (factor / d_row)[..., None]

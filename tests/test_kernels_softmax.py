@@ -136,3 +136,16 @@ def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
         ks.softmax_resident(x, config=(16, 4, 1))
     with pytest.raises(ValueError, match="config.chunk must be a power of two"):
         ks.softmax_resident(x, config=ks.ResidentConfig(48, 4, 1))
+
+
+def test_entry_point_takes_resident_rows_where_they_were_measured_faster(gen, monkeypatch):
+    """On a GPU: float32 long rows that fit on chip go to the resident kernel, half-precision
+    ones only up to RESIDENT_HALF_MAX_COLS; under the interpreter long rows take the split
+    kernels."""
+    taken = []
+    monkeypatch.setattr(ks, "_launch_resident", lambda x2, y2, config: taken.append(x2.dtype))
+    monkeypatch.setattr(ks, "_launch_split", lambda *args: taken.append("split"))
+    monkeypatch.setattr(ks, "RESIDENT_HALF_MAX_COLS", 40_000)
+    for dtype in (torch.float32, torch.bfloat16):
+        ks.softmax(torch.zeros(1, 50_000, dtype=dtype, device=DEV))
+    assert taken == ([torch.float32, "split"] if teachkit.ON_GPU else ["split", "split"])

@@ -40,6 +40,7 @@ __all__ = [
     "FUSED_MAX_COLS",
     "MAX_SPIN",
     "RESIDENT_CONFIGS",
+    "RESIDENT_HALF_MAX_COLS",
     "ResidentConfig",
     "SPIN_POLLS",
     "SPLIT_CHUNK",
@@ -361,9 +362,9 @@ class ResidentConfig(NamedTuple):
 
 RESIDENT_CONFIGS = {4: ResidentConfig(16384, 8, 2), 2: ResidentConfig(16384, 8, 2)}
 """By element size: 16384 columns per program, two programs to a multiprocessor. Timed on the
-H100 against 8192-column chunks with four programs per SM: on float32 rows of 1M columns 83% of
-copy against 79%, within 3 points on shorter rows; for bfloat16 no configuration tried was faster
-on every row."""
+H100 (``gpu_checks/resident_sweep.py``) against 8192-column chunks with four programs per SM: on
+float32 rows of 1M columns 80% of copy against 76-77%, within 3 points on shorter rows; for
+bfloat16 no configuration tried was faster on every row."""
 SPIN_POLLS = 1 << 16
 """Polls of the arrival counter before a program of the compiled resident kernel reads its row
 itself."""
@@ -396,6 +397,12 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
     by_shared = props.shared_memory_per_multiprocessor // shared if shared else by_threads
     per_sm = min(config.per_sm, by_regs, by_threads, by_shared)
     return max(per_sm, 1) * props.multi_processor_count
+
+
+RESIDENT_HALF_MAX_COLS = 1 << 20
+"""Longest float16/bfloat16 rows :func:`softmax` sends to the resident kernel. Beyond, the split
+kernels were faster on the H100: at 4M bfloat16 columns 59% of copy against the resident
+kernel's 56% (``gpu_checks/resident_sweep.py``); float32 rows of 4M ran at 71% against 63%."""
 
 
 def resident_fits(n_cols: int, dtype: torch.dtype, device: int) -> bool:
@@ -546,10 +553,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax along ``dim`` with the fastest kernel of this module for the shape.
 
     Rows of up to :data:`FUSED_MAX_COLS` elements go to the fused kernel (one read, one write).
-    On a GPU, longer rows whose chunks fit on the chip at once (:func:`resident_fits`) go to the
-    resident kernel (one read, one write); the rest, and every long row under the interpreter,
-    to the split kernels (every row cut into chunks that fill the GPU, partial ``(m, d)``
-    merged, two reads and one write).
+    On a GPU, longer rows whose chunks fit on the chip at once (:func:`resident_fits`; half
+    precision up to :data:`RESIDENT_HALF_MAX_COLS`) go to the resident kernel (one read, one
+    write); the rest, and every long row under the interpreter, to the split kernels (every row
+    cut into chunks that fill the GPU, partial ``(m, d)`` merged, two reads and one write).
 
     Parameters
     ----------
@@ -575,7 +582,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         n_rows, n_cols = x2.shape
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
-        elif ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0):
+        elif ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0) and (
+                x2.element_size() == 4 or n_cols <= RESIDENT_HALF_MAX_COLS):
             _launch_resident(x2, y2, RESIDENT_CONFIGS[x2.element_size()])
         else:
             chunk = _split_chunk(n_rows, n_cols)

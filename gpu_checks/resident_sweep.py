@@ -1,0 +1,73 @@
+"""GPU sweep of the resident softmax's configuration (notebook 06): run from the repository root on
+a CUDA machine with `python gpu_checks/resident_sweep.py`.
+
+For rows of 64k, 256k, 1M and 4M columns in float32 and bfloat16, every candidate
+`ResidentConfig` (columns per program, warps, programs wanted per SM) is checked against
+`torch.softmax` and timed beside the split kernels, as a share of the copy bandwidth (GB/s =
+2 x tensor bytes / time, median of CUDA-event timings). It prints how many programs of each
+configuration fit on the GPU at once (`resident_programs`), and skips a configuration whose
+rows need more. The table's choice, `RESIDENT_CONFIGS`, is marked with `*`. About a minute on
+an H100. Exits 1 if a result is wrong, 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CANDIDATES = [(8192, 4, 4), (8192, 8, 4), (16384, 8, 2), (16384, 8, 4), (32768, 16, 1)]
+"""``(chunk, num_warps, per_sm)`` triples the sweep times."""
+SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304)]
+
+
+def main() -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: this script times the resident softmax on a GPU")
+        return 2
+    import triton.testing
+
+    import teachkit
+    from teachkit.bench import copy_bandwidth
+    from teachkit.compare import relative_error
+    from teachkit.kernels import softmax_kernels as sk
+
+    print(teachkit.describe())
+    copy = copy_bandwidth()
+    print(f"copy bandwidth: {copy:.0f} GB/s")
+    ok = True
+    for dtype in (torch.float32, torch.bfloat16):
+        chosen = sk.RESIDENT_CONFIGS[torch.tensor([], dtype=dtype).element_size()]
+        for candidate in CANDIDATES:
+            config = sk.ResidentConfig(*candidate)
+            print(f"{str(dtype)[6:]} {tuple(config)}: "
+                  f"{sk.resident_programs(dtype, config, 0)} programs fit at once")
+        for rows, cols in SHAPES:
+            x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+            want = torch.softmax(x.float(), -1)
+            nbytes = 2 * x.numel() * x.element_size()
+
+            def share(fn: object, nbytes: int = nbytes) -> float:
+                return nbytes / triton.testing.do_bench(fn, warmup=10, rep=50) / 1e6 / copy
+
+            cells = [f"split {share(lambda x=x: sk.softmax_split(x)):.0%}"]
+            for candidate in CANDIDATES:
+                config = sk.ResidentConfig(*candidate)
+                if -(-cols // config.chunk) > sk.resident_programs(dtype, config, 0):
+                    continue
+                error = relative_error(sk.softmax_resident(x, config=config).float(), want)
+                good = error < (1e-5 if dtype == torch.float32 else 1e-2)
+                ok &= good
+                mark = "*" if config == chosen else ""
+                cells.append(f"{mark}{candidate} "
+                             f"{share(lambda x=x, c=config: sk.softmax_resident(x, config=c)):.0%}"
+                             + ("" if good else f" WRONG ({error:.1e})"))
+            print(f"{rows}x{cols} {str(dtype)[6:]}: " + " | ".join(cells), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

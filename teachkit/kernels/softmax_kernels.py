@@ -16,6 +16,10 @@ computes in float32 whatever the input dtype, and writes the input's dtype. The 
 ``softmax_split``
     Few, very long rows: every row is cut into chunks, one program per (row, chunk) writes the
     chunk's partial ``(m, d)``; a second launch merges the row's partials and normalises its chunk.
+``softmax_resident``
+    Long rows in one read and one write: a persistent grid holds every chunk of a row in
+    registers at once, and the row's programs exchange their ``(m, d)`` through global memory
+    and an arrival counter before each normalises its chunk.
 
 :func:`softmax` picks among them by shape. All follow ``torch.softmax`` semantics: rows with NaN or
 ``+inf``, or only ``-inf``, give NaN; ``-inf`` entries give 0.

@@ -58,6 +58,7 @@ __all__ = [
     "resident_fits",
     "resident_kernel",
     "resident_programs",
+    "row_stats",
     "softmax",
     "softmax_blog",
     "softmax_fused",
@@ -178,20 +179,27 @@ def blog_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 # Two passes with per-lane (m, d) merged by tl.reduce
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
-    """Program ``row``: the softmax of one row of ``X`` ``(n_rows, n_cols)`` into ``Y``, in two
-    passes. The first keeps ``BLOCK`` lanes of running ``(m, d)`` (``(BLOCK,)`` each), updated
-    with no reduction in the loop, and merges the lanes once with ``tl.reduce``; the second
-    normalises."""
-    row = tl.program_id(0).to(tl.int64)
-    x_row, y_row = X + row * stride_x, Y + row * stride_y
+def row_stats(x_row, n_cols, BLOCK: tl.constexpr):
+    """The ``(m, d)`` of the ``n_cols`` values at ``x_row``, in one pass: ``BLOCK`` lanes of
+    running ``(m, d)`` (``(BLOCK,)`` each), updated with no reduction in the loop, merged once
+    with ``tl.reduce``."""
     m = tl.full([BLOCK], float("-inf"), tl.float32)
     d = tl.zeros([BLOCK], tl.float32)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
         m, d = online_update(m, d, x)
-    m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+    return tl.reduce((m, d), 0, merge_combine)
+
+
+@triton.jit
+def online_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """Program ``row``: the softmax of one row of ``X`` ``(n_rows, n_cols)`` into ``Y``, in two
+    passes. The first is :func:`row_stats`, ``BLOCK`` lanes of running ``(m, d)`` merged once;
+    the second normalises."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row, y_row = X + row * stride_x, Y + row * stride_y
+    m_row, d_row = row_stats(x_row, n_cols, BLOCK)
     inv_d = 1.0 / d_row
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -312,7 +320,7 @@ def resident_kernel(X, Y, PART_M, PART_D, ARRIVED, n_rows, n_cols, stride_x, str
 
     If the others have not arrived after ``MAX_SPIN`` polls (another kernel holding part of the
     GPU, or the interpreter, which runs programs one after another), the program reads the whole
-    row itself with ``(BLOCK,)`` lanes of running ``(m, d)``: slower, never stuck.
+    row itself (:func:`row_stats`, ``BLOCK`` lanes): slower, never stuck.
     """
     pid = tl.program_id(0)
     offs = tl.arange(0, CHUNK)
@@ -341,13 +349,7 @@ def resident_kernel(X, Y, PART_M, PART_D, ARRIVED, n_rows, n_cols, stride_x, str
             d_p = tl.load(PART_D + part, mask=lanes < G, other=0.0, cache_modifier=".cg")
             m_row, d_row = tl.reduce((m_p, d_p), 0, merge_combine)
         else:  # the others are not running beside this program: read the row itself
-            m = tl.full([BLOCK], float("-inf"), tl.float32)
-            d = tl.zeros([BLOCK], tl.float32)
-            for start in range(0, n_cols, BLOCK):
-                c = start + tl.arange(0, BLOCK)
-                other = tl.load(x_row + c, mask=c < n_cols, other=float("-inf")).to(tl.float32)
-                m, d = online_update(m, d, other)
-            m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+            m_row, d_row = row_stats(x_row, n_cols, BLOCK)
         # exp(x - m_row) = e * exp(m_c - m_row): the chunk's weights rescaled, as a merge does
         y = e * (tl.exp2((m_c - m_row) * LOG2E) / d_row)
         tl.store(Y + row.to(tl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),

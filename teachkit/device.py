@@ -118,6 +118,8 @@ def _properties(index: int) -> object:
 
 
 def _index(device: torch.device | str | None) -> int:
+    if type(device) is torch.device and device.index is not None and device.type == "cuda":
+        return device.index  # a tensor's device, as the kernels ask on every launch
     device = torch.device("cuda" if device is None else device)
     if device.type != "cuda":
         raise ValueError(f"a CUDA device is needed, got {device}")

@@ -210,6 +210,9 @@ def require_kernel_tensor(x: object, name: str, kernel: str, reference: str) -> 
     requires grad), each naming ``name`` and pointing to ``reference`` (the torch function that
     takes float64 and is differentiable).
     """
+    if (ON_GPU and type(x) is torch.Tensor and x.is_cuda and x.dtype in KERNEL_DTYPES
+            and not (x.requires_grad and torch.is_grad_enabled())):
+        return x  # the common case on a GPU, in a few attribute reads: every check below holds
     require_float_tensor(x, name)
     if x.dtype not in KERNEL_DTYPES:
         raise TypeError(

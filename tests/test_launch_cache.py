@@ -75,17 +75,77 @@ def test_an_integer_that_stops_dividing_by_16_misses():
 def test_argument_keys_refine_tritons_specialisation():
     from teachkit.kernels.launch_cache import UNCACHED, argument_key
 
-    assert argument_key(16) != argument_key(17) != argument_key(1)
+    assert argument_key(16) != argument_key(17) != argument_key(1)  # integers by value
     assert argument_key(2**31) != argument_key(2**31 - 16)  # int64 against int32
-    assert argument_key(2**63) != argument_key(2**62)  # uint64 against int64
     x = torch.zeros(8)
     assert argument_key(x) != argument_key(x[1:])  # 4 bytes off: not 16-byte aligned
     assert argument_key(x) != argument_key(x.half())
+    assert argument_key(x) == argument_key(torch.ones(8))  # same dtype and alignment
     assert argument_key(True) != argument_key(False) != argument_key(0)
+    assert argument_key(True) != argument_key(1)  # equal in Python, not to Triton
     assert argument_key(object()) is UNCACHED
     import numpy as np
 
     assert argument_key(np.int64(3)) is UNCACHED
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
+def test_keys_by_value_miss_once_per_new_shape_and_the_dictionary_stays_bounded(monkeypatch):
+    from teachkit.kernels import launch_cache
+
+    run = vars(softmax_kernels.fused_kernel)["run"]
+    monkeypatch.setattr(launch_cache, "MAX_KEYS", len(run.compiled) + 2)
+    for rows in (5, 6, 7, 5):  # 5 and 6 are kept; 7 starts the dictionary again
+        x = torch.randn(rows, 48, device=DEVICE)
+        misses = run.misses
+        torch.testing.assert_close(softmax_kernels.softmax(x), torch.softmax(x, -1))
+        torch.testing.assert_close(softmax_kernels.softmax(x), torch.softmax(x, -1))
+        assert run.misses - misses <= 1, rows  # the second call of a shape hits
+    assert len(run.compiled) <= launch_cache.MAX_KEYS
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
+def test_a_cpu_tensor_is_refused_on_a_hit_too():
+    """A CPU tensor has the key of a GPU tensor of its dtype and alignment; the launcher asks
+    the driver about every tensor on every launch, so the hit is refused as Triton refuses it."""
+    kernel = softmax_kernels.fused_kernel
+    block_m, block_n, num_warps = softmax_kernels.fused_config(64)
+    x = torch.randn(16, 64, device=DEVICE)
+    y = torch.empty_like(x)
+    for _ in range(2):
+        kernel[(16 // block_m,)](x, y, 16, 64, 64, 64, BLOCK_M=block_m, BLOCK_N=block_n,
+                                 num_warps=num_warps)
+    run = vars(kernel)["run"]
+    hits = run.hits
+    with pytest.raises(ValueError, match="cpu tensor"):
+        kernel[(16 // block_m,)](x.cpu(), y, 16, 64, 64, 64, BLOCK_M=block_m,
+                                 BLOCK_N=block_n, num_warps=num_warps)
+    assert run.hits == hits + 1
+
+
+def test_the_written_key_function_gives_the_slow_keys_or_steps_aside():
+    """For arguments of the kinds it was written for, key_function's key is slow_key's; for
+    any others it returns None or raises, and the launch is keyed by slow_key."""
+    from teachkit.kernels.launch_cache import _NoKey, key_function, slow_key
+
+    constexpr = (False, False, False, False, False, True)
+    first = (torch.zeros(4), 16, 0.5, None, True, 128)
+    key_of = key_function(constexpr, first)
+    x = torch.zeros(9, dtype=torch.float16)
+    same_kinds = [first, (x, 17, 2.0, None, False, 64), (x[1:], 1, 0.1, None, True, "tf32")]
+    for args in same_kinds:
+        assert key_of(*args) == slow_key(constexpr, args)
+    other_kinds = [(x, 16.0, 0.5, None, True, 1), (x, True, 0.5, None, True, 1),
+                   (3, 16, 0.5, None, True, 1), (x, 16, 0.5), (x, 16, 0.5, object(), True, 1)]
+    for args in other_kinds:
+        try:
+            fast = key_of(*args)
+        except (AttributeError, TypeError, _NoKey):
+            fast = None
+        assert fast is None, args
+    assert slow_key(constexpr, other_kinds[1]) != slow_key(constexpr, same_kinds[0])
+    assert slow_key(constexpr, other_kinds[-1]) is None  # no key at all: Triton's own path
+    assert key_function((False,), (torch.zeros(1),))(torch.ones(1)) == (torch.float32, True)
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")

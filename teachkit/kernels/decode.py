@@ -63,7 +63,6 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
-from triton.runtime import driver
 
 from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
 from ..gpus import gpu_class
@@ -80,6 +79,7 @@ from ..validation import (
 from .flash import HEAD_DIMS, LN2, LOG2E
 from .grid_math import cdiv, next_power_of_2
 from .launch_cache import cached_launch
+from .scratch import stream_id, stream_scratch
 
 __all__ = [
     "HEAD_DIMS",
@@ -505,9 +505,30 @@ def _require_index_tensor(t: object, name: str, shape: tuple[int, ...], device: 
     return t
 
 
+def _plainly_valid(q: object, k_cache: object, v_cache: object, paged: bool) -> bool:
+    """Whether q and the caches are the common case on a GPU, asked in a few reads: when this
+    says yes, every check of :func:`_validate` holds; when it says no, those checks run and name
+    what is wrong."""
+    if not (ON_GPU and type(q) is torch.Tensor and type(k_cache) is torch.Tensor
+            and type(v_cache) is torch.Tensor):
+        return False
+    q_shape, k_shape = q.shape, k_cache.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or v_cache.shape != k_shape:
+        return False
+    B, H, _, D = q_shape
+    H_kv, dtype = k_shape[2] if paged else k_shape[1], q.dtype
+    return (k_shape[3] == D and D in HEAD_DIMS and H_kv > 0 and H % H_kv == 0
+            and (paged or k_shape[0] == B) and k_cache.dtype == dtype and v_cache.dtype == dtype
+            and dtype in KERNEL_DTYPES and q.is_cuda
+            and q.get_device() == k_cache.get_device() == v_cache.get_device())
+
+
 def _validate(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               paged: bool) -> tuple[int, int, int, int, int]:
     """Check q and the caches; return ``(B, H, Lq, D, H_kv)``."""
+    if _plainly_valid(q, k_cache, v_cache, paged):
+        B, H, Lq, D = q.shape
+        return B, H, Lq, D, k_cache.shape[2] if paged else k_cache.shape[1]
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         require_float_tensor(t, name)
         if t.dim() != 4:
@@ -589,19 +610,21 @@ def _check_values(seqlens: torch.Tensor, table: torch.Tensor | None, capacity: i
 # ---------------------------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------------------------
-_COUNTERS: dict[tuple[torch.device, int], torch.Tensor] = {}
+_COUNTERS: dict[tuple[torch.device, object], torch.Tensor] = {}
 
 
 def merge_counters(n: int, device: torch.device) -> torch.Tensor:
     """``n`` int32 zeros for the split kernel's ``ONE_LAUNCH`` merge, kept per device and per
     CUDA stream (calls on one stream run one after another; calls on two streams may overlap,
-    so they get a set each) and grown when a call needs more. Each merge sets its counter back
-    to zero, so the next call finds zeros without a fill."""
-    device = torch.device(device)
-    stream = 0
-    if device.type == "cuda":  # Triton's driver reads the raw stream: a fraction of a µs
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        stream = driver.active.get_current_stream(index)
+    so they get a set each; :func:`~teachkit.kernels.scratch.stream_id`) and grown when a call
+    needs more. Each merge sets its counter back to zero, so the next call finds zeros without
+    a fill. While a stream is captured into a CUDA graph the zeros are made fresh, for the graph
+    to keep."""
+    if type(device) is not torch.device:
+        device = torch.device(device)
+    stream = stream_id(device)
+    if stream is None and device.type == "cuda":  # being captured
+        return torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
     have = _COUNTERS.get((device, stream))
     if have is None or have.numel() < n:
         have = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
@@ -733,20 +756,24 @@ def decode_attention(
     """
     paged = block_table is not None
     B, H, Lq, D, H_kv = _validate(q, k_cache, v_cache, paged)
-    require_no_grad(("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
-                    kernel="decode_attention", reference=_REFERENCE)
+    if torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad
+                                    or v_cache.requires_grad):
+        require_no_grad(("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+                        kernel="decode_attention", reference=_REFERENCE)
     require_kernel_world()
     scale = resolve_scale(scale, D)
-    for flag, value in (("return_lse", return_lse), ("check_values", check_values)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{flag} must be True or False, got {type(value).__name__}")
+    if type(return_lse) is not bool or type(check_values) is not bool:
+        for flag, value in (("return_lse", return_lse), ("check_values", check_values)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{flag} must be True or False, got {type(value).__name__}")
+    device = q.device
     if paged:
         if isinstance(block_table, torch.Tensor) and block_table.dim() != 2:
             raise ValueError(f"block_table must have 2 dimensions (batch, max_pages), got "
                              f"shape {tuple(block_table.shape)}")
         max_pages = block_table.shape[1] if isinstance(block_table, torch.Tensor) else 0
         block_table = _require_index_tensor(block_table, "block_table", (B, max_pages),
-                                            q.device, "page indices, one row per sequence")
+                                            device, "page indices, one row per sequence")
         num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
         if page_size == 0:
             raise ValueError("the page pools hold pages of 0 tokens (axis 1); pass pools "
@@ -759,17 +786,17 @@ def decode_attention(
         raise ValueError("a paged cache has no length of its own: pass cache_seqlens (B,) with "
                          "the block_table, the number of tokens of every sequence")
     if cache_seqlens is None:
-        seqlens = _full_lengths(B, capacity, q.device)
+        seqlens = _full_lengths(B, capacity, device)
     else:
-        seqlens = _require_index_tensor(cache_seqlens, "cache_seqlens", (B,), q.device,
+        seqlens = _require_index_tensor(cache_seqlens, "cache_seqlens", (B,), device,
                                         "lengths (one per sequence)")
     if check_values and B > 0 and (cache_seqlens is not None or paged):
         # On the values as given: an int64 length of 2**31 or more would wrap in int32.
         _check_values(seqlens, block_table, capacity, page_size, num_pages)
-    # The kernels read both with unit strides, as int32: make them so (a no-op when they are).
-    seqlens = seqlens.to(torch.int32).contiguous()
+    # The kernels read both with unit strides, as int32: make them so (kept when they are).
+    seqlens = _as_int32_rows(seqlens)
     if paged:
-        block_table = block_table.to(torch.int32).contiguous()
+        block_table = _as_int32_rows(block_table)
     if num_splits is not None and (isinstance(num_splits, bool) or
                                    not isinstance(num_splits, int)):
         raise TypeError(f"num_splits must be an int in 1 .. {MAX_SPLITS} or None, got "
@@ -788,34 +815,32 @@ def decode_attention(
         raise ValueError(f"batch * kv heads must be at most {_MAX_GRID_YZ}, got {B * H_kv}; "
                          "split the batch into several calls")
 
-    out = torch.empty((B, H, Lq, D), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, Lq), dtype=torch.float32, device=q.device)
-    if out.numel() == 0:
-        return (out, lse) if return_lse else out
-    if capacity == 0:  # no keys at all: zeros and -inf, as scaled_dot_product_attention gives
-        out.zero_()
-        lse.fill_(float("-inf"))
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)  # the allocator's cheaper call
+    if out.numel() == 0 or capacity == 0:
+        lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
+        if out.numel():  # no keys at all: zeros and -inf, as scaled_dot_product_attention gives
+            out.zero_()
+            lse.fill_(float("-inf"))
         return (out, lse) if return_lse else out
 
-    if config is None:
-        config = decode_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device))
+    config, block_m, row_blocks, num_splits = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device,
+                                                          capacity, num_splits, config)
     group = H // H_kv
-    block_m = max(16, min(max_rows(D, q.dtype), next_power_of_2(group * Lq)))
-    row_blocks = cdiv(group * Lq, block_m)
-    if row_blocks > _MAX_GRID_YZ:
-        raise ValueError(f"(H / H_kv) * Lq = {group * Lq} query rows per cache head is too many; "
-                         "split q into several calls")
-    if num_splits is None:
-        num_splits = choose_num_splits(B * H_kv * row_blocks,
-                                       cdiv(capacity, config.block_n), sm_count(q.device))
     one_launch = config.one_launch and num_splits > 1
+    # Buffers the caller never sees (the splits' partials; the lse unless asked for) are kept
+    # per CUDA stream from one call to the next (teachkit.kernels.scratch).
+    o_part, lse_part, lse = stream_scratch(
+        ("decode", num_splits, B, H, Lq, D, return_lse),
+        lambda: _decode_buffers(num_splits, B, H, Lq, D, return_lse, device), device)
+    if return_lse:
+        lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
     if num_splits == 1:  # the unsplit forward pass: final output and lse directly
-        o_part, lse_part = out.unsqueeze(0), lse.unsqueeze(0)
+        o_part, lse_part = out, lse
+        part_strides = (0, *out.stride(), 0, *lse.stride())
     else:
-        o_part = torch.empty((num_splits, B, H, Lq, D), dtype=torch.float32, device=q.device)
-        lse_part = torch.empty((num_splits, B, H, Lq), dtype=torch.float32, device=q.device)
+        part_strides = (*o_part.stride(), *lse_part.stride())
     # one counter per (sequence, cache head, row block) for the merge in the split kernel
-    counters = merge_counters(B * H_kv * row_blocks, q.device) if one_launch else seqlens
+    counters = merge_counters(B * H_kv * row_blocks, device) if one_launch else seqlens
     if paged:  # pool strides: page, head, slot, dim (the kernel's "batch" axis is the page)
         k_strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), k_cache.stride(3))
         v_strides = (v_cache.stride(0), v_cache.stride(2), v_cache.stride(1), v_cache.stride(3))
@@ -826,7 +851,7 @@ def decode_attention(
     decode_split_kernel[(num_splits, B * H_kv, row_blocks)](
         q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
         *q.stride(), *k_strides, *v_strides, stride_tb,
-        *o_part.stride(), *lse_part.stride(), *out.stride(), *lse.stride(),
+        *part_strides, *out.stride(), *lse.stride(),
         H_kv, Lq, scale,
         GROUP=group, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=config.block_n,
         PAGE_SIZE=page_size, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
@@ -841,4 +866,45 @@ def decode_attention(
             HEAD_DIM=D, SPLITS=next_power_of_2(num_splits), num_warps=4,
         )
     return (out, lse) if return_lse else out
+
+
+@functools.lru_cache(maxsize=256)
+def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
+                 device: torch.device, capacity: int, num_splits: int | None,
+                 config: DecodeConfig | None) -> tuple[DecodeConfig, int, int, int]:
+    """``(config, BLOCK_M, row blocks, num_splits)`` of a call: the defaults of
+    :func:`decode_config` and :func:`choose_num_splits` where not given. Worked out once per
+    kind of call (a decoding loop makes the same call every step)."""
+    if config is None:
+        config = decode_config(D, dtype, None if INTERPRETED else compute_capability(device))
+    group = H // H_kv
+    block_m = max(16, min(max_rows(D, dtype), next_power_of_2(group * Lq)))
+    row_blocks = cdiv(group * Lq, block_m)
+    if row_blocks > _MAX_GRID_YZ:
+        raise ValueError(f"(H / H_kv) * Lq = {group * Lq} query rows per cache head is too many; "
+                         "split q into several calls")
+    if num_splits is None:
+        num_splits = choose_num_splits(B * H_kv * row_blocks,
+                                       cdiv(capacity, config.block_n), sm_count(device))
+    return config, block_m, row_blocks, num_splits
+
+
+def _decode_buffers(num_splits: int, B: int, H: int, Lq: int, D: int, return_lse: bool,
+                    device: torch.device) -> tuple[torch.Tensor | None, ...]:
+    """The float32 buffers a decoding call writes and reads itself: the splits' partial outputs
+    ``(num_splits, B, H, Lq, D)`` and lse ``(num_splits, B, H, Lq)`` (none unsplit), and the
+    lse ``(B, H, Lq)`` unless the caller asked for it (then it is the caller's, made per call)."""
+    split = num_splits > 1
+    return (torch.empty((num_splits, B, H, Lq, D), dtype=torch.float32, device=device)
+            if split else None,
+            torch.empty((num_splits, B, H, Lq), dtype=torch.float32, device=device)
+            if split else None,
+            None if return_lse else torch.empty((B, H, Lq), dtype=torch.float32, device=device))
+
+
+def _as_int32_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as int32 with unit last stride: itself when it already is (the common case)."""
+    if t.dtype != torch.int32:
+        t = t.to(torch.int32)
+    return t if t.is_contiguous() else t.contiguous()
 

@@ -46,6 +46,7 @@ from ..validation import (
 from .flash_backward import BackwardConfig, flash_backward
 from .grid_math import cdiv
 from .launch_cache import cached_launch
+from .scratch import stream_scratch
 
 __all__ = [
     "HEAD_DIMS",
@@ -313,6 +314,8 @@ def check_inputs(q: object, k: object, v: object) -> None:
     (grouped-query attention; ``H_kv = H`` is plain multi-head attention), one dtype among
     float16, bfloat16 and float32, ``D`` in :data:`HEAD_DIMS`, on the device the kernels run on.
     """
+    if _plainly_valid(q, k, v):
+        return
     require_kernel_world()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, torch.Tensor) and t.dim() != 4:
@@ -441,25 +444,51 @@ def flash_attention(
     scale = resolve_scale(scale, q.shape[-1])
     if scale < 0:  # softmax(s q k^T) = softmax(|s| (-q) k^T): the kernel wants scale >= 0
         q, scale = -q, -scale
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         out, lse = FlashAttentionFunction.apply(q, k, v, causal, scale, config, autotune,
                                                 backward_config)
     else:
-        out, lse = _forward(q, k, v, causal, scale, config, autotune)
+        out, lse = _forward(q, k, v, causal, scale, config, autotune, return_lse)
     return (out, lse) if return_lse else out
 
 
+def _plainly_valid(q: object, k: object, v: object) -> bool:
+    """Whether ``q``, ``k``, ``v`` are the common case on a GPU, asked in a few reads: when this
+    says yes, every check of :func:`check_inputs` holds; when it says no, those checks run and
+    name what is wrong."""
+    if not (ON_GPU and type(q) is torch.Tensor and type(k) is torch.Tensor
+            and type(v) is torch.Tensor):
+        return False
+    q_shape, k_shape = q.shape, k.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or v.shape != k_shape:
+        return False
+    B, H, _, D = q_shape
+    H_kv, dtype = k_shape[1], q.dtype
+    return (k_shape[0] == B and k_shape[3] == D and H_kv > 0 and H % H_kv == 0
+            and D in HEAD_DIMS and k.dtype == dtype and v.dtype == dtype
+            and dtype in _KERNEL_DTYPES and q.is_cuda
+            and q.get_device() == k.get_device() == v.get_device() and B * H <= _MAX_GRID_Y)
+
+
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-             config: FlashConfig | None, autotune: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` of validated inputs with ``scale >= 0``."""
+             config: FlashConfig | None, autotune: bool, lse_wanted: bool = True,
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, lse)`` of validated inputs with ``scale >= 0``. Without ``lse_wanted`` the lse
+    is written to a buffer kept for the next call on this CUDA stream
+    (:func:`~teachkit.kernels.scratch.stream_scratch`), which the caller must not keep."""
     B, H, L, D = q.shape
     S = k.shape[2]
     if S == 0:  # no keys: zeros and -inf, as scaled_dot_product_attention gives
         out = torch.zeros((B, H, L, D), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, L), float("-inf"), dtype=torch.float32, device=q.device)
         return out, lse
-    out = torch.empty((B, H, L, D), dtype=q.dtype, device=q.device)  # every row is written
-    lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
+    # every row is written; empty_like is the cheaper call to the allocator
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if lse_wanted:
+        lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
+    else:
+        lse = stream_scratch(("flash lse", B, H, L), lambda: torch.empty(
+            (B, H, L), dtype=torch.float32, device=q.device), q.device)
     if out.numel() > 0:
         if config is None and autotune:
             config = tuned_config(q, k, v, causal, scale)

@@ -4,22 +4,31 @@
 arguments to the kernel's signature, specialises each (dtype and 16-byte alignment of a tensor,
 divisibility by 16 of an integer), builds a cache key from that and the options, finds the
 compiled kernel, checks the globals the kernel read, builds launch metadata for profiler hooks
-and calls the launcher. For the decoding kernel's 50 parameters the binding and specialisation
-alone took about 20 µs on an H100 machine, and the launcher, handed the compiled kernel, 13, each
-timed by itself; ``python -m teachkit.bench host`` times the entry points with and without this
-module.
+and calls the launcher, which in turn asks the driver about every tensor's pointer. For the
+decoding kernel's 50 parameters the binding and specialisation alone took about 20 µs on an H100
+machine; ``python -m teachkit.bench host`` times the entry points with and without this module.
 
 :func:`cached_launch` keeps, per kernel, a dictionary from a launch's **key** to its compiled
-kernel, and on a hit calls the compiled kernel's launcher directly. The key is built in Python
-from what Triton specialises on, and finer: for each tensor its dtype and whether its address
-is a multiple of 16; for each integer whether it is 1, whether it is a multiple of 16 and
-which of int32 / int64 / uint64 holds it; the value of every ``tl.constexpr`` parameter and of
-every keyword (``num_warps``, ...); the device; Triton's debug settings. Two launches with equal
-keys therefore get the same compiled kernel from Triton too. A miss goes through
-``JITFunction.run`` unchanged, which compiles or finds the kernel, launches it and returns it for
-the dictionary. An argument of any other kind (a tensor descriptor, a NumPy integer) makes the
-launch take ``JITFunction.run`` every time, as do a grid given as a function, ``warmup``,
-pre-run hooks and profiler launch hooks.
+kernel, and on a hit calls the compiled kernel's launcher directly. The key is built in one pass
+over the arguments and is finer than what Triton specialises on: every integer by its value;
+every tensor by its dtype and whether its address is a multiple of 16;
+a tensor descriptor (TMA) by its dtype and block shape; every float as "a float"; the value of
+every ``tl.constexpr`` parameter and of every keyword (``num_warps``, ...); the device; Triton's
+debug settings. Two launches with equal keys therefore get the same compiled kernel from Triton
+too. A model calls an entry point with few distinct shapes, so keys by value stay few; past
+:data:`MAX_KEYS` a kernel's dictionary starts again. A miss goes through ``JITFunction.run``
+unchanged, which compiles or finds the kernel, launches it and returns it for the dictionary.
+An argument of any other kind (a NumPy integer, say) makes the launch take
+``JITFunction.run`` every time, as do a grid given as a function, ``warmup``, pre-run hooks and
+profiler launch hooks.
+
+The key is the costly part of a hit: a loop over the arguments took 13 µs of a decoding call's
+launch on an H100 machine. After each miss the cache writes a function for the kinds of
+arguments it just met (:func:`key_function`: this tensor, that integer, ...) that builds the key
+in one expression; launches whose arguments are of other kinds are keyed one argument at a time,
+to the same key. With the Triton versions in :data:`DIRECT_LAUNCH_VERSIONS` a hit calls the
+launcher's compiled C function without its Python wrapper, when the kernel needs no scratch
+memory; the launcher still asks the driver whether every tensor is on the GPU.
 
 Under Triton's interpreter (no GPU) the kernel is returned as it is.
 
@@ -41,53 +50,145 @@ import torch
 
 from ..device import INTERPRETED
 
-__all__ = ["cached_launch", "CachedRun", "argument_key"]
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # a Triton without host-side tensor descriptors
+    TensorDescriptor = None
+
+__all__ = ["cached_launch", "CachedRun", "argument_key", "key_function", "slow_key", "MAX_KEYS",
+           "DIRECT_LAUNCH_VERSIONS"]
 
 K = TypeVar("K")
 
 UNCACHED = object()
 """What :func:`argument_key` returns for an argument it does not know: no key, no cache."""
 
+MAX_KEYS = 1024
+"""Keys one kernel keeps; the next new key empties its dictionary first."""
+
+DIRECT_LAUNCH_VERSIONS = ("3.6.",)
+"""Triton versions whose launcher (``CudaLauncher``) is called through its compiled C function
+``launch``, whose arguments these versions order as ``CudaLauncher.__call__`` does; other
+versions get ``CudaLauncher.__call__``."""
+
 
 def argument_key(value: Any) -> Any:
     """The part of a launch's key for one argument of a non-constexpr parameter: at least what
     Triton specialises on, or :data:`UNCACHED`.
 
+    An integer is its own key (Triton specialises on divisibility by 16, on being 1 and on
+    int32/int64 range, which its value decides); a tensor is its dtype and whether its address
+    is a multiple of 16; a float is "a float"; a bool is its value.
+
     Examples
     --------
-    An integer's multiple of 16, equal to 1, fits int32, fits int64 (else uint64):
-
-    >>> argument_key(32)[1:], argument_key(1)[1:], argument_key(2**40 + 3)[1:]
-    ((True, False, True, True), (False, True, True, True), (False, False, False, True))
-    >>> argument_key(0.5) is float, argument_key(None), argument_key(True)
-    (True, None, (<class 'bool'>, True))
+    >>> argument_key(32), argument_key(0.5) is float, argument_key(None), argument_key(True)
+    (32, True, None, (<class 'bool'>, True))
     >>> argument_key(torch.zeros(4)) == (torch.float32, True)
     True
     """
     kind = type(value)
     if kind is int:
-        return (int, value % 16 == 0, value == 1, -2**31 <= value < 2**31,
-                -2**63 <= value < 2**63)
+        return value
     if isinstance(value, torch.Tensor):
         return (value.dtype, value.data_ptr() % 16 == 0)
     if kind is float:
         return float
     if kind is bool:
-        return (bool, value)
+        return (bool, value)  # not the int 1 or 0, which equal True and False
     if value is None:
         return None
+    if kind is TensorDescriptor:  # Triton specialises on the dtype and the block's shape
+        return (kind, value.base.dtype, tuple(value.block_shape),
+                getattr(value, "padding", None))
     return UNCACHED
+
+
+class _NoKey(Exception):
+    """An argument without a key (:data:`UNCACHED`), met by a generated key function."""
+
+
+def _keyed(value: Any) -> Any:
+    """:func:`argument_key`, raising :class:`_NoKey` where it has none."""
+    part = argument_key(value)
+    if part is UNCACHED:
+        raise _NoKey
+    return part
+
+
+def key_function(constexpr: tuple[bool, ...], args: tuple) -> Any:
+    """Python source made into a function of the positional arguments that returns their part
+    of a launch's key, for launches whose arguments are of the kinds of ``args``.
+
+    A constexpr or an integer is itself and a tensor its dtype and alignment, written out in
+    one tuple (a loop over 50 arguments costs a decoding call microseconds); anything else is
+    :func:`argument_key`'s. The function returns ``None`` when an integer's place holds
+    something else, and raises ``AttributeError`` (a tensor's place), ``TypeError`` (another
+    count) or :class:`_NoKey`: those launches are keyed by :func:`slow_key`, which gives every
+    launch the key this function gives it.
+
+    Examples
+    --------
+    >>> key_of = key_function((False, False, True), (torch.zeros(2), 7, 64))
+    >>> key_of(torch.ones(3), 7, 64) == (torch.float32, True, 7, 64)
+    True
+    >>> key_of(torch.ones(3), 7.0, 64) is None
+    True
+    """
+    names = [f"a{i}" for i in range(len(args))]
+    parts, ints = [], []
+    for name, value, fixed in zip(names, args, constexpr, strict=False):
+        if fixed:
+            parts.append(name)
+        elif type(value) is int:
+            parts.append(name)
+            ints.append(f"type({name})")
+        elif isinstance(value, torch.Tensor):
+            parts.append(f"{name}.dtype, {name}.data_ptr() % 16 == 0")
+        else:
+            parts.append(f"keyed({name})")
+    check = f"    if ({', '.join(ints)},) != INTS:\n        return None\n" if ints else ""
+    source = f"def key_of({', '.join(names)}):\n{check}    return ({', '.join(parts)},)\n"
+    namespace = {"keyed": _keyed, "INTS": (int,) * len(ints)}
+    exec(source, namespace)
+    return namespace["key_of"]
+
+
+def slow_key(constexpr: tuple[bool, ...], args: tuple) -> tuple | None:
+    """The arguments' part of a launch's key, one argument at a time with
+    :func:`argument_key` (a tensor's two parts spread out, as :func:`key_function` writes
+    them), or None when one has no key.
+
+    Examples
+    --------
+    >>> slow_key((False, False, True), (torch.zeros(2), 7, 64)) == (torch.float32, True, 7, 64)
+    True
+    """
+    if len(args) > len(constexpr):
+        return None
+    parts: list = []
+    for value, fixed in zip(args, constexpr, strict=False):
+        part = value if fixed else argument_key(value)
+        if part is UNCACHED:
+            return None
+        if isinstance(value, torch.Tensor) and not fixed:
+            parts += part
+        else:
+            parts.append(part)
+    return tuple(parts)
 
 
 class CachedRun:
     """The ``run`` that :func:`cached_launch` gives a kernel: ``kernel[grid](...)`` calls it.
 
-    ``compiled`` maps a launch's key to ``(compiled kernel, parameter names after the
-    positional arguments, defaults used)``; ``hits`` and ``misses`` count the launches that took
+    ``compiled`` maps a launch's key to ``(compiled kernel, launcher, the launcher's arguments
+    between the stream and the kernel's, values of the parameters after the positional
+    arguments)``; ``hits`` and ``misses`` count the launches that took
     the short path and those that went through ``JITFunction.run``.
     """
 
     def __init__(self, kernel: Any) -> None:
+        import triton
         from triton import knobs
         from triton.runtime import driver
         from triton.runtime.jit import JITFunction
@@ -97,56 +198,89 @@ class CachedRun:
         self.hits = 0
         self.misses = 0
         self._constexpr = tuple(p.is_constexpr for p in kernel.params)
+        self._key_of: Any = None  # key_function of the kinds of arguments last missed with
+        self._current_device: Any = None
+        self._current_stream: Any = None
         self._full_run = JITFunction.run
         self._driver = driver
         self._knobs = knobs
+        self._direct = triton.__version__.startswith(DIRECT_LAUNCH_VERSIONS)
 
     def _hooks_free(self) -> bool:
-        """True when no profiler hook wants to see launches (their chains are empty)."""
+        """True when no profiler hook wants to see launches (their chains are empty; a hook
+        set some other way than a ``HookChain`` counts as one)."""
         runtime = self._knobs.runtime
-        return all(isinstance(h, self._knobs.HookChain) and not h.calls
-                   for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+        return not (getattr(runtime.launch_enter_hook, "calls", True)
+                    or getattr(runtime.launch_exit_hook, "calls", True))
 
-    def _key(self, device: int, args: tuple, kwargs: dict) -> tuple | None:
-        """The launch's key, or None when an argument has no :func:`argument_key`."""
-        if len(args) > len(self._constexpr):
-            return None
-        parts = [device, self._knobs.runtime.debug, self._knobs.compilation.instrumentation_mode]
-        for value, constexpr in zip(args, self._constexpr, strict=False):
-            part = value if constexpr else argument_key(value)
-            if part is UNCACHED:
+    def key(self, device: int, args: tuple, kwargs: dict) -> tuple | None:
+        """The launch's key, or None when an argument has no :func:`argument_key`: the device,
+        Triton's debug settings, the keywords (constexprs and options: their names and values
+        decide the kernel) and the arguments' part."""
+        part = None
+        if self._key_of is not None:
+            try:
+                part = self._key_of(*args)
+            except (AttributeError, TypeError, _NoKey):
+                part = None
+        if part is None:
+            part = slow_key(self._constexpr, args)
+            if part is None:
                 return None
-            parts.append(part)
-        parts += kwargs.items()  # constexprs and options: their values decide the kernel
-        return tuple(parts)
+        return (device, self._knobs.runtime.debug, self._knobs.compilation.instrumentation_mode,
+                tuple(kwargs), tuple(kwargs.values()), part)
+
+    def _remember(self, key: tuple, compiled: Any, device: int, args: tuple,
+                  kwargs: dict) -> None:
+        """Keep what a hit on ``key`` needs: the compiled kernel, the launcher to call and the
+        values of the parameters after the positional ones (constexprs given by keyword, or
+        defaults: both decided by the key). The key function now follows these arguments'
+        kinds."""
+        kernel = self.kernel
+        bound = kernel.device_caches[device][-1](*args, **kwargs)[0]
+        names = tuple(bound)
+        rest = names[len(args):]
+        if any(not self._constexpr[names.index(n)] and n in kwargs for n in rest):
+            return  # a non-constexpr parameter given by keyword: its value is not in the key
+        launcher = compiled.run
+        if (self._direct and getattr(launcher, "global_scratch_size", 1) == 0
+                and getattr(launcher, "profile_scratch_size", 1) == 0):
+            # the C function and the arguments the wrapper would put before the kernel's
+            head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+                    None, None, compiled.packed_metadata, None, None, None)
+            launch = launcher.launch
+        else:  # the wrapper: (function, metadata, launch metadata, enter and exit hooks)
+            head = (compiled.function, compiled.packed_metadata, None, None, None)
+            launch = launcher
+        if len(self.compiled) >= MAX_KEYS:
+            self.compiled.clear()
+        self.compiled[key] = (compiled, launch, head, tuple(bound[n] for n in rest))
+        self._key_of = key_function(self._constexpr, args)
 
     def __call__(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = self.kernel
         if warmup or callable(grid) or kernel.pre_run_hooks or not self._hooks_free():
             return self._full_run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
-        device = self._driver.active.get_current_device()
-        key = self._key(device, args, kwargs)
+        if self._current_device is None:  # Triton's driver's functions, looked up once
+            self._current_device = self._driver.active.get_current_device
+            self._current_stream = self._driver.active.get_current_stream
+        device = self._current_device()
+        key = self.key(device, args, kwargs)
         try:
             hit = self.compiled.get(key) if key is not None else None
-        except TypeError:  # an unhashable constexpr or keyword value: no key
+        except (TypeError, RuntimeError):  # an unhashable (or uncomparable) keyword value
             key = hit = None
         if hit is None:
             self.misses += 1
             compiled = self._full_run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
             if key is not None and compiled is not None and not hasattr(compiled, "result"):
-                bound = kernel.device_caches[device][-1](*args, **kwargs)[0]
-                rest = tuple(bound)[len(args):]
-                self.compiled[key] = (compiled, rest,
-                                      {n: bound[n] for n in rest if n not in kwargs})
+                self._remember(key, compiled, device, args, kwargs)
             return compiled
         self.hits += 1
-        compiled, rest, defaults = hit
-        values = list(args)
-        values += [kwargs[n] if n in kwargs else defaults[n] for n in rest]
+        compiled, launch, head, rest = hit
         n = len(grid)
-        compiled.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
-                     self._driver.active.get_current_stream(device), compiled.function,
-                     compiled.packed_metadata, None, None, None, *values)
+        launch(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
+               self._current_stream(device), *head, *args, *rest)
         return compiled
 
 

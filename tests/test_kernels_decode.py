@@ -483,3 +483,23 @@ def test_a_decoding_step_replays_from_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, decode_attention(q, k, v, cache_seqlens=lens))
+
+
+@pytest.mark.parametrize("B, H, H_kv, Lq, S, splits", [(1, 4, 2, 1, 40, 3), (2, 8, 8, 3, 17, 1),
+                                                       (3, 2, 1, 1, 64, None)])
+def test_the_launch_plans_strides_are_those_of_the_buffers_it_describes(B, H, H_kv, Lq, S,
+                                                                       splits):
+    """The plan gives the kernels the strides of the buffers a call allocates without asking
+    them; they must be the strides torch gives those buffers."""
+    D = 16
+    plan = decode._launch_plan(B, H, Lq, D, H_kv, torch.float32, torch.device(DEV), S, splits,
+                               None)
+    out = torch.empty((B, H, Lq, D), device=DEV)
+    lse = torch.empty((B, H, Lq), device=DEV)
+    assert plan.out_strides == out.stride() and plan.lse_strides == lse.stride()
+    o_part, lse_part, own_lse, _ = decode._decode_buffers(plan, False, torch.device(DEV))
+    assert own_lse.stride() == lse.stride()
+    if plan.num_splits == 1:
+        assert o_part is None and plan.part_strides == (0, *out.stride(), 0, *lse.stride())
+    else:
+        assert plan.part_strides == (*o_part.stride(), *lse_part.stride())

@@ -824,24 +824,18 @@ def decode_attention(
             lse.fill_(float("-inf"))
         return (out, lse) if return_lse else out
 
-    config, block_m, row_blocks, num_splits = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device,
-                                                          capacity, num_splits, config)
-    group = H // H_kv
-    one_launch = config.one_launch and num_splits > 1
-    # Buffers the caller never sees (the splits' partials; the lse unless asked for) are kept
-    # per CUDA stream from one call to the next (teachkit.kernels.scratch).
-    o_part, lse_part, lse = stream_scratch(
-        ("decode", num_splits, B, H, Lq, D, return_lse),
-        lambda: _decode_buffers(num_splits, B, H, Lq, D, return_lse, device), device)
+    plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config)
+    config, num_splits, one_launch = plan.config, plan.num_splits, plan.one_launch
+    # Buffers the caller never sees (the splits' partials, the lse unless asked for, the merge's
+    # counters) are kept per CUDA stream from one call to the next (teachkit.kernels.scratch).
+    o_part, lse_part, lse, counters = stream_scratch(
+        ("decode", plan, return_lse), lambda: _decode_buffers(plan, return_lse, device), device)
     if return_lse:
         lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
     if num_splits == 1:  # the unsplit forward pass: final output and lse directly
         o_part, lse_part = out, lse
-        part_strides = (0, *out.stride(), 0, *lse.stride())
-    else:
-        part_strides = (*o_part.stride(), *lse_part.stride())
-    # one counter per (sequence, cache head, row block) for the merge in the split kernel
-    counters = merge_counters(B * H_kv * row_blocks, device) if one_launch else seqlens
+    if not one_launch:
+        counters = seqlens  # not read: any int32 tensor
     if paged:  # pool strides: page, head, slot, dim (the kernel's "batch" axis is the page)
         k_strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), k_cache.stride(3))
         v_strides = (v_cache.stride(0), v_cache.stride(2), v_cache.stride(1), v_cache.stride(3))
@@ -849,12 +843,12 @@ def decode_attention(
     else:
         k_strides, v_strides = k_cache.stride(), v_cache.stride()
         table, stride_tb = seqlens, 0  # not read: any int32 tensor
-    decode_split_kernel[(num_splits, B * H_kv, row_blocks)](
+    decode_split_kernel[(num_splits, B * H_kv, plan.row_blocks)](
         q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
         *q.stride(), *k_strides, *v_strides, stride_tb,
-        *part_strides, *out.stride(), *lse.stride(),
+        *plan.part_strides, *plan.out_strides, *plan.lse_strides,
         H_kv, Lq, scale,
-        GROUP=group, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=config.block_n,
+        GROUP=H // H_kv, HEAD_DIM=D, BLOCK_M=plan.block_m, BLOCK_N=config.block_n,
         PAGE_SIZE=page_size, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
         num_warps=config.num_warps, num_stages=config.num_stages,
@@ -862,20 +856,40 @@ def decode_attention(
     if num_splits > 1 and not one_launch:
         decode_merge_kernel[(B * H * Lq,)](
             o_part, lse_part, out, lse,
-            *o_part.stride(), *lse_part.stride(), *out.stride(),
+            *plan.part_strides, *plan.out_strides,
             H, Lq, num_splits,
             HEAD_DIM=D, SPLITS=next_power_of_2(num_splits), num_warps=4,
         )
     return (out, lse) if return_lse else out
 
 
+class _DecodePlan(NamedTuple):
+    """What a call launches with, worked out from its sizes: the output's shape
+    ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``,
+    the row blocks, the splits, whether the split kernel merges, and the strides of the buffers
+    the call allocates (contiguous: ``out`` ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the
+    partials ``(num_splits, B, H, Lq, D)`` and ``(num_splits, B, H, Lq)``, or ``out`` and its
+    lse with a split stride of 0 when unsplit)."""
+
+    out_shape: tuple[int, int, int, int]
+    config: DecodeConfig
+    block_m: int
+    row_blocks: int
+    num_splits: int
+    one_launch: bool
+    counters: int
+    out_strides: tuple[int, ...]
+    lse_strides: tuple[int, ...]
+    part_strides: tuple[int, ...]
+
+
 @functools.lru_cache(maxsize=256)
 def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                  device: torch.device, capacity: int, num_splits: int | None,
-                 config: DecodeConfig | None) -> tuple[DecodeConfig, int, int, int]:
-    """``(config, BLOCK_M, row blocks, num_splits)`` of a call: the defaults of
-    :func:`decode_config` and :func:`choose_num_splits` where not given. Worked out once per
-    kind of call (a decoding loop makes the same call every step)."""
+                 config: DecodeConfig | None) -> _DecodePlan:
+    """The :class:`_DecodePlan` of a call, with the defaults of :func:`decode_config` and
+    :func:`choose_num_splits` where not given. Worked out once per kind of call (a decoding loop
+    makes the same call every step)."""
     if config is None:
         config = decode_config(D, dtype, None if INTERPRETED else compute_capability(device))
     group = H // H_kv
@@ -887,20 +901,31 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     if num_splits is None:
         num_splits = choose_num_splits(B * H_kv * row_blocks,
                                        cdiv(capacity, config.block_n), sm_count(device))
-    return config, block_m, row_blocks, num_splits
+    out_strides = (H * Lq * D, Lq * D, D, 1)
+    lse_strides = (H * Lq, Lq, 1)
+    if num_splits == 1:
+        part_strides = (0, *out_strides, 0, *lse_strides)
+    else:
+        part_strides = (B * H * Lq * D, *out_strides, B * H * Lq, *lse_strides)
+    return _DecodePlan((B, H, Lq, D), config, block_m, row_blocks, num_splits,
+                       config.one_launch and num_splits > 1,
+                       # one counter per (sequence, cache head, row block) for the merge
+                       B * H_kv * row_blocks, out_strides, lse_strides, part_strides)
 
 
-def _decode_buffers(num_splits: int, B: int, H: int, Lq: int, D: int, return_lse: bool,
-                    device: torch.device) -> tuple[torch.Tensor | None, ...]:
-    """The float32 buffers a decoding call writes and reads itself: the splits' partial outputs
-    ``(num_splits, B, H, Lq, D)`` and lse ``(num_splits, B, H, Lq)`` (none unsplit), and the
-    lse ``(B, H, Lq)`` unless the caller asked for it (then it is the caller's, made per call)."""
-    split = num_splits > 1
-    return (torch.empty((num_splits, B, H, Lq, D), dtype=torch.float32, device=device)
-            if split else None,
-            torch.empty((num_splits, B, H, Lq), dtype=torch.float32, device=device)
-            if split else None,
-            None if return_lse else torch.empty((B, H, Lq), dtype=torch.float32, device=device))
+def _decode_buffers(plan: _DecodePlan, return_lse: bool, device: torch.device,
+                    ) -> tuple[torch.Tensor | None, ...]:
+    """The buffers a decoding call writes and reads itself: float32 partial outputs and lse of
+    the splits (none unsplit), the lse unless the caller asked for it (then it is the caller's,
+    made per call), and the merge's counters (:func:`merge_counters`) when the split kernel
+    merges."""
+    B, H, Lq, D = plan.out_shape
+    split = plan.num_splits > 1
+    shape = (plan.num_splits, B, H, Lq)
+    return (torch.empty((*shape, D), dtype=torch.float32, device=device) if split else None,
+            torch.empty(shape, dtype=torch.float32, device=device) if split else None,
+            None if return_lse else torch.empty((B, H, Lq), dtype=torch.float32, device=device),
+            merge_counters(plan.counters, device) if plan.one_launch else None)
 
 
 def _as_int32_rows(t: torch.Tensor) -> torch.Tensor:

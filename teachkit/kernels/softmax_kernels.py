@@ -443,11 +443,12 @@ def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, tup
     :func:`_restore` needs to give the output ``x``'s shape and ``dim`` (``None``: nothing)."""
     require_kernel_tensor(x, "x", "the Triton softmax kernels",
                           "the torch reference teachkit.softmax.safe_softmax (or torch.softmax)")
-    dim = normalize_dim(x, dim)
-    if x.dim() == 2 and dim == 1 and x.stride(1) == 1:  # the common case: nothing to move
-        # x's layout when its rows are packed (strides (n, 1)), else packed: unit column
-        # stride either way, and cheaper to ask for than torch.empty(shape, dtype, device)
+    if type(dim) is int and (dim == -1 or dim == 1) and x.dim() == 2 and x.stride(1) == 1:
+        # the common case, nothing to move. empty_like keeps x's layout when its rows are
+        # packed (strides (n, 1)), else packs them: unit column stride either way, and it is
+        # cheaper to ask for than torch.empty(shape, dtype, device)
         return x, torch.empty_like(x), None
+    dim = normalize_dim(x, dim)
     moved = (x.reshape(1) if x.dim() == 0 else x).movedim(dim, -1)
     n_cols = moved.shape[-1]
     n_rows = moved.numel() // n_cols if n_cols else math.prod(moved.shape[:-1])

@@ -27,6 +27,7 @@ __all__ = [
     "require_bool",
     "require_broadcastable",
     "require_attention_inputs",
+    "plain_attention_inputs",
     "compute_dtype",
 ]
 
@@ -156,6 +157,31 @@ def require_attention_inputs(
             f"k and v must have the same length (axis -2), got {k.shape[-2]} and {v.shape[-2]}"
         )
     return q.shape[-2], k.shape[-2], q.shape[-1]
+
+
+def plain_attention_inputs(q: object, k: object, v: object, head_dims: tuple[int, ...],
+                           kv_heads_axis: int = 1, batch_axis: int | None = 0) -> bool:
+    """Whether ``q`` ``(B, H, L, D)`` and ``k``, ``v`` (one 4-D shape, ``D`` last) are the
+    common case of a Triton attention kernel on a GPU, asked in a few attribute reads: plain
+    tensors of one :data:`KERNEL_DTYPES` dtype on one CUDA device, ``D`` in ``head_dims``, the
+    heads of ``k`` at ``kv_heads_axis`` dividing ``H``, and its axis ``batch_axis`` equal to
+    ``B`` (``None``: not compared, as for a page pool).
+
+    When this says yes, an entry point's full checks hold; when it says no, the entry point runs
+    them, and they name what is wrong. On a CPU it always says no.
+    """
+    if not (ON_GPU and type(q) is torch.Tensor and type(k) is torch.Tensor
+            and type(v) is torch.Tensor):
+        return False
+    q_shape, k_shape = q.shape, k.shape
+    if len(q_shape) != 4 or len(k_shape) != 4 or v.shape != k_shape:
+        return False
+    B, H, _, D = q_shape
+    H_kv, dtype = k_shape[kv_heads_axis], q.dtype
+    return (k_shape[3] == D and D in head_dims and H_kv > 0 and H % H_kv == 0
+            and (batch_axis is None or k_shape[batch_axis] == B)
+            and k.dtype == dtype and v.dtype == dtype and dtype in KERNEL_DTYPES and q.is_cuda
+            and q.get_device() == k.get_device() == v.get_device())
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

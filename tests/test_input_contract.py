@@ -356,3 +356,29 @@ def test_decode_attention_simple_keeps_the_no_key_rule():
         want = F.scaled_dot_product_attention(q, k, v)
     assert torch.equal(out[0, 1], want[0, 1])
     assert torch.allclose(out[0, 0], want[0, 0], atol=1e-5)
+
+
+def test_plain_attention_inputs_says_yes_only_to_the_common_case():
+    """The entry points skip their full checks when this says yes, so it must say no to anything
+    those checks would refuse; off the GPU it always says no."""
+    dev = teachkit.DEVICE
+    q = torch.randn(2, 4, 3, 16, device=dev)
+    k = torch.randn(2, 2, 5, 16, device=dev)
+    heads = (16, 32, 64)
+    plain = teachkit.ON_GPU
+    assert validation.plain_attention_inputs(q, k, k.clone(), heads) is plain
+    assert validation.plain_attention_inputs(q, k.transpose(1, 2), k.transpose(1, 2), heads,
+                                             kv_heads_axis=2, batch_axis=None) is plain
+    refused = [
+        (q.half(), k, k),  # mixed dtypes
+        (q.double(), k.double(), k.double()),  # a dtype the kernels do not take
+        (q, k, k[:, :, :4]),  # k and v of different shapes
+        (q, k[:, :1].expand(2, 3, 5, 16), k[:, :1].expand(2, 3, 5, 16)),  # 3 heads do not divide 4
+        (q[..., :8], k[..., :8], k[..., :8]),  # a head dim not in the list
+        (q[0], k[0], k[0]),  # 3-D
+        (q, k[:1], k[:1]),  # another batch
+        (torch.nn.Parameter(q), k, k),  # a subclass: the full checks decide
+        (q.cpu(), k.cpu(), k.cpu()) if plain else (q, k, k),  # not on the GPU
+    ]
+    for args in refused:
+        assert not validation.plain_attention_inputs(*args, heads), [a.shape for a in args]

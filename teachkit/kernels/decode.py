@@ -68,6 +68,7 @@ from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
 from ..gpus import gpu_class
 from ..validation import (
     KERNEL_DTYPES,
+    plain_attention_inputs,
     require_bool,
     require_float_tensor,
     require_kernel_world,
@@ -505,28 +506,11 @@ def _require_index_tensor(t: object, name: str, shape: tuple[int, ...], device: 
     return t
 
 
-def _plainly_valid(q: object, k_cache: object, v_cache: object, paged: bool) -> bool:
-    """Whether q and the caches are the common case on a GPU, asked in a few reads: when this
-    says yes, every check of :func:`_validate` holds; when it says no, those checks run and name
-    what is wrong."""
-    if not (ON_GPU and type(q) is torch.Tensor and type(k_cache) is torch.Tensor
-            and type(v_cache) is torch.Tensor):
-        return False
-    q_shape, k_shape = q.shape, k_cache.shape
-    if len(q_shape) != 4 or len(k_shape) != 4 or v_cache.shape != k_shape:
-        return False
-    B, H, _, D = q_shape
-    H_kv, dtype = k_shape[2] if paged else k_shape[1], q.dtype
-    return (k_shape[3] == D and D in HEAD_DIMS and H_kv > 0 and H % H_kv == 0
-            and (paged or k_shape[0] == B) and k_cache.dtype == dtype and v_cache.dtype == dtype
-            and dtype in KERNEL_DTYPES and q.is_cuda
-            and q.get_device() == k_cache.get_device() == v_cache.get_device())
-
-
 def _validate(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
               paged: bool) -> tuple[int, int, int, int, int]:
     """Check q and the caches; return ``(B, H, Lq, D, H_kv)``."""
-    if _plainly_valid(q, k_cache, v_cache, paged):
+    if plain_attention_inputs(q, k_cache, v_cache, HEAD_DIMS, kv_heads_axis=2 if paged else 1,
+                              batch_axis=None if paged else 0):  # the common case, in few reads
         B, H, Lq, D = q.shape
         return B, H, Lq, D, k_cache.shape[2] if paged else k_cache.shape[1]
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):

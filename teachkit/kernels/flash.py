@@ -38,6 +38,8 @@ from torch.autograd.function import once_differentiable
 from ..device import INTERPRETED, ON_GPU, compute_capability
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
 from ..validation import (
+    KERNEL_DTYPES,
+    plain_attention_inputs,
     require_attention_inputs,
     require_bool,
     require_kernel_world,
@@ -70,7 +72,6 @@ LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 HEAD_DIMS = (16, 32, 64, 128, 256)
 """Head dims the kernel takes (powers of two: ``tl.arange`` needs them)."""
-_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
 _MAX_GRID_Y = 65535
 """CUDA's limit on the second grid axis, which holds ``batch * heads``."""
@@ -314,8 +315,8 @@ def check_inputs(q: object, k: object, v: object) -> None:
     (grouped-query attention; ``H_kv = H`` is plain multi-head attention), one dtype among
     float16, bfloat16 and float32, ``D`` in :data:`HEAD_DIMS`, on the device the kernels run on.
     """
-    if _plainly_valid(q, k, v):
-        return
+    if plain_attention_inputs(q, k, v, HEAD_DIMS) and q.shape[0] * q.shape[1] <= _MAX_GRID_Y:
+        return  # the common case, in a few reads
     require_kernel_world()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if isinstance(t, torch.Tensor) and t.dim() != 4:
@@ -332,7 +333,7 @@ def check_inputs(q: object, k: object, v: object) -> None:
             )
         q = q[:, :h_kv]  # the other checks compare batch dims: a view with k's head count
     require_attention_inputs(q, k, v)
-    if q.dtype not in _KERNEL_DTYPES:
+    if q.dtype not in KERNEL_DTYPES:
         raise TypeError(
             f"flash_attention takes float16, bfloat16 or float32, got {q.dtype}; use "
             "teachkit.attention.naive_attention for float64, or convert with q.half()"
@@ -450,24 +451,6 @@ def flash_attention(
     else:
         out, lse = _forward(q, k, v, causal, scale, config, autotune, return_lse)
     return (out, lse) if return_lse else out
-
-
-def _plainly_valid(q: object, k: object, v: object) -> bool:
-    """Whether ``q``, ``k``, ``v`` are the common case on a GPU, asked in a few reads: when this
-    says yes, every check of :func:`check_inputs` holds; when it says no, those checks run and
-    name what is wrong."""
-    if not (ON_GPU and type(q) is torch.Tensor and type(k) is torch.Tensor
-            and type(v) is torch.Tensor):
-        return False
-    q_shape, k_shape = q.shape, k.shape
-    if len(q_shape) != 4 or len(k_shape) != 4 or v.shape != k_shape:
-        return False
-    B, H, _, D = q_shape
-    H_kv, dtype = k_shape[1], q.dtype
-    return (k_shape[0] == B and k_shape[3] == D and H_kv > 0 and H % H_kv == 0
-            and D in HEAD_DIMS and k.dtype == dtype and v.dtype == dtype
-            and dtype in _KERNEL_DTYPES and q.is_cuda
-            and q.get_device() == k.get_device() == v.get_device() and B * H <= _MAX_GRID_Y)
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,

@@ -422,16 +422,17 @@ def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig)
     n_rows, n_cols = x2.shape
     g = cdiv(n_cols, config.chunk)
     device = (x2.device.index or 0) if ON_GPU else 0
-    programs = resident_programs(x2.dtype, config, device) // g * g
-    if programs == 0:
+    fit = resident_programs(x2.dtype, config, device) // g * g  # whole rows on chip at once
+    if fit == 0:
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax_split or softmax (which picks)")
     part_m = torch.empty(n_rows * g, dtype=torch.float32, device=x2.device)
     part_d = torch.empty_like(part_m)
     arrived = torch.zeros(n_rows, dtype=torch.int32, device=x2.device)
-    resident_kernel[(min(programs, n_rows * g),)](
+    programs = min(fit, n_rows * g)
+    resident_kernel[(programs,)](
         x2, y2, part_m, part_d, arrived, n_rows, n_cols, x2.stride(0), y2.stride(0),
-        min(programs, n_rows * g), G=g, G_POW2=next_power_of_2(g), CHUNK=config.chunk,
+        programs, G=g, G_POW2=next_power_of_2(g), CHUNK=config.chunk,
         BLOCK=min(1024, config.chunk), MAX_SPIN=MAX_SPIN, num_warps=config.num_warps)
 
 

@@ -98,33 +98,41 @@ def check_determinism_and_memory() -> bool:
 
 
 def sweep_backward_tiles(head_dims: tuple[int, ...] = (64, 128)) -> None:
+    """Each kernel's candidates timed with the other kernel's tiles fixed at the table's entry:
+    the differences between rows are the swept kernel's own."""
     import torch
     import triton.testing
 
     from teachkit.kernels.flash import flash_attention
-    from teachkit.kernels.flash_backward import BackwardConfig, flash_backward
+    from teachkit.kernels.flash_backward import backward_config, flash_backward
 
+    kv_tiles = [(m, n, w, s) for m, n in ((32, 64), (32, 128), (64, 64), (64, 128))
+                for w in (4, 8) for s in (2, 3, 4)]
+    q_tiles = [(m, n, w, s) for m, n in ((64, 32), (64, 64), (128, 32), (128, 64))
+               for w in (4, 8) for s in (2, 3, 4)]
     for D in head_dims:
+        table = backward_config(D, torch.float16, torch.cuda.get_device_capability())
         for causal in (False, True):
             q, k, v, do = (torch.randn(4, 32, 4096, D, device="cuda", dtype=torch.float16)
                            for _ in range(4))
             out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
             flops = 2.5 * 4 * 4 * 32 * 4096 * 4096 * D * (0.5 if causal else 1.0)
-            timed = []
-            for kv_m, kv_n in ((32, 64), (32, 128), (64, 64), (64, 128)):
-                for q_m, q_n in ((64, 32), (128, 32), (128, 64)):
-                    for warps in (4, 8):
-                        for stages in (2, 3):
-                            cfg = BackwardConfig(kv_m, kv_n, q_m, q_n, warps, stages)
-                            call = functools.partial(flash_backward, do, q, k, v, out, lse,
-                                                     causal, D ** -0.5, config=cfg)
-                            try:
-                                ms = triton.testing.do_bench(call, warmup=5, rep=20)
-                            except Exception:  # noqa: BLE001 - out of resources: not a candidate
-                                continue
-                            timed.append((flops / ms / 1e9, cfg))
-            timed.sort(key=lambda t: -t[0])
-            print(f"D={D} causal={causal}: " + "; ".join(f"{t:.0f} {c}" for t, c in timed[:4]))
+            for kernel, tiles, fields in (
+                    ("dK/dV", kv_tiles, ("kv_block_m", "kv_block_n", "kv_warps", "kv_stages")),
+                    ("dQ", q_tiles, ("q_block_m", "q_block_n", "q_warps", "q_stages"))):
+                timed = []
+                for tile in tiles:
+                    cfg = table._replace(**dict(zip(fields, tile, strict=True)))
+                    call = functools.partial(flash_backward, do, q, k, v, out, lse,
+                                             causal, D ** -0.5, config=cfg)
+                    try:
+                        ms = triton.testing.do_bench(call, warmup=5, rep=20)
+                    except Exception:  # noqa: BLE001 - out of resources: not a candidate
+                        continue
+                    timed.append((flops / ms / 1e9, tile))
+                timed.sort(key=lambda t: -t[0])
+                print(f"D={D} causal={causal} {kernel} (block_m, block_n, warps, stages): "
+                      + "; ".join(f"{t:.0f} {c}" for t, c in timed[:4]), flush=True)
 
 
 def record() -> int:

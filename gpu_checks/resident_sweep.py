@@ -40,7 +40,7 @@ def main() -> int:
     print(f"copy bandwidth: {copy:.0f} GB/s")
     ok = True
     for dtype in (torch.float32, torch.bfloat16):
-        chosen = sk.RESIDENT_CONFIGS[torch.tensor([], dtype=dtype).element_size()]
+        chosen = sk.RESIDENT_CONFIGS[dtype.itemsize]
         for candidate in CANDIDATES:
             config = sk.ResidentConfig(*candidate)
             print(f"{str(dtype)[6:]} {tuple(config)}: "

@@ -239,7 +239,7 @@ def test_a_second_derivative_is_refused_by_name(gen):
         dq.sum().backward()
 
 
-ONE_LOOP = flash_backward.BackwardConfig(16, 32, 32, 16, 4, 1, atomic_dq=True)
+ONE_LOOP = flash_backward.BackwardConfig(16, 32, 4, 1, 32, 16, 4, 1, atomic_dq=True)
 
 
 @pytest.mark.parametrize(("H", "H_kv", "L", "S"), [(2, 2, 29, 37), (4, 2, 40, 23)])
@@ -265,4 +265,10 @@ def test_backward_config_is_checked(gen):
         K.flash_attention(q, q, q, backward_config=(16, 16, 16, 16, 4, 1))
     with pytest.raises(ValueError, match="kv_block_n a multiple of kv_block_m"):
         K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
-            32, 16, 16, 16, 4, 1))
+            32, 16, 4, 1, 16, 16, 4, 1))
+    with pytest.raises(ValueError, match="q_warps must be 1, 2, 4, 8 or 16, got 3"):
+        K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
+            16, 16, 4, 1, 16, 16, 3, 1))
+    with pytest.raises(ValueError, match="kv_stages must be 1 to 8, got 0"):
+        K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
+            16, 16, 4, 0, 16, 16, 4, 1))

@@ -247,7 +247,7 @@ def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> flo
                         f"{dtype!r}")
     if n is not None:
         require_positive_int(n, "n")
-    size = torch.tensor([], dtype=dtype).element_size()
+    size = dtype.itemsize
     if not n:
         n = 8192 if ON_GPU else 1024
         room = (memory_budget() - TIMING_BYTES) / 4 if ON_GPU else 0

@@ -444,8 +444,9 @@ def check_causal_flops(fn: Callable[[int, int, int, int, int], int]) -> None:
 
 _FLASH_SIGNATURE = ("(Q, K, V, O, LSE, L, S, stride_q, stride_k, stride_v, stride_o, scale, "
                     "CAUSAL, HEAD_DIM, BLOCK_M, BLOCK_N)")
-_FLASH_RTOL = {torch.float32: 3e-3 if ON_GPU else 1e-5, torch.float16: 5e-3}
-"""float32 products are TF32 on a GPU by default (10-bit mantissas); float16 rounds p."""
+_FLASH_RTOL = {torch.float32: 5e-3 if ON_GPU else 1e-5, torch.float16: 5e-3}
+"""float32 products are TF32 on a GPU by default, whose 10-bit mantissas are float16's, so both
+take float16's bound (3e-3 was exceeded by a correct kernel about once in 300 random cases)."""
 _LSE_RTOL = {torch.float32: 1e-3 if ON_GPU else 1e-5, torch.float16: 1e-5}
 """The lse: TF32 scores on a GPU move it by a few 1e-4; float16 inputs multiply exactly."""
 

@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-242
+244
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -298,16 +298,16 @@ def flash_backward_launch_configs() -> list[KernelConfig]:
         gpus = "/".join(f"sm_{c}" for c in used_by)
         common = {"CAUSAL": True, "HEAD_DIM": d, "PRECISION": "ieee" if ty == "fp32" else "tf32",
                   "DOT_FP32": False}
-        for kernel, block_m, block_n, own in (
+        for kernel, block_m, block_n, warps, stages, own in (
                 (flash_backward.flash_bwd_dkdv_kernel, cfg.kv_block_m, cfg.kv_block_n,
-                 {"ATOMIC_DQ": False}),
-                (flash_backward.flash_bwd_dq_kernel, cfg.q_block_m, cfg.q_block_n, {})):
+                 cfg.kv_warps, cfg.kv_stages, {"ATOMIC_DQ": False}),
+                (flash_backward.flash_bwd_dq_kernel, cfg.q_block_m, cfg.q_block_n,
+                 cfg.q_warps, cfg.q_stages, {})):
             configs.append(_config(
                 f"flash backward {kernel.__name__[10:-7]} {ty} D={d} BLOCK_M={block_m} "
-                f"BLOCK_N={block_n} warps={cfg.num_warps} stages={cfg.num_stages} "
-                f"(for {gpus}-class GPUs)",
+                f"BLOCK_N={block_n} warps={warps} stages={stages} (for {gpus}-class GPUs)",
                 kernel, types, {**common, **own, "BLOCK_M": block_m, "BLOCK_N": block_n},
-                cfg.num_warps, cfg.num_stages, tuple(used_by)))
+                warps, stages, tuple(used_by)))
     for ty in ("bf16", "fp32"):
         configs.append(_config(
             f"flash backward delta {ty} D=256", flash_backward.flash_bwd_delta_kernel,

@@ -536,9 +536,17 @@ def _check_backward_config(config: BackwardConfig) -> None:
             or config.kv_block_n % config.kv_block_m or config.q_block_m % config.q_block_n):
         raise ValueError(
             f"backward_config needs powers of two >= 16 with kv_block_n a multiple of kv_block_m "
-            f"and q_block_m a multiple of q_block_n, got {tuple(config)[:4]}; e.g. "
-            f"BackwardConfig(32, 128, 128, 32, 4, 3)"
+            f"and q_block_m a multiple of q_block_n, got (kv_block_m, kv_block_n, q_block_m, "
+            f"q_block_n) = {blocks}; e.g. BackwardConfig(32, 128, 4, 3, 128, 32, 4, 3)"
         )
+    for name in ("kv_warps", "q_warps"):
+        if getattr(config, name) not in (1, 2, 4, 8, 16):
+            raise ValueError(f"backward_config.{name} must be 1, 2, 4, 8 or 16, "
+                             f"got {getattr(config, name)!r}")
+    for name in ("kv_stages", "q_stages"):
+        if not 1 <= getattr(config, name) <= 8:
+            raise ValueError(f"backward_config.{name} must be 1 to 8, "
+                             f"got {getattr(config, name)!r}")
 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -617,7 +625,7 @@ def candidate_configs(head_dim: int, dtype: torch.dtype,
         return [flash_config(head_dim, dtype, None)]
     cap = capability[0] * 10 + capability[1]
     limit = max(v for c, v in SHARED_MEMORY_LIMIT.items() if c <= cap) if cap >= 75 else 48 * 1024
-    size = torch.tensor([], dtype=dtype).element_size()
+    size = dtype.itemsize
     out = []
     for bm in (64, 128):
         for bn in (32, 64, 128):

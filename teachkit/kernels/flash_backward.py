@@ -18,7 +18,8 @@ maximum because ``lse`` is already the final one. Three kernels do the work:
    its ``dK`` and ``dV`` in registers and walks over the query blocks. Each key row's gradient
    sums over queries, so the program owns it and writes it once, with no atomics.
 3. :func:`flash_bwd_dq_kernel`: one program per block of queries holds its ``dQ`` and walks over
-   the key blocks (the forward's loop order).
+   the key blocks (the forward's loop order; causal, the heaviest query blocks start first, as in
+   the forward).
 
 FlashAttention-2's CUDA kernel computes ``dQ`` inside the key-block loop of step 2 and adds each
 block's share to a float32 ``dQ`` in global memory with atomic adds. That saves recomputing
@@ -275,7 +276,10 @@ def flash_bwd_dq_kernel(
     """Program ``(query block, b * H + h)``: rows ``start_m .. start_m + BLOCK_M - 1`` of
     ``dQ`` ``(B, H, L, HEAD_DIM)``; the other tensors as in :func:`flash_bwd_dkdv_kernel`.
     ``BLOCK_M`` is a multiple of ``BLOCK_N``."""
-    start_m = tl.program_id(0) * BLOCK_M
+    if CAUSAL:  # the last query blocks see the most keys: start them first (a shorter tail)
+        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    else:
+        start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b = (bh // H).to(tl.int64)
     h = (bh % H).to(tl.int64)
@@ -326,47 +330,52 @@ def flash_bwd_dq_kernel(
 # Configurations
 # ---------------------------------------------------------------------------------------------
 class BackwardConfig(NamedTuple):
-    """Tiles of the two backward kernels. The dK/dV kernel holds ``kv_block_n`` keys and steps
-    over ``kv_block_m`` queries (``kv_block_n`` a multiple of ``kv_block_m``); the dQ kernel
-    holds ``q_block_m`` queries and steps over ``q_block_n`` keys (``q_block_m`` a multiple of
-    ``q_block_n``). ``atomic_dq`` computes ``dQ`` inside the dK/dV kernel with atomic adds
-    (FlashAttention-2's one loop, not bitwise reproducible) and leaves the dQ tiles unused."""
+    """Tiles, warps and pipeline stages of the two backward kernels, each its own. The dK/dV
+    kernel holds ``kv_block_n`` keys and steps over ``kv_block_m`` queries (``kv_block_n`` a
+    multiple of ``kv_block_m``); the dQ kernel holds ``q_block_m`` queries and steps over
+    ``q_block_n`` keys (``q_block_m`` a multiple of ``q_block_n``). ``atomic_dq`` computes ``dQ``
+    inside the dK/dV kernel with atomic adds (FlashAttention-2's one loop, not bitwise
+    reproducible) and leaves the dQ fields unused."""
 
     kv_block_m: int
     kv_block_n: int
+    kv_warps: int
+    kv_stages: int
     q_block_m: int
     q_block_n: int
-    num_warps: int
-    num_stages: int
+    q_warps: int
+    q_stages: int
     atomic_dq: bool = False
 
 
-_INTERPRETER_CONFIG = BackwardConfig(16, 16, 16, 16, 4, 1)
+_INTERPRETER_CONFIG = BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1)
 """Under the interpreter: small tiles, so tests on tiny shapes stay fast."""
 
 # The shape of Triton's fused-attention tutorial (python/tutorials/06-fused-attention.py: 32
 # queries per step against 128 held keys, and the mirror for dQ), with smaller tiles where the
-# head dim or float32 call for them. On an H100 (sm_90) the tiles were measured:
-# `gpu_checks/backward_gpu.py --sweep` timed 48 candidates on 4 x 32 heads of 4096 tokens, fp16.
-# At D = 64 the fastest (333 TFLOP/s, not causal) is within 2 % of the sm_80 entry (327), which
-# sm_90 keeps; at D = 128 one tile shape won both ways (370 TFLOP/s, 329 causal), sm_90's own
-# entry. The sm_80 entries are the tutorial's shape, not yet measured on an A100. A T4 (sm_75)
+# head dim or float32 call for them. On an H100 (sm_90) each kernel's tiles were measured apart:
+# `gpu_checks/backward_gpu.py --sweep` times the dK/dV candidates with the dQ kernel fixed and
+# the other way round (fp16, 4 x 32 heads of 4096 tokens, causal and not). The dK/dV kernel keeps
+# the tutorial's shape at D = 64 (32 x 128, 4 warps) and 64 x 128 with 8 warps at D = 128; the
+# dQ kernel wins with 128 x 64 tiles and 8 warps at both, 10 % faster than 128 x 32 with 4 warps
+# at D = 64. The sm_80 entries are the tutorial's shape, not yet measured on an A100. A T4 (sm_75)
 # allows 64 KB of shared memory a block, and there tl.dot runs on the FMA units through shared
 # memory: its tiles are the largest whose compiled kernels fit (python -m teachkit.kernels
 # compiles every entry for every GPU class and checks the shared memory).
 _HALF_TILES: dict[tuple[int, int], BackwardConfig] = {
-    (75, 64): BackwardConfig(32, 64, 64, 32, 4, 2),
-    (75, 128): BackwardConfig(16, 32, 32, 16, 4, 2),
-    (75, 256): BackwardConfig(16, 16, 16, 16, 4, 1),
-    (80, 64): BackwardConfig(32, 128, 128, 32, 4, 3),
-    (80, 128): BackwardConfig(32, 128, 128, 32, 8, 2),
-    (80, 256): BackwardConfig(16, 64, 64, 16, 8, 1),
-    (90, 128): BackwardConfig(64, 128, 128, 64, 8, 3),
+    (75, 64): BackwardConfig(32, 64, 4, 2, 64, 32, 4, 2),
+    (75, 128): BackwardConfig(16, 32, 4, 2, 32, 16, 4, 2),
+    (75, 256): BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1),
+    (80, 64): BackwardConfig(32, 128, 4, 3, 128, 32, 4, 3),
+    (80, 128): BackwardConfig(32, 128, 8, 2, 128, 32, 8, 2),
+    (80, 256): BackwardConfig(16, 64, 8, 1, 64, 16, 8, 1),
+    (90, 64): BackwardConfig(32, 128, 4, 3, 128, 64, 8, 3),
+    (90, 128): BackwardConfig(64, 128, 8, 3, 128, 64, 8, 3),
 }
 _FP32_TILES: dict[int, BackwardConfig] = {  # every GPU class
-    64: BackwardConfig(16, 64, 64, 16, 4, 2),
-    128: BackwardConfig(16, 32, 32, 16, 4, 2),
-    256: BackwardConfig(16, 16, 16, 16, 2, 1),  # 2 warps: 4 need 66,560 bytes on sm_75
+    64: BackwardConfig(16, 64, 4, 2, 64, 16, 4, 2),
+    128: BackwardConfig(16, 32, 4, 2, 32, 16, 4, 2),
+    256: BackwardConfig(16, 16, 2, 1, 16, 16, 2, 1),  # 2 warps: 4 need 66,560 bytes on sm_75
 }
 
 
@@ -387,10 +396,11 @@ def backward_config(head_dim: int, dtype: torch.dtype,
 
     Examples
     --------
-    >>> backward_config(64, torch.float16, (9, 0))[:4]
-    (32, 128, 128, 32)
-    >>> backward_config(128, torch.float16, (9, 0))[:4]
-    (64, 128, 128, 64)
+    >>> cfg = backward_config(64, torch.float16, (9, 0))
+    >>> cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps  # dK/dV: 32 queries a step, 128 keys held
+    (32, 128, 4)
+    >>> cfg.q_block_m, cfg.q_block_n, cfg.q_warps  # dQ: 128 queries held, 64 keys a step
+    (128, 64, 8)
     """
     if capability is None:
         return _INTERPRETER_CONFIG
@@ -461,19 +471,19 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         out, do, dlse.contiguous() if dlse is not None else delta, delta,
         *out.stride(), *do.stride(), H, L,
         HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_M=delta_rows)
-    common = dict(CAUSAL=causal, HEAD_DIM=D, PRECISION=precision, DOT_FP32=dot_fp32,
-                  num_warps=config.num_warps, num_stages=config.num_stages)
+    common = dict(CAUSAL=causal, HEAD_DIM=D, PRECISION=precision, DOT_FP32=dot_fp32)
     flash_bwd_dkdv_kernel[(cdiv(S, config.kv_block_n), B * H_kv)](
         q, k, v, do, lse, delta, dk, dv, dq,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dk.stride()[:3], *dv.stride()[:3], *dq.stride()[:3], H, H_kv, L, S, scale,
         BLOCK_M=config.kv_block_m, BLOCK_N=config.kv_block_n, ATOMIC_DQ=config.atomic_dq,
-        **common)
+        num_warps=config.kv_warps, num_stages=config.kv_stages, **common)
     if config.atomic_dq:
         return dq.mul_(scale).to(q.dtype), dk, dv
     flash_bwd_dq_kernel[(cdiv(L, config.q_block_m), B * H)](
         q, k, v, do, lse, delta, dq,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
         *dq.stride()[:3], H, H_kv, L, S, scale,
-        BLOCK_M=config.q_block_m, BLOCK_N=config.q_block_n, **common)
+        BLOCK_M=config.q_block_m, BLOCK_N=config.q_block_n, num_warps=config.q_warps,
+        num_stages=config.q_stages, **common)
     return dq, dk, dv

@@ -414,7 +414,7 @@ kernel's 56% (``gpu_checks/resident_sweep.py``); float32 rows of 4M ran at 71% a
 def resident_fits(n_cols: int, dtype: torch.dtype, device: int) -> bool:
     """Whether rows of ``n_cols`` fit on chip at once: their chunks need at most
     :func:`resident_programs` programs."""
-    config = RESIDENT_CONFIGS[torch.tensor([], dtype=dtype).element_size()]
+    config = RESIDENT_CONFIGS[dtype.itemsize]
     return cdiv(n_cols, config.chunk) <= resident_programs(dtype, config, device)
 
 

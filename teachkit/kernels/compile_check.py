@@ -370,11 +370,11 @@ def decode_launch_configs() -> list[KernelConfig]:
                        "LSE_OUT": "*fp32", "qk_scale": "fp32"}
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
-                cfg = decode.decode_config(d, dtype, capability)
                 # the merge inside the split kernel: contiguous, one query row, D = 128
                 one_launch = [(0, 16, True)] if d == 128 else []
                 for page_size, block_m, merge in [
                         *((p, m, False) for p, m in _decode_variants(ty, d)), *one_launch]:
+                    cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0)
                     configs.append(_config(
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                         f"page={page_size or 'none'} warps={cfg.num_warps} "

@@ -391,12 +391,23 @@ cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 276
 two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
+_PAGED_STAGE_BYTES = {90: 64 * 1024}
+"""Bytes of K and V one iteration loads from a paged cache, where measured. A paged key's row is
+known only after its page is read from the block table, so every load waits on one more load;
+more bytes per iteration keep more in flight across that wait. On an H100 (pages of 16 tokens
+shuffled over the pool, D = 128 fp16), 64 KB iterations (128 keys) read at 96.6-97.7 % of the
+contiguous rate at batch 8 where 32 KB ones read at 94.4-94.6 % (``gpu_checks/decode_gpu.py
+--sweep-at 8 16384``); two 64 KB stages still fit an H100's shared memory, not an L4's or a
+T4's."""
+
+
 def decode_config(head_dim: int, dtype: torch.dtype,
-                  capability: tuple[int, int] | None = None) -> DecodeConfig:
+                  capability: tuple[int, int] | None = None, paged: bool = False,
+                  ) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.
 
-    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75),
-    between 16 and 128 keys.
+    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75; from a
+    paged cache on sm_90, 64 KB), between 16 and 128 keys.
 
     Parameters
     ----------
@@ -406,17 +417,23 @@ def decode_config(head_dim: int, dtype: torch.dtype,
         float16, bfloat16 or float32.
     capability : tuple of int, optional
         ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
+    paged : bool
+        Whether the keys come through a block table (:data:`_PAGED_STAGE_BYTES`).
 
     Examples
     --------
     >>> decode_config(128, torch.float16, (9, 0))
     DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=True)
+    >>> decode_config(128, torch.float16, (9, 0), paged=True).block_n
+    128
     """
     if capability is None:
         return _INTERPRETER_CONFIG
     cls = gpu_class(capability)
     size = 4 if dtype == torch.float32 else 2
     stage = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
+    if paged:
+        stage = _PAGED_STAGE_BYTES.get(cls, stage)
     block_n = max(16, min(128, stage // (2 * head_dim * size)))
     return DecodeConfig(block_n, 4, _STAGES[cls])
 
@@ -696,7 +713,8 @@ def decode_attention(
         Also return the log-sum-exp of every query's scaled scores.
     config : DecodeConfig, optional
         Tile size, warps, stages and whether the split kernel merges (``one_launch``, the
-        default) or a merge kernel does; default :func:`decode_config`.
+        default) or a merge kernel does; default :func:`decode_config` (with ``paged`` when a
+        ``block_table`` is given).
     check_values : bool
         Check ``cache_seqlens`` and ``block_table`` values on the host (one synchronisation).
         Pass ``False`` in a decoding loop once they are known to be good: an entry outside the
@@ -808,7 +826,8 @@ def decode_attention(
             lse.fill_(float("-inf"))
         return (out, lse) if return_lse else out
 
-    plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config)
+    plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config,
+                        paged)
     config, num_splits, one_launch = plan.config, plan.num_splits, plan.one_launch
     # Buffers the caller never sees (the splits' partials, the lse unless asked for, the merge's
     # counters) are kept per CUDA stream from one call to the next (teachkit.kernels.scratch).
@@ -870,12 +889,13 @@ class _DecodePlan(NamedTuple):
 @functools.lru_cache(maxsize=256)
 def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                  device: torch.device, capacity: int, num_splits: int | None,
-                 config: DecodeConfig | None) -> _DecodePlan:
+                 config: DecodeConfig | None, paged: bool) -> _DecodePlan:
     """The :class:`_DecodePlan` of a call, with the defaults of :func:`decode_config` and
     :func:`choose_num_splits` where not given. Worked out once per kind of call (a decoding loop
     makes the same call every step)."""
     if config is None:
-        config = decode_config(D, dtype, None if INTERPRETED else compute_capability(device))
+        config = decode_config(D, dtype, None if INTERPRETED else compute_capability(device),
+                               paged)
     group = H // H_kv
     block_m = max(16, min(max_rows(D, dtype), next_power_of_2(group * Lq)))
     row_blocks = cdiv(group * Lq, block_m)

@@ -391,14 +391,15 @@ cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 276
 two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
-_PAGED_STAGE_BYTES = {90: 64 * 1024}
-"""Bytes of K and V one iteration loads from a paged cache, where measured. A paged key's row is
-known only after its page is read from the block table, so every load waits on one more load;
-more bytes per iteration keep more in flight across that wait. On an H100 (pages of 16 tokens
-shuffled over the pool, D = 128 fp16), 64 KB iterations (128 keys) read at 96.6-97.7 % of the
-contiguous rate at batch 8 where 32 KB ones read at 94.4-94.6 % (``gpu_checks/decode_gpu.py
---sweep-at 8 16384``); two 64 KB stages still fit an H100's shared memory, not an L4's or a
-T4's."""
+_PAGED_TILES = {90: (64 * 1024, 3)}
+"""Bytes of K and V one iteration loads from a paged cache, and pipeline stages, where measured. A
+paged key's row is known only after its page is read from the block table, so every load waits
+on one more load; more bytes per iteration and a deeper pipeline keep more in flight across that
+wait. On an H100 (pages of 16 tokens shuffled over the pool, D = 128 fp16), 3 stages of 64 KB
+(128 keys) read pages at 96.7-97.6 % of the contiguous rate at batch 8 and 99.0 % at batch 16,
+where the contiguous tiles (2 stages of 32 KB) read them at 94.4-94.6 % and 98.2 %
+(``gpu_checks/decode_gpu.py --sweep-at B S`` times both); the decoding record has 97-100 % from
+4k tokens. Three 64 KB stages fit an H100's shared memory, not an L4's or a T4's."""
 
 
 def decode_config(head_dim: int, dtype: torch.dtype,
@@ -407,7 +408,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     """The launch configuration :func:`decode_attention` uses unless given one.
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75; from a
-    paged cache on sm_90, 64 KB), between 16 and 128 keys.
+    paged cache on sm_90, 64 KB in 3 stages), between 16 and 128 keys.
 
     Parameters
     ----------
@@ -418,7 +419,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     capability : tuple of int, optional
         ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
     paged : bool
-        Whether the keys come through a block table (:data:`_PAGED_STAGE_BYTES`).
+        Whether the keys come through a block table (:data:`_PAGED_TILES`).
 
     Examples
     --------
@@ -432,10 +433,11 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     cls = gpu_class(capability)
     size = 4 if dtype == torch.float32 else 2
     stage = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
+    stages = _STAGES[cls]
     if paged:
-        stage = _PAGED_STAGE_BYTES.get(cls, stage)
+        stage, stages = _PAGED_TILES.get(cls, (stage, stages))
     block_n = max(16, min(128, stage // (2 * head_dim * size)))
-    return DecodeConfig(block_n, 4, _STAGES[cls])
+    return DecodeConfig(block_n, 4, stages)
 
 
 def max_rows(head_dim: int, dtype: torch.dtype) -> int:

@@ -5,9 +5,9 @@ CUDA machine with `python gpu_checks/backward_gpu.py`.
    causal and not, lengths no tile divides, grouped-query heads, a loss that uses the lse;
 2. determinism (two backward passes agree bit for bit) and memory: the peak of a forward plus
    backward beyond the inputs grows linearly in L;
-3. with `--sweep`, the backward tiles: every candidate `BackwardConfig` timed on one problem per
-   head dim (fp16, causal and not), fastest first, to set the table of
-   `teachkit.kernels.flash_backward`;
+3. with `--sweep`, the backward tiles: each kernel's candidates (tiles, warps, stages) timed with
+   the other kernel's fixed at the table's entry, on one problem per head dim (fp16, causal and
+   not), fastest first, to set the table of `teachkit.kernels.flash_backward`;
 4. with `--record`, the records notebooks 08 and 12 read: `attention_backward_<device>.json`
    (`python -m teachkit.bench attention --backward` at L = 1k, 4k, 16k beside SDPA's flash and
    cuDNN backends, with the one-loop atomic-dQ variant), `attention_gqa_<device>.json`
@@ -97,6 +97,14 @@ def check_determinism_and_memory() -> bool:
     return same and linear
 
 
+KV_TILES = [(m, n, w, s) for m, n in ((32, 64), (32, 128), (64, 64), (64, 128))
+            for w in (4, 8) for s in (2, 3, 4)]
+"""The dK/dV kernel's candidates for --sweep: (kv_block_m, kv_block_n, warps, stages)."""
+Q_TILES = [(m, n, w, s) for m, n in ((64, 32), (64, 64), (128, 32), (128, 64))
+           for w in (4, 8) for s in (2, 3, 4)]
+"""The dQ kernel's candidates for --sweep: (q_block_m, q_block_n, warps, stages)."""
+
+
 def sweep_backward_tiles(head_dims: tuple[int, ...] = (64, 128)) -> None:
     """Each kernel's candidates timed with the other kernel's tiles fixed at the table's entry:
     the differences between rows are the swept kernel's own."""
@@ -106,10 +114,6 @@ def sweep_backward_tiles(head_dims: tuple[int, ...] = (64, 128)) -> None:
     from teachkit.kernels.flash import flash_attention
     from teachkit.kernels.flash_backward import backward_config, flash_backward
 
-    kv_tiles = [(m, n, w, s) for m, n in ((32, 64), (32, 128), (64, 64), (64, 128))
-                for w in (4, 8) for s in (2, 3, 4)]
-    q_tiles = [(m, n, w, s) for m, n in ((64, 32), (64, 64), (128, 32), (128, 64))
-               for w in (4, 8) for s in (2, 3, 4)]
     for D in head_dims:
         table = backward_config(D, torch.float16, torch.cuda.get_device_capability())
         for causal in (False, True):
@@ -118,8 +122,8 @@ def sweep_backward_tiles(head_dims: tuple[int, ...] = (64, 128)) -> None:
             out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
             flops = 2.5 * 4 * 4 * 32 * 4096 * 4096 * D * (0.5 if causal else 1.0)
             for kernel, tiles, fields in (
-                    ("dK/dV", kv_tiles, ("kv_block_m", "kv_block_n", "kv_warps", "kv_stages")),
-                    ("dQ", q_tiles, ("q_block_m", "q_block_n", "q_warps", "q_stages"))):
+                    ("dK/dV", KV_TILES, ("kv_block_m", "kv_block_n", "kv_warps", "kv_stages")),
+                    ("dQ", Q_TILES, ("q_block_m", "q_block_n", "q_warps", "q_stages"))):
                 timed = []
                 for tile in tiles:
                     cfg = table._replace(**dict(zip(fields, tile, strict=True)))

@@ -43,8 +43,22 @@ from .launching import SENTINEL, launch, require_kernel
 __all__ = ["check_softmax_backward", "check_delta_kernel"]
 
 RTOL = {torch.float64: 1e-10, torch.float32: 1e-3, torch.bfloat16: 5e-2}
-"""Tolerances by dtype: dP - delta cancels where one weight is near 1, so float32 keeps fewer
-digits than its epsilon there."""
+"""Tolerances by dtype, the least a case allows: dP - delta cancels where one weight is near 1,
+so float32 keeps fewer digits than its epsilon there, and :func:`_rounding_bound` widens a case
+by what the formula's own rounding can move it."""
+
+
+def _rounding_bound(p: torch.Tensor, dp: torch.Tensor, ds: torch.Tensor,
+                    dtype: torch.dtype) -> float:
+    """The relative error ``P * (dP - delta)`` computed in ``dtype`` may have against float64 on
+    the same inputs: delta's sum is off by up to ``N eps sum_j |P_j dP_j|`` and ``dP - delta``
+    by ``eps (|dP| + |delta|)`` more, each times ``P``; against the size of ``ds``, twice over."""
+    scale = float(ds.norm())
+    if scale == 0.0:
+        return RTOL[dtype]
+    n = p.shape[-1]
+    size = (p.abs() * (dp.abs() + (p * dp).abs().sum(-1, keepdim=True))).norm()
+    return max(RTOL[dtype], 2 * (n + 2) * torch.finfo(dtype).eps * float(size) / scale)
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,8 +131,9 @@ def check_softmax_backward(fn: object) -> None:
             if dtype != torch.float64:
                 p64, dp64 = p_in.double(), dp_in.double()
                 want = p64 * (dp64 - (p64 * dp64).sum(-1, keepdim=True))
+                rtol = _rounding_bound(p64, dp64, want, dtype)
             else:
-                want = s.grad
+                want, rtol = s.grad, RTOL[dtype]
             got = call_learner(fn, f"{case}, {dtype}", p_in, dp_in,
                                advice="delta has one number per row: keep its last axis "
                                "(keepdim=True) so it broadcasts against dP.")
@@ -130,7 +145,7 @@ def check_softmax_backward(fn: object) -> None:
                 if mistake:
                     raise ExerciseFailed(f"On {case}: your gradient matches a usual mistake: "
                                          + mistake)
-            expect_close(got, want, f"{case}, {dtype}", rtol=RTOL[dtype],
+            expect_close(got, want, f"{case}, {dtype}", rtol=rtol,
                          advice="dS = P * (dP - delta), delta_i = sum_j P_ij dP_ij.")
 
 

@@ -231,7 +231,7 @@ def sweep(B: int, S: int, copy: float) -> None:
         else:
             def fn():
                 return decode_attention(q, k, v, check_values=False, **kw)
-        return nbytes / time_ms(fn, warmup=10, rep=40) / 1e6
+        return nbytes / time_ms(fn, warmup=20, rep=100) / 1e6
 
     rows = []
     for bn, warps, stages in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (64, 4, 4), (64, 8, 3),

@@ -75,7 +75,7 @@ def _weights(lses, shift):
     (lambda outs, lses: (outs.mean(0), torch.logsumexp(lses, 0)), "averaged the outputs"),
     (lambda outs, lses: ((_weights(lses, False).unsqueeze(-1) * outs).sum(0),
                          torch.logsumexp(lses, 0)), "without normalising"),
-    (lambda outs, lses: _unshifted_merge(outs, lses), "overflowed"),
+    (_unshifted_merge, "overflowed"),
 ])
 def test_merge_splits_explains_wrong_outputs(wrong, message):
     with pytest.raises(ExerciseFailed, match=message) as info:

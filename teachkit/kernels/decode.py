@@ -432,11 +432,11 @@ def decode_config(head_dim: int, dtype: torch.dtype,
         return _INTERPRETER_CONFIG
     cls = gpu_class(capability)
     size = 4 if dtype == torch.float32 else 2
-    stage = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
+    stage_bytes = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     stages = _STAGES[cls]
     if paged:
-        stage, stages = _PAGED_TILES.get(cls, (stage, stages))
-    block_n = max(16, min(128, stage // (2 * head_dim * size)))
+        stage_bytes, stages = _PAGED_TILES.get(cls, (stage_bytes, stages))
+    block_n = max(16, min(128, stage_bytes // (2 * head_dim * size)))
     return DecodeConfig(block_n, 4, stages)
 
 

@@ -9,7 +9,9 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 2. timings: B in 1, 8; S in 4k, 16k, 64k, 128k; split-KV vs unsplit vs paged vs SDPA flash/cuDNN,
    GB/s of K and V and % of the copy bandwidth;
 3. a small sweep of BLOCK_N / warps / stages and of num_splits for split-KV (and paged), to tune
-   decode_config / choose_num_splits.
+   decode_config / choose_num_splits;
+4. with --graph-sweep, the merge (one launch or the merge kernel) and tiles of split calls on
+   CUDA-graph replays beside cuDNN, to set decode_config's captured=True.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def main() -> int:
                         help="only the host-time profile of decode_attention (cProfile)")
     parser.add_argument("--sweep-at", nargs=2, type=int, metavar=("B", "S"), default=None,
                         help="only the config and num_splits sweep at batch B, cache length S")
+    parser.add_argument("--graph-sweep", action="store_true",
+                        help="only the merge and tiles of split calls on CUDA-graph replays, "
+                             "beside cuDNN (decode_config's captured=True)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -75,6 +80,9 @@ def main() -> int:
         return 0
     if args.sweep_at:
         sweep(*args.sweep_at, copy_bandwidth())
+        return 0
+    if args.graph_sweep:
+        graph_sweep()
         return 0
     if args.splits_only:
         from teachkit.bench.core import (
@@ -251,6 +259,39 @@ def sweep(B: int, S: int, copy: float) -> None:
                     & set(range(1, 129)))
     cells = [f"{n}: {gbps(num_splits=n):.0f}" for n in splits]
     say(f"B={B} S={S // 1024}k num_splits sweep (heuristic {base}): " + ", ".join(cells))
+
+
+def graph_sweep() -> None:
+    """GB/s on CUDA-graph replays of split calls, as a ratio to cuDNN in the same run: one launch
+    and the merge kernel, with 32 KB and 64 KB of K and V per iteration (64 and 128 keys), each
+    at the heuristic's splits (best of three interleaved rounds); and what ``decode_attention``
+    picks without a config when captured."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from teachkit.bench.core import time_ms
+    from teachkit.kernels.decode import DecodeConfig, decode_attention
+
+    for B, S in ((1, 1024), (1, 4096), (1, 16384), (1, 65536), (2, 4096), (4, 1024)):
+        q, k, v, nbytes = decoding_inputs(B, S)
+
+        def cudnn(q=q, k=k, v=v):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+        calls = {"cuDNN": cudnn,
+                 "default": functools.partial(decode_attention, q, k, v, check_values=False)}
+        for one_launch in (True, False):
+            for block_n in (64, 128):
+                name = f"{'one launch' if one_launch else 'merge kernel'}, BLOCK_N={block_n}"
+                calls[name] = functools.partial(
+                    decode_attention, q, k, v, check_values=False,
+                    config=DecodeConfig(block_n, 4, 2, one_launch))
+        best = dict.fromkeys(calls, 0.0)
+        for _ in range(3):
+            for name, fn in calls.items():
+                best[name] = max(best[name], nbytes / time_ms(fn, rep=40, graph=True) / 1e6)
+        say(f"B={B} S={S // 1024}k, graph replays, GB/s (/ cuDNN): " + "; ".join(
+            f"{name} {gbps:.0f} ({gbps / best['cuDNN']:.2f})" for name, gbps in best.items()))
 
 
 SPLIT_COUNTS = (1, 2, 4, 6, 8, 9, 12, 16, 20, 24, 32, 48, 64, 96, 128)

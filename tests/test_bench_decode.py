@@ -8,6 +8,7 @@ import teachkit
 from teachkit.bench import load_results, save_results
 from teachkit.bench.core import Measurement
 from teachkit.bench.decode import (
+    DEFAULT,
     ONE_LAUNCH,
     PAGED,
     SPLIT,
@@ -27,14 +28,15 @@ pytest.importorskip("triton")
 def test_bench_decode_measures_every_provider():
     results = bench_decode(batches=(2,), lengths=(37,), heads=2, kv_heads=1, head_dim=16,
                            page_size=8, sdpa_backends=("math",), num_splits=3, progress=False)
-    assert [r.provider for r in results] == ["SDPA math", UNSPLIT, PAGED, SPLIT, ONE_LAUNCH]
+    assert [r.provider for r in results] == ["SDPA math", UNSPLIT, PAGED, SPLIT, ONE_LAUNCH,
+                                                 DEFAULT]
     for r in results:
         assert r.problem == decode_problem(2, 37) and r.unit == "GB/s" and r.value > 0
         assert r.params == {"B": 2, "S": 37, "dtype": "float16"}
         assert r.value == pytest.approx(2 * 2 * 1 * 37 * 16 * 2 / r.ms / 1e6)
     forced = {r.provider: r.provider_params for r in results}
     assert forced == {"SDPA math": {}, UNSPLIT: {}, PAGED: {}, SPLIT: {"num_splits": 3},
-                      ONE_LAUNCH: {"num_splits": 3}}
+                      ONE_LAUNCH: {"num_splits": 3}, DEFAULT: {"num_splits": 3}}
     assert "split-KV" in summary(results, ceiling=1.0)
 
 
@@ -46,7 +48,8 @@ def test_a_forced_config_is_in_the_teachkit_providers_params():
                            progress=False)
     tiles = {"block_n": 16, "num_warps": 4, "num_stages": 1}
     assert {r.provider: r.provider_params for r in results} == {
-        "SDPA math": {}, UNSPLIT: tiles, PAGED: tiles, SPLIT: tiles, ONE_LAUNCH: tiles}
+        "SDPA math": {}, UNSPLIT: tiles, PAGED: tiles, SPLIT: tiles, ONE_LAUNCH: tiles,
+        DEFAULT: tiles}
 
 
 def test_problem_and_split_params():
@@ -65,7 +68,7 @@ def test_cli_refuses_cpu_without_flag_and_records_with_it(tmp_path, capsys):
     assert "teachkit split-KV" in out and "results:" in out and "figure:" in out
     assert (tmp_path / "decode.png").exists()
     results, record = load_results(path)
-    assert {r.provider for r in results} == {UNSPLIT, PAGED, SPLIT, ONE_LAUNCH}
+    assert {r.provider for r in results} == {UNSPLIT, PAGED, SPLIT, ONE_LAUNCH, DEFAULT}
     assert {(r.params["B"], r.params["S"]) for r in results} == {(1, 20)}
     assert record["ceilings"]["copy_gbps"] > 0
     assert record["timing"] == "wall clock median (CPU)"

@@ -486,7 +486,54 @@ def test_a_decoding_step_replays_from_a_cuda_graph():
     lens[1] += 1
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, decode_attention(q, k, v, cache_seqlens=lens))
+    # the capture took the configuration for replays: the merge kernel after the splits
+    replays = decode.decode_config(64, torch.float16, torch.cuda.get_device_capability(),
+                                   captured=True)
+    assert torch.equal(out, decode_attention(q, k, v, cache_seqlens=lens, config=replays))
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="CUDA graphs need a GPU")
+def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
+    dev = teachkit.DEVICE
+    q = torch.randn(1, 8, 1, 128, device=dev, dtype=torch.float16)
+    k, v = (torch.randn(1, 8, 4096, 128, device=dev, dtype=torch.float16) for _ in range(2))
+    merge = decode.decode_merge_kernel.run
+    launches = merge.hits + merge.misses
+    want = decode_attention(q, k, v)  # one launch: the split kernel merges
+    assert merge.hits + merge.misses == launches
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        out = decode_attention(q, k, v, check_values=False)
+    torch.cuda.current_stream().wait_stream(side)
+    assert merge.hits + merge.misses == launches + 1
+    graph.replay()
+    torch.cuda.synchronize()
+    assert relative_error(out, want) < 1e-3
+
+
+def test_a_captured_split_call_plans_the_merge_kernel():
+    """Planned as if captured into a CUDA graph: a call that splits the keys takes
+    decode_config(..., captured=True), the merge kernel, with its splits chosen for those tiles;
+    a call that does not split, or that gives its own config, keeps its plan."""
+    dev = torch.device(DEV)
+    capability = None if not teachkit.ON_GPU else torch.cuda.get_device_capability()
+    plain = decode._launch_plan(1, 4, 1, 128, 1, torch.float16, dev, 4096, None, None, False)
+    captured = decode._launch_plan(1, 4, 1, 128, 1, torch.float16, dev, 4096, None, None, False,
+                                   True)
+    assert plain.num_splits > 1 and plain.one_launch
+    assert captured.num_splits > 1 and not captured.one_launch
+    assert captured.config == decode.decode_config(128, torch.float16, capability,
+                                                   captured=True)
+    many = 64 * decode.sm_count(dev)  # programs enough that nothing splits
+    assert (decode._launch_plan(many, 1, 1, 128, 1, torch.float16, dev, 4096, None, None, False,
+                                True)
+            == decode._launch_plan(many, 1, 1, 128, 1, torch.float16, dev, 4096, None, None,
+                                   False))
+    mine = decode.DecodeConfig(32, 4, 2)
+    assert decode._launch_plan(1, 4, 1, 128, 1, torch.float16, dev, 4096, None, mine, False,
+                               True).config == mine
 
 
 @pytest.mark.parametrize("B, H, H_kv, Lq, S, splits", [(1, 4, 2, 1, 40, 3), (2, 8, 8, 3, 17, 1),

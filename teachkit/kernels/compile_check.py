@@ -358,8 +358,9 @@ def decode_launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`~teachkit.kernels.decode.decode_attention` may launch on a GPU.
 
     The split kernel per (GPU class, head dim, element size) in the variants of
-    :func:`_decode_variants`, and with its own merge (``ONE_LAUNCH``) at ``D = 128``; the merge
-    kernel for 2 and
+    :func:`_decode_variants`, with its own merge (``ONE_LAUNCH``) at ``D = 128``, and with the
+    tiles of a call captured into a CUDA graph where they differ (``decode_config(...,
+    captured=True)``, one query row); the merge kernel for 2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
@@ -371,15 +372,20 @@ def decode_launch_configs() -> list[KernelConfig]:
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
                 # the merge inside the split kernel: contiguous, one query row, D = 128
-                one_launch = [(0, 16, True)] if d == 128 else []
-                for page_size, block_m, merge in [
-                        *((p, m, False) for p, m in _decode_variants(ty, d)), *one_launch]:
-                    cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0)
+                one_launch = [(0, 16, True, False)] if d == 128 else []
+                captured = decode.decode_config(d, dtype, capability, captured=True)
+                if captured[:3] != decode.decode_config(d, dtype, capability)[:3]:
+                    one_launch.append((0, 16, False, True))
+                for page_size, block_m, merge, graph in [
+                        *((p, m, False, False) for p, m in _decode_variants(ty, d)),
+                        *one_launch]:
+                    cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
+                                               captured=graph)
                     configs.append(_config(
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                         f"page={page_size or 'none'} warps={cfg.num_warps} "
-                        f"stages={cfg.num_stages}{' one launch' if merge else ''} "
-                        f"(for sm_{cls}-class GPUs)",
+                        f"stages={cfg.num_stages}{' one launch' if merge else ''}"
+                        f"{' captured' if graph else ''} (for sm_{cls}-class GPUs)",
                         decode.decode_split_kernel, split_types,
                         {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
                          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,

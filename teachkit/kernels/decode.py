@@ -46,10 +46,11 @@ of splits (:func:`choose_num_splits`) and launches :func:`decode_split_kernel`, 
 output: the plain, unsplit forward pass. With ``DecodeConfig(one_launch=True)`` there is no
 second kernel: every split counts itself done on an atomic counter of its rows, and the one that
 counts last merges the partials (:func:`merge_splits`), which saves a launch and its host time.
-This is the default (``DecodeConfig.one_launch`` is ``True`` unless set): on an H100, plain
-launches of one sequence read 1k-4k tokens 1.2-1.4x faster in one launch than with the merge
-kernel (the host's time for a launch saved); on CUDA-graph replays, where a launch costs the host
-nothing, the merge kernel is 1-15 % faster at 1k-16k tokens and the two are equal from 64k
+This is the default for calls launched from Python (``DecodeConfig.one_launch`` is ``True``
+unless set): it saves the host a launch, which a loop of back-to-back calls pays in full. A call
+being captured into a CUDA graph gets the merge kernel instead (:func:`decode_config` with
+``captured``): a replay launches without the host, and there the fence, the count and the last
+split's reads of the partials cost more than a second kernel
 (``teachkit/benchmarks/decode_nvidia_h100.json`` and ``..._cudagraph.json`` time both; notebook
 09 prints the ratios). The compile check of ``python -m teachkit.kernels``
 (:mod:`teachkit.kernels.compile_check`) proves every configuration fits the GPUs learners use.
@@ -401,14 +402,29 @@ where the contiguous tiles (2 stages of 32 KB) read them at 94.4-94.6 % and 98.2
 (``gpu_checks/decode_gpu.py --sweep-at B S`` times both); the decoding record has 97-100 % from
 4k tokens. Three 64 KB stages fit an H100's shared memory, not an L4's or a T4's."""
 
+_CAPTURED_TILES = {90: (64 * 1024, 2)}
+"""Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
+while it is being captured into a CUDA graph, where measured; such a call also takes the merge
+kernel (``one_launch=False``). On graph replays the launch costs the host nothing, while the
+one-launch merge makes every split fence its stores and count on an atomic before the last one
+reads the partials back: on an H100 (one sequence, H = 32, D = 128 fp16, 1k-64k tokens) one
+launch read at 0.76-0.98x cuDNN and the merge kernel at 0.97-0.98x, and with 2 stages of 64 KB
+(128 keys) at 0.99-1.00x (``gpu_checks/decode_gpu.py --graph-sweep``).
+Calls that do not split (8 sequences or more) keep the plain tiles: a 128 KB program leaves an
+SM room for one, where the unsplit grid wants three."""
+
 
 def decode_config(head_dim: int, dtype: torch.dtype,
                   capability: tuple[int, int] | None = None, paged: bool = False,
-                  ) -> DecodeConfig:
+                  captured: bool = False) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75; from a
-    paged cache on sm_90, 64 KB in 3 stages), between 16 and 128 keys.
+    paged cache on sm_90, 64 KB in 3 stages; for a split call captured into a CUDA graph on
+    sm_90, 64 KB in 2 stages), between 16 and 128 keys. The split kernel merges by itself
+    (``one_launch``) unless the call is being captured into a CUDA graph: a replay launches
+    without the host, so the launch that one-launch merging saves costs nothing there, and the
+    merge kernel is the faster of the two (:data:`_CAPTURED_TILES`).
 
     Parameters
     ----------
@@ -420,6 +436,9 @@ def decode_config(head_dim: int, dtype: torch.dtype,
         ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
     paged : bool
         Whether the keys come through a block table (:data:`_PAGED_TILES`).
+    captured : bool
+        Whether the call splits the keys and is being captured into a CUDA graph
+        (:data:`_CAPTURED_TILES`; a paged cache keeps its own tiles).
 
     Examples
     --------
@@ -427,17 +446,21 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=True)
     >>> decode_config(128, torch.float16, (9, 0), paged=True).block_n
     128
+    >>> decode_config(128, torch.float16, (9, 0), captured=True)
+    DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=False)
     """
     if capability is None:
-        return _INTERPRETER_CONFIG
+        return _INTERPRETER_CONFIG._replace(one_launch=not captured)
     cls = gpu_class(capability)
     size = 4 if dtype == torch.float32 else 2
     stage_bytes = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     stages = _STAGES[cls]
     if paged:
         stage_bytes, stages = _PAGED_TILES.get(cls, (stage_bytes, stages))
+    elif captured:
+        stage_bytes, stages = _CAPTURED_TILES.get(cls, (stage_bytes, stages))
     block_n = max(16, min(128, stage_bytes // (2 * head_dim * size)))
-    return DecodeConfig(block_n, 4, stages)
+    return DecodeConfig(block_n, 4, stages, one_launch=not captured)
 
 
 def max_rows(head_dim: int, dtype: torch.dtype) -> int:
@@ -714,9 +737,10 @@ def decode_attention(
     return_lse : bool
         Also return the log-sum-exp of every query's scaled scores.
     config : DecodeConfig, optional
-        Tile size, warps, stages and whether the split kernel merges (``one_launch``, the
-        default) or a merge kernel does; default :func:`decode_config` (with ``paged`` when a
-        ``block_table`` is given).
+        Tile size, warps, stages and whether the split kernel merges (``one_launch``) or a merge
+        kernel does; default :func:`decode_config` (with ``paged`` when a ``block_table`` is
+        given, and ``captured`` when the call splits the keys while the current CUDA stream is
+        being captured into a graph).
     check_values : bool
         Check ``cache_seqlens`` and ``block_table`` values on the host (one synchronisation).
         Pass ``False`` in a decoding loop once they are known to be good: an entry outside the
@@ -742,8 +766,10 @@ def decode_attention(
     between calls (:mod:`teachkit.kernels.scratch`). A decoding loop should capture its step in
     a CUDA graph (``torch.cuda.graph``) and replay it, as serving engines do; pass
     ``check_values=False`` there, since the value checks synchronise with the GPU, which a
-    capture forbids, and consider ``config=DecodeConfig(..., one_launch=False)``, whose merge
-    kernel is faster on replays of short caches (2-27 % in the records, at 1k-16k tokens).
+    capture forbids. Without a ``config``, a call being captured takes the merge kernel, with
+    larger tiles on an H100 where it splits the keys (:func:`decode_config` with ``captured``):
+    on replays that reads one sequence's cache at 0.99-1.00x cuDNN, where one launch reads it at
+    0.76-0.98x.
 
     Examples
     --------
@@ -828,8 +854,10 @@ def decode_attention(
             lse.fill_(float("-inf"))
         return (out, lse) if return_lse else out
 
+    # a call captured into a CUDA graph gets the configuration for replays (decode_config)
+    captured = config is None and ON_GPU and torch.cuda.is_current_stream_capturing()
     plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config,
-                        paged)
+                        paged, captured)
     config, num_splits, one_launch = plan.config, plan.num_splits, plan.one_launch
     # Buffers the caller never sees (the splits' partials, the lse unless asked for, the merge's
     # counters) are kept per CUDA stream from one call to the next (teachkit.kernels.scratch).
@@ -891,13 +919,26 @@ class _DecodePlan(NamedTuple):
 @functools.lru_cache(maxsize=256)
 def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                  device: torch.device, capacity: int, num_splits: int | None,
-                 config: DecodeConfig | None, paged: bool) -> _DecodePlan:
+                 config: DecodeConfig | None, paged: bool, captured: bool = False,
+                 ) -> _DecodePlan:
     """The :class:`_DecodePlan` of a call, with the defaults of :func:`decode_config` and
-    :func:`choose_num_splits` where not given. Worked out once per kind of call (a decoding loop
-    makes the same call every step)."""
-    if config is None:
-        config = decode_config(D, dtype, None if INTERPRETED else compute_capability(device),
-                               paged)
+    :func:`choose_num_splits` where not given. A call being ``captured`` into a CUDA graph gets
+    :func:`decode_config`'s configuration for replays when it splits the keys, with the splits
+    chosen again for its key blocks. Worked out once per kind of call (a decoding loop makes
+    the same call every step)."""
+    capability = None if INTERPRETED else compute_capability(device)
+    plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits,
+                     config or decode_config(D, dtype, capability, paged))
+    if config is None and captured and plan.num_splits > 1:
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits,
+                         decode_config(D, dtype, capability, paged, captured=True))
+    return plan
+
+
+def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
+              device: torch.device, capacity: int, num_splits: int | None,
+              config: DecodeConfig) -> _DecodePlan:
+    """:func:`_launch_plan` for a given ``config``."""
     group = H // H_kv
     block_m = max(16, min(max_rows(D, dtype), next_power_of_2(group * Lq)))
     row_blocks = cdiv(group * Lq, block_m)

@@ -407,9 +407,10 @@ _CAPTURED_TILES = {90: (64 * 1024, 2)}
 while it is being captured into a CUDA graph, where measured; such a call also takes the merge
 kernel (``one_launch=False``). On graph replays the launch costs the host nothing, while the
 one-launch merge makes every split fence its stores and count on an atomic before the last one
-reads the partials back: on an H100 (one sequence, H = 32, D = 128 fp16, 1k-64k tokens) one
-launch read at 0.76-0.98x cuDNN and the merge kernel at 0.97-0.98x, and with 2 stages of 64 KB
-(128 keys) at 0.99-1.00x (``gpu_checks/decode_gpu.py --graph-sweep``).
+reads the partials back: on an H100 (one or two sequences, H = 32, D = 128 fp16, 1k-64k
+tokens) one launch read at 0.78-0.98x cuDNN, the merge kernel at 0.95-1.00x with 32 KB tiles
+(64 keys) and at 0.98-1.00x with 2 stages of 64 KB (128 keys), the best of the four from 4k
+tokens on (``gpu_checks/decode_gpu.py --graph-sweep``).
 Calls that do not split (8 sequences or more) keep the plain tiles: a 128 KB program leaves an
 SM room for one, where the unsplit grid wants three."""
 
@@ -768,8 +769,8 @@ def decode_attention(
     ``check_values=False`` there, since the value checks synchronise with the GPU, which a
     capture forbids. Without a ``config``, a call being captured takes the merge kernel, with
     larger tiles on an H100 where it splits the keys (:func:`decode_config` with ``captured``):
-    on replays that reads one sequence's cache at 0.99-1.00x cuDNN, where one launch reads it at
-    0.76-0.98x.
+    on replays that reads one sequence's cache at 0.98-1.00x cuDNN, where one launch reads it at
+    0.76-0.99x (records ``decode_nvidia_h100_cudagraph``).
 
     Examples
     --------

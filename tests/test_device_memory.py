@@ -8,7 +8,15 @@ import torch
 import teachkit
 from teachkit import device
 from teachkit.bench import matmul_dtype
-from teachkit.bench.decode import ONE_LAUNCH, PAGED, SPLIT, UNSPLIT, bench_decode, decode_bytes
+from teachkit.bench.decode import (
+    DEFAULT,
+    ONE_LAUNCH,
+    PAGED,
+    SPLIT,
+    UNSPLIT,
+    bench_decode,
+    decode_bytes,
+)
 
 
 def test_memory_budget_is_a_sane_number():
@@ -76,7 +84,7 @@ def test_bench_decode_skips_what_does_not_fit(monkeypatch, capsys):
     results = bench_decode(batches=(1,), lengths=(40, 4000), **shape, page_size=8,
                            sdpa_backends=(), progress=False)
     assert {r.problem for r in results} == {"B=1 S=40"}
-    assert [r.provider for r in results] == [UNSPLIT, PAGED, SPLIT, ONE_LAUNCH]
+    assert [r.provider for r in results] == [UNSPLIT, PAGED, SPLIT, ONE_LAUNCH, DEFAULT]
     out = capsys.readouterr().out
     assert "skipped B=1 S=4000 fp16: it needs about" in out and "S=40 " not in out
 

@@ -371,21 +371,21 @@ def decode_launch_configs() -> list[KernelConfig]:
                        "LSE_OUT": "*fp32", "qk_scale": "fp32"}
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
-                # the merge inside the split kernel: contiguous, one query row, D = 128
-                one_launch = [(0, 16, True, False)] if d == 128 else []
-                captured = decode.decode_config(d, dtype, capability, captured=True)
-                if captured[:3] != decode.decode_config(d, dtype, capability)[:3]:
-                    one_launch.append((0, 16, False, True))
-                for page_size, block_m, merge, graph in [
-                        *((p, m, False, False) for p, m in _decode_variants(ty, d)),
-                        *one_launch]:
+                # (page size, BLOCK_M, merge inside the split kernel, captured into a graph)
+                variants = [(p, m, False, False) for p, m in _decode_variants(ty, d)]
+                if d == 128:  # the merge inside the split kernel: contiguous, one query row
+                    variants.append((0, 16, True, False))
+                if (decode.decode_config(d, dtype, capability, captured=True)[:3]
+                        != decode.decode_config(d, dtype, capability)[:3]):
+                    variants.append((0, 16, False, True))  # a captured call's own tiles
+                for page_size, block_m, merge, captured in variants:
                     cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
-                                               captured=graph)
+                                               captured=captured)
                     configs.append(_config(
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                         f"page={page_size or 'none'} warps={cfg.num_warps} "
                         f"stages={cfg.num_stages}{' one launch' if merge else ''}"
-                        f"{' captured' if graph else ''} (for sm_{cls}-class GPUs)",
+                        f"{' captured' if captured else ''} (for sm_{cls}-class GPUs)",
                         decode.decode_split_kernel, split_types,
                         {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
                          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,

@@ -399,8 +399,10 @@ on one more load; more bytes per iteration and a deeper pipeline keep more in fl
 wait. On an H100 (pages of 16 tokens shuffled over the pool, D = 128 fp16), 3 stages of 64 KB
 (128 keys) read pages at 96.7-97.6 % of the contiguous rate at batch 8 and 99.0 % at batch 16,
 where the contiguous tiles (2 stages of 32 KB) read them at 94.4-94.6 % and 98.2 %
-(``gpu_checks/decode_gpu.py --sweep-at B S`` times both); the decoding record has 97-100 % from
-4k tokens. Three 64 KB stages fit an H100's shared memory, not an L4's or a T4's."""
+(``gpu_checks/decode_gpu.py --sweep-at B S`` times both); the decoding record has 96-99 % of
+the contiguous default from 4k tokens launched plainly (94-99 % on graph replays, where the
+contiguous default has its own larger tiles). Three 64 KB stages fit an H100's shared memory,
+not an L4's or a T4's."""
 
 _CAPTURED_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
@@ -762,7 +764,7 @@ def decode_attention(
 
     A call costs host time before the GPU starts: the checks, the output buffer and the Triton
     launch. On an H100 machine a call for one sequence of 1k tokens took 19 µs where the kernel
-    takes 11 (records ``decode_nvidia_h100`` against ``decode_nvidia_h100_cudagraph``). The
+    takes 9 (records ``decode_nvidia_h100`` against ``decode_nvidia_h100_cudagraph``). The
     partial results, and the lse unless ``return_lse``, live in buffers kept per CUDA stream
     between calls (:mod:`teachkit.kernels.scratch`). A decoding loop should capture its step in
     a CUDA graph (``torch.cuda.graph``) and replay it, as serving engines do; pass

@@ -105,9 +105,10 @@ def test_keys_by_value_miss_once_per_new_shape_and_the_dictionary_stays_bounded(
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
-def test_a_cpu_tensor_is_refused_on_a_hit_too():
-    """A CPU tensor has the key of a GPU tensor of its dtype and alignment; the launcher asks
-    the driver about every tensor on every launch, so the hit is refused as Triton refuses it."""
+def test_a_cpu_tensor_misses_and_is_refused_as_triton_refuses_it():
+    """A hit gives the launcher each tensor's address, which it does not check, so the key
+    holds whether a tensor is on the GPU: a CPU tensor of a kept key's dtype and alignment
+    misses, and Triton's own path refuses it."""
     kernel = softmax_kernels.fused_kernel
     block_m, block_n, num_warps = softmax_kernels.fused_config(64)
     x = torch.randn(16, 64, device=DEVICE)
@@ -116,11 +117,15 @@ def test_a_cpu_tensor_is_refused_on_a_hit_too():
         kernel[(16 // block_m,)](x, y, 16, 64, 64, 64, BLOCK_M=block_m, BLOCK_N=block_n,
                                  num_warps=num_warps)
     run = vars(kernel)["run"]
-    hits = run.hits
+    hits, misses = run.hits, run.misses
     with pytest.raises(ValueError, match="cpu tensor"):
         kernel[(16 // block_m,)](x.cpu(), y, 16, 64, 64, 64, BLOCK_M=block_m,
                                  BLOCK_N=block_n, num_warps=num_warps)
-    assert run.hits == hits + 1
+    assert (run.hits, run.misses) == (hits, misses + 1)
+    kernel[(16 // block_m,)](x, y, 16, 64, 64, 64, BLOCK_M=block_m, BLOCK_N=block_n,
+                             num_warps=num_warps)
+    assert run.hits == hits + 1  # the refusal kept nothing
+    torch.testing.assert_close(y, torch.softmax(x, -1))
 
 
 def test_the_written_key_function_gives_the_slow_keys_or_steps_aside():
@@ -134,7 +139,10 @@ def test_the_written_key_function_gives_the_slow_keys_or_steps_aside():
     x = torch.zeros(9, dtype=torch.float16)
     same_kinds = [first, (x, 17, 2.0, None, False, 64), (x[1:], 1, 0.1, None, True, "tf32")]
     for args in same_kinds:
-        assert key_of(*args) == slow_key(constexpr, args)
+        part, launch_args = key_of(*args)
+        assert part == slow_key(constexpr, args)
+        # the launcher gets the tensor's address, the rest as given
+        assert launch_args == (args[0].data_ptr(), *args[1:])
     other_kinds = [(x, 16.0, 0.5, None, True, 1), (x, True, 0.5, None, True, 1),
                    (3, 16, 0.5, None, True, 1), (x, 16, 0.5), (x, 16, 0.5, object(), True, 1)]
     for args in other_kinds:
@@ -145,7 +153,9 @@ def test_the_written_key_function_gives_the_slow_keys_or_steps_aside():
         assert fast is None, args
     assert slow_key(constexpr, other_kinds[1]) != slow_key(constexpr, same_kinds[0])
     assert slow_key(constexpr, other_kinds[-1]) is None  # no key at all: Triton's own path
-    assert key_function((False,), (torch.zeros(1),))(torch.ones(1)) == (torch.float32, True)
+    one = torch.ones(1)
+    assert key_function((False,), (torch.zeros(1),))(one) == ((torch.float32, True, False),
+                                                              (one.data_ptr(),))
 
 
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")

@@ -51,6 +51,17 @@ def test_a_graph_capture_gets_fresh_buffers():
 
 
 @gpu_only
+def test_a_caller_that_has_asked_about_capture_is_taken_at_its_word():
+    device = torch.device(DEVICE)
+    make = lambda: torch.empty(2, device=device)  # noqa: E731
+    kept = scratch.stream_scratch(("test told", 2), make, device, capturing=False)
+    assert scratch.stream_scratch(("test told", 2), make, device) is kept
+    assert scratch.stream_scratch(("test told", 2), make, device, capturing=True) is not kept
+    assert scratch.stream_id(device, capturing=True) is None
+    assert scratch.stream_id(device, capturing=False) == scratch.stream_id(device)
+
+
+@gpu_only
 def test_the_dictionary_stays_bounded(monkeypatch):
     device = torch.device(DEVICE)
     monkeypatch.setattr(scratch, "MAX_BUFFERS", 3)

@@ -60,7 +60,7 @@ TORCH, TEACHKIT, TRITON_PATH, NO_LAUNCH = PROVIDERS
 DEFAULT_CALLS = pick(cpu=20, gpu=1000)
 """Back-to-back calls a timing unless told: enough on a GPU for microseconds to add up to
 milliseconds; few in the interpreter, where a call takes milliseconds."""
-ROUNDS = 5
+ROUNDS = 10
 """Rounds in which every provider is timed once; each provider's figure is its fastest round."""
 
 
@@ -174,9 +174,9 @@ def host_us(fn: Callable[[], object], calls: int) -> float:
 
 
 def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
-               show_progress: bool = True) -> list[Measurement]:
+               show_progress: bool = True, rounds: int = ROUNDS) -> list[Measurement]:
     """Time every op of ``ops`` (default :data:`OPS`) each way of :data:`PROVIDERS`, in
-    :data:`ROUNDS` interleaved rounds, keeping each way's fastest.
+    ``rounds`` interleaved rounds (default :data:`ROUNDS`), keeping each way's fastest.
 
     ``calls`` back-to-back calls a timing (default :data:`DEFAULT_CALLS`). The fastest round,
     not the median: what a call costs the host only grows with whatever else the machine does
@@ -185,26 +185,30 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
     """
     names = require_names(ops, OPS, "ops")
     calls = DEFAULT_CALLS if calls is None else require_positive_int(calls, "calls")
+    rounds = require_positive_int(rounds, "rounds")
     problems = host_problems()
     ways = {NO_LAUNCH: launches_skipped, TRITON_PATH: launch_cache_bypassed}
     results = []
-    with progress_bar(len(names) * ROUNDS, show_progress) as bar:
-        for op in names:
-            dtype, sizes, torch_call, teachkit_call = problems[op]
-            params = {"op": op, **sizes, "dtype": dtype_name(DTYPES[dtype])}
-            timed = {TORCH: torch_call, TEACHKIT: teachkit_call}
-            best = dict.fromkeys(PROVIDERS, float("inf"))
-            for round_ in range(ROUNDS):  # the providers take turns, so drift hits them alike
-                bar.set_description(f"{op}: round {round_ + 1} of {ROUNDS}")
+    best = {(op, provider): float("inf") for op in names for provider in PROVIDERS}
+    with progress_bar(len(names) * rounds, show_progress) as bar:
+        # Every op and every way take turns within each round, so a slow spell of the machine
+        # (it comes and goes over seconds on a shared host) hits them alike.
+        for round_ in range(rounds):
+            for op in names:
+                bar.set_description(f"round {round_ + 1} of {rounds}: {op}")
+                torch_call, teachkit_call = problems[op][2:]
+                timed = {TORCH: torch_call, TEACHKIT: teachkit_call}
                 for provider in PROVIDERS:
-                    way = ways.get(provider, contextlib.nullcontext)
-                    with way():
+                    with ways.get(provider, contextlib.nullcontext)():
                         us = host_us(timed.get(provider, teachkit_call), calls)
-                    best[provider] = min(best[provider], us)
+                    best[op, provider] = min(best[op, provider], us)
                 bar.update()
-            results += [Measurement(problem=op, dtype=dtype, provider=provider,
-                                    ms=us / 1e3, value=us, unit="µs per call", params=params)
-                        for provider, us in best.items()]
+    results = []
+    for (op, provider), us in best.items():
+        dtype, sizes = problems[op][:2]
+        params = {"op": op, **sizes, "dtype": dtype_name(DTYPES[dtype])}
+        results.append(Measurement(problem=op, dtype=dtype, provider=provider, ms=us / 1e3,
+                                   value=us, unit="µs per call", params=params))
     return results
 
 
@@ -216,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="which entry points to time: " + ", ".join(OPS))
     parser.add_argument("--calls", type=positive_int, default=None,
                         help="back-to-back calls a timing (default 1000 on a GPU, 20 on a CPU)")
+    parser.add_argument("--rounds", type=positive_int, default=ROUNDS,
+                        help=f"interleaved rounds, each way keeping its fastest (default {ROUNDS})")
     add_common_arguments(parser)
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
     if args.graph:
@@ -223,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if not start(args):
         return 2
     print(f"device: {device_name()}")
-    results = bench_host(args.ops, args.calls)
+    results = bench_host(args.ops, args.calls, rounds=args.rounds)
     print(format_table(results, baseline=(TORCH,), subject=TEACHKIT))
     for op in dict.fromkeys(r.problem for r in results):
         got = {r.provider: r.value for r in results if r.problem == op}
@@ -238,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return plot_host_cost(results)
 
-    finish(args, results, figure, timing=f"host: the fastest of {ROUNDS} interleaved rounds of "
-           f"{args.calls or DEFAULT_CALLS} back-to-back calls (time.perf_counter, the GPU "
+    finish(args, results, figure, timing=f"host: the fastest of {args.rounds} interleaved rounds "
+           f"of {args.calls or DEFAULT_CALLS} back-to-back calls (time.perf_counter, the GPU "
            "synchronised at the end)")
     return 0
 

@@ -858,14 +858,15 @@ def decode_attention(
         return (out, lse) if return_lse else out
 
     # a call captured into a CUDA graph gets the configuration for replays (decode_config)
-    captured = config is None and ON_GPU and torch.cuda.is_current_stream_capturing()
+    capturing = ON_GPU and torch.cuda.is_current_stream_capturing()
     plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config,
-                        paged, captured)
+                        paged, config is None and capturing)
     config, num_splits, one_launch = plan.config, plan.num_splits, plan.one_launch
     # Buffers the caller never sees (the splits' partials, the lse unless asked for, the merge's
     # counters) are kept per CUDA stream from one call to the next (teachkit.kernels.scratch).
     o_part, lse_part, lse, counters = stream_scratch(
-        ("decode", plan, return_lse), lambda: _decode_buffers(plan, return_lse, device), device)
+        ("decode", plan, return_lse), lambda: _decode_buffers(plan, return_lse, device), device,
+        capturing)
     if return_lse:
         lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
     if num_splits == 1:  # the unsplit forward pass: final output and lse directly

@@ -11,7 +11,7 @@ machine; ``python -m teachkit.bench host`` times the entry points with and witho
 :func:`cached_launch` keeps, per kernel, a dictionary from a launch's **key** to its compiled
 kernel, and on a hit calls the compiled kernel's launcher directly. The key is built in one pass
 over the arguments and is finer than what Triton specialises on: every integer by its value;
-every tensor by its dtype and whether its address is a multiple of 16;
+every tensor by its dtype, whether its address is a multiple of 16 and whether it is on the GPU;
 a tensor descriptor (TMA) by its dtype and block shape; every float as "a float"; the value of
 every ``tl.constexpr`` parameter and of every keyword (``num_warps``, ...); the device; Triton's
 debug settings. Two launches with equal keys therefore get the same compiled kernel from Triton
@@ -24,11 +24,15 @@ profiler launch hooks.
 
 The key is the costly part of a hit: a loop over the arguments took 13 µs of a decoding call's
 launch on an H100 machine. After each miss the cache writes a function for the kinds of
-arguments it just met (:func:`key_function`: this tensor, that integer, ...) that builds the key
-in one expression; launches whose arguments are of other kinds are keyed one argument at a time,
-to the same key. With the Triton versions in :data:`DIRECT_LAUNCH_VERSIONS` a hit calls the
-launcher's compiled C function without its Python wrapper, when the kernel needs no scratch
-memory; the launcher still asks the driver whether every tensor is on the GPU.
+arguments it just met (:func:`key_function`: this tensor, that integer, ...) that builds the
+key in one expression, and with it the arguments for the launcher, each tensor as the integer
+address it already read for the alignment. Given a tensor, Triton's launcher reads its address
+and asks the driver whether it is GPU memory; given an integer it takes it as it is, so the key
+holds whether each tensor is on the GPU (``is_cuda``) and a CPU tensor never hits a GPU
+tensor's key. Launches whose arguments are of other kinds are keyed one argument at a time, to
+the same key, and give the launcher the tensors. With the Triton versions in
+:data:`DIRECT_LAUNCH_VERSIONS` a hit calls the launcher's compiled C function without its
+Python wrapper, when the kernel needs no scratch memory.
 
 Under Triton's interpreter (no GPU) the kernel is returned as it is.
 
@@ -78,20 +82,22 @@ def argument_key(value: Any) -> Any:
 
     An integer is its own key (Triton specialises on divisibility by 16, on being 1 and on
     int32/int64 range, which its value decides); a tensor is its dtype and whether its address
-    is a multiple of 16; a float is "a float"; a bool is its value.
+    is a multiple of 16 (and whether it is on the GPU, which Triton's launcher checks when it
+    is given the tensor, not when it is given its address); a float is "a float"; a bool is
+    its value.
 
     Examples
     --------
     >>> argument_key(32), argument_key(0.5) is float, argument_key(None), argument_key(True)
     (32, True, None, (<class 'bool'>, True))
-    >>> argument_key(torch.zeros(4)) == (torch.float32, True)
+    >>> argument_key(torch.zeros(4)) == (torch.float32, True, False)
     True
     """
     kind = type(value)
     if kind is int:
         return value
     if isinstance(value, torch.Tensor):
-        return (value.dtype, value.data_ptr() % 16 == 0)
+        return (value.dtype, value.data_ptr() % 16 == 0, value.is_cuda)
     if kind is float:
         return float
     if kind is bool:
@@ -118,25 +124,30 @@ def _keyed(value: Any) -> Any:
 
 def key_function(constexpr: tuple[bool, ...], args: tuple) -> Any:
     """Python source made into a function of the positional arguments that returns their part
-    of a launch's key, for launches whose arguments are of the kinds of ``args``.
+    of a launch's key and the arguments for the launcher, for launches whose arguments are of
+    the kinds of ``args``.
 
-    A constexpr or an integer is itself and a tensor its dtype and alignment, written out in
-    one tuple (a loop over 50 arguments costs a decoding call microseconds); anything else is
-    :func:`argument_key`'s. The function returns ``None`` when an integer's place holds
-    something else, and raises ``AttributeError`` (a tensor's place), ``TypeError`` (another
-    count) or :class:`_NoKey`: those launches are keyed by :func:`slow_key`, which gives every
-    launch the key this function gives it.
+    A constexpr or an integer is itself; a tensor is its dtype, alignment and ``is_cuda`` in
+    the key and its address (read once, for both) in the launcher's arguments; anything else
+    is :func:`argument_key`'s in the key and itself for the launcher. All of it is written out
+    in one expression (a loop over 50 arguments costs a decoding call microseconds). The
+    function returns ``None`` when an integer's place holds something else, and raises
+    ``AttributeError`` (a tensor's place), ``TypeError`` (another count) or :class:`_NoKey`:
+    those launches are keyed by :func:`slow_key`, which gives every launch the key this
+    function gives it.
 
     Examples
     --------
     >>> key_of = key_function((False, False, True), (torch.zeros(2), 7, 64))
-    >>> key_of(torch.ones(3), 7, 64) == (torch.float32, True, 7, 64)
-    True
-    >>> key_of(torch.ones(3), 7.0, 64) is None
+    >>> x = torch.ones(3)
+    >>> part, launch_args = key_of(x, 7, 64)
+    >>> part == (torch.float32, True, False, 7, 64), launch_args == (x.data_ptr(), 7, 64)
+    (True, True)
+    >>> key_of(x, 7.0, 64) is None
     True
     """
     names = [f"a{i}" for i in range(len(args))]
-    parts, ints = [], []
+    parts, values, ints = [], [], []
     for name, value, fixed in zip(names, args, constexpr, strict=False):
         if fixed:
             parts.append(name)
@@ -144,11 +155,16 @@ def key_function(constexpr: tuple[bool, ...], args: tuple) -> Any:
             parts.append(name)
             ints.append(f"type({name})")
         elif isinstance(value, torch.Tensor):
-            parts.append(f"{name}.dtype, {name}.data_ptr() % 16 == 0")
+            parts.append(f"{name}.dtype, (p{name} := {name}.data_ptr()) % 16 == 0, "
+                         f"{name}.is_cuda")
+            values.append(f"p{name}")
+            continue
         else:
             parts.append(f"keyed({name})")
+        values.append(name)
     check = f"    if ({', '.join(ints)},) != INTS:\n        return None\n" if ints else ""
-    source = f"def key_of({', '.join(names)}):\n{check}    return ({', '.join(parts)},)\n"
+    source = (f"def key_of({', '.join(names)}):\n{check}"
+              f"    return ({', '.join(parts)},), ({', '.join(values)},)\n")
     namespace = {"keyed": _keyed, "INTS": (int,) * len(ints)}
     exec(source, namespace)
     return namespace["key_of"]
@@ -156,12 +172,13 @@ def key_function(constexpr: tuple[bool, ...], args: tuple) -> Any:
 
 def slow_key(constexpr: tuple[bool, ...], args: tuple) -> tuple | None:
     """The arguments' part of a launch's key, one argument at a time with
-    :func:`argument_key` (a tensor's two parts spread out, as :func:`key_function` writes
+    :func:`argument_key` (a tensor's three parts spread out, as :func:`key_function` writes
     them), or None when one has no key.
 
     Examples
     --------
-    >>> slow_key((False, False, True), (torch.zeros(2), 7, 64)) == (torch.float32, True, 7, 64)
+    >>> slow_key((False, False, True), (torch.zeros(2), 7, 64)) == (
+    ...     torch.float32, True, False, 7, 64)
     True
     """
     if len(args) > len(constexpr):
@@ -213,22 +230,28 @@ class CachedRun:
         return not (getattr(runtime.launch_enter_hook, "calls", True)
                     or getattr(runtime.launch_exit_hook, "calls", True))
 
-    def key(self, device: int, args: tuple, kwargs: dict) -> tuple | None:
-        """The launch's key, or None when an argument has no :func:`argument_key`: the device,
-        Triton's debug settings, the keywords (constexprs and options: their names and values
-        decide the kernel) and the arguments' part."""
-        part = None
+    def key(self, device: int, args: tuple, kwargs: dict) -> tuple[tuple | None, tuple]:
+        """The launch's key and the positional arguments to give the launcher.
+
+        The key is the device, Triton's debug settings, the keywords (constexprs and options:
+        their names and values decide the kernel) and the arguments' part; it is None when an
+        argument has no :func:`argument_key`. The launcher's arguments are the key function's
+        (tensors as their addresses) or, where it steps aside, ``args`` as they are.
+        """
+        found = None
         if self._key_of is not None:
             try:
-                part = self._key_of(*args)
+                found = self._key_of(*args)
             except (AttributeError, TypeError, _NoKey):
-                part = None
-        if part is None:
+                found = None
+        if found is None:
             part = slow_key(self._constexpr, args)
             if part is None:
-                return None
+                return None, args
+            found = part, args
+        part, values = found
         return (device, self._knobs.runtime.debug, self._knobs.compilation.instrumentation_mode,
-                tuple(kwargs), tuple(kwargs.values()), part)
+                tuple(kwargs), tuple(kwargs.values()), part), values
 
     def _remember(self, key: tuple, compiled: Any, device: int, args: tuple,
                   kwargs: dict) -> None:
@@ -265,7 +288,7 @@ class CachedRun:
             self._current_device = self._driver.active.get_current_device
             self._current_stream = self._driver.active.get_current_stream
         device = self._current_device()
-        key = self.key(device, args, kwargs)
+        key, values = self.key(device, args, kwargs)
         try:
             hit = self.compiled.get(key) if key is not None else None
         except (TypeError, RuntimeError):  # an unhashable (or uncomparable) keyword value
@@ -280,7 +303,7 @@ class CachedRun:
         compiled, launch, head, rest = hit
         n = len(grid)
         launch(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
-               self._current_stream(device), *head, *args, *rest)
+               self._current_stream(device), *head, *values, *rest)
         return compiled
 
 

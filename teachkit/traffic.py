@@ -328,16 +328,17 @@ def _time_variant(name: str, x: torch.Tensor, ref: torch.Tensor, dt: str) -> lis
 def warm_time_ms(fn: Callable[[], object], rep: int = 20) -> float:
     """Median time of one ``fn()`` with the caches left warm between calls, in milliseconds.
 
-    :func:`teachkit.bench.time_ms` with ``graph=True``: back-to-back calls captured in a CUDA
-    graph (``triton.testing.do_bench_cudagraph``: no launch overhead, and no flush of the L2
-    cache between calls), its replays timed; a working set that fits in L2 is then served from
-    L2. Plain launches (``graph=False``, ``triton.testing.do_bench``) clear the L2 cache before
-    every call, so their data always comes from HBM. ``rep`` is milliseconds of calls per replay
-    on a GPU, and calls on a CPU (a wall-clock median of back-to-back calls).
+    :func:`teachkit.bench.time_ms` with ``graph=True, warm_l2=True``: back-to-back calls
+    captured in a CUDA graph (``triton.testing.do_bench_cudagraph``: no launch overhead, and no
+    flush of the L2 cache between calls), its replays timed; a working set that fits in L2 is
+    then served from L2. Other timings (plain launches, and graph replays without ``warm_l2``)
+    clear the L2 cache before every call, so their data always comes from HBM. ``rep`` is
+    milliseconds of calls per replay on a GPU, and calls on a CPU (a wall-clock median of
+    back-to-back calls).
     """
     from .bench.core import time_ms
 
-    return time_ms(fn, rep=rep, graph=True)
+    return time_ms(fn, rep=rep, graph=True, warm_l2=True)
 
 
 def l2_bytes() -> int | None:
@@ -439,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{k} {v:6.0f}" for k, v in r.items() if k != "working_set_bytes"))
     if args.json:
         timing = (f"{timing_description()} for variants and 'cold' (L2 flushed); "
-                  f"{timing_description(graph=True)} of back-to-back calls for 'warm'"
+                  f"{timing_description(graph=True, warm_l2=True)} for 'warm'"
                   if ON_GPU else timing_description())
         path = save_results(args.json, results, {"l2_bytes": l2_bytes(), "working_set": rows},
                             timing=timing, copy_gbps=copy)

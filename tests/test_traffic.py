@@ -76,7 +76,7 @@ def test_warm_timer_is_the_bench_timer(monkeypatch):
     calls = []
     monkeypatch.setattr(core, "time_ms", lambda fn, **kw: calls.append(kw) or 1.5)
     assert warm_time_ms(lambda: None) == 1.5
-    assert calls == [{"rep": 20, "graph": True}]
+    assert calls == [{"rep": 20, "graph": True, "warm_l2": True}]
 
 
 def test_cli_records_params_and_its_timing(tmp_path, capsys):

@@ -1,8 +1,9 @@
 """What every benchmark shares: timing, the device's ceilings, tables, JSON records, progress bars.
 
-Times are medians of CUDA-event timings (``triton.testing.do_bench``) on a GPU, or of CUDA-graph
-replays when a benchmark is asked for them (``graph=True``, the CLI's ``--graph``); on a CPU a
-wall clock, which says nothing about a GPU.
+Times are medians of CUDA-event timings (``triton.testing.do_bench``, the L2 cache cleared before
+each call) on a GPU, or of CUDA-graph replays, cleared alike, when a benchmark is asked for them
+(``graph=True``, the CLI's ``--graph``: the GPU's time without the host's); on a CPU a wall
+clock, which says nothing about a GPU.
 
 A :class:`Measurement` names its problem and provider by parameters, as
 ``triton.testing.Benchmark`` keys its results by ``x_names`` and ``line_vals``: ``params`` (the
@@ -123,22 +124,43 @@ class Measurement:
 
 
 def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
-            graph: bool = False) -> float:
+            graph: bool = False, warm_l2: bool = False) -> float:
     """Median time of ``fn()`` in milliseconds: CUDA events on a GPU, a wall clock on a CPU.
 
     ``warmup`` and ``rep`` are milliseconds of warm-up and measurement on a GPU (as
-    ``triton.testing.do_bench`` takes them) and call counts on a CPU. On a GPU, plain launches
-    are timed with the L2 cache flushed before every call; with ``graph``, back-to-back calls
-    are captured in a CUDA graph and its replays are timed
-    (``triton.testing.do_bench_cudagraph``): the GPU's time alone, without Python's launch
-    overhead, and with no flush between calls. ``graph`` means nothing on a CPU.
+    ``triton.testing.do_bench`` takes them) and call counts on a CPU. On a GPU:
+
+    - plain launches (the default) are timed by ``triton.testing.do_bench``, which clears the
+      L2 cache before every call, so the data comes from HBM and the host's launch counts
+      wherever the GPU waits for it;
+    - with ``graph``, one call is captured in a CUDA graph and each replay is timed after the
+      same clearing of the L2 cache: the GPU's time alone, with the data still coming from HBM,
+      so plain and graph timings differ by the host's time only;
+    - with ``graph`` and ``warm_l2``, back-to-back calls are captured and their replays timed
+      without clearing anything (``triton.testing.do_bench_cudagraph``): a working set that
+      fits in L2 is then read from L2 (:func:`teachkit.traffic.warm_time_ms`).
+
+    ``graph`` and ``warm_l2`` mean nothing on a CPU.
+
+    Raises
+    ------
+    ValueError
+        ``warm_l2`` without ``graph``.
     """
+    if warm_l2 and not graph:
+        raise ValueError("warm_l2=True times back-to-back CUDA-graph replays; pass graph=True "
+                         "with it (plain launches always clear the L2 cache)")
     if ON_GPU:
         import triton.testing
 
         if graph:
             fn()  # compile outside the capture
-            return float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
+            if warm_l2:
+                return float(triton.testing.do_bench_cudagraph(fn, rep=rep,
+                                                               return_mode="median"))
+            replay = _captured(fn)
+            return float(triton.testing.do_bench(replay, warmup=warmup, rep=rep,
+                                                 return_mode="median"))
         return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
     fn()
     times = []
@@ -149,17 +171,37 @@ def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
     return statistics.median(times)
 
 
-def timing_description(graph: bool = False) -> str:
+def _captured(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn``'s work captured once in a CUDA graph (on a side stream, as capture needs); returns
+    the graph's ``replay``."""
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # the side stream's first call outside the capture (its own buffers, lazy state)
+        stream.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def timing_description(graph: bool = False, warm_l2: bool = False) -> str:
     """How :func:`time_ms` timed on this machine, as a record's ``timing`` says it.
 
     Examples
     --------
-    >>> timing_description(graph=True) in ("cuda-graph replays", "wall clock median (CPU)")
+    >>> timing_description(graph=True) in (
+    ...     "cuda-graph replays, L2 cleared before each", "wall clock median (CPU)")
     True
     """
     if not ON_GPU:
         return "wall clock median (CPU)"
-    return "cuda-graph replays" if graph else "do_bench median (CUDA events)"
+    if graph:
+        return ("cuda-graph replays of back-to-back calls, L2 warm" if warm_l2
+                else "cuda-graph replays, L2 cleared before each")
+    return "do_bench median (CUDA events)"
 
 
 TIMING_BYTES = 256 * 10**6 if ON_GPU else 0
@@ -536,7 +578,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="save the results as JSON to this path (the course keeps its "
                              "records in teachkit/benchmarks/<name>.json)")
     parser.add_argument("--graph", action="store_true",
-                        help="time CUDA-graph replays (GPU time without launch overhead)")
+                        help="time CUDA-graph replays, the L2 cache cleared before each as "
+                             "before plain launches: the GPU's time without the host's")
     parser.add_argument("--allow-cpu", action="store_true",
                         help="run on a CPU (interpreter: tiny sizes, meaningless times)")
 

@@ -28,16 +28,22 @@ from .core import (
     time_ms,
 )
 
-__all__ = ["SOFTMAX_SHAPES", "softmax_providers", "softmax_bytes", "softmax_params",
-           "bench_softmax", "main"]
+__all__ = ["SOFTMAX_SHAPES", "SAME_BYTES_COPY", "softmax_providers", "softmax_bytes",
+           "softmax_params", "bench_softmax", "main"]
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
                   (64, 1048576), (4, 16777216)]
 """Rows x columns of the softmax benchmark: the same bytes, from many short rows to few long."""
 
 
+SAME_BYTES_COPY = "copy, same bytes"
+"""The provider that copies the input into a new tensor (``torch.clone``): one read and one
+write of the same bytes as a softmax, so the most any softmax of that size can reach, the
+launch and the GPU's ramp up and down included. The copy ceiling (:func:`copy_bandwidth`) is
+measured on 1 GiB, where those cost nothing; a problem of 32 MB reaches less."""
+
 PROVIDERS = ("torch", "blog kernel", "online (tl.reduce)", "fused", "split rows",
-             "resident rows", "teachkit.kernels.softmax")
+             "resident rows", "teachkit.kernels.softmax", SAME_BYTES_COPY)
 """The names of :func:`softmax_providers`, in order."""
 
 
@@ -53,6 +59,7 @@ def softmax_providers() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         "split rows": ks.softmax_split,
         "resident rows": ks.softmax_resident,
         "teachkit.kernels.softmax": ks.softmax,
+        SAME_BYTES_COPY: torch.clone,
     }
 
 
@@ -89,8 +96,9 @@ def bench_softmax(
     table: dict[str, Callable[[torch.Tensor], torch.Tensor]] | None = None,
     graph: bool = False,
 ) -> list[Measurement]:
-    """Time every softmax provider (of ``table``, default :func:`softmax_providers`) on every
-    shape and dtype; GB/s = 2 x tensor bytes / time. Each :class:`Measurement` has the
+    """Time every softmax provider (of ``table``, default :func:`softmax_providers`, which
+    includes a copy of the same bytes, :data:`SAME_BYTES_COPY`) on every shape and dtype;
+    GB/s = 2 x tensor bytes / time. Each :class:`Measurement` has the
     problem's :func:`softmax_params`; ``graph`` times CUDA-graph replays
     (:func:`teachkit.bench.core.time_ms`).
 
@@ -135,7 +143,8 @@ def _time_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: tor
     from ..compare import relative_error
 
     problem = f"{x.shape[0]}x{x.shape[1]}"
-    err = relative_error(fn(x), torch.softmax(x.float(), dim=-1))
+    want = x if name == SAME_BYTES_COPY else torch.softmax(x.float(), dim=-1)
+    err = relative_error(fn(x), want)
     if not err < 2e-2:
         raise AssertionError(f"{name} is wrong on {problem} {dtype}: relative error {err}")
     ms = time_ms(lambda: fn(x), graph=graph)

@@ -400,7 +400,7 @@ wait. On an H100 (pages of 16 tokens shuffled over the pool, D = 128 fp16), 3 st
 (128 keys) read pages at 96.7-97.6 % of the contiguous rate at batch 8 and 99.0 % at batch 16,
 where the contiguous tiles (2 stages of 32 KB) read them at 94.4-94.6 % and 98.2 %
 (``gpu_checks/decode_gpu.py --sweep-at B S`` times both); the decoding record has 96-99 % of
-the contiguous default from 4k tokens launched plainly (94-99 % on graph replays, where the
+the contiguous default from 4k tokens launched plainly (95-100 % on graph replays, where the
 contiguous default has its own larger tiles). Three 64 KB stages fit an H100's shared memory,
 not an L4's or a T4's."""
 
@@ -410,9 +410,10 @@ while it is being captured into a CUDA graph, where measured; such a call also t
 kernel (``one_launch=False``). On graph replays the launch costs the host nothing, while the
 one-launch merge makes every split fence its stores and count on an atomic before the last one
 reads the partials back: on an H100 (one or two sequences, H = 32, D = 128 fp16, 1k-64k
-tokens) one launch read at 0.78-0.98x cuDNN, the merge kernel at 0.95-1.00x with 32 KB tiles
-(64 keys) and at 0.98-1.00x with 2 stages of 64 KB (128 keys), the best of the four from 4k
-tokens on (``gpu_checks/decode_gpu.py --graph-sweep``).
+tokens, each replay after the L2 cache is cleared) one launch read at 0.84-0.99x cuDNN, the
+merge kernel at 0.96-1.00x with 32 KB tiles (64 keys) and at 0.95-1.00x with 2 stages of 64 KB
+(128 keys), the best of the four, or level with the best, from 4k tokens on
+(``gpu_checks/decode_gpu.py --graph-sweep``).
 Calls that do not split (8 sequences or more) keep the plain tiles: a 128 KB program leaves an
 SM room for one, where the unsplit grid wants three."""
 
@@ -763,16 +764,18 @@ def decode_attention(
     blocks evenly, so shorter sequences get shorter ranges; splits past the end are empty.
 
     A call costs host time before the GPU starts: the checks, the output buffer and the Triton
-    launch. On an H100 machine a call for one sequence of 1k tokens took 19 µs where the kernel
-    takes 9 (records ``decode_nvidia_h100`` against ``decode_nvidia_h100_cudagraph``). The
+    launch. On an H100 machine a loop of back-to-back calls for one sequence of 256 tokens
+    takes 28 µs a call, 1.7x ``scaled_dot_product_attention``'s (record ``host_nvidia_h100``);
+    timed one call at a time after clearing the L2 cache, most of it hides (19 µs a call at 1k
+    tokens, 18.5 for the GPU alone: records ``decode_nvidia_h100`` and ``..._cudagraph``). The
     partial results, and the lse unless ``return_lse``, live in buffers kept per CUDA stream
     between calls (:mod:`teachkit.kernels.scratch`). A decoding loop should capture its step in
     a CUDA graph (``torch.cuda.graph``) and replay it, as serving engines do; pass
     ``check_values=False`` there, since the value checks synchronise with the GPU, which a
     capture forbids. Without a ``config``, a call being captured takes the merge kernel, with
     larger tiles on an H100 where it splits the keys (:func:`decode_config` with ``captured``):
-    on replays that reads one sequence's cache at 0.98-1.00x cuDNN, where one launch reads it at
-    0.76-0.99x (records ``decode_nvidia_h100_cudagraph``).
+    on replays that reads one sequence's cache at 0.99-1.00x cuDNN, where one launch reads it at
+    0.88-1.00x (record ``decode_nvidia_h100_cudagraph``).
 
     Examples
     --------

@@ -1,0 +1,44 @@
+"""How the benchmarks time: plain launches, graph replays with the L2 cache cleared, and warm
+back-to-back replays."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_warm_l2_is_a_kind_of_graph_timing():
+    from teachkit.bench.core import time_ms
+
+    with pytest.raises(ValueError, match="graph=True"):
+        time_ms(lambda: None, graph=False, warm_l2=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="graph replays need a GPU")
+def test_graph_timing_captures_one_call_and_replays_it():
+    """Graph timing runs the Python of ``fn`` three times (to compile, on the capture's stream,
+    in the capture) and then only replays: the GPU's time, without the host's."""
+    from teachkit.bench.core import time_ms
+
+    x = torch.randn(1 << 20, device="cuda")
+    y = torch.empty_like(x)
+    calls = []
+
+    def fn():
+        calls.append(1)
+        y.copy_(x * 2)
+
+    ms = time_ms(fn, warmup=1, rep=5, graph=True)
+    assert ms > 0 and len(calls) == 3
+    torch.testing.assert_close(y, x * 2)
+
+
+def test_the_softmax_benchmark_times_a_copy_of_the_same_bytes():
+    """The copy is checked against its input, not against a softmax, and counts the same
+    bytes as the softmax providers beside it."""
+    from teachkit.bench.softmax import SAME_BYTES_COPY, bench_softmax
+
+    results = bench_softmax([(4, 100)], ["fp32"], providers=["torch", SAME_BYTES_COPY],
+                            progress=False)
+    assert [r.provider for r in results] == ["torch", SAME_BYTES_COPY]
+    assert all(r.value == 2 * 4 * 100 * 4 / r.ms / 1e6 for r in results)

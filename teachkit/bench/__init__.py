@@ -17,10 +17,10 @@ on stderr; ``--plot NAME`` saves a figure to ``figures/NAME.png`` and ``--json P
 record (the course's own are in ``teachkit/benchmarks/``: :func:`load_record` reads one by name,
 :func:`find_records` lists them). A problem too large for the GPU's free memory is skipped with a
 note. Times are medians of CUDA-event timings (``triton.testing.do_bench``), or of CUDA-graph
-replays with ``--graph``. Every result carries its problem's parameters (``params``, and
-``provider_params`` for a parametrised provider): :class:`Measurement`. On a CPU the
-kernels run in Triton's interpreter, so times say nothing about a GPU; the CLI refuses to run
-there unless given ``--allow-cpu``.
+replays with ``--graph`` (the L2 cache cleared before every call either way). Every result carries
+its problem's parameters (``params``, and ``provider_params`` for a parametrised provider):
+:class:`Measurement`. On a CPU the kernels run in Triton's interpreter, so times say nothing about
+a GPU; the CLI refuses to run there unless given ``--allow-cpu``.
 
 One module per family: :mod:`.core` (timing, ceilings, tables, records), :mod:`.softmax`, and
 the others the subcommands name.

@@ -215,10 +215,10 @@ def copy_bandwidth(nbytes: int | None = None) -> float:
     ``nbytes`` defaults to 1 GiB on a GPU (far beyond any L2), less where the GPU has less
     free (a quarter of :func:`teachkit.device.memory_budget`, at least 64 MiB: source and
     destination then take half of it), and 64 MiB on a CPU. Always timed with plain launches,
-    even where a benchmark times CUDA-graph replays: captured in a CUDA graph the copy ran at
-    2441 GB/s on an H100 against 2991 launched plainly (a graph records it as a memcpy node,
-    which the driver may give to the copy engines), and a 1 GiB copy has no launch overhead to
-    hide anyway.
+    even where a benchmark times CUDA-graph replays: back-to-back copies captured in one CUDA
+    graph (``triton.testing.do_bench_cudagraph``) ran at 2441 GB/s on an H100 against 2991
+    launched plainly (a graph records each as a memcpy node), and a 1 GiB copy has no launch
+    overhead to hide anyway.
     """
     if not nbytes:
         budget = max(0, memory_budget() - TIMING_BYTES)

@@ -38,9 +38,10 @@ SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (25
 
 SAME_BYTES_COPY = "copy, same bytes"
 """The provider that copies the input into a new tensor (``torch.clone``): one read and one
-write of the same bytes as a softmax, so the most any softmax of that size can reach, the
-launch and the GPU's ramp up and down included. The copy ceiling (:func:`copy_bandwidth`) is
-measured on 1 GiB, where those cost nothing; a problem of 32 MB reaches less."""
+write of the same bytes as a softmax and no arithmetic, the yardstick for a problem of that
+size, its launch and the GPU's ramp up and down included. The copy ceiling
+(:func:`copy_bandwidth`) is measured on 1 GiB, where those cost nothing; a problem of 32 MB
+reaches less, by copy or by softmax."""
 
 PROVIDERS = ("torch", "blog kernel", "online (tl.reduce)", "fused", "split rows",
              "resident rows", "teachkit.kernels.softmax", SAME_BYTES_COPY)

@@ -33,7 +33,8 @@ __all__ = ["SOFTMAX_SHAPES", "SAME_BYTES_COPY", "softmax_providers", "softmax_by
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
                   (64, 1048576), (4, 16777216)]
-"""Rows x columns of the softmax benchmark: the same bytes, from many short rows to few long."""
+"""Rows x columns of the softmax benchmark, from many short rows to few long: 2**24, 2**25 and
+then 2**26 elements (16M, 32M, 64M), so the shortest rows are also the smallest problems."""
 
 
 SAME_BYTES_COPY = "copy, same bytes"

@@ -407,13 +407,15 @@ not an L4's or a T4's."""
 _CAPTURED_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
 while it is being captured into a CUDA graph, where measured; such a call also takes the merge
-kernel (``one_launch=False``). On graph replays the launch costs the host nothing, while the
-one-launch merge makes every split fence its stores and count on an atomic before the last one
-reads the partials back: on an H100 (one or two sequences, H = 32, D = 128 fp16, 1k-64k
-tokens, each replay after the L2 cache is cleared) one launch read at 0.84-0.99x cuDNN, the
-merge kernel at 0.96-1.00x with 32 KB tiles (64 keys) and at 0.95-1.00x with 2 stages of 64 KB
-(128 keys), the best of the four, or level with the best, from 4k tokens on
-(``gpu_checks/decode_gpu.py --graph-sweep``).
+kernel (``one_launch=False``). On graph replays the launch costs the host nothing, while one
+launch costs the GPU more: a captured call makes its counters fresh, so every replay repeats
+their zero-fill, and every split fences its stores and counts on an atomic before the last one
+reads the partials back. On an H100 (one or two sequences, H = 32, D = 128 fp16, 1k-64k
+tokens, each replay after the L2 cache is cleared) one launch read at 0.83-0.99x cuDNN, the
+merge kernel at 0.94-1.00x with 32 KB tiles (64 keys) and at 0.94-1.00x with 2 stages of 64 KB
+(128 keys), the best of the four, or level with the best, from 4k tokens on; one launch with
+its counters zeroed before the capture read at 0.89-1.00x (``gpu_checks/decode_gpu.py
+--graph-sweep``, one run).
 Calls that do not split (8 sequences or more) keep the plain tiles: a 128 KB program leaves an
 SM room for one, where the unsplit grid wants three."""
 
@@ -649,7 +651,8 @@ def merge_counters(n: int, device: torch.device) -> torch.Tensor:
     so they get a set each; :func:`~teachkit.kernels.scratch.stream_id`) and grown when a call
     needs more. Each merge sets its counter back to zero, so the next call finds zeros without
     a fill. While a stream is captured into a CUDA graph the zeros are made fresh, for the graph
-    to keep."""
+    to keep; the graph then repeats their zero-fill at every replay (one reason a captured call
+    takes the merge kernel: :func:`decode_config` with ``captured``)."""
     if type(device) is not torch.device:
         device = torch.device(device)
     stream = stream_id(device)

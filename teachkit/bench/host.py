@@ -188,7 +188,6 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
     rounds = require_positive_int(rounds, "rounds")
     problems = host_problems()
     ways = {NO_LAUNCH: launches_skipped, TRITON_PATH: launch_cache_bypassed}
-    results = []
     best = {(op, provider): float("inf") for op in names for provider in PROVIDERS}
     with progress_bar(len(names) * rounds, show_progress) as bar:
         # Every op and every way take turns within each round, so a slow spell of the machine

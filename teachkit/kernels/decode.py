@@ -49,11 +49,13 @@ counts last merges the partials (:func:`merge_splits`), which saves a launch and
 This is the default for calls launched from Python (``DecodeConfig.one_launch`` is ``True``
 unless set): it saves the host a launch, which a loop of back-to-back calls pays in full. A call
 being captured into a CUDA graph gets the merge kernel instead (:func:`decode_config` with
-``captured``): a replay launches without the host, and there the fence, the count and the last
-split's reads of the partials cost more than a second kernel
-(``teachkit/benchmarks/decode_nvidia_h100.json`` and ``..._cudagraph.json`` time both; notebook
-09 prints the ratios). The compile check of ``python -m teachkit.kernels``
-(:mod:`teachkit.kernels.compile_check`) proves every configuration fits the GPUs learners use.
+``captured``): a replay launches without the host, and there one launch costs the GPU more than
+a second kernel does: the graph repeats the zero-fill of the captured call's fresh counters at
+every replay (:func:`merge_counters`), and the fence, the count and the last split's reads of
+the partials cost the rest (``teachkit/benchmarks/decode_nvidia_h100.json`` and
+``..._cudagraph.json`` time both; notebook 09 prints the ratios). The compile check of
+``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves every
+configuration fits the GPUs learners use.
 """
 
 from __future__ import annotations

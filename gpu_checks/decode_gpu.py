@@ -317,13 +317,15 @@ SPLIT_COUNTS = (1, 2, 4, 6, 8, 9, 12, 16, 20, 24, 32, 48, 64, 96, 128)
 
 
 def split_table(B: int, S: int, copy: float) -> list:
-    """GB/s of split-KV for num_splits x BLOCK_N, timed on CUDA-graph replays (the GPU's time;
-    returned as Measurements, provider ``splits=<n> BLOCK_N=<b>`` with those as
-    ``provider_params``) and with plain launches
-    (printed), plus the host time of one call: what choose_num_splits should pick."""
+    """GB/s of split-KV for num_splits x BLOCK_N, each way timed as decode_attention runs it by
+    default: on CUDA-graph replays with the merge kernel, as a captured call merges (the GPU's
+    time; returned as Measurements, provider ``splits=<n> BLOCK_N=<b>`` with those as
+    ``provider_params``), and with plain launches merging in the split kernel (printed); the
+    default's warps and stages. Plus the host time of one call: what choose_num_splits should
+    pick."""
     from teachkit.bench import core
     from teachkit.bench.decode import decode_params, decode_problem, split_params, split_provider
-    from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
+    from teachkit.kernels.decode import choose_num_splits, decode_attention, decode_config, sm_count
 
     q, k, v, nbytes = decoding_inputs(B, S)
     base = choose_num_splits(B * 32, -(-S // 64), sm_count())
@@ -337,15 +339,18 @@ def split_table(B: int, S: int, copy: float) -> list:
     torch.cuda.synchronize()
     say(f"B={B} S={S // 1024}k: heuristic {base} splits; host {host:.0f} us per call")
     out = []
+    default = decode_config(128, torch.float16, torch.cuda.get_device_capability())
     for bn in (32, 64, 128):
-        cfg = DecodeConfig(bn, 4, 3 if bn <= 64 else 2)
+        plain = default._replace(block_n=bn, one_launch=True)
+        captured = plain._replace(one_launch=False)
         cells = []
         for n in SPLIT_COUNTS:
             if n > -(-S // bn):
                 break
-            run = functools.partial(decode_attention, q, k, v, num_splits=n, config=cfg,
+            run = functools.partial(decode_attention, q, k, v, num_splits=n, config=captured,
                                     check_values=False)
             ms = core.time_ms(run, rep=30, graph=True)
+            run = functools.partial(run, config=plain)
             p = nbytes / core.time_ms(run, warmup=5, rep=30, graph=False) / 1e6
             out.append(core.Measurement(decode_problem(B, S), "fp16", split_provider(n, bn),
                                         ms, nbytes / ms / 1e6, "GB/s", decode_params(B, S),

@@ -508,8 +508,9 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) 
 
     Rounding down matters: a grid a little larger than a wave leaves a second, nearly empty
     wave, and the whole call waits for it. On an H100 (132 SMs, two programs per SM) at B = 1,
-    H = 32, S = 16k, 8 splits (256 programs) read the cache at 2462 GB/s and 9 splits (288
-    programs) at 2264, timed on CUDA-graph replays (record ``decode_splits_nvidia_h100``).
+    H = 32, S = 16k, 8 splits (256 programs) read the cache at 2513 GB/s and 9 splits (288
+    programs) at 2262, timed on CUDA-graph replays with a captured call's tiles (record
+    ``decode_splits_nvidia_h100``). Fewer splits, one program per SM, were 1-2 % slower there.
 
     Parameters
     ----------

@@ -70,6 +70,9 @@ __all__ = [
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+LOWEST = tl.constexpr(-3.4028234663852886e38)
+"""The lowest finite float32, where each row's running maximum starts (see
+:func:`flash_fwd_kernel`)."""
 HEAD_DIMS = (16, 32, 64, 128, 256)
 """Head dims the kernel takes (powers of two: ``tl.arange`` needs them)."""
 _DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
@@ -111,22 +114,22 @@ def attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk, start_n, off
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    # m_i starts at the lowest finite float, not -inf, so m_new is finite even in a row whose
+    # scores so far are all -inf (masked, or from a -inf in q or k): exp2(-inf - m_new) is 0,
+    # where -inf - (-inf) would be NaN, and no per-row test is needed.
     if MASKED:
         keep = cols[None, :] < S
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
         qk = tl.where(keep, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
-        p = tl.exp2(qk - shift[:, None])
+        p = tl.exp2(qk - m_new[:, None])
     else:
         # Every key is real, and scale-then-subtract is one FMA (qk_scale >= 0, so the maximum
-        # of the scaled scores is the scaled maximum). The row maximum is -inf only if every
-        # score is, from a -inf in q or k: shift by 0 then, so that exp2 gives 0, not NaN.
+        # of the scaled scores is the scaled maximum).
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(qk * qk_scale - shift[:, None])
-    alpha = tl.exp2(m_i - shift)
+        p = tl.exp2(qk * qk_scale - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     p = p.to(v_dtype).to(v.dtype)  # p rounded to the inputs' dtype, as the tensor cores take it
     # The product accumulates into the rescaled acc: the tensor cores' accumulator, no extra add.
@@ -145,7 +148,7 @@ def flash_fwd_kernel(
     H, H_KV, L, S, qk_scale,
     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
-    USE_TMA: tl.constexpr,
+    USE_TMA: tl.constexpr, EVEN_S: tl.constexpr,
 ):
     """Program ``(query block, b * H + h)``: rows ``start_m .. start_m + BLOCK_M - 1`` of the
     output of one (batch, head). ``Q`` and ``O`` are ``(B, H, L, HEAD_DIM)``, ``K`` and ``V``
@@ -153,7 +156,9 @@ def flash_fwd_kernel(
     ``h`` reads key head ``h // (H // H_KV)`` (grouped-query attention; ``H_KV = H`` is plain
     multi-head), ``LSE`` ``(B, H, L)`` float32; the program holds ``q`` and ``acc``
     ``(BLOCK_M, HEAD_DIM)`` and ``m``, ``l`` ``(BLOCK_M,)``, and folds ``(BLOCK_N, HEAD_DIM)``
-    key blocks in with :func:`attend_key_block`."""
+    key blocks in with :func:`attend_key_block`. ``EVEN_S`` says that ``BLOCK_N`` divides
+    ``S``: without the causal mask no block then needs a mask, and the masked loop is not
+    compiled at all."""
     if CAUSAL:  # the last query blocks see the most keys: start them first (a shorter tail)
         start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     else:
@@ -183,7 +188,7 @@ def flash_fwd_kernel(
     if DOT_FP32:
         q = q.to(tl.float32)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    m_i = tl.full([BLOCK_M], LOWEST, tl.float32)  # not -inf: see attend_key_block
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = qk_scale * LOG2E
@@ -203,14 +208,16 @@ def flash_fwd_kernel(
                                          start_n, offs_m, offs_n, S, stride_kn, stride_vn,
                                          qk_scale, False, CAUSAL, PRECISION, DOT_FP32, USE_TMA,
                                          BLOCK_N, HEAD_DIM)
-    for start_n in range(full_end, end, BLOCK_N):
-        acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk,
-                                         start_n, offs_m, offs_n, S, stride_kn, stride_vn,
-                                         qk_scale, True, CAUSAL, PRECISION, DOT_FP32, USE_TMA,
-                                         BLOCK_N, HEAD_DIM)
+    if CAUSAL or not EVEN_S:  # else [full_end, end) is empty: no masked loop to compile
+        for start_n in range(full_end, end, BLOCK_N):
+            acc, l_i, m_i = attend_key_block(acc, l_i, m_i, q, K, V, k_ptrs, v_ptrs, b, hk,
+                                             start_n, offs_m, offs_n, S, stride_kn, stride_vn,
+                                             qk_scale, True, CAUSAL, PRECISION, DOT_FP32,
+                                             USE_TMA, BLOCK_N, HEAD_DIM)
 
     # A real row saw at least key 0, so l >= 1, unless all its scores were -inf (l = 0): its
-    # output is 0 and its lse -inf, the rule of every attention here. Padding rows are not stored.
+    # output is 0 and its lse -inf (LOWEST + log2(0)), the rule of every attention here.
+    # Padding rows are not stored.
     acc = acc * tl.where(l_i > 0, 1.0 / l_i, 0.0)[:, None]
     lse = (m_i + tl.log2(l_i)) * LN2  # log2 units of the scaled scores back to natural log
     row_ok = offs_m < L
@@ -574,6 +581,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         CAUSAL=causal, HEAD_DIM=D, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, USE_TMA=use_tma,
+        EVEN_S=k.shape[2] % config.block_n == 0,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
 

@@ -45,7 +45,7 @@ from .core import (
                    time_ms,
                    timing_description,
 )
-from .softmax import SOFTMAX_SHAPES, bench_softmax, softmax_providers
+from .softmax import SAME_BYTES_COPY, SOFTMAX_SHAPES, bench_softmax, softmax_providers
 
 __all__ = [
     "DTYPES",
@@ -66,6 +66,7 @@ __all__ = [
     "load_record",
     "refuse_cpu",
     "SOFTMAX_SHAPES",
+    "SAME_BYTES_COPY",
     "bench_softmax",
     "softmax_providers",
 ]

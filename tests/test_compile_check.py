@@ -266,3 +266,15 @@ def test_merge_evidence_orders_the_one_launch_merge():
     assert lines[1].startswith("bar.sync") and "atom.global.gpu.acq_rel.add" in lines[2]
     assert lines[-2].startswith("bar.sync")
     assert lines[-1] == "with its merge: 1 atom, 4 ld.volatile; without: 0 atom, 0 ld.volatile"
+
+
+def test_wgmma_overlap_shows_no_softmax_under_a_product():
+    """``--wgmma-overlap``: in the sm_90 key loop of the flash forward kernel, q k^T is waited
+    for (wait_group 0) before the softmax's ex2 start, and p v is committed at the loop's end;
+    no ex2 runs with a product of its warpgroup in flight."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--wgmma-overlap",
+                           "--head-dim", "128"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip()
+    assert "loop wgmma x8 -> commit -> wait 0 -> ex2 x66 -> wgmma x8 -> commit;" in line, line
+    assert "ex2 with a product in flight: 0 of 132" in line, line

@@ -6,7 +6,9 @@ forward configuration (D = 64, float16) for each of those GPUs and prints how ma
 (``mma.sync``, ``wgmma.mma_async``) and scalar FMA (``fma.rn.f32``) instructions its PTX holds:
 which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--wgmma-operands`` compiles
 that configuration for sm_90 and counts its ``wgmma`` instructions by where their A operand comes
-from: shared memory or registers.
+from: shared memory or registers. ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
+its products, their commits and waits, and its ``ex2`` instructions, in PTX order: whether the
+softmax runs while a product is in flight.
 
 ``python -m teachkit.kernels --layout-evidence`` compiles that kernel with ``D = 128`` for one GPU
 (``--arch``, default sm_90) beside notebook 06's blog softmax kernel, and prints how each reduces
@@ -41,6 +43,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--wgmma-operands", action="store_true",
                         help="count the sm_90 wgmma instructions of notebook 08's flash forward "
                              "kernel by where their A operand comes from")
+    parser.add_argument("--wgmma-overlap", action="store_true",
+                        help="the sm_90 key loop of notebook 08's flash forward kernel in PTX "
+                             "order: when its wgmma products are waited for, and whether any "
+                             "ex2 of the softmax runs while one is in flight")
     parser.add_argument("--layout-evidence", action="store_true",
                         help="show the layout of the tiles the flash forward kernel reduces and "
                              "the butterfly shuffles of its PTX, beside the blog softmax kernel's")
@@ -108,6 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         counts = cc.wgmma_operands(cc.flash_forward_config(90, head_dim, args.dtype, args.causal))
         print(f"flash forward on sm_90, D={head_dim} {args.dtype}, causal={args.causal}: "
               + ", ".join(f"{n} wgmma with {where}" for where, n in counts.items()))
+        return 0
+    if args.wgmma_overlap:
+        head_dim = args.head_dim or 64
+        found = cc.wgmma_overlap(cc.flash_forward_config(90, head_dim, args.dtype, args.causal))
+        print(f"flash forward on sm_90, D={head_dim} {args.dtype}, causal={args.causal}: "
+              f"loop {' -> '.join(found['loop'])}; ex2 with a product in flight: "
+              f"{found['ex2 in flight']} of {found['ex2']}; wgmma.wait_group "
+              + ", ".join(map(str, found["waits"])))
         return 0
     if args.dot_evidence:
         head_dim = args.head_dim or 64

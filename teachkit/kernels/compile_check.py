@@ -585,6 +585,60 @@ def wgmma_operands(config: KernelConfig, capability: int = 90) -> dict[str, int]
     return counts
 
 
+def wgmma_overlap(config: KernelConfig, capability: int = 90) -> dict[str, object]:
+    """Compile ``config`` for ``sm_<capability>`` (Hopper) and show, in PTX order, when its
+    warpgroup products are waited for and whether any ``ex2`` (the softmax's exponentials)
+    runs while one is still in flight.
+
+    ``wgmma.mma_async`` instructions are issued, then ``wgmma.commit_group`` closes them into a
+    group that runs on the tensor cores while the warpgroup goes on; ``wgmma.wait_group N``
+    stops the warpgroup until at most ``N`` groups are pending. Read in the order the PTX lists
+    them, the instructions between a commit and the next wait run beside the product. Needs no
+    GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels --wgmma-overlap`` arranges
+    that).
+
+    Returns
+    -------
+    dict
+        ``"loop"``: the first loop's body as runs of ``wgmma``, ``commit``, ``wait N`` and
+        ``ex2`` (``"wgmma x8"``), ``"ex2"``: the kernel's ``ex2`` instructions, ``"ex2 in
+        flight"``: how many of them follow a commit before its wait, ``"waits"``: the ``N``
+        of every ``wgmma.wait_group``.
+    """
+    lines = [line.strip() for line in _compile(config, capability).asm["ptx"].splitlines()]
+    # the first loop: from the label before the first product to the branch back to it
+    first = next(i for i, line in enumerate(lines) if line.startswith("wgmma.mma_async"))
+    start = next(i for i in range(first, -1, -1) if re.match(r"\$L__BB\d+_\d+:", lines[i]))
+    label = lines[start].split(":")[0]
+    stop = next(i for i in range(first, len(lines))
+                if " bra" in lines[i] and lines[i].rstrip(";").endswith(label))
+    pending, ex2, ex2_in_flight, waits, loop = 0, 0, 0, [], []
+    for i, line in enumerate(lines):
+        if line.startswith("wgmma.mma_async"):
+            event = "wgmma"
+        elif line.startswith("wgmma.commit_group"):
+            pending += 1
+            event = "commit"
+        elif line.startswith("wgmma.wait_group"):
+            n = int(line.split()[-1].rstrip(";"))
+            pending = min(pending, n)
+            waits.append(n)
+            event = f"wait {n}"
+        elif line.startswith("ex2."):
+            ex2 += 1
+            ex2_in_flight += pending > 0
+            event = "ex2"
+        else:
+            continue
+        if start < i < stop:
+            if loop and loop[-1][0] == event:
+                loop[-1][1] += 1
+            else:
+                loop.append([event, 1])
+    loop = [f"{event} x{n}" if event in ("wgmma", "ex2") else event for event, n in loop]
+    return {"loop": loop, "ex2": ex2, "ex2 in flight": ex2_in_flight, "waits": waits}
+
+
 def one_launch_config(capability: int = 90) -> KernelConfig:
     """The split-KV decoding kernel with its own merge (``ONE_LAUNCH``), as
     :func:`decode_launch_configs` checks it for ``sm_<capability>``-class GPUs: D = 128,

@@ -1,6 +1,6 @@
 """GPU check of what the SMs' clock and the board's power do while attention kernels run.
 
-Run from the repository root on a CUDA machine:  python gpu_checks/power_gpu.py [--seconds 3]
+Run from the repository root on a CUDA machine:  python gpu_checks/power_gpu.py [--backward]
 Budget: about 3 minutes.
 
 Each provider (the course's FlashAttention forward, SDPA's cuDNN and flash backends) runs
@@ -11,7 +11,12 @@ each call after the L2 cache is cleared (as ``triton.testing.do_bench`` times it
 every 50 ms. The providers take turns, in a rotated order, problem by problem. A spell of L2
 clearing alone gives the clock and power of a GPU that is not computing.
 
-The record (``teachkit/benchmarks/attention_power_<device>.json``) holds each provider's median
+With ``--backward`` each provider's backward is timed instead, as ``python -m teachkit.bench
+attention --backward`` times it (the forward once, then ``torch.autograd.grad`` of its output
+again and again; TFLOP/s counted as 2.5 x the forward's flops), into
+``power_attention_backward_<device>.json``.
+
+The record (``teachkit/benchmarks/power_attention_<device>.json``) holds each provider's median
 TFLOP/s and, in its ``power`` entry, the mean SM clock, the mean power and the share of samples
 in which the driver held the clock down to stay under the power limit: so it shows whether a
 ratio of two kernels' speeds is a ratio of work per clock cycle or of work per joule.
@@ -121,9 +126,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0,
                         help="how long each provider runs on each problem (default 3)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--backward", action="store_true",
+                        help="time each provider's backward pass (autograd.grad of its output)")
     parser.add_argument("--json", default=None,
                         help="where to save the record (default "
-                             "teachkit/benchmarks/attention_power_<device>.json)")
+                             "teachkit/benchmarks/power_attention_<device>.json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script measures clocks and power of a GPU; run it on one")
@@ -131,6 +138,7 @@ def main() -> int:
     from tqdm.auto import tqdm
 
     from teachkit.bench.attention import attention_providers
+    from teachkit.bench.attention_backward import BACKWARD_FLOPS_FACTOR, backward_params
     from teachkit.bench.attention_problems import (
         HEADS,
         attention_flops,
@@ -164,21 +172,28 @@ def main() -> int:
         print(f"L2 clearing alone: {idle}", flush=True)
         problems = attention_problems(args.lengths, [64, 128], [False, True], "fp16")
         for turn, (B, L, D, causal) in enumerate(tqdm(problems, desc="problems")):
-            q, k, v = (torch.randn(B, HEADS, L, D, device="cuda", dtype=torch.float16)
-                       for _ in range(3))
+            q, k, v, do = (torch.randn(B, HEADS, L, D, device="cuda", dtype=torch.float16)
+                           for _ in range(4))
             flops = attention_flops(B, HEADS, L, L, D, causal)
+            params = attention_params(D, L, causal, "fp16")
+            if args.backward:
+                q, k, v = (t.requires_grad_() for t in (q, k, v))
+                flops *= BACKWARD_FLOPS_FACTOR
+                params = backward_params(D, L, causal, "fp16")
             order = names[turn % 3:] + names[:turn % 3]
             line = [problem_name(D, L, causal)]
             for name in order:
                 fn = functools.partial(table[name], q, k, v, causal)
+                if args.backward:
+                    fn = functools.partial(torch.autograd.grad, fn(), (q, k, v), do,
+                                           retain_graph=True)
                 run_for(fn, 1.0, flush)  # compile, warm up, reach the steady clock
                 start = time.monotonic()
                 times = run_for(fn, args.seconds, flush)
                 stats = summary(sampler.between(start + 0.2, time.monotonic()))
                 ms = statistics.median(times) / 1e3
                 results.append(Measurement(problem_name(D, L, causal), "fp16", name, ms,
-                                           flops / ms / 1e9, "TFLOP/s",
-                                           attention_params(D, L, causal, "fp16")))
+                                           flops / ms / 1e9, "TFLOP/s", params))
                 power.append({"problem": problem_name(D, L, causal), "provider": name,
                               **stats})
                 line.append(f"{name} {flops / ms / 1e9:.0f} TFLOP/s {stats['sm_mhz']} MHz "
@@ -187,8 +202,10 @@ def main() -> int:
     finally:
         sampler.close()
     slug = device_slug(teachkit.device.device_name())
-    path = args.json or record_path(f"attention_power_{slug}", exists=False)
-    timing = (f"median of {args.seconds:g} s of calls per provider, each after the L2 cache is "
+    kind = "power_attention_backward" if args.backward else "power_attention"
+    path = args.json or record_path(f"{kind}_{slug}", exists=False)
+    timing = (f"median of {args.seconds:g} s of {'backward ' if args.backward else ''}calls per "
+              "provider, each after the L2 cache is "
               "cleared (CUDA events); nvidia-smi sampled every 50 ms meanwhile")
     saved = save_results(path, results, {"power": power, "idle": idle,
                                          "power_limit_w": power_limit, "max_sm_mhz": max_mhz},

@@ -25,6 +25,8 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
     "cute_softmax_": {"rows", "cols", "dtype"},
     "traffic_": {"rows", "cols", "dtype"},
     "attention_backward_": {"D", "L", "S", "causal", "dtype", "pass"},
+    "power_attention_backward_": {"D", "L", "S", "causal", "dtype", "pass"},
+    "power_attention_": {"D", "L", "S", "causal", "dtype"},
     "attention_gqa_": {"D", "L", "S", "causal", "dtype", "kv_heads"},
     "attention_": {"D", "L", "S", "causal", "dtype"},
     "decode_": {"B", "S", "dtype"},
@@ -56,6 +58,21 @@ def test_every_shipped_result_carries_its_params():
                 assert set(row["params"]) == keys, (name, row)
             assert row["params"]["dtype"] in ("float32", "float16", "bfloat16"), (name, row)
             assert isinstance(row["provider_params"], dict), (name, row)
+
+
+def test_power_records_sample_every_timed_provider():
+    """``gpu_checks/power_gpu.py``'s records: each timed provider on each problem has its
+    clock, power and power-capped share, and the idle spell ran at the highest clock."""
+    names = find_records("power_attention_")
+    assert names
+    for name in names:
+        results, record = load_record(name)
+        sampled = {(p["problem"], p["provider"]): p for p in record["power"]}
+        assert set(sampled) == {(r.problem, r.provider) for r in results}, name
+        for p in sampled.values():
+            assert p["samples"] > 0 and 0 <= p["power_capped"] <= 1, (name, p)
+            assert 0 < p["sm_mhz"] <= record["max_sm_mhz"] and 0 < p["watts"], (name, p)
+        assert record["idle"]["sm_mhz"] == record["max_sm_mhz"], name
 
 
 def test_parametrised_providers_carry_their_parameters():

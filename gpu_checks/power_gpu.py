@@ -16,6 +16,12 @@ attention --backward`` times it (the forward once, then ``torch.autograd.grad`` 
 again and again; TFLOP/s counted as 2.5 x the forward's flops), into
 ``power_attention_backward_<device>.json``.
 
+With ``--settle`` it measures instead how the speed settles: after two idle seconds, the course's
+kernel and cuDNN each run for three seconds (D = 128, L = 4096, causal and not), and the record
+(``power_settle_<device>.json``) holds the median TFLOP/s of the calls that started in each span
+of time since the first (0-25 ms, 25-125 ms, ... 2-3 s): ``python -m teachkit.bench attention``
+warms each provider up for :data:`teachkit.bench.core.SETTLE_MS` before timing it because of it.
+
 The record (``teachkit/benchmarks/power_attention_<device>.json``) holds each provider's median
 TFLOP/s and, in its ``power`` entry, the mean SM clock, the mean power and the share of samples
 in which the driver held the clock down to stay under the power limit: so it shows whether a
@@ -110,6 +116,63 @@ def run_for(fn, seconds: float, flush: torch.Tensor) -> list[float]:
     return times
 
 
+SETTLE_SPANS = (0.0, 0.025, 0.125, 0.25, 0.5, 1.0, 2.0, 3.0)
+"""Edges, in seconds since the first call, of the spans ``--settle`` reports."""
+
+
+def settle(flush: torch.Tensor) -> list:
+    """``--settle``: TFLOP/s by time since the first call after two idle seconds, per span of
+    :data:`SETTLE_SPANS`, for the course's kernel and cuDNN (each twice, alternating)."""
+    from teachkit.bench.attention import attention_providers
+    from teachkit.bench.attention_problems import (
+        HEADS,
+        attention_flops,
+        attention_params,
+        problem_name,
+    )
+    from teachkit.bench.core import Measurement
+
+    table = attention_providers()
+    rows = []
+    B, L, D = 4, 4096, 128
+    for causal in (False, True):
+        q, k, v = (torch.randn(B, HEADS, L, D, device="cuda", dtype=torch.float16)
+                   for _ in range(3))
+        flops = attention_flops(B, HEADS, L, L, D, causal)
+        for turn, name in enumerate(["teachkit flash", "sdpa cudnn"] * 2):
+            fn = functools.partial(table[name], q, k, v, causal)
+            fn()
+            torch.cuda.synchronize()
+            time.sleep(2.0)
+            calls = []  # (seconds from the first call's start, ms), both by CUDA events
+            origin = torch.cuda.Event(enable_timing=True)
+            origin.record()
+            stop = time.perf_counter() + SETTLE_SPANS[-1]
+            while time.perf_counter() < stop:
+                events = [(torch.cuda.Event(enable_timing=True),
+                           torch.cuda.Event(enable_timing=True)) for _ in range(5)]
+                for a, b in events:
+                    flush.zero_()
+                    a.record()
+                    fn()
+                    b.record()
+                torch.cuda.synchronize()
+                calls += [(origin.elapsed_time(a) / 1e3, a.elapsed_time(b)) for a, b in events]
+            line = [f"{problem_name(D, L, causal)} {name} (run {turn // 2 + 1}):"]
+            for lo, hi in zip(SETTLE_SPANS, SETTLE_SPANS[1:], strict=False):
+                times = sorted(ms for t, ms in calls if lo <= t - calls[0][0] < hi)
+                if not times:
+                    continue
+                ms = times[len(times) // 2]
+                params = {**attention_params(D, L, causal, "fp16"), "from_s": lo, "to_s": hi,
+                          "run": turn // 2 + 1}
+                rows.append(Measurement(problem_name(D, L, causal), "fp16", name, ms,
+                                        flops / ms / 1e9, "TFLOP/s", params))
+                line.append(f"{lo:g}-{hi:g} s {flops / ms / 1e9:.0f}")
+            print(" ".join(line), flush=True)
+    return rows
+
+
 def summary(samples: list[tuple[float, float, float, int]]) -> dict:
     """Mean SM clock (MHz), mean power (W) and the share of samples capped by power."""
     if not samples:
@@ -126,6 +189,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0,
                         help="how long each provider runs on each problem (default 3)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--settle", action="store_true",
+                        help="only how the speed settles after an idle spell (D = 128, "
+                             "L = 4096), into power_settle_<device>.json")
     parser.add_argument("--backward", action="store_true",
                         help="time each provider's backward pass (autograd.grad of its output)")
     parser.add_argument("--json", default=None,
@@ -149,6 +215,13 @@ def main() -> int:
     from teachkit.bench.core import Measurement, device_slug, record_path, save_results
 
     flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")  # as do_bench's
+    slug = device_slug(teachkit.device.device_name())
+    if args.settle:
+        path = args.json or record_path(f"power_settle_{slug}", exists=False)
+        timing = ("CUDA events of back-to-back calls, each after the L2 cache is cleared, from "
+                  "the first call after two idle seconds; the median of each span")
+        print(f"record: {save_results(path, settle(flush), timing=timing)}")
+        return 0
     table = attention_providers()
     names = ["teachkit flash", "sdpa cudnn", "sdpa flash"]
     gpu = smi_id()
@@ -201,7 +274,6 @@ def main() -> int:
             tqdm.write(" | ".join(line))
     finally:
         sampler.close()
-    slug = device_slug(teachkit.device.device_name())
     kind = "power_attention_backward" if args.backward else "power_attention"
     path = args.json or record_path(f"{kind}_{slug}", exists=False)
     timing = (f"median of {args.seconds:g} s of {'backward ' if args.backward else ''}calls per "

@@ -42,3 +42,14 @@ def test_the_softmax_benchmark_times_a_copy_of_the_same_bytes():
                             progress=False)
     assert [r.provider for r in results] == ["torch", SAME_BYTES_COPY]
     assert all(r.value == 2 * 4 * 100 * 4 / r.ms / 1e6 for r in results)
+
+
+def test_timing_description_names_the_warm_up_on_a_gpu(monkeypatch):
+    from teachkit.bench import core
+
+    assert core.timing_description(warmup_ms=core.SETTLE_MS) == core.timing_description() or (
+        core.ON_GPU)
+    monkeypatch.setattr(core, "ON_GPU", True)
+    assert core.timing_description(warmup_ms=1000) == (
+        "do_bench median (CUDA events), each after 1000 ms of warm-up calls")
+    assert core.timing_description(graph=True) == "cuda-graph replays, L2 cleared before each"

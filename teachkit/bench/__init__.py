@@ -28,6 +28,7 @@ the others the subcommands name.
 
 from .core import (
                    DTYPES,
+                   SETTLE_MS,
                    Measurement,
                    copy_bandwidth,
                    find_records,
@@ -50,6 +51,7 @@ from .softmax import SAME_BYTES_COPY, SOFTMAX_SHAPES, bench_softmax, softmax_pro
 __all__ = [
     "DTYPES",
     "Measurement",
+    "SETTLE_MS",
     "time_ms",
     "timing_description",
     "copy_bandwidth",

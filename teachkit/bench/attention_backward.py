@@ -35,6 +35,7 @@ from .attention_problems import (
 )
 from .core import (
     DTYPES,
+    SETTLE_MS,
     TIMING_BYTES,
     Measurement,
     dtype_name,
@@ -196,7 +197,8 @@ def _backward_problem(table: dict[str, Attention], names: list[str], B: int, H: 
                                      f"{max(errors):.2g}")
             del grads
             ms = time_ms(lambda out=out: torch.autograd.grad(out, (q, k, v), do,
-                                                             retain_graph=True))
+                                                             retain_graph=True),
+                         warmup=SETTLE_MS)
             del out
             flops = BACKWARD_FLOPS_FACTOR * attention_flops(B, H, L, L, D, c)
             results.append(Measurement(problem, dtype, name, ms, flops / ms / 1e9, "TFLOP/s",

@@ -55,6 +55,7 @@ __all__ = [
     "Measurement",
     "time_ms",
     "timing_description",
+    "SETTLE_MS",
     "TIMING_BYTES",
     "copy_bandwidth",
     "matmul_dtype",
@@ -123,12 +124,22 @@ class Measurement:
     provider_params: dict[str, Param] = field(default_factory=dict)
 
 
+SETTLE_MS = 1000
+"""Warm-up, in milliseconds of back-to-back calls, before the attention benchmarks time a
+provider. Tensor-core work drives an H100 to its power limit, and the driver then lowers the SM
+clock over the first few hundred milliseconds: from an idle start, a kernel runs faster in its
+first 25 ms than a second later (``gpu_checks/power_gpu.py --settle``, notebook 08). Timed
+after a short warm-up, a provider would be measured at a clock it does not keep, by how long
+the GPU idled before it."""
+
+
 def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
             graph: bool = False, warm_l2: bool = False) -> float:
     """Median time of ``fn()`` in milliseconds: CUDA events on a GPU, a wall clock on a CPU.
 
     ``warmup`` and ``rep`` are milliseconds of warm-up and measurement on a GPU (as
-    ``triton.testing.do_bench`` takes them) and call counts on a CPU. On a GPU:
+    ``triton.testing.do_bench`` takes them; :data:`SETTLE_MS` of warm-up times a compute-bound
+    kernel at the clock it keeps) and call counts on a CPU. On a GPU:
 
     - plain launches (the default) are timed by ``triton.testing.do_bench``, which clears the
       L2 cache before every call, so the data comes from HBM and the host's launch counts
@@ -187,8 +198,10 @@ def _captured(fn: Callable[[], object]) -> Callable[[], None]:
     return graph.replay
 
 
-def timing_description(graph: bool = False, warm_l2: bool = False) -> str:
-    """How :func:`time_ms` timed on this machine, as a record's ``timing`` says it.
+def timing_description(graph: bool = False, warm_l2: bool = False,
+                       warmup_ms: int | None = None) -> str:
+    """How :func:`time_ms` timed on this machine, as a record's ``timing`` says it; with
+    ``warmup_ms`` (on a GPU), also the warm-up each provider had (:data:`SETTLE_MS`).
 
     Examples
     --------
@@ -199,9 +212,11 @@ def timing_description(graph: bool = False, warm_l2: bool = False) -> str:
     if not ON_GPU:
         return "wall clock median (CPU)"
     if graph:
-        return ("cuda-graph replays of back-to-back calls, L2 warm" if warm_l2
-                else "cuda-graph replays, L2 cleared before each")
-    return "do_bench median (CUDA events)"
+        how = ("cuda-graph replays of back-to-back calls, L2 warm" if warm_l2
+               else "cuda-graph replays, L2 cleared before each")
+    else:
+        how = "do_bench median (CUDA events)"
+    return how if warmup_ms is None else f"{how}, each after {warmup_ms} ms of warm-up calls"
 
 
 TIMING_BYTES = 256 * 10**6 if ON_GPU else 0
@@ -297,7 +312,7 @@ def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> flo
             n //= 2
     a = torch.randn(n, n, device=DEVICE, dtype=dtype)
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
-    ms = time_ms(lambda: a @ b, graph=False)  # seconds of work: no overhead to hide
+    ms = time_ms(lambda: a @ b, warmup=SETTLE_MS, graph=False)  # at the clock it keeps
     return 2 * n**3 / ms / 1e9
 
 

@@ -44,12 +44,25 @@ def test_the_softmax_benchmark_times_a_copy_of_the_same_bytes():
     assert all(r.value == 2 * 4 * 100 * 4 / r.ms / 1e6 for r in results)
 
 
-def test_timing_description_names_the_warm_up_on_a_gpu(monkeypatch):
+def test_timing_description_names_the_settling_on_a_gpu(monkeypatch):
     from teachkit.bench import core
 
-    assert core.timing_description(warmup_ms=core.SETTLE_MS) == core.timing_description() or (
+    assert core.timing_description(settle_ms=core.SETTLE_MS) == core.timing_description() or (
         core.ON_GPU)
     monkeypatch.setattr(core, "ON_GPU", True)
-    assert core.timing_description(warmup_ms=1000) == (
-        "do_bench median (CUDA events), each after 1000 ms of warm-up calls")
+    assert core.timing_description(settle_ms=1000) == (
+        "do_bench median (CUDA events), each after 1000 ms of such calls untimed")
     assert core.timing_description(graph=True) == "cuda-graph replays, L2 cleared before each"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="settling is for a GPU's clock")
+def test_settle_runs_the_timed_call_first():
+    from teachkit.bench.core import time_ms
+
+    x = torch.randn(1 << 16, device="cuda")
+    counts = []
+    for settle in (0, 200):
+        calls = []
+        time_ms(lambda calls=calls: calls.append(x.add_(1)), warmup=1, rep=5, settle_ms=settle)
+        counts.append(len(calls))
+    assert counts[1] > counts[0] + 10, counts

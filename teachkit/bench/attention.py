@@ -188,7 +188,7 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
             if not err < 2e-2:
                 raise AssertionError(f"{name} disagrees with the others on {problem}: {err:.2g}")
             del out
-            ms = time_ms(lambda fn=fn: fn(q, k, v, c), warmup=SETTLE_MS, graph=graph)
+            ms = time_ms(lambda fn=fn: fn(q, k, v, c), settle_ms=SETTLE_MS, graph=graph)
             tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
             results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s",
                                        attention_params(D, L, c, dtype, kv_heads)))
@@ -272,7 +272,7 @@ def _steps_problem(table: dict[str, Callable[..., torch.Tensor]], q: torch.Tenso
             err = relative_error(fn(q, k, v, c), want)
             if not err < 2e-2:
                 raise AssertionError(f"{name} is wrong on D={D} causal={c}: {err:.2g}")
-            ms = time_ms(lambda fn=fn: fn(q, k, v, c), warmup=SETTLE_MS, graph=graph)
+            ms = time_ms(lambda fn=fn: fn(q, k, v, c), settle_ms=SETTLE_MS, graph=graph)
             tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
             results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s",
                                        attention_params(D, L, c, dtype)))
@@ -462,6 +462,6 @@ def main(argv: list[str] | None = None) -> int:
         return plot_attention_tflops(results, flops)
 
     finish(args, results, figure, extra,
-           timing=timing_description(args.graph, warmup_ms=SETTLE_MS),
+           timing=timing_description(args.graph, settle_ms=SETTLE_MS),
            copy_gbps=copy, matmul_tflops=flops, matmul_dtype=dtype_name(mm_dtype))
     return 0

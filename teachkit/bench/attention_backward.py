@@ -198,7 +198,7 @@ def _backward_problem(table: dict[str, Attention], names: list[str], B: int, H: 
             del grads
             ms = time_ms(lambda out=out: torch.autograd.grad(out, (q, k, v), do,
                                                              retain_graph=True),
-                         warmup=SETTLE_MS)
+                         settle_ms=SETTLE_MS)
             del out
             flops = BACKWARD_FLOPS_FACTOR * attention_flops(B, H, L, L, D, c)
             results.append(Measurement(problem, dtype, name, ms, flops / ms / 1e9, "TFLOP/s",

@@ -125,21 +125,23 @@ class Measurement:
 
 
 SETTLE_MS = 1000
-"""Warm-up, in milliseconds of back-to-back calls, before the attention benchmarks time a
-provider. Tensor-core work drives an H100 to its power limit, and the driver then lowers the SM
-clock over the first few hundred milliseconds: from an idle start, a kernel runs faster in its
-first 25 ms than a second later (``gpu_checks/power_gpu.py --settle``, notebook 08). Timed
-after a short warm-up, a provider would be measured at a clock it does not keep, by how long
-the GPU idled before it."""
+"""How long the attention benchmarks run a provider, each call after the L2 cache is cleared as
+in the timing that follows, before they time it (``time_ms(..., settle_ms=SETTLE_MS)``).
+Tensor-core work drives an H100 to its power limit, and the driver then lowers the SM clock over
+the first few hundred milliseconds: from an idle start, a kernel runs faster in its first 25 ms
+than a second later (``gpu_checks/power_gpu.py --settle``, notebook 08). Timed without this, a
+provider would be measured at a clock it does not keep, set by how long the GPU idled before
+it and by what ran then."""
 
 
 def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
-            graph: bool = False, warm_l2: bool = False) -> float:
+            graph: bool = False, warm_l2: bool = False, settle_ms: int = 0) -> float:
     """Median time of ``fn()`` in milliseconds: CUDA events on a GPU, a wall clock on a CPU.
 
     ``warmup`` and ``rep`` are milliseconds of warm-up and measurement on a GPU (as
-    ``triton.testing.do_bench`` takes them; :data:`SETTLE_MS` of warm-up times a compute-bound
-    kernel at the clock it keeps) and call counts on a CPU. On a GPU:
+    ``triton.testing.do_bench`` takes them) and call counts on a CPU. ``settle_ms`` (GPU only)
+    first runs what is timed for that long, each call after the L2 cache is cleared as in the
+    timing: :data:`SETTLE_MS` times a compute-bound kernel at the clock it keeps. On a GPU:
 
     - plain launches (the default) are timed by ``triton.testing.do_bench``, which clears the
       L2 cache before every call, so the data comes from HBM and the host's launch counts
@@ -170,8 +172,10 @@ def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
                 return float(triton.testing.do_bench_cudagraph(fn, rep=rep,
                                                                return_mode="median"))
             replay = _captured(fn)
+            _settle(replay, settle_ms)
             return float(triton.testing.do_bench(replay, warmup=warmup, rep=rep,
                                                  return_mode="median"))
+        _settle(fn, settle_ms)
         return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
     fn()
     times = []
@@ -180,6 +184,23 @@ def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
         fn()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
+
+
+def _settle(fn: Callable[[], object], ms: int) -> None:
+    """Call ``fn`` for ``ms`` milliseconds, each call after the L2 cache is cleared the way
+    ``triton.testing.do_bench`` clears it, ten calls queued at a time."""
+    if ms <= 0:
+        return
+    from triton.runtime import driver
+
+    cache = driver.active.get_empty_cache_for_benchmark()
+    stop = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < stop:
+        for _ in range(10):
+            driver.active.clear_cache(cache)
+            fn()
+        torch.cuda.synchronize()
+    del cache
 
 
 def _captured(fn: Callable[[], object]) -> Callable[[], None]:
@@ -199,9 +220,9 @@ def _captured(fn: Callable[[], object]) -> Callable[[], None]:
 
 
 def timing_description(graph: bool = False, warm_l2: bool = False,
-                       warmup_ms: int | None = None) -> str:
+                       settle_ms: int = 0) -> str:
     """How :func:`time_ms` timed on this machine, as a record's ``timing`` says it; with
-    ``warmup_ms`` (on a GPU), also the warm-up each provider had (:data:`SETTLE_MS`).
+    ``settle_ms`` (on a GPU), also how long each provider ran before it was timed.
 
     Examples
     --------
@@ -216,7 +237,7 @@ def timing_description(graph: bool = False, warm_l2: bool = False,
                else "cuda-graph replays, L2 cleared before each")
     else:
         how = "do_bench median (CUDA events)"
-    return how if warmup_ms is None else f"{how}, each after {warmup_ms} ms of warm-up calls"
+    return how if not settle_ms else f"{how}, each after {settle_ms} ms of such calls untimed"
 
 
 TIMING_BYTES = 256 * 10**6 if ON_GPU else 0
@@ -312,7 +333,7 @@ def matmul_tflops(n: int | None = None, dtype: torch.dtype | None = None) -> flo
             n //= 2
     a = torch.randn(n, n, device=DEVICE, dtype=dtype)
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
-    ms = time_ms(lambda: a @ b, warmup=SETTLE_MS, graph=False)  # at the clock it keeps
+    ms = time_ms(lambda: a @ b, settle_ms=SETTLE_MS)  # at the clock it keeps
     return 2 * n**3 / ms / 1e9
 
 

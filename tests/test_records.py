@@ -27,6 +27,7 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
     "attention_backward_": {"D", "L", "S", "causal", "dtype", "pass"},
     "power_attention_backward_": {"D", "L", "S", "causal", "dtype", "pass"},
     "power_attention_": {"D", "L", "S", "causal", "dtype"},
+    "power_settle_": {"D", "L", "S", "causal", "dtype", "from_s", "to_s", "run"},
     "attention_gqa_": {"D", "L", "S", "causal", "dtype", "kv_heads"},
     "attention_": {"D", "L", "S", "causal", "dtype"},
     "decode_": {"B", "S", "dtype"},

@@ -2,6 +2,7 @@
 
     python gpu_checks/ring_gpu.py                 # W = 4 if there are 4 GPUs, else 2
     python gpu_checks/ring_gpu.py --world-size 2 --memory-cap-gib 6
+    python gpu_checks/ring_gpu.py --memory-cap-gib 2 --lengths 16384 32768 65536 131072
 
 1. Correctness over NCCL, one GPU per rank: fp16/bf16/fp32 through the course's kernel and
    float64 through the torch blocks, causal contiguous/striped and unmasked, odd block lengths,
@@ -147,6 +148,8 @@ def main() -> int:
     parser.add_argument("--world-size", type=int, default=None)
     parser.add_argument("--memory-cap-gib", type=float, default=6.0)
     parser.add_argument("--skip-bench", action="store_true")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help="the bench's sequence lengths, increasing (default 16k to 768k)")
     parser.add_argument("--cpu-smoke", action="store_true")
     args = parser.parse_args()
     global SMOKE
@@ -159,7 +162,8 @@ def main() -> int:
         print("FAIL this check needs at least 2 CUDA GPUs")
         return 1
     world_size = args.world_size or (4 if gpus >= 4 else 2)
-    lengths = [2**14, 2**15, 2**16, 2**17, 3 * 2**16, 2**18, 3 * 2**17, 2**19, 3 * 2**18]
+    lengths = args.lengths or [2**14, 2**15, 2**16, 2**17, 3 * 2**16, 2**18, 3 * 2**17, 2**19,
+                               3 * 2**18]
     steps = [("correctness over NCCL", lambda: correctness(world_size, "gloo" if SMOKE else None)),
              ("gloo on GPUs", lambda: correctness(2, "gloo", every_case=False)),
              ("failure", lambda: failure(world_size))]

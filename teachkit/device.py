@@ -33,6 +33,7 @@ __all__ = [
     "ON_GPU",
     "INTERPRETED",
     "configure",
+    "repair_interpreter_index",
     "device_name",
     "describe",
     "compute_capability",
@@ -71,7 +72,44 @@ def configure() -> bool:
         os.environ["TRITON_INTERPRET"] = "1"
     # Keep Triton's long-standing default (fused multiply-add allowed) and its warning quiet.
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    if not on_gpu:
+        repair_interpreter_index()
     return on_gpu
+
+
+def repair_interpreter_index() -> bool:
+    """Let Triton's interpreter take a loop bound computed from ``tl.program_id`` under
+    NumPy 2.4 and later; return ``True`` when the repair was installed.
+
+    The interpreter holds ``tl.program_id(0)`` as a NumPy array of one element, not of none,
+    and Triton 3.6's interpreter turns a value into a Python ``int`` (for ``range``) with
+    ``int(array)``. NumPy 2.4 made that a ``TypeError`` for any array that is not 0-d ("only
+    0-dimensional arrays can be converted to Python scalars"), so a causal kernel, whose key
+    loop ends where its query block starts, fails on a CPU with Triton 3.6 (Colab's version)
+    and a NumPy from 2.4 on. Triton fixed it upstream (triton-lang/triton#9172, which takes
+    the array's one element); this wraps the interpreter's tensor patch so that its
+    ``__index__`` does the same. Nothing changes with an older NumPy, without Triton, or when
+    Triton's interpreter is laid out differently.
+    """
+    import numpy as np
+
+    if tuple(int(part) for part in np.__version__.split(".")[:2]) < (2, 4):
+        return False
+    try:
+        from triton.runtime import interpreter
+    except ImportError:  # no Triton (macOS, Windows): the kernels do not run anyway
+        return False
+    patch = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch is None or getattr(patch, "repairs_index", False):
+        return patch is not None
+
+    def patch_lang_tensor(tensor: object, scope: object) -> None:
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+    patch_lang_tensor.repairs_index = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    return True
 
 
 ON_GPU: bool = configure()

@@ -55,6 +55,22 @@ def test_timing_description_names_the_settling_on_a_gpu(monkeypatch):
     assert core.timing_description(graph=True) == "cuda-graph replays, L2 cleared before each"
 
 
+def test_an_attention_record_says_settled_unless_it_is_a_sweep(monkeypatch):
+    import argparse
+
+    from teachkit.bench import core
+    from teachkit.bench.attention import record_timing
+
+    monkeypatch.setattr(core, "ON_GPU", True)
+    settled = "do_bench median (CUDA events), each after 1000 ms of such calls untimed"
+    for mode in ("plain", "backward", "steps"):
+        args = argparse.Namespace(graph=False, sweep=False, backward=mode == "backward",
+                                  steps=mode == "steps")
+        assert record_timing(args) == settled.replace("1000", str(core.SETTLE_MS))
+    args = argparse.Namespace(graph=False, sweep=True, backward=False, steps=False)
+    assert record_timing(args) == "do_bench median (CUDA events)"  # flash.sweep times bare
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="settling is for a GPU's clock")
 def test_settle_runs_the_timed_call_first():
     from teachkit.bench.core import time_ms

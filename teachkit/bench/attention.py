@@ -64,7 +64,7 @@ from .core import (
 __all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch_for",
            "problem_name", "attention_params", "attention_bytes", "bench_attention",
            "step_providers", "bench_steps", "bench_sweep", "sweep_params", "peak_memory",
-           "format_memory", "main"]
+           "format_memory", "record_timing", "main"]
 
 def attention_bytes(B: int, H: int, L: int, D: int, dtype: str, scores: bool = False) -> int:
     """GPU memory one attention problem of the benchmarks takes at its peak: q, k, v, an output
@@ -382,6 +382,13 @@ def format_memory(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def record_timing(args: argparse.Namespace) -> str:
+    """The ``timing`` of the record ``main`` writes for ``args``: every mode runs each provider
+    for :data:`SETTLE_MS` before timing it, except ``--sweep``, whose candidates
+    (:func:`teachkit.kernels.flash.sweep`) are timed without it."""
+    return timing_description(args.graph, settle_ms=0 if args.sweep else SETTLE_MS)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry: ``python -m teachkit.bench attention [options]``."""
     parser = argparse.ArgumentParser(prog="python -m teachkit.bench attention",
@@ -461,7 +468,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return plot_attention_tflops(results, flops)
 
-    finish(args, results, figure, extra,
-           timing=timing_description(args.graph, settle_ms=SETTLE_MS),
+    finish(args, results, figure, extra, timing=record_timing(args),
            copy_gbps=copy, matmul_tflops=flops, matmul_dtype=dtype_name(mm_dtype))
     return 0

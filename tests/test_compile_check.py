@@ -47,7 +47,7 @@ def test_every_family_is_listed_once_with_its_kernels_arguments_in_order():
     from teachkit.kernels import compile_check as cc
 
     configs = cc.all_launch_configs()
-    assert len(configs) == 249
+    assert len(configs) == 251
     names = [c.name for c in configs]
     assert len(names) == len(set(names))
     assert {c.kernel.__name__ for c in configs} == {
@@ -278,3 +278,17 @@ def test_wgmma_overlap_shows_no_softmax_under_a_product():
     line = done.stdout.strip()
     assert "loop wgmma x8 -> commit -> wait 0 -> ex2 x66 -> wgmma x8 -> commit;" in line, line
     assert "ex2 with a product in flight: 0 of 132" in line, line
+
+
+def test_scores_one_block_ahead_still_wait_before_the_softmax():
+    """``--wgmma-overlap --qk-ahead``: with the next block's q k^T issued before this block's
+    softmax (the ladder's QK_AHEAD), Triton still waits for that product (wait_group 0) before
+    the first ex2, so the loop reads as the last ladder step's and no ex2 is in flight."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--wgmma-overlap",
+                           "--qk-ahead"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    last, ahead = done.stdout.strip().splitlines()
+    assert last.startswith("ladder 'heavy first'") and ahead.startswith("ladder 'qk ahead'")
+    loop = "loop wgmma x4 -> commit -> wait 0 -> ex2 x34 -> wgmma x4 -> commit;"
+    assert loop in last and loop in ahead, (last, ahead)
+    assert "ex2 with a product in flight: 0 of" in ahead, ahead

@@ -8,7 +8,9 @@ which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--wgmma-ope
 that configuration for sm_90 and counts its ``wgmma`` instructions by where their A operand comes
 from: shared memory or registers. ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
 its products, their commits and waits, and its ``ex2`` instructions, in PTX order: whether the
-softmax runs while a product is in flight.
+softmax runs while a product is in flight; with ``--qk-ahead`` it lists the loop of notebook 08's
+ladder kernel at its last step and with the next key block's scores issued before this block's
+softmax (:data:`~teachkit.kernels.flash_ladder.QK_AHEAD`).
 
 ``python -m teachkit.kernels --layout-evidence`` compiles that kernel with ``D = 128`` for one GPU
 (``--arch``, default sm_90) beside notebook 06's blog softmax kernel, and prints how each reduces
@@ -47,6 +49,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="the sm_90 key loop of notebook 08's flash forward kernel in PTX "
                              "order: when its wgmma products are waited for, and whether any "
                              "ex2 of the softmax runs while one is in flight")
+    parser.add_argument("--qk-ahead", action="store_true",
+                        help="with --wgmma-overlap: the ladder kernel's loop at its last step "
+                             "and with the next block's q k^T issued before this block's softmax")
     parser.add_argument("--layout-evidence", action="store_true",
                         help="show the layout of the tiles the flash forward kernel reduces and "
                              "the butterfly shuffles of its PTX, beside the blog softmax kernel's")
@@ -76,6 +81,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="the causal flash configuration (--dot-evidence, "
                              "--layout-evidence)")
     return parser.parse_args(argv)
+
+
+def _overlap_line(label: str, found: dict) -> str:
+    """One line of ``--wgmma-overlap``: the loop, the ex2 under a product, the waits."""
+    return (f"{label}: loop {' -> '.join(found['loop'])}; ex2 with a product in flight: "
+            f"{found['ex2 in flight']} of {found['ex2']}; wgmma.wait_group "
+            + ", ".join(map(str, found["waits"])))
 
 
 def _run_compiled(argv: list[str]) -> int:
@@ -117,11 +129,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.wgmma_overlap:
         head_dim = args.head_dim or 64
-        found = cc.wgmma_overlap(cc.flash_forward_config(90, head_dim, args.dtype, args.causal))
-        print(f"flash forward on sm_90, D={head_dim} {args.dtype}, causal={args.causal}: "
-              f"loop {' -> '.join(found['loop'])}; ex2 with a product in flight: "
-              f"{found['ex2 in flight']} of {found['ex2']}; wgmma.wait_group "
-              + ", ".join(map(str, found["waits"])))
+        if not args.qk_ahead:
+            found = cc.wgmma_overlap(cc.flash_forward_config(90, head_dim, args.dtype,
+                                                             args.causal))
+            print(_overlap_line(f"flash forward on sm_90, D={head_dim} {args.dtype}, "
+                                f"causal={args.causal}", found))
+            return 0
+        from .flash_ladder import LADDER, QK_AHEAD
+
+        for name, step in (("heavy first", LADDER["heavy first"]), ("qk ahead", QK_AHEAD)):
+            found = cc.wgmma_overlap(cc.ladder_config(step, head_dim, causal=args.causal))
+            print(_overlap_line(f"ladder {name!r} on sm_90, D={head_dim} bf16, "
+                                f"causal={args.causal}", found))
         return 0
     if args.dot_evidence:
         head_dim = args.head_dim or 64

@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-249
+251
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -73,6 +73,7 @@ __all__ = [
     "dot_path",
     "flash_backward_launch_configs",
     "flash_ladder_launch_configs",
+    "ladder_config",
     "flash_forward_config",
     "flash_launch_configs",
     "flash_simple_launch_configs",
@@ -266,17 +267,27 @@ def flash_simple_launch_configs() -> list[KernelConfig]:
 
 def flash_ladder_launch_configs() -> list[KernelConfig]:
     """The GPU launches of notebook 08's ladder
-    (:func:`~teachkit.kernels.flash_ladder.flash_attention_ladder`): every step on the simple
-    kernel's tiles, causal, ``D`` of 64 and 128 (bfloat16 stands for both half types)."""
+    (:func:`~teachkit.kernels.flash_ladder.flash_attention_ladder`): every step and
+    :data:`~teachkit.kernels.flash_ladder.QK_AHEAD` on the simple kernel's tiles, causal, ``D``
+    of 64 and 128 (bfloat16 stands for both half types)."""
+    steps = {**flash_ladder.LADDER, "qk ahead": flash_ladder.QK_AHEAD}
+    return [ladder_config(step, d, f"flash ladder {name!r} bf16 D={d} causal")
+            for d in (64, 128) for name, step in steps.items()]
+
+
+def ladder_config(step: flash_ladder.LadderStep, head_dim: int = 64, name: str | None = None,
+                  causal: bool = True) -> KernelConfig:
+    """The ladder kernel at ``step`` on the simple kernel's tiles, bfloat16 (float16 compiles
+    alike)."""
     tiles = flash_ladder.SIMPLE_TILES
-    return [_config(f"flash ladder {name!r} bf16 D={d} causal", flash_ladder.ladder_kernel,
-                    _attention_types("bf16", "scale"),
-                    {"CAUSAL": True, "HEAD_DIM": d, "BLOCK_M": tiles.block_m,
-                     "BLOCK_N": tiles.block_n, "PRECISION": "tf32", "DOT_FP32": False,
-                     "EXP2": step.exp2, "BLOCK_KINDS": step.block_kinds,
-                     "ACC_IN_DOT": step.acc_in_dot, "HEAVY_FIRST": step.heavy_first,
-                     **UNIT_HEAD_DIM_STRIDES}, tiles.num_warps, tiles.num_stages)
-            for d in (64, 128) for name, step in flash_ladder.LADDER.items()]
+    return _config(name or f"flash ladder {step} bf16 D={head_dim} causal={causal}",
+                   flash_ladder.ladder_kernel, _attention_types("bf16", "scale"),
+                   {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": tiles.block_m,
+                    "BLOCK_N": tiles.block_n, "PRECISION": "tf32", "DOT_FP32": False,
+                    "EXP2": step.exp2, "BLOCK_KINDS": step.block_kinds,
+                    "ACC_IN_DOT": step.acc_in_dot, "HEAVY_FIRST": step.heavy_first,
+                    "QK_AHEAD": step.qk_ahead, **UNIT_HEAD_DIM_STRIDES},
+                   tiles.num_warps, tiles.num_stages)
 
 
 def flash_backward_launch_configs() -> list[KernelConfig]:
@@ -600,18 +611,20 @@ def wgmma_overlap(config: KernelConfig, capability: int = 90) -> dict[str, objec
     Returns
     -------
     dict
-        ``"loop"``: the first loop's body as runs of ``wgmma``, ``commit``, ``wait N`` and
-        ``ex2`` (``"wgmma x8"``), ``"ex2"``: the kernel's ``ex2`` instructions, ``"ex2 in
-        flight"``: how many of them follow a commit before its wait, ``"waits"``: the ``N``
-        of every ``wgmma.wait_group``.
+        ``"loop"``: the body of the first loop that issues a product, as runs of ``wgmma``,
+        ``commit``, ``wait N`` and ``ex2`` (``"wgmma x8"``), ``"ex2"``: the kernel's ``ex2``
+        instructions, ``"ex2 in flight"``: how many of them follow a commit before its wait,
+        ``"waits"``: the ``N`` of every ``wgmma.wait_group``.
     """
     lines = [line.strip() for line in _compile(config, capability).asm["ptx"].splitlines()]
-    # the first loop: from the label before the first product to the branch back to it
-    first = next(i for i, line in enumerate(lines) if line.startswith("wgmma.mma_async"))
-    start = next(i for i in range(first, -1, -1) if re.match(r"\$L__BB\d+_\d+:", lines[i]))
-    label = lines[start].split(":")[0]
-    stop = next(i for i in range(first, len(lines))
-                if " bra" in lines[i] and lines[i].rstrip(";").endswith(label))
+    # the first loop that issues a product: from a label to the branch back to it (a product
+    # issued before the loop, as for the first block's scores one block ahead, is not in it)
+    labels = {line.split(":")[0]: i for i, line in enumerate(lines)
+              if re.match(r"\$L__BB\d+_\d+:", line)}
+    loops = sorted((labels[target], i) for i, line in enumerate(lines) if " bra" in line
+                   and (target := line.rstrip(";").split()[-1]) in labels and labels[target] < i)
+    start, stop = next((a, b) for a, b in loops
+                       if any(line.startswith("wgmma.mma_async") for line in lines[a:b]))
     pending, ex2, ex2_in_flight, waits, loop = 0, 0, 0, [], []
     for i, line in enumerate(lines):
         if line.startswith("wgmma.mma_async"):

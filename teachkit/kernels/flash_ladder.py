@@ -16,6 +16,10 @@ the fast kernel differs by several changes at once. This kernel makes each chang
 4. ``heavy first``: with a causal mask, the query blocks that see the most keys start first, so
    the last wave of programs is short.
 
+:data:`QK_AHEAD` is not a step but an experiment on the last one: the next key block's scores
+computed before this block's softmax, the order in which FlashAttention-3 overlaps the two
+inside a warpgroup. Notebook 08 compiles it for Hopper to see what Triton makes of it.
+
 The remaining steps of the ladder are launches of :func:`teachkit.kernels.flash.flash_attention`
 itself: the tile configuration measured for the GPU, and on Hopper the TMA loads of its table.
 """
@@ -32,8 +36,9 @@ from ..device import INTERPRETED
 from ..validation import require_bool, require_no_grad, resolve_scale
 from .flash import FlashConfig, check_inputs
 
-__all__ = ["LADDER", "SIMPLE_TILES", "LadderStep", "flash_attention_ladder", "ladder_key_block",
-           "ladder_kernel"]
+__all__ = ["LADDER", "QK_AHEAD", "SIMPLE_TILES", "LadderStep", "flash_attention_ladder",
+           "ladder_fold", "ladder_key_block", "ladder_kernel", "ladder_load", "ladder_scores",
+           "ladder_unmasked_qk_ahead"]
 
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -46,6 +51,7 @@ class LadderStep(NamedTuple):
     block_kinds: bool
     acc_in_dot: bool
     heavy_first: bool
+    qk_ahead: bool = False
 
 
 SIMPLE_TILES = FlashConfig(64, 64, 4, 2)
@@ -60,34 +66,36 @@ LADDER: dict[str, LadderStep] = {
 }
 """The kernel's steps, in order; each adds one change to the step before."""
 
+QK_AHEAD = LADDER["heavy first"]._replace(qk_ahead=True)
+"""The last step with the unmasked key blocks' scores computed one block ahead
+(:func:`ladder_unmasked_qk_ahead`): FlashAttention-3's order inside a warpgroup, written in the
+source. Not a step of :data:`LADDER`: notebook 08 compiles it to see whether Triton overlaps the
+softmax with the next product (it does not), and its tests check that it computes the same
+numbers."""
+
 
 @triton.jit
-def ladder_key_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, S,
-                     stride_kn, stride_vn, qk_scale,
-                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, EXP2: tl.constexpr,
-                     ACC_IN_DOT: tl.constexpr, PRECISION: tl.constexpr,
-                     DOT_FP32: tl.constexpr):
-    """Fold the key block at ``start_n`` into ``(acc, l, m)``. ``q``, ``acc`` ``(BLOCK_M, D)``,
-    ``l``, ``m`` ``(BLOCK_M,)``; ``k_ptrs``, ``v_ptrs`` ``(BLOCK_N, D)`` pointers to key 0;
-    scores ``s`` and weights ``p`` ``(BLOCK_M, BLOCK_N)``. With ``EXP2``, ``m`` and ``s`` are in
-    log2 units (``qk_scale`` holds ``log2(e)``)."""
-    cols = start_n + offs_n
-    if MASKED:
-        k = tl.load(k_ptrs + start_n * stride_kn, mask=cols[:, None] < S, other=0.0)
-        v = tl.load(v_ptrs + start_n * stride_vn, mask=cols[:, None] < S, other=0.0)
-    else:  # a block wholly inside S (and below the diagonal): no mask at all
-        k = tl.load(k_ptrs + start_n * stride_kn)
-        v = tl.load(v_ptrs + start_n * stride_vn)
-    v_dtype = v.dtype
-    if DOT_FP32:  # the interpreter multiplies bfloat16 tiles wrongly: multiply in float32
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+def ladder_scores(q, k, start_n, offs_m, offs_n, S, qk_scale,
+                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """The scaled scores ``s`` ``(BLOCK_M, BLOCK_N)`` of the key block ``k`` ``(BLOCK_N, D)``
+    at ``start_n``; in a ``MASKED`` block, ``-inf`` past ``S`` and (``CAUSAL``) above the
+    diagonal."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
     if MASKED:
+        cols = start_n + offs_n
         keep = cols[None, :] < S
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
         s = tl.where(keep, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def ladder_fold(acc, l_i, m_i, s, v, v_dtype: tl.constexpr, EXP2: tl.constexpr,
+                ACC_IN_DOT: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold the scores ``s`` of one key block and its values ``v`` ``(BLOCK_N, D)`` into
+    ``(acc, l, m)``: the online softmax's update and the product with ``v``. ``p`` is rounded
+    to ``v_dtype``, the inputs' dtype."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
     if EXP2:
@@ -106,6 +114,71 @@ def ladder_key_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, 
 
 
 @triton.jit
+def ladder_load(ptrs, start_n, offs_n, S, stride_n, MASKED: tl.constexpr):
+    """The ``(BLOCK_N, D)`` block of keys or values at ``start_n``; rows past ``S`` are zeros
+    in a ``MASKED`` block (the others lie wholly inside ``S``)."""
+    if MASKED:
+        return tl.load(ptrs + start_n * stride_n, mask=(start_n + offs_n)[:, None] < S, other=0.0)
+    return tl.load(ptrs + start_n * stride_n)
+
+
+@triton.jit
+def ladder_key_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, S,
+                     stride_kn, stride_vn, qk_scale,
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, EXP2: tl.constexpr,
+                     ACC_IN_DOT: tl.constexpr, PRECISION: tl.constexpr,
+                     DOT_FP32: tl.constexpr):
+    """Fold the key block at ``start_n`` into ``(acc, l, m)``. ``q``, ``acc`` ``(BLOCK_M, D)``,
+    ``l``, ``m`` ``(BLOCK_M,)``; ``k_ptrs``, ``v_ptrs`` ``(BLOCK_N, D)`` pointers to key 0;
+    scores ``s`` and weights ``p`` ``(BLOCK_M, BLOCK_N)``. With ``EXP2``, ``m`` and ``s`` are in
+    log2 units (``qk_scale`` holds ``log2(e)``)."""
+    k = ladder_load(k_ptrs, start_n, offs_n, S, stride_kn, MASKED)
+    v = ladder_load(v_ptrs, start_n, offs_n, S, stride_vn, MASKED)
+    v_dtype = v.dtype
+    if DOT_FP32:  # the interpreter multiplies bfloat16 tiles wrongly: multiply in float32
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = ladder_scores(q, k, start_n, offs_m, offs_n, S, qk_scale, MASKED, CAUSAL, PRECISION)
+    return ladder_fold(acc, l_i, m_i, s, v, v_dtype, EXP2, ACC_IN_DOT, PRECISION)
+
+
+@triton.jit
+def ladder_unmasked_qk_ahead(acc, l_i, m_i, q, k_ptrs, v_ptrs, full_end, offs_m, offs_n, S,
+                             stride_kn, stride_vn, qk_scale, EXP2: tl.constexpr,
+                             ACC_IN_DOT: tl.constexpr, PRECISION: tl.constexpr,
+                             DOT_FP32: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The unmasked key blocks ``[0, full_end)`` with the scores of the next block computed
+    before the softmax of this one (FlashAttention-3's order inside a warpgroup): ``s`` is
+    block ``j``'s scores when block ``j + 1``'s product is issued, so the exponentials of block
+    ``j`` could run while the tensor cores compute it, if the compiler lets that product stay
+    in flight (notebook 08 reads what it does)."""
+    if full_end > 0:
+        k = ladder_load(k_ptrs, 0, offs_n, S, stride_kn, False)
+        if DOT_FP32:
+            k = k.to(tl.float32)
+        s = ladder_scores(q, k, 0, offs_m, offs_n, S, qk_scale, False, False, PRECISION)
+        for start_n in range(0, full_end - BLOCK_N, BLOCK_N):
+            k = ladder_load(k_ptrs, start_n + BLOCK_N, offs_n, S, stride_kn, False)
+            if DOT_FP32:
+                k = k.to(tl.float32)
+            s_next = ladder_scores(q, k, start_n + BLOCK_N, offs_m, offs_n, S, qk_scale, False,
+                                   False, PRECISION)
+            v = ladder_load(v_ptrs, start_n, offs_n, S, stride_vn, False)
+            v_dtype = v.dtype
+            if DOT_FP32:
+                v = v.to(tl.float32)
+            acc, l_i, m_i = ladder_fold(acc, l_i, m_i, s, v, v_dtype, EXP2, ACC_IN_DOT,
+                                        PRECISION)
+            s = s_next
+        v = ladder_load(v_ptrs, full_end - BLOCK_N, offs_n, S, stride_vn, False)
+        v_dtype = v.dtype
+        if DOT_FP32:
+            v = v.to(tl.float32)
+        acc, l_i, m_i = ladder_fold(acc, l_i, m_i, s, v, v_dtype, EXP2, ACC_IN_DOT, PRECISION)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def ladder_kernel(
     Q, K, V, O, LSE,
     stride_qb, stride_qh, stride_qm, stride_qd,
@@ -116,7 +189,7 @@ def ladder_kernel(
     CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
     EXP2: tl.constexpr, BLOCK_KINDS: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    HEAVY_FIRST: tl.constexpr,
+    HEAVY_FIRST: tl.constexpr, QK_AHEAD: tl.constexpr = False,
 ):
     """Program ``(query block, b * H + h)``, as :func:`teachkit.kernels.flash.flash_fwd_kernel`,
     with each of the fast kernel's changes behind its switch. ``Q``, ``O`` ``(B, H, L, D)``,
@@ -155,10 +228,17 @@ def ladder_kernel(
         else:
             full_end = s_full
             end = S
-        for start_n in range(0, full_end, BLOCK_N):
-            acc, l_i, m_i = ladder_key_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m,
-                                             offs_n, S, stride_kn, stride_vn, qk_scale, False,
-                                             CAUSAL, EXP2, ACC_IN_DOT, PRECISION, DOT_FP32)
+        if QK_AHEAD:
+            acc, l_i, m_i = ladder_unmasked_qk_ahead(acc, l_i, m_i, q, k_ptrs, v_ptrs, full_end,
+                                                     offs_m, offs_n, S, stride_kn, stride_vn,
+                                                     qk_scale, EXP2, ACC_IN_DOT, PRECISION,
+                                                     DOT_FP32, BLOCK_N)
+        else:
+            for start_n in range(0, full_end, BLOCK_N):
+                acc, l_i, m_i = ladder_key_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n,
+                                                 offs_m, offs_n, S, stride_kn, stride_vn,
+                                                 qk_scale, False, CAUSAL, EXP2, ACC_IN_DOT,
+                                                 PRECISION, DOT_FP32)
         for start_n in range(full_end, end, BLOCK_N):
             acc, l_i, m_i = ladder_key_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m,
                                              offs_n, S, stride_kn, stride_vn, qk_scale, True,
@@ -182,7 +262,7 @@ def ladder_kernel(
 
 def flash_attention_ladder(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-    scale: float | None = None, step: str = "heavy first",
+    scale: float | None = None, step: str | LadderStep = "heavy first",
     config: FlashConfig = SIMPLE_TILES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention by the ladder kernel at ``step``: ``(out, lse)``.
@@ -196,8 +276,9 @@ def flash_attention_ladder(
         Query ``i`` sees keys ``j <= i`` (top-left aligned).
     scale : float, optional
         Defaults to ``1/sqrt(D)``; non-negative.
-    step : str
-        A key of :data:`LADDER`: the changes up to and including it are on.
+    step : str or LadderStep
+        A key of :data:`LADDER` (the changes up to and including it are on), or the switches
+        themselves, such as :data:`QK_AHEAD` (``qk_ahead`` needs ``block_kinds``).
     config : FlashConfig
         Tiles, warps and stages (``tma`` is not taken); the simple kernel's 64 x 64, 4 warps,
         2 stages by default. Under the interpreter the tiles are 16 x 16.
@@ -208,15 +289,22 @@ def flash_attention_ladder(
     >>> q, k, v = (torch.randn(1, 2, 40, 16, device=teachkit.DEVICE) for _ in range(3))
     >>> ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     >>> all(teachkit.relative_error(flash_attention_ladder(q, k, v, True, step=s)[0], ref) < 1e-5
-    ...     for s in LADDER)
+    ...     for s in [*LADDER, QK_AHEAD])
     True
     """
     require_no_grad(("q", q), ("k", k), ("v", v), kernel="flash_attention_ladder",
                     reference="teachkit.kernels.flash_attention")
     check_inputs(q, k, v)
     causal = require_bool(causal, "causal")
-    if step not in LADDER:
-        raise ValueError(f"step must be one of {list(LADDER)}, got {step!r}")
+    if isinstance(step, LadderStep):
+        switches = step
+        if switches.qk_ahead and not switches.block_kinds:
+            raise ValueError("a LadderStep with qk_ahead needs block_kinds: the scores run one "
+                             "block ahead over the unmasked blocks only, e.g. QK_AHEAD")
+    elif isinstance(step, str) and step in LADDER:
+        switches = LADDER[step]
+    else:
+        raise ValueError(f"step must be one of {list(LADDER)} or a LadderStep, got {step!r}")
     if not isinstance(config, FlashConfig) or config.tma:
         raise TypeError("config must be a FlashConfig without tma (the ladder kernel loads with "
                         "tl.load), e.g. FlashConfig(64, 64, 4, 2)")
@@ -231,7 +319,6 @@ def flash_attention_ladder(
     if block_m % block_n:
         raise ValueError(f"config.block_m ({block_m}) must be a multiple of config.block_n "
                          f"({block_n})")
-    switches = LADDER[step]
     out = torch.empty_like(q)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     if out.numel():
@@ -243,6 +330,6 @@ def flash_attention_ladder(
             DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16,
             EXP2=switches.exp2, BLOCK_KINDS=switches.block_kinds,
             ACC_IN_DOT=switches.acc_in_dot, HEAVY_FIRST=switches.heavy_first,
-            num_warps=config.num_warps, num_stages=config.num_stages,
+            QK_AHEAD=switches.qk_ahead, num_warps=config.num_warps, num_stages=config.num_stages,
         )
     return out, lse

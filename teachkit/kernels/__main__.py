@@ -1,5 +1,6 @@
 """``python -m teachkit.kernels``: compile every kernel configuration for sm_75, 80, 89 and 90
-(no GPU needed) and check that each fits the shared memory of those GPUs.
+(no GPU needed) and check that each fits the shared memory of those GPUs; ``--capabilities 75``
+checks the T4's alone.
 
 ``python -m teachkit.kernels --dot-evidence`` instead compiles notebook 08's FlashAttention
 forward configuration (D = 64, float16) for each of those GPUs and prints how many tensor-core
@@ -74,6 +75,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                                            "--merge-evidence (default "
                                            "90), one of "
                                            + ", ".join(map(str, SHARED_MEMORY_LIMIT)))
+    parser.add_argument("--capabilities", type=int, nargs="+", default=None,
+                        choices=tuple(SHARED_MEMORY_LIMIT), metavar="CC",
+                        help="the compile check for these GPUs only (default all: "
+                             + ", ".join(map(str, SHARED_MEMORY_LIMIT)) + ")")
     parser.add_argument("--dtype", choices=("fp16", "bf16", "fp32"), default="fp16",
                         help="element type of the flash configuration (--dot-evidence, "
                              "--layout-evidence)")
@@ -159,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(cc.format_two_pass_evidence(cc.two_pass_evidence()))
         return 0
-    problems = cc.check_all()
-    caps = ", ".join(f"sm_{c}" for c in SHARED_MEMORY_LIMIT)
+    capabilities = tuple(args.capabilities or SHARED_MEMORY_LIMIT)
+    problems = cc.check_all(capabilities)
+    caps = ", ".join(f"sm_{c}" for c in capabilities)
     print("\n".join(problems) if problems else
-          f"{len(cc.all_launch_configs())} kernel configurations compile and fit {caps}")
+          f"{len(cc.all_launch_configs())} kernel configurations compile and fit {caps}"
+          + ("" if args.capabilities is None else
+             f" ({len(cc.check_jobs(capabilities))} compilations for these GPUs)"))
     return 1 if problems else 0
 
 

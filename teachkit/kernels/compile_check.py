@@ -64,6 +64,7 @@ __all__ = [
     "all_launch_configs",
     "blog_softmax_config",
     "check_all",
+    "check_jobs",
     "check_config",
     "compile_for",
     "decode_launch_configs",
@@ -518,9 +519,23 @@ def check_all(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT),
     Must run with ``TRITON_INTERPRET=0`` (the compiler needs real ``@triton.jit`` functions);
     ``python -m teachkit.kernels`` arranges that. A SIGTERM stops the worker processes too.
     """
-    jobs = [(i, cap) for i, config in enumerate(all_launch_configs()) for cap in capabilities
+    return [p for p in _parallel_map(_check_index, check_jobs(capabilities), workers) if p]
+
+
+def check_jobs(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT),
+               ) -> list[tuple[int, int]]:
+    """The compilations :func:`check_all` makes: ``(index into all_launch_configs(),
+    capability)`` for every configuration on every capability of ``capabilities`` that
+    launches it.
+
+    Examples
+    --------
+    >>> all_jobs, t4 = check_jobs(), check_jobs((75,))
+    >>> set(t4) < set(all_jobs) and {cap for _, cap in t4} == {75}
+    True
+    """
+    return [(i, cap) for i, config in enumerate(all_launch_configs()) for cap in capabilities
             if not config.capabilities or cap in config.capabilities]
-    return [p for p in _parallel_map(_check_index, jobs, workers) if p]
 
 
 # ---------------------------------------------------------------------------------------------

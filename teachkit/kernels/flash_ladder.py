@@ -45,7 +45,8 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 class LadderStep(NamedTuple):
-    """Which changes are on: each step of :data:`LADDER` turns on one more."""
+    """Which changes are on: each step of :data:`LADDER` turns on one more of the first four;
+    ``qk_ahead`` is :data:`QK_AHEAD`'s experiment, off in every step."""
 
     exp2: bool
     block_kinds: bool

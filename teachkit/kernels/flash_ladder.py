@@ -96,7 +96,7 @@ def ladder_fold(acc, l_i, m_i, s, v, v_dtype: tl.constexpr, EXP2: tl.constexpr,
                 ACC_IN_DOT: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the scores ``s`` of one key block and its values ``v`` ``(BLOCK_N, D)`` into
     ``(acc, l, m)``: the online softmax's update and the product with ``v``. ``p`` is rounded
-    to ``v_dtype``, the inputs' dtype."""
+    to ``v_dtype``, the inputs' dtype (``v`` itself is float32 under ``DOT_FP32``)."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no NaN
     if EXP2:
@@ -115,12 +115,18 @@ def ladder_fold(acc, l_i, m_i, s, v, v_dtype: tl.constexpr, EXP2: tl.constexpr,
 
 
 @triton.jit
-def ladder_load(ptrs, start_n, offs_n, S, stride_n, MASKED: tl.constexpr):
+def ladder_load(ptrs, start_n, offs_n, S, stride_n, MASKED: tl.constexpr,
+                DOT_FP32: tl.constexpr):
     """The ``(BLOCK_N, D)`` block of keys or values at ``start_n``; rows past ``S`` are zeros
     in a ``MASKED`` block (the others lie wholly inside ``S``)."""
     if MASKED:
-        return tl.load(ptrs + start_n * stride_n, mask=(start_n + offs_n)[:, None] < S, other=0.0)
-    return tl.load(ptrs + start_n * stride_n)
+        block = tl.load(ptrs + start_n * stride_n, mask=(start_n + offs_n)[:, None] < S,
+                        other=0.0)
+    else:
+        block = tl.load(ptrs + start_n * stride_n)
+    if DOT_FP32:  # the interpreter multiplies bfloat16 tiles wrongly: multiply in float32
+        block = block.to(tl.float32)
+    return block
 
 
 @triton.jit
@@ -133,14 +139,11 @@ def ladder_key_block(acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, 
     ``l``, ``m`` ``(BLOCK_M,)``; ``k_ptrs``, ``v_ptrs`` ``(BLOCK_N, D)`` pointers to key 0;
     scores ``s`` and weights ``p`` ``(BLOCK_M, BLOCK_N)``. With ``EXP2``, ``m`` and ``s`` are in
     log2 units (``qk_scale`` holds ``log2(e)``)."""
-    k = ladder_load(k_ptrs, start_n, offs_n, S, stride_kn, MASKED)
-    v = ladder_load(v_ptrs, start_n, offs_n, S, stride_vn, MASKED)
-    v_dtype = v.dtype
-    if DOT_FP32:  # the interpreter multiplies bfloat16 tiles wrongly: multiply in float32
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+    k = ladder_load(k_ptrs, start_n, offs_n, S, stride_kn, MASKED, DOT_FP32)
+    v = ladder_load(v_ptrs, start_n, offs_n, S, stride_vn, MASKED, DOT_FP32)
     s = ladder_scores(q, k, start_n, offs_m, offs_n, S, qk_scale, MASKED, CAUSAL, PRECISION)
-    return ladder_fold(acc, l_i, m_i, s, v, v_dtype, EXP2, ACC_IN_DOT, PRECISION)
+    return ladder_fold(acc, l_i, m_i, s, v, v_ptrs.dtype.element_ty, EXP2, ACC_IN_DOT,
+                       PRECISION)
 
 
 @triton.jit
@@ -153,28 +156,19 @@ def ladder_unmasked_qk_ahead(acc, l_i, m_i, q, k_ptrs, v_ptrs, full_end, offs_m,
     block ``j``'s scores when block ``j + 1``'s product is issued, so the exponentials of block
     ``j`` could run while the tensor cores compute it, if the compiler lets that product stay
     in flight (notebook 08 reads what it does)."""
+    v_dtype = v_ptrs.dtype.element_ty
     if full_end > 0:
-        k = ladder_load(k_ptrs, 0, offs_n, S, stride_kn, False)
-        if DOT_FP32:
-            k = k.to(tl.float32)
+        k = ladder_load(k_ptrs, 0, offs_n, S, stride_kn, False, DOT_FP32)
         s = ladder_scores(q, k, 0, offs_m, offs_n, S, qk_scale, False, False, PRECISION)
         for start_n in range(0, full_end - BLOCK_N, BLOCK_N):
-            k = ladder_load(k_ptrs, start_n + BLOCK_N, offs_n, S, stride_kn, False)
-            if DOT_FP32:
-                k = k.to(tl.float32)
+            k = ladder_load(k_ptrs, start_n + BLOCK_N, offs_n, S, stride_kn, False, DOT_FP32)
             s_next = ladder_scores(q, k, start_n + BLOCK_N, offs_m, offs_n, S, qk_scale, False,
                                    False, PRECISION)
-            v = ladder_load(v_ptrs, start_n, offs_n, S, stride_vn, False)
-            v_dtype = v.dtype
-            if DOT_FP32:
-                v = v.to(tl.float32)
+            v = ladder_load(v_ptrs, start_n, offs_n, S, stride_vn, False, DOT_FP32)
             acc, l_i, m_i = ladder_fold(acc, l_i, m_i, s, v, v_dtype, EXP2, ACC_IN_DOT,
                                         PRECISION)
             s = s_next
-        v = ladder_load(v_ptrs, full_end - BLOCK_N, offs_n, S, stride_vn, False)
-        v_dtype = v.dtype
-        if DOT_FP32:
-            v = v.to(tl.float32)
+        v = ladder_load(v_ptrs, full_end - BLOCK_N, offs_n, S, stride_vn, False, DOT_FP32)
         acc, l_i, m_i = ladder_fold(acc, l_i, m_i, s, v, v_dtype, EXP2, ACC_IN_DOT, PRECISION)
     return acc, l_i, m_i
 

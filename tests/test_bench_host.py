@@ -12,6 +12,7 @@ pytest.importorskip("teachkit.kernels")
 from teachkit.bench import __main__ as bench_cli  # noqa: E402
 from teachkit.bench import host  # noqa: E402
 from teachkit.bench.core import load_results  # noqa: E402
+from teachkit.device import INTERPRETED  # noqa: E402
 from teachkit.kernels import flash, grid_math, softmax_kernels  # noqa: E402
 
 
@@ -47,12 +48,48 @@ def test_launch_cache_bypassed_launches_through_jitfunction_run_and_puts_the_cac
     assert torch.allclose(y, softmax_kernels.softmax(x))
 
 
-def test_bench_host_times_every_op_four_ways():
+def test_launcher_calls_record_the_cached_launches_of_one_call_and_replay_them():
+    x = torch.randn(3, 40, device=host.DEVICE)
+    softmax_kernels.softmax(x)  # compiled, and kept by the launch cache on a GPU
+    y, made = host.launcher_calls(lambda: softmax_kernels.softmax(x))
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    if INTERPRETED:  # no launcher: nothing to record
+        assert made == []
+        return
+    assert len(made) == 1
+    launch, args = made[0]
+    assert y.data_ptr() in args and x.data_ptr() in args
+    y.zero_()
+    launch(*args)  # the launcher alone writes the same softmax into the held output
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    run = vars(softmax_kernels.fused_kernel)["run"]
+    assert not any(getattr(entry[1], "__name__", "") == "launch_and_record"
+                   for entry in run.compiled.values())
+    hits = run.hits
+    softmax_kernels.softmax(x)  # the cache's own launcher is back: nothing more recorded
+    assert run.hits == hits + 1 and len(made) == 1
+
+
+def test_launcher_calls_put_the_launchers_back_after_an_error():
+    def fails():
+        raise RuntimeError("inside")
+
+    before = {id(k): dict(getattr(vars(k).get("run"), "compiled", {}))
+              for k in host._entry_kernels()}
+    with pytest.raises(RuntimeError, match="inside"):
+        host.launcher_calls(fails)
+    after = {id(k): dict(getattr(vars(k).get("run"), "compiled", {}))
+             for k in host._entry_kernels()}
+    assert after == before
+
+
+def test_bench_host_times_every_op_four_ways_and_the_launcher_alone_on_a_gpu():
     results = host.bench_host(calls=2, show_progress=False)
+    ways = (*host.PROVIDERS, host.LAUNCHER_ALONE) if host.ON_GPU else host.PROVIDERS
     assert [(r.params["op"], r.provider) for r in results] == [
-        (op, p) for op in host.OPS for p in host.PROVIDERS]
+        (op, p) for op in host.OPS for p in ways]
     assert all(r.value > 0 and r.unit == "µs per call" for r in results)
-    firsts = results[::len(host.PROVIDERS)]
+    firsts = results[::len(ways)]
     assert [r.params["dtype"] for r in firsts] == ["bfloat16", "float16", "float16"]
 
 
@@ -74,7 +111,8 @@ def test_cli_writes_a_record_keyed_by_params(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "softmax: checks, allocations and Python" in out
     results, record = load_results(path)
-    assert {r.provider for r in results} == set(host.PROVIDERS)
+    assert {r.provider for r in results} == set(host.PROVIDERS) | (
+        {host.LAUNCHER_ALONE} if host.ON_GPU else set())
     assert json.loads(path.read_text())["results"][0]["params"]["op"] == "softmax"
 
 

@@ -125,3 +125,27 @@ def test_split_sweep_draws_a_line_per_problem_and_rings_the_pick():
         plot_split_sweep([Measurement("B=1 S=1", "fp16", "SDPA flash", 1.0, 1.0, "GB/s",
                                       decode_params(1, 1))])
     plt.close("all")
+
+
+@pytest.mark.parametrize("with_launcher", [False, True])
+def test_host_cost_bars_stack_the_python_and_the_launches_and_hatch_the_launcher(with_launcher):
+    from teachkit.plots.host import plot_host_cost
+
+    got = {"torch": 7.0, "teachkit": 13.0, "teachkit, Triton's launch path": 19.0,
+           "teachkit, no launch": 5.0}
+    if with_launcher:
+        got["Triton's launcher alone"] = 4.5
+    results = [Measurement(problem=op, dtype="fp16", provider=p, ms=v / 1e3, value=v,
+                           unit="µs per call", params={"op": op})
+               for op in ("softmax", "decode_attention") for p, v in got.items()]
+    fig = plot_host_cost(results, device="test GPU")
+    ax = fig.axes[0]
+    bars = [(round(p.get_x(), 3), round(p.get_width(), 3)) for p in ax.patches]
+    # per op: torch, then python + launches twice (cached, JITFunction.run)
+    assert bars[:5] == [(0.0, 7.0), (0.0, 5.0), (5.0, 8.0), (0.0, 5.0), (5.0, 14.0)]
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert [(p.get_x(), p.get_width()) for p in hatched] == (
+        [(5.0, 4.5)] * 2 if with_launcher else [])
+    labels = ax.get_legend_handles_labels()[1]
+    assert ("of which Triton's compiled launcher alone" in labels) == with_launcher
+    plt.close(fig)

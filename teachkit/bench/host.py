@@ -4,8 +4,8 @@ A model calls softmax, attention and decoding once per layer and per token, so t
 the Python call and the kernel's start (checking the inputs, allocating the outputs, Triton's
 launcher) is paid on every call. On a tiny problem the GPU's part is a few microseconds, less
 than the host's, so the time per call of many back-to-back calls (the GPU synchronised once, at
-the end) is the host's time. Each op is timed four ways, side by side in one process, the
-ways taking turns in rounds (:data:`ROUNDS`), each keeping its fastest:
+the end) is the host's time. Each op is timed four ways (five on a GPU), side by side in one
+process, the ways taking turns in rounds (:data:`ROUNDS`), each keeping its fastest:
 
 ``torch``
     PyTorch's own op on the same tensors (``torch.softmax``,
@@ -19,9 +19,14 @@ ways taking turns in rounds (:data:`ROUNDS`), each keeping its fastest:
 ``teachkit, no launch``
     The same call with every Triton launch of :mod:`teachkit.kernels` skipped
     (:func:`launches_skipped`): the checks, the allocations and the Python around them.
+``Triton's launcher alone``
+    Only the calls of Triton's compiled launcher that one ``teachkit`` call makes, with the
+    arguments the launch cache handed it (:func:`launcher_calls`): the floor that no Python
+    around a Triton launch can go below. On a GPU only (the interpreter has no launcher).
 
-``teachkit`` minus ``teachkit, no launch`` is what the launches cost. On a CPU the kernels run
-in Triton's interpreter, so only the last figure means anything there.
+``teachkit`` minus ``teachkit, no launch`` is what the launches cost, and the launcher alone
+is part of that. On a CPU the kernels run in Triton's interpreter, so only ``teachkit, no
+launch`` means anything there.
 """
 
 from __future__ import annotations
@@ -49,14 +54,17 @@ from .core import (
     start,
 )
 
-__all__ = ["OPS", "PROVIDERS", "ROUNDS", "DEFAULT_CALLS", "host_problems", "launches_skipped",
-           "launch_cache_bypassed", "host_us", "bench_host", "main"]
+__all__ = ["OPS", "PROVIDERS", "LAUNCHER_ALONE", "ROUNDS", "DEFAULT_CALLS", "host_problems",
+           "launches_skipped", "launch_cache_bypassed", "launcher_calls", "host_us", "bench_host",
+           "main"]
 
 OPS = ("softmax", "flash_attention", "decode_attention")
 """The entry points timed, by the name :mod:`teachkit.kernels` gives them."""
 PROVIDERS = ("torch", "teachkit", "teachkit, Triton's launch path", "teachkit, no launch")
-"""The ways each op is timed, in order."""
+"""The ways each op is timed everywhere, in order."""
 TORCH, TEACHKIT, TRITON_PATH, NO_LAUNCH = PROVIDERS
+LAUNCHER_ALONE = "Triton's launcher alone"
+"""The way timed after :data:`PROVIDERS` where launches go through the launch cache (a GPU)."""
 DEFAULT_CALLS = pick(cpu=20, gpu=1000)
 """Back-to-back calls a timing unless told: enough on a GPU for microseconds to add up to
 milliseconds; few in the interpreter, where a call takes milliseconds."""
@@ -157,6 +165,42 @@ def launch_cache_bypassed() -> contextlib.AbstractContextManager[None]:
     return _runs_replaced(lambda kernel: None)
 
 
+def launcher_calls(fn: Callable[[], object]) -> tuple[object, list[tuple[Callable, tuple]]]:
+    """Call ``fn`` once and return what it returned, with each call it made of a Triton
+    launcher through the launch cache (:class:`~teachkit.kernels.launch_cache.CachedRun`): the
+    launcher and its arguments, in order. Empty where no launch took the cache's short path
+    (Triton's interpreter, or a call that missed).
+
+    The arguments hold the addresses of the call's tensors, not the tensors: replay them only
+    while what ``fn`` returned is held, so that they write where they wrote the first time (the
+    buffers an entry point keeps between calls stay, :mod:`teachkit.kernels.scratch`)."""
+    from ..kernels.launch_cache import CachedRun
+
+    made: list[tuple[Callable, tuple]] = []
+
+    def recording(launch: Callable) -> Callable:
+        def launch_and_record(*args: object) -> object:
+            made.append((launch, args))
+            return launch(*args)
+        return launch_and_record
+
+    runs = [run for kernel in _entry_kernels()
+            if isinstance(run := vars(kernel).get("run"), CachedRun)]
+    swapped = []
+    try:
+        for run in runs:
+            for key, (compiled, launch, head, rest) in list(run.compiled.items()):
+                entry = (compiled, recording(launch), head, rest)
+                run.compiled[key] = entry
+                swapped.append((run, key, entry, launch))
+        result = fn()
+    finally:
+        for run, key, entry, launch in swapped:
+            if run.compiled.get(key) is entry:
+                run.compiled[key] = (entry[0], launch, *entry[2:])
+    return result, made
+
+
 def host_us(fn: Callable[[], object], calls: int) -> float:
     """Microseconds per call of ``calls`` back-to-back calls of ``fn``, the GPU synchronised at
     the end, after one call to warm up (compilation)."""
@@ -175,8 +219,9 @@ def host_us(fn: Callable[[], object], calls: int) -> float:
 
 def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
                show_progress: bool = True, rounds: int = ROUNDS) -> list[Measurement]:
-    """Time every op of ``ops`` (default :data:`OPS`) each way of :data:`PROVIDERS`, in
-    ``rounds`` interleaved rounds (default :data:`ROUNDS`), keeping each way's fastest.
+    """Time every op of ``ops`` (default :data:`OPS`) each way of :data:`PROVIDERS`, and
+    :data:`LAUNCHER_ALONE` where its launches took the launch cache's short path, in ``rounds``
+    interleaved rounds (default :data:`ROUNDS`), keeping each way's fastest.
 
     ``calls`` back-to-back calls a timing (default :data:`DEFAULT_CALLS`). The fastest round,
     not the median: what a call costs the host only grows with whatever else the machine does
@@ -188,7 +233,15 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
     rounds = require_positive_int(rounds, "rounds")
     problems = host_problems()
     ways = {NO_LAUNCH: launches_skipped, TRITON_PATH: launch_cache_bypassed}
-    best = {(op, provider): float("inf") for op in names for provider in PROVIDERS}
+    providers = {op: PROVIDERS for op in names}
+    held, replays = {}, {}  # per op: what its recorded call returned, and its launcher calls
+    for op in names:
+        problems[op][3]()  # compiles, and fills the launch cache
+        held[op], made = launcher_calls(problems[op][3])
+        if made:
+            replays[op] = lambda made=made: [launch(*args) for launch, args in made]
+            providers[op] = (*PROVIDERS, LAUNCHER_ALONE)
+    best = {(op, provider): float("inf") for op in names for provider in providers[op]}
     with progress_bar(len(names) * rounds, show_progress) as bar:
         # Every op and every way take turns within each round, so a slow spell of the machine
         # (it comes and goes over seconds on a shared host) hits them alike.
@@ -197,7 +250,9 @@ def bench_host(ops: Iterable[str] | None = None, calls: int | None = None,
                 bar.set_description(f"round {round_ + 1} of {rounds}: {op}")
                 torch_call, teachkit_call = problems[op][2:]
                 timed = {TORCH: torch_call, TEACHKIT: teachkit_call}
-                for provider in PROVIDERS:
+                if op in replays:
+                    timed[LAUNCHER_ALONE] = replays[op]
+                for provider in providers[op]:
                     with ways.get(provider, contextlib.nullcontext)():
                         us = host_us(timed.get(provider, teachkit_call), calls)
                     best[op, provider] = min(best[op, provider], us)
@@ -233,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     for op in dict.fromkeys(r.problem for r in results):
         got = {r.provider: r.value for r in results if r.problem == op}
         checks = got[NO_LAUNCH]
+        alone = (f", of which Triton's launcher alone {got[LAUNCHER_ALONE]:.1f} µs"
+                 if LAUNCHER_ALONE in got else "")
         print(f"{op}: checks, allocations and Python {checks:.1f} µs, "
-              f"launches {got[TEACHKIT] - checks:.1f} µs "
+              f"launches {got[TEACHKIT] - checks:.1f} µs{alone} "
               f"({got[TRITON_PATH] - checks:.1f} µs through JITFunction.run), "
               f"torch {got[TORCH]:.1f} µs")
 

@@ -83,7 +83,7 @@ from ..validation import (
 from .flash import HEAD_DIMS, LN2, LOG2E
 from .grid_math import cdiv, next_power_of_2
 from .launch_cache import cached_launch
-from .scratch import stream_id, stream_scratch
+from .scratch import contiguous_like, stream_id, stream_scratch
 
 __all__ = [
     "HEAD_DIMS",
@@ -858,7 +858,7 @@ def decode_attention(
         raise ValueError(f"batch * kv heads must be at most {_MAX_GRID_YZ}, got {B * H_kv}; "
                          "split the batch into several calls")
 
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)  # the allocator's cheaper call
+    out = contiguous_like(q)
     if out.numel() == 0 or capacity == 0:
         lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
         if out.numel():  # no keys at all: zeros and -inf, as scaled_dot_product_attention gives
@@ -874,7 +874,7 @@ def decode_attention(
     # Buffers the caller never sees (the splits' partials, the lse unless asked for, the merge's
     # counters) are kept per CUDA stream from one call to the next (teachkit.kernels.scratch).
     o_part, lse_part, lse, counters = stream_scratch(
-        ("decode", plan, return_lse), lambda: _decode_buffers(plan, return_lse, device), device,
+        (plan.buffers, return_lse), lambda: _decode_buffers(plan, return_lse, device), device,
         capturing)
     if return_lse:
         lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
@@ -927,6 +927,7 @@ class _DecodePlan(NamedTuple):
     out_strides: tuple[int, ...]
     lse_strides: tuple[int, ...]
     part_strides: tuple[int, ...]
+    buffers: str
 
 
 @functools.lru_cache(maxsize=256)
@@ -967,10 +968,12 @@ def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         part_strides = (0, *out_strides, 0, *lse_strides)
     else:
         part_strides = (B * H * Lq * D, *out_strides, B * H * Lq, *lse_strides)
-    return _DecodePlan((B, H, Lq, D), config, block_m, row_blocks, num_splits,
-                       config.one_launch and num_splits > 1,
-                       # one counter per (sequence, cache head, row block) for the merge
-                       B * H_kv * row_blocks, out_strides, lse_strides, part_strides)
+    one_launch = config.one_launch and num_splits > 1
+    counters = B * H_kv * row_blocks  # one per (sequence, cache head, row block) for the merge
+    buffers = (f"decode buffers: out {B}x{H}x{Lq}x{D}, {num_splits} splits, "
+               f"{counters if one_launch else 0} counters")
+    return _DecodePlan((B, H, Lq, D), config, block_m, row_blocks, num_splits, one_launch,
+                       counters, out_strides, lse_strides, part_strides, buffers)
 
 
 def _decode_buffers(plan: _DecodePlan, return_lse: bool, device: torch.device,

@@ -48,7 +48,7 @@ from ..validation import (
 from .flash_backward import BackwardConfig, flash_backward
 from .grid_math import cdiv
 from .launch_cache import cached_launch
-from .scratch import stream_scratch
+from .scratch import contiguous_like, stream_scratch
 
 __all__ = [
     "HEAD_DIMS",
@@ -472,8 +472,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         out = torch.zeros((B, H, L, D), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, L), float("-inf"), dtype=torch.float32, device=q.device)
         return out, lse
-    # every row is written; empty_like is the cheaper call to the allocator
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    out = contiguous_like(q)  # every row is written
     if lse_wanted:
         lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     else:

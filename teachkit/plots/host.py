@@ -12,20 +12,23 @@ __all__ = ["plot_host_cost"]
 
 def plot_host_cost(results: list, device: str | None = None) -> plt.Figure:
     """Horizontal bars of microseconds per call, three per op: torch, then teachkit stacked as
-    "checks, allocations, Python" and "launches", with the launch cache and without it.
+    "checks, allocations, Python" and "launches", with the launch cache and without it; where
+    the record has it, the part of the cached launches that Triton's compiled launcher takes
+    alone is hatched.
 
     Parameters
     ----------
     results : list of teachkit.bench.Measurement
         What :func:`teachkit.bench.host.bench_host` returned (or a saved record), read by their
         ``params["op"]`` and providers ``torch``, ``teachkit``, ``teachkit, Triton's launch
-        path`` (optional) and ``teachkit, no launch``.
+        path`` (optional), ``teachkit, no launch`` and ``Triton's launcher alone`` (optional).
     device : str, optional
         Where they were measured (default: this machine).
     """
     ops = list(dict.fromkeys(r.params["op"] for r in results))
     got = {(r.params["op"], r.provider): r.value for r in results}
     triton_path = "teachkit, Triton's launch path"
+    launcher = "Triton's launcher alone"
     fig, ax = new_axes(width=7.0, height=0.9 + 1.0 * len(ops))
     for i, op in enumerate(ops):
         y = 2.4 * (len(ops) - 1 - i)
@@ -44,6 +47,10 @@ def plot_host_cost(results: list, device: str | None = None) -> plt.Figure:
             ax.barh(y + dy, max(total - python, 0.0), 0.55, left=python, color=color,
                     label=label if first else None)
             ax.text(total, y + dy, f" {total:.0f}", va="center", fontsize=8)
+        if (op, launcher) in got:  # the floor under the cached launches
+            ax.barh(y, got[op, launcher], 0.55, left=python, fill=False, hatch="///",
+                    edgecolor="0.15", linewidth=0,
+                    label="of which Triton's compiled launcher alone" if first else None)
     ax.set_yticks([2.4 * (len(ops) - 1 - i) for i in range(len(ops))], ops)
     ax.set_xlabel("µs per call (host)")
     ax.margins(x=0.15)

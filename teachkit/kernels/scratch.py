@@ -63,8 +63,8 @@ def contiguous_like(t: torch.Tensor) -> torch.Tensor:
 
     Examples
     --------
-    >>> contiguous_like(torch.zeros(3, 4).t()).stride()
-    (3, 1)
+    >>> contiguous_like(torch.zeros(3, 4).t()).stride(), contiguous_like(torch.zeros(3, 4)).stride()
+    ((3, 1), (4, 1))
     """
     if t.is_contiguous():
         return torch.empty_like(t)

@@ -554,3 +554,16 @@ def test_the_launch_plans_strides_are_those_of_the_buffers_it_describes(B, H, H_
         assert o_part is None and plan.part_strides == (0, *out.stride(), 0, *lse.stride())
     else:
         assert plan.part_strides == (*o_part.stride(), *lse_part.stride())
+
+
+def test_a_contiguous_q_with_odd_strides_on_its_single_axes(gen):
+    """``is_contiguous`` ignores the strides of axes of size 1, and ``empty_like`` keeps them:
+    the output of such a q has them too, and the kernel, which addresses the output by the
+    plan's packed strides, must still write every row where the output's strides say."""
+    q, k, v, k_ref, v_ref, lens = make(1, 4, 2, 1, 40, 16, gen, torch.float32, lens=[40])
+    odd = torch.empty(1000, device=DEV).as_strided(q.shape, (999, 16, 7, 1))
+    odd.copy_(q)
+    assert odd.is_contiguous() and odd.stride() != q.stride()
+    for splits in (1, 3):
+        out, _ = check(odd, k, v, k_ref, v_ref, lens, num_splits=splits)
+        assert out.stride() == odd.stride()  # empty_like kept them

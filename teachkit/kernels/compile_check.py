@@ -404,7 +404,8 @@ def decode_launch_configs() -> list[KernelConfig]:
                         {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
                          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
                          "PRECISION": "ieee" if ty == "fp32" else "tf32", "DOT_FP32": False,
-                         "ONE_LAUNCH": merge, **UNIT_HEAD_DIM_STRIDES, "stride_xd": 1},
+                         "ONE_LAUNCH": merge, "stride_qd": 1, "stride_kd": 1,
+                         "stride_vd": 1},
                         cfg.num_warps, cfg.num_stages, (cls,)))
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):
@@ -412,7 +413,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                 configs.append(_config(
                     f"decode merge {ty} D={d} SPLITS={splits}", decode.decode_merge_kernel,
                     merge_types,
-                    {"HEAD_DIM": d, "SPLITS": splits, "stride_pd": 1, "stride_od": 1}, 4, 1))
+                    {"HEAD_DIM": d, "SPLITS": splits}, 4, 1))
     return configs
 
 

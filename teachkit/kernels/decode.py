@@ -182,10 +182,6 @@ def decode_split_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_tb,
-    stride_os, stride_ob, stride_oh, stride_om, stride_od,
-    stride_ls, stride_lb, stride_lh, stride_lm,
-    stride_xb, stride_xh, stride_xm, stride_xd,
-    stride_yb, stride_yh, stride_ym,
     H_KV, Lq, qk_scale,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
@@ -198,12 +194,14 @@ def decode_split_kernel(
     Shapes: ``Q`` ``(B, H, Lq, HEAD_DIM)``; ``K`` and ``V`` ``(B, H_KV, S, HEAD_DIM)``, or page
     pools ``(num_pages, PAGE_SIZE, H_KV, HEAD_DIM)`` with ``TABLE`` ``(B, max_pages)``;
     ``SEQLENS`` ``(B,)``; ``O`` ``(num_splits, B, H, Lq, HEAD_DIM)`` and ``LSE``
-    ``(num_splits, B, H, Lq)``. The program holds ``BLOCK_M`` rows: ``q`` and ``acc``
+    ``(num_splits, B, H, Lq)``, contiguous (buffers the call allocated, so their strides follow
+    from the sizes and are not passed). The program holds ``BLOCK_M`` rows: ``q`` and ``acc``
     ``(BLOCK_M, HEAD_DIM)``, ``m`` and ``l`` ``(BLOCK_M,)``.
 
     With ``ONE_LAUNCH``, the last split of a row block to finish also merges (:func:`merge_splits`)
-    into ``OUT`` ``(B, H, Lq, HEAD_DIM)`` and ``LSE_OUT`` ``(B, H, Lq)``, counting the finished
-    splits in ``COUNTERS`` ``(B * H_KV, row blocks)`` int32, zeros between calls."""
+    into ``OUT`` ``(B, H, Lq, HEAD_DIM)`` and ``LSE_OUT`` ``(B, H, Lq)``, contiguous too,
+    counting the finished splits in ``COUNTERS`` ``(B * H_KV, row blocks)`` int32, zeros
+    between calls."""
     split = tl.program_id(0)
     num_splits = tl.num_programs(0)
     b = tl.program_id(1) // H_KV
@@ -222,6 +220,10 @@ def decode_split_kernel(
     head = (kv_head * GROUP + offs_r // Lq).to(tl.int64)
     tok = offs_r % Lq
     row_pos = seqlen - Lq + tok  # the query's position: it sees keys 0 .. row_pos
+    # In the contiguous outputs, row (b, head, tok) is row (b * H + head) * Lq + tok, and split
+    # s's partials lie s * n_rows rows further on (n_rows = B * H * Lq).
+    n_rows = (tl.num_programs(1) // H_KV).to(tl.int64) * (H_KV * GROUP) * Lq
+    out_row = (b.to(tl.int64) * (H_KV * GROUP) + head) * Lq + tok
     q = tl.load(Q + b.to(tl.int64) * stride_qb + head[:, None] * stride_qh
                 + tok[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                 mask=row_ok[:, None], other=0.0)
@@ -263,11 +265,10 @@ def decode_split_kernel(
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]  # acc is 0 where l is
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.log2(l_safe)) * LN2)
-    o_ptrs = (O + split.to(tl.int64) * stride_os + b.to(tl.int64) * stride_ob
-              + head[:, None] * stride_oh + tok[:, None] * stride_om + offs_d[None, :] * stride_od)
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE + split.to(tl.int64) * stride_ls + b.to(tl.int64) * stride_lb
-             + head * stride_lh + tok * stride_lm, lse, mask=row_ok)
+    part_row = split * n_rows + out_row
+    tl.store(O + part_row[:, None] * HEAD_DIM + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=row_ok[:, None])
+    tl.store(LSE + part_row, lse, mask=row_ok)
 
     if ONE_LAUNCH:  # the last of the splits of these rows to finish merges them all
         tl.debug_barrier()  # every thread's partials are written before the count
@@ -277,51 +278,46 @@ def decode_split_kernel(
         finished = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
         if finished == num_splits - 1:
             tl.store(counter, 0)  # zero again for the next call (every split has counted)
-            merge_splits(O, LSE, OUT, LSE_OUT, b.to(tl.int64), head, tok, row_ok, offs_d,
-                         num_splits, stride_os, stride_ob, stride_oh, stride_om, stride_od,
-                         stride_ls, stride_lb, stride_lh, stride_lm,
-                         stride_xb, stride_xh, stride_xm, stride_xd,
-                         stride_yb, stride_yh, stride_ym, BLOCK_M, HEAD_DIM)
+            merge_splits(O, LSE, OUT, LSE_OUT, out_row, row_ok, offs_d, num_splits, n_rows,
+                         BLOCK_M, HEAD_DIM)
 
 
 @triton.jit
-def merge_splits(O, LSE, OUT, LSE_OUT, b, head, tok, row_ok, offs_d, num_splits,
-                 stride_os, stride_ob, stride_oh, stride_om, stride_od,
-                 stride_ls, stride_lb, stride_lh, stride_lm,
-                 stride_xb, stride_xh, stride_xm, stride_xd,
-                 stride_yb, stride_yh, stride_ym, BLOCK_M: tl.constexpr,
-                 HEAD_DIM: tl.constexpr):
+def merge_splits(O, LSE, OUT, LSE_OUT, out_row, row_ok, offs_d, num_splits, n_rows,
+                 BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Merge the ``num_splits`` partials of ``BLOCK_M`` rows by their lse, the rule of
     :func:`decode_merge_kernel`, inside the split kernel: one pass over the splits' lse for
     the maximum, one over their outputs for the weighted sum. The partials were written by
     other programs, so they are loaded ``volatile`` (from L2, past this SM's L1 cache).
 
-    Shapes: ``head``, ``tok`` and ``row_ok`` ``(BLOCK_M,)``; ``offs_d`` ``(HEAD_DIM,)``; each
-    split's partial output ``(BLOCK_M, HEAD_DIM)`` and lse ``(BLOCK_M,)``."""
-    lse_rows = LSE + b * stride_lb + head * stride_lh + tok * stride_lm
-    o_rows = O + b * stride_ob + head[:, None] * stride_oh + tok[:, None] * stride_om \
-        + offs_d[None, :] * stride_od
+    Shapes: ``out_row`` (the rows' index in ``OUT`` and ``LSE_OUT``, and in split 0's
+    partials; split ``s``'s lie ``s * n_rows`` rows further on) and ``row_ok`` ``(BLOCK_M,)``;
+    ``offs_d`` ``(HEAD_DIM,)``; each split's partial output ``(BLOCK_M, HEAD_DIM)`` and lse
+    ``(BLOCK_M,)``."""
+    lse_rows = LSE + out_row
+    o_rows = O + out_row[:, None] * HEAD_DIM + offs_d[None, :]
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     for s in range(0, num_splits):
-        lse_s = tl.load(lse_rows + s * stride_ls, mask=row_ok, other=float("-inf"),
+        lse_s = tl.load(lse_rows + s * n_rows, mask=row_ok, other=float("-inf"),
                         volatile=True)
         m = tl.maximum(m, lse_s)
     safe = tl.where(m == float("-inf"), 0.0, m)  # every split empty: weights 0, not NaN
     total = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for s in range(0, num_splits):
-        lse_s = tl.load(lse_rows + s * stride_ls, mask=row_ok, other=float("-inf"),
+        lse_s = tl.load(lse_rows + s * n_rows, mask=row_ok, other=float("-inf"),
                         volatile=True)
         w = tl.exp2((lse_s - safe) * LOG2E)  # exp(lse_s - max): at most 1
-        part = tl.load(o_rows + s * stride_os, mask=row_ok[:, None], other=0.0, volatile=True)
+        part = tl.load(o_rows + s * n_rows * HEAD_DIM, mask=row_ok[:, None], other=0.0,
+                       volatile=True)
         total += w
         acc += w[:, None] * part
     t_safe = tl.where(total == 0.0, 1.0, total)
     out = acc / t_safe[:, None]  # acc is 0 where total is
     lse = tl.where(total == 0.0, float("-inf"), safe + tl.log2(t_safe) * LN2)
-    tl.store(OUT + b * stride_xb + head[:, None] * stride_xh + tok[:, None] * stride_xm
-             + offs_d[None, :] * stride_xd, out.to(OUT.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE_OUT + b * stride_yb + head * stride_yh + tok * stride_ym, lse, mask=row_ok)
+    tl.store(OUT + out_row[:, None] * HEAD_DIM + offs_d[None, :], out.to(OUT.dtype.element_ty),
+             mask=row_ok[:, None])
+    tl.store(LSE_OUT + out_row, lse, mask=row_ok)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,40 +326,33 @@ def merge_splits(O, LSE, OUT, LSE_OUT, b, head, tok, row_ok, offs_d, num_splits,
 @cached_launch
 @triton.jit
 def decode_merge_kernel(
-    O_PART, LSE_PART, O, LSE,
-    stride_ps, stride_pb, stride_ph, stride_pm, stride_pd,
-    stride_ls, stride_lb, stride_lh, stride_lm,
-    stride_ob, stride_oh, stride_om, stride_od,
-    H, Lq, num_splits,
+    O_PART, LSE_PART, O, LSE, n_rows, num_splits,
     HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
 ):
     """Program ``row``: merge the ``num_splits`` partial results of one (sequence, head, query
     token) by their lse, the rule of :func:`teachkit.attention.merge_partials` for many parts.
 
-    Shapes: ``O_PART`` ``(num_splits, B, H, Lq, HEAD_DIM)`` and ``LSE_PART``
-    ``(num_splits, B, H, Lq)`` float32; ``O`` ``(B, H, Lq, HEAD_DIM)``; ``LSE`` ``(B, H, Lq)``
-    contiguous. A row loads ``(SPLITS, HEAD_DIM)`` partials and ``(SPLITS,)`` lse."""
-    row = tl.program_id(0)
-    b = (row // (H * Lq)).to(tl.int64)
-    h = ((row // Lq) % H).to(tl.int64)
-    i = (row % Lq).to(tl.int64)
+    Shapes: ``O_PART`` ``(num_splits, n_rows, HEAD_DIM)`` and ``LSE_PART``
+    ``(num_splits, n_rows)`` float32; ``O`` ``(n_rows, HEAD_DIM)``; ``LSE`` ``(n_rows,)``, all
+    contiguous (``n_rows = B * H * Lq``: the call's buffers ``(num_splits, B, H, Lq, ...)`` seen
+    as rows). A row loads ``(SPLITS, HEAD_DIM)`` partials and ``(SPLITS,)`` lse."""
+    row = tl.program_id(0).to(tl.int64)
     offs_s = tl.arange(0, SPLITS)
     offs_d = tl.arange(0, HEAD_DIM)
     used = offs_s < num_splits
-    lse = tl.load(LSE_PART + offs_s * stride_ls + b * stride_lb + h * stride_lh + i * stride_lm,
-                  mask=used, other=float("-inf"))
+    part_row = offs_s.to(tl.int64) * n_rows + row  # (SPLITS,): this row in every split
+    lse = tl.load(LSE_PART + part_row, mask=used, other=float("-inf"))
     m = tl.max(lse, 0)
     safe = tl.where(m == float("-inf"), 0.0, m)  # every split empty: weights 0, not NaN
     w = tl.exp2((lse - safe) * LOG2E)  # exp(lse_s - max): at most 1, never overflows
     total = tl.sum(w, 0)
-    part = tl.load(O_PART + offs_s[:, None] * stride_ps + b * stride_pb + h * stride_ph
-                   + i * stride_pm + offs_d[None, :] * stride_pd, mask=used[:, None], other=0.0)
+    part = tl.load(O_PART + part_row[:, None] * HEAD_DIM + offs_d[None, :], mask=used[:, None],
+                   other=0.0)
     out = tl.sum(w[:, None] * part, 0)
     t_safe = tl.where(total == 0.0, 1.0, total)
     out = out / t_safe  # out is 0 where total is
     lse_out = tl.where(total == 0.0, float("-inf"), safe + tl.log2(t_safe) * LN2)
-    tl.store(O + b * stride_ob + h * stride_oh + i * stride_om + offs_d * stride_od,
-             out.to(O.dtype.element_ty))
+    tl.store(O + row * HEAD_DIM + offs_d, out.to(O.dtype.element_ty))
     tl.store(LSE + row, lse_out)
 
 
@@ -771,17 +760,17 @@ def decode_attention(
 
     A call costs host time before the GPU starts: the checks, the output buffer and the Triton
     launch. On an H100 machine a loop of back-to-back calls for one sequence of 256 tokens
-    takes 28 µs a call, 1.7x ``scaled_dot_product_attention``'s (record ``host_nvidia_h100``);
+    takes 27 µs a call, 1.54x ``scaled_dot_product_attention``'s (record ``host_nvidia_h100``);
     timed one call at a time after clearing the L2 cache, most of it hides (19 µs a call at 1k
-    tokens, 18.5 for the GPU alone: records ``decode_nvidia_h100`` and ``..._cudagraph``). The
+    tokens, 18 for the GPU alone: records ``decode_nvidia_h100`` and ``..._cudagraph``). The
     partial results, and the lse unless ``return_lse``, live in buffers kept per CUDA stream
     between calls (:mod:`teachkit.kernels.scratch`). A decoding loop should capture its step in
     a CUDA graph (``torch.cuda.graph``) and replay it, as serving engines do; pass
     ``check_values=False`` there, since the value checks synchronise with the GPU, which a
     capture forbids. Without a ``config``, a call being captured takes the merge kernel, with
     larger tiles on an H100 where it splits the keys (:func:`decode_config` with ``captured``):
-    on replays that reads one sequence's cache at 0.99-1.00x cuDNN, where one launch reads it at
-    0.88-1.00x (record ``decode_nvidia_h100_cudagraph``).
+    on replays that reads one sequence's cache at 0.98-1.00x cuDNN, where one launch reads it at
+    0.90-1.00x (record ``decode_nvidia_h100_cudagraph``).
 
     Examples
     --------
@@ -891,9 +880,7 @@ def decode_attention(
         table, stride_tb = seqlens, 0  # not read: any int32 tensor
     decode_split_kernel[(num_splits, B * H_kv, plan.row_blocks)](
         q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
-        *q.stride(), *k_strides, *v_strides, stride_tb,
-        *plan.part_strides, *plan.out_strides, *plan.lse_strides,
-        H_kv, Lq, scale,
+        *q.stride(), *k_strides, *v_strides, stride_tb, H_kv, Lq, scale,
         GROUP=H // H_kv, HEAD_DIM=D, BLOCK_M=plan.block_m, BLOCK_N=config.block_n,
         PAGE_SIZE=page_size, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
@@ -901,9 +888,7 @@ def decode_attention(
     )
     if num_splits > 1 and not one_launch:
         decode_merge_kernel[(B * H * Lq,)](
-            o_part, lse_part, out, lse,
-            *plan.part_strides, *plan.out_strides,
-            H, Lq, num_splits,
+            o_part, lse_part, out, lse, B * H * Lq, num_splits,
             HEAD_DIM=D, SPLITS=next_power_of_2(num_splits), num_warps=4,
         )
     return (out, lse) if return_lse else out
@@ -911,11 +896,11 @@ def decode_attention(
 
 class _DecodePlan(NamedTuple):
     """What a call launches with, worked out from its sizes: the output's shape
-    ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``,
-    the row blocks, the splits, whether the split kernel merges, and the strides of the buffers
-    the call allocates (contiguous: ``out`` ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the
-    partials ``(num_splits, B, H, Lq, D)`` and ``(num_splits, B, H, Lq)``, or ``out`` and its
-    lse with a split stride of 0 when unsplit)."""
+    ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``, the row blocks, the splits, whether the
+    split kernel merges, its counters, and the key of the buffers the call keeps
+    (:func:`_decode_buffers`). The kernels address the buffers a call allocates (``out``
+    ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials ``(num_splits, B, H, Lq, D)`` and
+    ``(num_splits, B, H, Lq)``) as contiguous, from these sizes."""
 
     out_shape: tuple[int, int, int, int]
     config: DecodeConfig
@@ -924,9 +909,6 @@ class _DecodePlan(NamedTuple):
     num_splits: int
     one_launch: bool
     counters: int
-    out_strides: tuple[int, ...]
-    lse_strides: tuple[int, ...]
-    part_strides: tuple[int, ...]
     buffers: str
 
 
@@ -962,18 +944,12 @@ def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     if num_splits is None:
         num_splits = choose_num_splits(B * H_kv * row_blocks,
                                        cdiv(capacity, config.block_n), sm_count(device))
-    out_strides = (H * Lq * D, Lq * D, D, 1)
-    lse_strides = (H * Lq, Lq, 1)
-    if num_splits == 1:
-        part_strides = (0, *out_strides, 0, *lse_strides)
-    else:
-        part_strides = (B * H * Lq * D, *out_strides, B * H * Lq, *lse_strides)
     one_launch = config.one_launch and num_splits > 1
     counters = B * H_kv * row_blocks  # one per (sequence, cache head, row block) for the merge
     buffers = (f"decode buffers: out {B}x{H}x{Lq}x{D}, {num_splits} splits, "
                f"{counters if one_launch else 0} counters")
     return _DecodePlan((B, H, Lq, D), config, block_m, row_blocks, num_splits, one_launch,
-                       counters, out_strides, lse_strides, part_strides, buffers)
+                       counters, buffers)
 
 
 def _decode_buffers(plan: _DecodePlan, return_lse: bool, device: torch.device,

@@ -667,8 +667,10 @@ def check_flash_kernel(kernel: object) -> None:
                      "/ l after the loop.")
         lse_rtol = _LSE_RTOL[dtype]
         if relative_error(lse, ref_lse) > lse_rtol:
+            # as for the output: a mistake's lse carries TF32's rounding on a GPU, which can
+            # move it past the correct lse's bound
             mistake = matching_mistake(lse, _flash_lse_mistakes(q64, k64, scale, causal),
-                                       rtol=max(lse_rtol, 1e-4))
+                                       rtol=1e-2 if ON_GPU else max(lse_rtol, 1e-4))
             if mistake:
                 raise ExerciseFailed(f"On {case}: your lse matches a usual mistake: " + mistake)
         expect_close(lse, ref_lse, f"{case} (LSE)", lse_rtol,

@@ -255,6 +255,22 @@ def test_register_sweep_reads_ptxas():
         assert (spilled > 0) == (n == 65536), (cap, n, spilled)
 
 
+def test_backward_registers_the_table_s_dkdv_spills_and_a_16_query_step_does_not():
+    """``--backward-registers`` (notebook 12): on sm_90 at D = 128 the table's dK/dV tiles spill,
+    the dQ kernel's do not, and of the smaller dK/dV steps the 16-query one does not."""
+    code = ("from teachkit.kernels import compile_check as cc; "
+            "print([(r['kernel'], r['tiles'], r['note'], r['spill_stores'])"
+            " for r in cc.backward_registers()])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = {(kernel, tiles): (note, spilled)
+             for kernel, tiles, note, spilled in ast.literal_eval(done.stdout)}
+    assert found["dkdv", (64, 128, 8, 3)][0] == "the table's" and found["dkdv", (64, 128, 8, 3)][1]
+    assert found["dq", (128, 64, 8, 3)] == ("the table's", 0)
+    assert found["dkdv", (16, 128, 8, 2)] == ("", 0)
+
+
 def test_merge_evidence_orders_the_one_launch_merge():
     """``--merge-evidence``: the one-launch decoding kernel counts with one acq_rel atomic at
     GPU scope between two barriers, and reads the other splits' partials with volatile loads;

@@ -39,7 +39,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         description="Compile the course's kernels for sm_75, sm_80, sm_89 and sm_90 (no GPU "
                     "needed): check every configuration fits, or show which instructions "
                     "multiply the flash kernel's tiles, how its rows are reduced, or the fused "
-                    "softmax kernel's registers and spills.")
+                    "softmax and backward kernels' registers and spills.")
     parser.add_argument("--dot-evidence", action="store_true",
                         help="count mma.sync / wgmma.mma_async / fma.rn.f32 in the PTX of "
                              "notebook 08's flash forward kernel, per GPU")
@@ -63,6 +63,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="registers and spills (ptxas -v) of the fused softmax kernel, one "
                              "row of 4096 to 65536 float32 per program, per GPU; and the two-pass "
                              "kernels' work per program")
+    parser.add_argument("--backward-registers", action="store_true",
+                        help="registers and spills (ptxas -v) of the sm_90 backward kernels at "
+                             "D = 128: the table's tiles and smaller dK/dV tiles")
     from ..gpus import SHARED_MEMORY_LIMIT
     from .decode import HEAD_DIMS  # already loaded: the package's __init__ imports it
 
@@ -158,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge_evidence:
         print("\n".join(cc.merge_evidence(args.arch)))
+        return 0
+    if args.backward_registers:
+        print(cc.format_backward_registers(cc.backward_registers()))
         return 0
     if args.register_sweep:
         print(cc.format_register_sweep(cc.fused_register_sweep()))

@@ -57,11 +57,14 @@ from . import decode, decode_simple, flash, flash_backward, flash_ladder, flash_
 from . import softmax_kernels as sk
 
 __all__ = [
+    "BACKWARD_REGISTER_TILES",
     "DOT_INSTRUCTIONS",
     "UNIT_HEAD_DIM_STRIDES",
     "KernelConfig",
     "alignment_hints",
     "all_launch_configs",
+    "backward_kernel_config",
+    "backward_registers",
     "blog_softmax_config",
     "check_all",
     "check_jobs",
@@ -81,6 +84,7 @@ __all__ = [
     "merge_evidence",
     "one_launch_config",
     "wgmma_operands",
+    "format_backward_registers",
     "format_dot_evidence",
     "format_layout_evidence",
     "format_register_sweep",
@@ -307,21 +311,12 @@ def flash_backward_launch_configs() -> list[KernelConfig]:
                 classes.setdefault((d, ty, cfg), []).append(cls)
     configs = []
     for (d, ty, cfg), used_by in classes.items():
-        types = {**dict.fromkeys(("Q", "K", "V", "DO", "DQ", "DK", "DV"), f"*{ty}"),
-                 "LSE": "*fp32", "DELTA": "*fp32", "scale": "fp32"}
         gpus = "/".join(f"sm_{c}" for c in used_by)
-        common = {"CAUSAL": True, "HEAD_DIM": d, "PRECISION": "ieee" if ty == "fp32" else "tf32",
-                  "DOT_FP32": False}
-        for kernel, block_m, block_n, warps, stages, own in (
-                (flash_backward.flash_bwd_dkdv_kernel, cfg.kv_block_m, cfg.kv_block_n,
-                 cfg.kv_warps, cfg.kv_stages, {"ATOMIC_DQ": False}),
-                (flash_backward.flash_bwd_dq_kernel, cfg.q_block_m, cfg.q_block_n,
-                 cfg.q_warps, cfg.q_stages, {})):
-            configs.append(_config(
-                f"flash backward {kernel.__name__[10:-7]} {ty} D={d} BLOCK_M={block_m} "
-                f"BLOCK_N={block_n} warps={warps} stages={stages} (for {gpus}-class GPUs)",
-                kernel, types, {**common, **own, "BLOCK_M": block_m, "BLOCK_N": block_n},
-                warps, stages, tuple(used_by)))
+        for kernel, tiles in (("dkdv", (cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps,
+                                        cfg.kv_stages)),
+                              ("dq", (cfg.q_block_m, cfg.q_block_n, cfg.q_warps, cfg.q_stages))):
+            configs.append(backward_kernel_config(kernel, d, ty, *tiles,
+                                                  f"(for {gpus}-class GPUs)", tuple(used_by)))
     for ty in ("bf16", "fp32"):
         configs.append(_config(
             f"flash backward delta {ty} D=256", flash_backward.flash_bwd_delta_kernel,
@@ -329,6 +324,26 @@ def flash_backward_launch_configs() -> list[KernelConfig]:
             {"HAS_DLSE": True, "HEAD_DIM": 256, "BLOCK_M": 32, "stride_od": 1,
              "stride_dod": 1}))
     return configs
+
+
+def backward_kernel_config(kernel: str, head_dim: int, ty: str, block_m: int, block_n: int,
+                           warps: int, stages: int, note: str = "",
+                           capabilities: tuple[int, ...] = ()) -> KernelConfig:
+    """The causal dK/dV (``kernel="dkdv"``) or dQ (``"dq"``) backward kernel with these tiles,
+    in element type ``ty`` (``"bf16"`` stands for both half types; the causal kernels hold the
+    unmasked loop too, so they are the larger)."""
+    types = {**dict.fromkeys(("Q", "K", "V", "DO", "DQ", "DK", "DV"), f"*{ty}"),
+             "LSE": "*fp32", "DELTA": "*fp32", "scale": "fp32"}
+    jit = (flash_backward.flash_bwd_dkdv_kernel if kernel == "dkdv"
+           else flash_backward.flash_bwd_dq_kernel)
+    own = {"ATOMIC_DQ": False} if kernel == "dkdv" else {}
+    return _config(
+        f"flash backward {kernel} {ty} D={head_dim} BLOCK_M={block_m} BLOCK_N={block_n} "
+        f"warps={warps} stages={stages}" + (f" {note}" if note else ""),
+        jit, types, {"CAUSAL": True, "HEAD_DIM": head_dim,
+                     "PRECISION": "ieee" if ty == "fp32" else "tf32", "DOT_FP32": False,
+                     **own, "BLOCK_M": block_m, "BLOCK_N": block_n},
+        warps, stages, capabilities)
 
 
 def _decode_variants(ty: str, head_dim: int) -> list[tuple[int, int]]:
@@ -930,6 +945,80 @@ def ptxas_resources(config: KernelConfig, capability: int) -> dict[str, int]:
     stores, loads = map(int, _PTXAS_SPILLS.search(log).groups())
     return {"registers": int(_PTXAS_REGISTERS.search(log).group(1)), "spill_stores": stores,
             "spill_loads": loads, "stack": int(_PTXAS_STACK.search(log).group(1))}
+
+
+BACKWARD_REGISTER_TILES = (
+    ("dkdv", 64, 128, 8, 2),
+    ("dkdv", 32, 128, 8, 2),
+    ("dkdv", 16, 128, 8, 2),
+)
+"""dK/dV tiles ``(kernel, block_m, block_n, warps, stages)`` that ``--backward-registers``
+compiles beside the table's (D = 128 on sm_90): the table's step of 64 queries with one pipeline
+stage fewer, then steps of 32 and 16 queries."""
+
+
+def _backward_registers_one(job: tuple[str, int, int, int, int, int, int, str]) -> dict:
+    kernel, d, block_m, block_n, warps, stages, capability, note = job
+    config = backward_kernel_config(kernel, d, "bf16", block_m, block_n, warps, stages)
+    return {"kernel": kernel, "tiles": (block_m, block_n, warps, stages), "note": note,
+            **ptxas_resources(config, capability)}
+
+
+def backward_registers(capability: int = 90, head_dim: int = 128,
+                       workers: int | None = None) -> list[dict]:
+    """Registers and spills (``ptxas -v``) of the backward kernels for ``sm_<capability>`` at
+    ``head_dim`` in half precision, causal: the dK/dV and dQ kernels with the tiles of
+    :func:`~teachkit.kernels.flash_backward.backward_config`, and the dK/dV kernel with the
+    :data:`BACKWARD_REGISTER_TILES`. No GPU needed; ``TRITON_INTERPRET=0``, as
+    :func:`check_all`.
+
+    Returns
+    -------
+    list of dict
+        One per kernel: ``"kernel"`` (``"dkdv"`` or ``"dq"``), ``"tiles"`` ``(block_m, block_n,
+        warps, stages)``, ``"note"`` (``"the table's"`` or ``""``) and :func:`ptxas_resources`'s
+        fields.
+    """
+    cfg = flash_backward.backward_config(head_dim, torch.float16, (capability // 10,
+                                                                   capability % 10))
+    table = [("dkdv", cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps, cfg.kv_stages),
+             ("dq", cfg.q_block_m, cfg.q_block_n, cfg.q_warps, cfg.q_stages)]
+    jobs = [(*t[:1], head_dim, *t[1:], capability, "the table's") for t in table]
+    jobs += [(*t[:1], head_dim, *t[1:], capability, "") for t in BACKWARD_REGISTER_TILES
+             if t not in table]
+    return _parallel_map(_backward_registers_one, jobs, workers)
+
+
+def format_backward_registers(found: list[dict], capability: int = 90,
+                              head_dim: int = 128) -> str:
+    """:func:`backward_registers` as a table, with the float32 accumulator values one thread
+    holds (``acc/thread``: dK and dV, or dQ, spread over the program's threads), each a
+    register, before any tile of a step. ``spilled bytes``: stores + loads a thread makes to
+    local memory because its registers ran out.
+
+    Examples
+    --------
+    >>> print(format_backward_registers([{"kernel": "dkdv", "tiles": (64, 128, 8, 3),
+    ...     "note": "the table's", "registers": 255, "spill_stores": 856, "spill_loads": 880,
+    ...     "stack": 1080}]))  # doctest: +NORMALIZE_WHITESPACE
+    backward kernels for sm_90, D = 128, half precision, causal (ptxas -v):
+    kernel  tiles     warps  stages  acc/thread  registers  spilled bytes
+    dK/dV   64 x 128  8      3       128         255        856 + 880 (the table's)
+    """
+    lines = [f"backward kernels for sm_{capability}, D = {head_dim}, half precision, causal "
+             "(ptxas -v):",
+             f"{'kernel':<8}{'tiles':<10}{'warps':<7}{'stages':<8}{'acc/thread':<12}"
+             f"{'registers':<11}spilled bytes"]
+    for r in found:
+        block_m, block_n, warps, stages = r["tiles"]
+        held = block_n if r["kernel"] == "dkdv" else block_m  # rows of the held accumulators
+        count = 2 if r["kernel"] == "dkdv" else 1  # dK and dV, or dQ
+        acc = count * held * head_dim // (32 * warps)  # float32 values a thread holds
+        note = f" ({r['note']})" if r["note"] else ""
+        lines.append(f"{'dK/dV' if r['kernel'] == 'dkdv' else 'dQ':<8}"
+                     f"{f'{block_m} x {block_n}':<10}{warps:<7}{stages:<8}{acc:<12}"
+                     f"{r['registers']:<11}{r['spill_stores']} + {r['spill_loads']}{note}")
+    return "\n".join(lines)
 
 
 def _fused_one_row_config(n_cols: int, ty: str, num_warps: int) -> KernelConfig:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 
 def test_every_config_compiles_and_fits_t4_a100_l4_h100():
@@ -255,9 +255,12 @@ def test_register_sweep_reads_ptxas():
         assert (spilled > 0) == (n == 65536), (cap, n, spilled)
 
 
+@pytest.mark.skipif(not triton.__version__.startswith("3.6."),
+                    reason="notebook 12 and the README describe Triton 3.6's registers")
 def test_backward_registers_the_table_s_dkdv_spills_and_a_16_query_step_does_not():
-    """``--backward-registers`` (notebook 12): on sm_90 at D = 128 the table's dK/dV tiles spill,
-    the dQ kernel's do not, and of the smaller dK/dV steps the 16-query one does not."""
+    """``--backward-registers`` as notebook 12 and the README read it (Triton 3.6, Colab's): on
+    sm_90 at D = 128 the table's dK/dV tiles spill, the dQ kernel's do not, and of the smaller
+    dK/dV steps the 16-query one does not."""
     code = ("from teachkit.kernels import compile_check as cc; "
             "print([(r['kernel'], r['tiles'], r['note'], r['spill_stores'])"
             " for r in cc.backward_registers()])")

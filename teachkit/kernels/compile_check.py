@@ -983,8 +983,8 @@ def backward_registers(capability: int = 90, head_dim: int = 128,
                                                                    capability % 10))
     table = [("dkdv", cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps, cfg.kv_stages),
              ("dq", cfg.q_block_m, cfg.q_block_n, cfg.q_warps, cfg.q_stages)]
-    jobs = [(*t[:1], head_dim, *t[1:], capability, "the table's") for t in table]
-    jobs += [(*t[:1], head_dim, *t[1:], capability, "") for t in BACKWARD_REGISTER_TILES
+    jobs = [(t[0], head_dim, *t[1:], capability, "the table's") for t in table]
+    jobs += [(t[0], head_dim, *t[1:], capability, "") for t in BACKWARD_REGISTER_TILES
              if t not in table]
     return _parallel_map(_backward_registers_one, jobs, workers)
 

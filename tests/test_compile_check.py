@@ -47,7 +47,7 @@ def test_every_family_is_listed_once_with_its_kernels_arguments_in_order():
     from teachkit.kernels import compile_check as cc
 
     configs = cc.all_launch_configs()
-    assert len(configs) == 251
+    assert len(configs) == 252
     names = [c.name for c in configs]
     assert len(names) == len(set(names))
     assert {c.kernel.__name__ for c in configs} == {
@@ -55,6 +55,7 @@ def test_every_family_is_listed_once_with_its_kernels_arguments_in_order():
         "split_normalize_kernel", "resident_kernel", "flash_fwd_kernel", "flash_simple_kernel",
         "ladder_kernel",
         "flash_bwd_delta_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel",
+        "flash_bwd_dkdv_ws_kernel",
         "decode_simple_split_kernel", "decode_simple_merge_kernel", "decode_split_kernel",
         "decode_merge_kernel"}
     for c in configs:

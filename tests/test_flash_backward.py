@@ -272,3 +272,52 @@ def test_backward_config_is_checked(gen):
     with pytest.raises(ValueError, match="kv_stages must be 1 to 8, got 0"):
         K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
             16, 16, 4, 0, 16, 16, 4, 1))
+    with pytest.raises(TypeError, match="kv_warp_specialize must be True or False"):
+        K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
+            16, 16, 4, 1, 16, 16, 4, 1, kv_warp_specialize=1))
+
+
+def test_the_warp_specialised_dkdv_is_chosen_where_it_can_run():
+    """sm_90, half precision, D = 128, no causal mask: the table asks for it; the kernel runs
+    where the tensors suit a descriptor, compiled (never under the interpreter)."""
+    from teachkit.kernels import flash_backward_ws as ws
+
+    table = flash_backward.backward_config(128, torch.float16, (9, 0))
+    assert table.kv_warp_specialize
+    assert not flash_backward.backward_config(128, torch.float16, (9, 0), causal=True)\
+        .kv_warp_specialize
+    assert not flash_backward.backward_config(128, torch.float16, (8, 0)).kv_warp_specialize
+    assert not flash_backward.backward_config(64, torch.float16, (9, 0)).kv_warp_specialize
+    q = torch.zeros(1, 2, 8, 128, dtype=torch.float16, device=DEV)
+    on_hopper = teachkit.ON_GPU and torch.cuda.get_device_capability(q.device)[0] == 9
+    assert ws.warp_specialized_dkdv(table, q, q) == on_hopper
+    assert not ws.warp_specialized_dkdv(table._replace(atomic_dq=True), q, q)
+    assert not ws.warp_specialized_dkdv(table, q.float(), q.float())
+    odd_rows = torch.zeros(1, 2, 8, 136, dtype=torch.float16, device=DEV)[..., 4:132]
+    assert not ws.warp_specialized_dkdv(table, q, odd_rows)
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9,
+                    reason="the warp-specialised dK/dV kernel runs on sm_90 GPUs")
+@pytest.mark.parametrize(("H", "H_kv", "L", "S"), [(4, 4, 512, 512), (8, 2, 300, 700),
+                                                   (4, 1, 1000, 130)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_warp_specialised_dkdv_matches_float64(H, H_kv, L, S, causal, dtype, gen):
+    """The warp-specialised dK/dV kernel, causal too (the table leaves it off there, a config may
+    ask for it), at lengths no tile divides and with grouped heads, against float64."""
+    from teachkit.kernels import flash_backward_ws as ws
+
+    config = flash_backward.backward_config(128, dtype, (9, 0))
+    q = randn(1, H, L, 128, gen=gen, dtype=dtype).to(DEV).requires_grad_()
+    k, v = (randn(1, H_kv, S, 128, gen=gen, dtype=dtype).to(DEV).requires_grad_()
+            for _ in range(2))
+    do = randn(1, H, L, 128, gen=gen, dtype=dtype).to(DEV)
+    assert ws.warp_specialized_dkdv(config, q, k, v, do)
+    hits = ws.flash_bwd_dkdv_ws_kernel.run.hits + ws.flash_bwd_dkdv_ws_kernel.run.misses
+    got = torch.autograd.grad(K.flash_attention(q, k, v, causal=causal, backward_config=config),
+                              (q, k, v), do)
+    assert ws.flash_bwd_dkdv_ws_kernel.run.hits + ws.flash_bwd_dkdv_ws_kernel.run.misses > hits
+    (out64, _), leaves = reference(q, k, v, causal)
+    want = torch.autograd.grad((out64 * do.cpu().double()).sum(), leaves)
+    assert_close(got, want, dtype)

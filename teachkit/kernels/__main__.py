@@ -164,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.backward_registers:
         print(cc.format_backward_registers(cc.backward_registers()))
+        print()
+        print(cc.format_warp_specialized_registers(cc.warp_specialized_registers()))
         return 0
     if args.register_sweep:
         print(cc.format_register_sweep(cc.fused_register_sweep()))

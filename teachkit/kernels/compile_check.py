@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-251
+252
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -96,6 +96,9 @@ __all__ = [
     "reduction_evidence",
     "softmax_launch_configs",
     "two_pass_evidence",
+    "warp_specialized_dkdv_config",
+    "warp_specialized_registers",
+    "format_warp_specialized_registers",
 ]
 
 UNIT_HEAD_DIM_STRIDES = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
@@ -317,6 +320,7 @@ def flash_backward_launch_configs() -> list[KernelConfig]:
                               ("dq", (cfg.q_block_m, cfg.q_block_n, cfg.q_warps, cfg.q_stages))):
             configs.append(backward_kernel_config(kernel, d, ty, *tiles,
                                                   f"(for {gpus}-class GPUs)", tuple(used_by)))
+    configs.append(warp_specialized_dkdv_config())
     for ty in ("bf16", "fp32"):
         configs.append(_config(
             f"flash backward delta {ty} D=256", flash_backward.flash_bwd_delta_kernel,
@@ -324,6 +328,23 @@ def flash_backward_launch_configs() -> list[KernelConfig]:
             {"HAS_DLSE": True, "HEAD_DIM": 256, "BLOCK_M": 32, "stride_od": 1,
              "stride_dod": 1}))
     return configs
+
+
+def warp_specialized_dkdv_config(head_dim: int = 128, causal: bool = False) -> KernelConfig:
+    """The warp-specialised dK/dV kernel (:mod:`~teachkit.kernels.flash_backward_ws`) at its
+    tiles, bfloat16, for sm_90, the one class that launches it (the table takes it at D = 128
+    without the causal mask)."""
+    from . import flash_backward_ws as ws
+
+    block_m, block_n, warps, stages = ws.WS_TILES
+    types = {**dict.fromkeys(("Q", "K", "V", "DO", "DK", "DV"), "*bf16"),
+             "LSE": "*fp32", "DELTA": "*fp32", "scale": "fp32"}
+    return _config(
+        f"flash backward dkdv, warp-specialised, bf16 D={head_dim} causal={causal} "
+        f"BLOCK_M={block_m} BLOCK_N={block_n} warps={warps} stages={stages} (for sm_90)",
+        ws.flash_bwd_dkdv_ws_kernel, types,
+        {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n,
+         "NUM_STAGES": stages}, warps, stages, (90,))
 
 
 def backward_kernel_config(kernel: str, head_dim: int, ty: str, block_m: int, block_n: int,
@@ -1019,6 +1040,38 @@ def format_backward_registers(found: list[dict], capability: int = 90,
                      f"{f'{block_m} x {block_n}':<10}{warps:<7}{stages:<8}{acc:<12}"
                      f"{r['registers']:<11}{r['spill_stores']} + {r['spill_loads']}{note}")
     return "\n".join(lines)
+
+
+def warp_specialized_registers(capability: int = 90, head_dim: int = 128) -> dict:
+    """Registers of the warp-specialised dK/dV kernel
+    (:func:`warp_specialized_dkdv_config`, without the causal mask, as the table launches it)
+    for ``sm_<capability>``: :func:`ptxas_resources`'s fields (the registers a thread starts
+    with), plus ``"warps"`` (what Triton made of the 4 asked for) and ``"setmaxnreg"``, the
+    register counts its PTX moves warpgroups to (``setmaxnreg.inc`` / ``.dec``), largest first.
+    No GPU needed; ``TRITON_INTERPRET=0``.
+    """
+    config = warp_specialized_dkdv_config(head_dim)
+    compiled = _compile(config, capability)
+    counts = re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)",
+                        compiled.asm["ptx"])
+    return {**ptxas_resources(config, capability), "warps": compiled.metadata.num_warps,
+            "setmaxnreg": sorted({int(c) for c in counts}, reverse=True)}
+
+
+def format_warp_specialized_registers(found: dict, head_dim: int = 128) -> str:
+    """:func:`warp_specialized_registers` in two lines.
+
+    Examples
+    --------
+    >>> print(format_warp_specialized_registers({"warps": 12, "registers": 168,
+    ...     "setmaxnreg": [256, 40], "spill_stores": 16, "spill_loads": 68, "stack": 16}))
+    warp-specialised dK/dV (sm_90, D = 128, no mask): 12 warps (4 asked), 168 registers at launch
+    setmaxnreg moves warpgroups to 256, 40 registers; spilled bytes 16 + 68
+    """
+    return (f"warp-specialised dK/dV (sm_90, D = {head_dim}, no mask): {found['warps']} warps "
+            f"(4 asked), {found['registers']} registers at launch\n"
+            f"setmaxnreg moves warpgroups to {', '.join(map(str, found['setmaxnreg']))} "
+            f"registers; spilled bytes {found['spill_stores']} + {found['spill_loads']}")
 
 
 def _fused_one_row_config(n_cols: int, ty: str, num_warps: int) -> KernelConfig:

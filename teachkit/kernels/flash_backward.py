@@ -54,6 +54,12 @@ import triton.language as tl
 
 from ..device import INTERPRETED, compute_capability
 from ..gpus import gpu_class
+from .flash_backward_ws import (
+    WS_TILES,
+    ensure_allocator,
+    flash_bwd_dkdv_ws_kernel,
+    warp_specialized_dkdv,
+)
 from .grid_math import cdiv
 from .launch_cache import cached_launch
 
@@ -335,7 +341,10 @@ class BackwardConfig(NamedTuple):
     multiple of ``kv_block_m``); the dQ kernel holds ``q_block_m`` queries and steps over
     ``q_block_n`` keys (``q_block_m`` a multiple of ``q_block_n``). ``atomic_dq`` computes ``dQ``
     inside the dK/dV kernel with atomic adds (FlashAttention-2's one loop, not bitwise
-    reproducible) and leaves the dQ fields unused."""
+    reproducible) and leaves the dQ fields unused. ``kv_warp_specialize`` runs dK/dV with
+    :func:`~teachkit.kernels.flash_backward_ws.flash_bwd_dkdv_ws_kernel` (warp-specialised, its
+    own tiles :data:`~teachkit.kernels.flash_backward_ws.WS_TILES`) where it can: on sm_90, in
+    half precision, with tensors a descriptor can read; elsewhere the ``kv_*`` fields hold."""
 
     kv_block_m: int
     kv_block_n: int
@@ -346,6 +355,7 @@ class BackwardConfig(NamedTuple):
     q_warps: int
     q_stages: int
     atomic_dq: bool = False
+    kv_warp_specialize: bool = False
 
 
 _INTERPRETER_CONFIG = BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1)
@@ -361,7 +371,10 @@ _INTERPRETER_CONFIG = BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1)
 # at D = 64. The sm_80 entries are the tutorial's shape, not yet measured on an A100. A T4 (sm_75)
 # allows 64 KB of shared memory a block, and there tl.dot runs on the FMA units through shared
 # memory: its tiles are the largest whose compiled kernels fit (python -m teachkit.kernels
-# compiles every entry for every GPU class and checks the shared memory).
+# compiles every entry for every GPU class and checks the shared memory). At D = 128 on sm_90,
+# without the causal mask, the dK/dV kernel runs warp-specialised (flash_backward_ws; the tiles
+# beside the flag serve a launch it cannot take): 0.76-0.80x cuDNN in the backward record, where
+# the table's 8-warp tiles had given 0.71-0.74x. With the mask, and at D = 64, it measured slower.
 _HALF_TILES: dict[tuple[int, int], BackwardConfig] = {
     (75, 64): BackwardConfig(32, 64, 4, 2, 64, 32, 4, 2),
     (75, 128): BackwardConfig(16, 32, 4, 2, 32, 16, 4, 2),
@@ -370,7 +383,7 @@ _HALF_TILES: dict[tuple[int, int], BackwardConfig] = {
     (80, 128): BackwardConfig(32, 128, 8, 2, 128, 32, 8, 2),
     (80, 256): BackwardConfig(16, 64, 8, 1, 64, 16, 8, 1),
     (90, 64): BackwardConfig(32, 128, 4, 3, 128, 64, 8, 3),
-    (90, 128): BackwardConfig(64, 128, 8, 3, 128, 64, 8, 3),
+    (90, 128): BackwardConfig(64, 128, 8, 3, 128, 64, 8, 3, kv_warp_specialize=True),
 }
 _FP32_TILES: dict[int, BackwardConfig] = {  # every GPU class
     64: BackwardConfig(16, 64, 4, 2, 64, 16, 4, 2),
@@ -380,7 +393,8 @@ _FP32_TILES: dict[int, BackwardConfig] = {  # every GPU class
 
 
 def backward_config(head_dim: int, dtype: torch.dtype,
-                    capability: tuple[int, int] | None = None) -> BackwardConfig:
+                    capability: tuple[int, int] | None = None,
+                    causal: bool = False) -> BackwardConfig:
     """The tiles :func:`flash_backward` launches with.
 
     Parameters
@@ -393,9 +407,16 @@ def backward_config(head_dim: int, dtype: torch.dtype,
         The GPU's ``(major, minor)``; ``None`` means the interpreter's small tiles. sm_90 has
         its own tiles where measured ones beat sm_80's; every other class from sm_80 up takes
         sm_80's (:func:`teachkit.gpus.gpu_class` below 80 is a T4).
+    causal : bool
+        Whether the backward is causal: at D = 128 on sm_90 only the unmasked one runs the
+        warp-specialised dK/dV kernel (``kv_warp_specialize``), which measured slower causal.
 
     Examples
     --------
+    >>> backward_config(128, torch.float16, (9, 0)).kv_warp_specialize
+    True
+    >>> backward_config(128, torch.float16, (9, 0), causal=True).kv_warp_specialize
+    False
     >>> cfg = backward_config(64, torch.float16, (9, 0))
     >>> cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps  # dK/dV: 32 queries a step, 128 keys held
     (32, 128, 4)
@@ -410,7 +431,8 @@ def backward_config(head_dim: int, dtype: torch.dtype,
     cls = gpu_class(capability)
     if cls < 80:
         return _HALF_TILES[(75, d)]
-    return _HALF_TILES.get((cls, d), _HALF_TILES[(80, d)])
+    config = _HALF_TILES.get((cls, d), _HALF_TILES[(80, d)])
+    return config._replace(kv_warp_specialize=False) if causal else config
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,7 +477,8 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
     if config is None:
-        config = backward_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device))
+        config = backward_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device),
+                                 causal)
     q, k, v, out, do = (_unit_head_dim(t) for t in (q, k, v, out, do))
     lse = lse.contiguous()
     delta = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
@@ -472,12 +495,22 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         *out.stride(), *do.stride(), H, L,
         HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_M=delta_rows)
     common = dict(CAUSAL=causal, HEAD_DIM=D, PRECISION=precision, DOT_FP32=dot_fp32)
-    flash_bwd_dkdv_kernel[(cdiv(S, config.kv_block_n), B * H_kv)](
-        q, k, v, do, lse, delta, dk, dv, dq,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-        *dk.stride()[:3], *dv.stride()[:3], *dq.stride()[:3], H, H_kv, L, S, scale,
-        BLOCK_M=config.kv_block_m, BLOCK_N=config.kv_block_n, ATOMIC_DQ=config.atomic_dq,
-        num_warps=config.kv_warps, num_stages=config.kv_stages, **common)
+    if config.kv_warp_specialize and warp_specialized_dkdv(config, q, k, v, do, dk, dv):
+        ensure_allocator()  # the kernel makes its tensor descriptors on the device
+        block_m, block_n, warps, stages = WS_TILES
+        flash_bwd_dkdv_ws_kernel[(cdiv(S, block_n), B * H_kv)](
+            q, k, v, do, lse, delta, dk, dv,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+            *dk.stride()[:3], *dv.stride()[:3], H, H_kv, L, S, scale,
+            CAUSAL=causal, HEAD_DIM=D, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=stages,
+            num_warps=warps, num_stages=stages)
+    else:
+        flash_bwd_dkdv_kernel[(cdiv(S, config.kv_block_n), B * H_kv)](
+            q, k, v, do, lse, delta, dk, dv, dq,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+            *dk.stride()[:3], *dv.stride()[:3], *dq.stride()[:3], H, H_kv, L, S, scale,
+            BLOCK_M=config.kv_block_m, BLOCK_N=config.kv_block_n, ATOMIC_DQ=config.atomic_dq,
+            num_warps=config.kv_warps, num_stages=config.kv_stages, **common)
     if config.atomic_dq:
         return dq.mul_(scale).to(q.dtype), dk, dv
     flash_bwd_dq_kernel[(cdiv(L, config.q_block_m), B * H)](

@@ -14,14 +14,15 @@ the SM's registers unevenly. Triton 3.6 does this itself for a loop written
 ``tl.range(..., warp_specialize=True)`` when the kernel has 4 warps and its loads are tensor
 descriptors made inside the kernel (``tl.make_tensor_descriptor``): it splits the 128 key rows
 between two consumer warpgroups of 64 and adds a producer warpgroup, and the compiled dK/dV
-kernel at ``D = 128`` keeps everything in registers (no spills in ``ptxas -v``).
+kernel at ``D = 128`` spills a few bytes a thread where the 8-warp kernel spills hundreds
+(``--backward-registers`` prints both).
 
 :func:`flash_bwd_dkdv_ws_kernel` is :func:`~teachkit.kernels.flash_backward.flash_bwd_dkdv_kernel`
 written that way: one loop (Triton specialises a single loop; a second loop after it made the
 compiler give up the specialisation), so every step applies the masks (rows past ``L``, and the
 causal diagonal); the grouped query heads of a key head are folded into the same loop. Two
 things in it follow from Triton 3.6's compiler rather than from the algorithm, each measured on
-an H100 (``gpu_checks/warp_specialize_gpu.py``):
+an H100 against the same kernel without the specialisation:
 
 * the masks are built inside the loop from offsets relative to the block
   (``tl.arange(0, BLOCK_N)[:, None] - tl.arange(0, BLOCK_M)[None, :] <= start_m - start_n``):
@@ -29,10 +30,10 @@ an H100 (``gpu_checks/warp_specialize_gpu.py``):
   loop was split between the two consumer warpgroups;
 * two pipeline stages: with three the specialised loop returned NaN.
 
-:func:`flash_backward` takes this kernel where :func:`warp_specialized_dkdv` says so: on sm_90,
-half precision, head dims 64 and 128, with the tensors' addresses and strides multiples of 16
-bytes (what a tensor descriptor needs), when the configuration asks for it
-(``BackwardConfig.kv_warp_specialize``).
+:func:`~teachkit.kernels.flash_backward.flash_backward` takes this kernel where
+:func:`warp_specialized_dkdv` says so: on sm_90, half precision, head dims 64 and 128, with the
+tensors' addresses and strides multiples of 16 bytes (what a tensor descriptor needs), when the
+configuration asks for it (``BackwardConfig.kv_warp_specialize``).
 """
 
 from __future__ import annotations

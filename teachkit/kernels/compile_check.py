@@ -99,6 +99,7 @@ __all__ = [
     "warp_specialized_dkdv_config",
     "warp_specialized_registers",
     "format_warp_specialized_registers",
+    "assembled_resources",
 ]
 
 UNIT_HEAD_DIM_STRIDES = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
@@ -947,13 +948,18 @@ def ptxas_resources(config: KernelConfig, capability: int) -> dict[str, int]:
         written to and read back from local memory because the registers ran out), and
         ``"stack"`` (bytes of local memory per thread).
     """
+    return assembled_resources(_compile(config, capability).asm["ptx"], capability)
+
+
+def assembled_resources(ptx: str, capability: int) -> dict[str, int]:
+    """:func:`ptxas_resources` of PTX already compiled for ``sm_<capability>``: for callers
+    that read the PTX too, so that the kernel is compiled once."""
     import subprocess
     import tempfile
     from pathlib import Path
 
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
-    ptx = _compile(config, capability).asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "kernel.ptx"
         source.write_text(ptx)
@@ -1050,15 +1056,15 @@ def warp_specialized_registers(capability: int = 90, head_dim: int = 128) -> dic
     register counts its PTX moves warpgroups to (``setmaxnreg.inc`` / ``.dec``), largest first.
     No GPU needed; ``TRITON_INTERPRET=0``.
     """
-    config = warp_specialized_dkdv_config(head_dim)
-    compiled = _compile(config, capability)
-    counts = re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)",
-                        compiled.asm["ptx"])
-    return {**ptxas_resources(config, capability), "warps": compiled.metadata.num_warps,
+    compiled = _compile(warp_specialized_dkdv_config(head_dim), capability)
+    ptx = compiled.asm["ptx"]
+    counts = re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)
+    return {**assembled_resources(ptx, capability), "warps": compiled.metadata.num_warps,
             "setmaxnreg": sorted({int(c) for c in counts}, reverse=True)}
 
 
-def format_warp_specialized_registers(found: dict, head_dim: int = 128) -> str:
+def format_warp_specialized_registers(found: dict, capability: int = 90,
+                                      head_dim: int = 128) -> str:
     """:func:`warp_specialized_registers` in two lines.
 
     Examples
@@ -1068,8 +1074,11 @@ def format_warp_specialized_registers(found: dict, head_dim: int = 128) -> str:
     warp-specialised dK/dV (sm_90, D = 128, no mask): 12 warps (4 asked), 168 registers at launch
     setmaxnreg moves warpgroups to 256, 40 registers; spilled bytes 16 + 68
     """
-    return (f"warp-specialised dK/dV (sm_90, D = {head_dim}, no mask): {found['warps']} warps "
-            f"(4 asked), {found['registers']} registers at launch\n"
+    from .flash_backward_ws import WS_TILES
+
+    return (f"warp-specialised dK/dV (sm_{capability}, D = {head_dim}, no mask): "
+            f"{found['warps']} warps ({WS_TILES[2]} asked), {found['registers']} registers at "
+            "launch\n"
             f"setmaxnreg moves warpgroups to {', '.join(map(str, found['setmaxnreg']))} "
             f"registers; spilled bytes {found['spill_stores']} + {found['spill_loads']}")
 
@@ -1161,7 +1170,7 @@ def _two_pass_one(job: tuple[str, int]) -> dict[str, int]:
     return {"warps": config.num_warps, "block": config.constexprs["BLOCK"],
             "ex2": len(re.findall(r"\bex2\.approx", ptx)),
             "shuffles": len(_SHUFFLE.findall(ptx)),
-            **ptxas_resources(config, capability)}
+            **assembled_resources(ptx, capability)}
 
 
 def two_pass_evidence(capability: int = 90) -> dict[str, dict[str, int]]:

@@ -101,12 +101,12 @@ def test_bench_decode_skips_a_problem_that_runs_out_of_memory(monkeypatch, capsy
         return real(name, label, q, k, *args)
 
     monkeypatch.setattr(bench_decode_module, "_time_decode", oom_on_long_caches)
-    results = bench_decode(batches=(1,), lengths=(40, 200), heads=2, head_dim=16, page_size=8,
+    results = bench_decode(batches=(1,), lengths=(24, 104), heads=1, head_dim=16, page_size=8,
                            sdpa_backends=(), progress=False)
     got = {(r.problem, r.provider) for r in results}
-    assert ("B=1 S=40", SPLIT) in got and ("B=1 S=200", UNSPLIT) in got
-    assert ("B=1 S=200", SPLIT) not in got
-    assert "skipped B=1 S=200 fp16 teachkit split-KV: it needs more GPU memory" in \
+    assert ("B=1 S=24", SPLIT) in got and ("B=1 S=104", UNSPLIT) in got
+    assert ("B=1 S=104", SPLIT) not in got
+    assert "skipped B=1 S=104 fp16 teachkit split-KV: it needs more GPU memory" in \
         capsys.readouterr().out
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "describe",
     "compute_capability",
     "multiprocessors",
+    "on_other_gpu",
     "has_triton",
     "interpreter_switched_off",
     "pick",
@@ -177,6 +178,28 @@ def compute_capability(device: torch.device | str | None = None) -> tuple[int, i
 def multiprocessors(device: torch.device | str | None = None) -> int:
     """Streaming multiprocessors of a CUDA device (132 on an H100 SXM), read once per device."""
     return _properties(_index(device)).multi_processor_count
+
+
+_current_gpu = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+"""The current CUDA device's index: torch's C function, without ``torch.cuda.current_device``'s
+check that CUDA is initialised (a CUDA tensor in hand means it is)."""
+
+
+def on_other_gpu(t: object) -> bool:
+    """True when ``t`` is a CUDA tensor on a GPU other than the current CUDA device.
+
+    Triton launches a kernel on the current device, whichever GPU its tensors live on, while
+    torch's own ops run on their inputs' GPU. The entry points of :mod:`teachkit.kernels` ask
+    this of their first input and, when it is true, call themselves again inside
+    ``torch.cuda.device(t.device)``, so a tensor on ``cuda:1`` works as it does with
+    ``torch.softmax``. One comparison on every call; nothing on a CPU.
+
+    Examples
+    --------
+    >>> on_other_gpu(torch.zeros(2))  # a CPU tensor
+    False
+    """
+    return type(t) is torch.Tensor and t.is_cuda and t.get_device() != _current_gpu()
 
 
 def describe() -> str:

@@ -67,7 +67,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors
+from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors, on_other_gpu
 from ..gpus import gpu_class
 from ..validation import (
     KERNEL_DTYPES,
@@ -788,6 +788,10 @@ def decode_attention(
     """
     paged = block_table is not None
     B, H, Lq, D, H_kv = _validate(q, k_cache, v_cache, paged)
+    if on_other_gpu(q):  # as torch's ops do: launch on q's GPU, whichever device is current
+        with torch.cuda.device(q.device):
+            return decode_attention(q, k_cache, v_cache, cache_seqlens, block_table, scale,
+                                    num_splits, return_lse, config, check_values)
     if torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad
                                     or v_cache.requires_grad):
         require_no_grad(("q", q), ("k_cache", k_cache), ("v_cache", v_cache),

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ..device import INTERPRETED, ON_GPU, compute_capability
+from ..device import INTERPRETED, ON_GPU, compute_capability, on_other_gpu
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
 from ..validation import (
     KERNEL_DTYPES,
@@ -466,6 +466,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     """``(out, lse)`` of validated inputs with ``scale >= 0``. Without ``lse_wanted`` the lse
     is written to a buffer kept for the next call on this CUDA stream
     (:func:`~teachkit.kernels.scratch.stream_scratch`), which the caller must not keep."""
+    if on_other_gpu(q):  # as torch's ops do: launch on q's GPU, whichever device is current
+        with torch.cuda.device(q.device):
+            return _forward(q, k, v, causal, scale, config, autotune, lse_wanted)
     B, H, L, D = q.shape
     S = k.shape[2]
     if S == 0:  # no keys: zeros and -inf, as scaled_dot_product_attention gives

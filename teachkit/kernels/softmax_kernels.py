@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import ON_GPU, multiprocessors
+from ..device import ON_GPU, multiprocessors, on_other_gpu
 from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
 from .grid_math import cdiv, next_power_of_2
 from .launch_cache import cached_launch
@@ -462,7 +462,10 @@ def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, tup
 
 def _run(x: torch.Tensor, dim: int, launch) -> torch.Tensor:
     x2, y2, layout = _as_rows(x, dim)
-    if x2.numel():
+    if x2.numel() and on_other_gpu(x2):  # as torch's ops do: on x's GPU, whichever is current
+        with torch.cuda.device(x2.device):
+            launch(x2, y2)
+    elif x2.numel():
         launch(x2, y2)
     if layout is None:
         return y2

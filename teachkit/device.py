@@ -189,10 +189,11 @@ def on_other_gpu(t: object) -> bool:
     """True when ``t`` is a CUDA tensor on a GPU other than the current CUDA device.
 
     Triton launches a kernel on the current device, whichever GPU its tensors live on, while
-    torch's own ops run on their inputs' GPU. The entry points of :mod:`teachkit.kernels` ask
-    this of their first input and, when it is true, call themselves again inside
-    ``torch.cuda.device(t.device)``, so a tensor on ``cuda:1`` works as it does with
-    ``torch.softmax``. One comparison on every call; nothing on a CPU.
+    torch's own ops run on their inputs' GPU. The entry points of :mod:`teachkit.kernels`
+    (``softmax`` and its variants, ``flash_attention``, ``decode_attention``) ask this of their
+    first input and, when it is true, launch inside ``torch.cuda.device(t.device)``, so a tensor
+    on ``cuda:1`` works as it does with ``torch.softmax``. One comparison on every call; nothing
+    on a CPU.
 
     Examples
     --------

@@ -462,11 +462,12 @@ def _as_rows(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor, tup
 
 def _run(x: torch.Tensor, dim: int, launch) -> torch.Tensor:
     x2, y2, layout = _as_rows(x, dim)
-    if x2.numel() and on_other_gpu(x2):  # as torch's ops do: on x's GPU, whichever is current
-        with torch.cuda.device(x2.device):
+    if x2.numel():
+        if on_other_gpu(x2):  # as torch's ops do: launch on x's GPU, whichever is current
+            with torch.cuda.device(x2.device):
+                launch(x2, y2)
+        else:
             launch(x2, y2)
-    elif x2.numel():
-        launch(x2, y2)
     if layout is None:
         return y2
     moved_shape, dim, shape = layout

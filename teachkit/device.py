@@ -38,6 +38,7 @@ __all__ = [
     "describe",
     "compute_capability",
     "multiprocessors",
+    "current_gpu",
     "on_other_gpu",
     "has_triton",
     "interpreter_switched_off",
@@ -180,9 +181,10 @@ def multiprocessors(device: torch.device | str | None = None) -> int:
     return _properties(_index(device)).multi_processor_count
 
 
-_current_gpu = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
-"""The current CUDA device's index: torch's C function, without ``torch.cuda.current_device``'s
-check that CUDA is initialised (a CUDA tensor in hand means it is)."""
+current_gpu = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+"""The current CUDA device's index, as ``torch.cuda.current_device()`` gives it but without its
+check that CUDA is initialised (torch's C function): for hot paths that already know CUDA is up
+(a CUDA tensor in hand, a kernel launched before)."""
 
 
 def on_other_gpu(t: object) -> bool:
@@ -200,7 +202,7 @@ def on_other_gpu(t: object) -> bool:
     >>> on_other_gpu(torch.zeros(2))  # a CPU tensor
     False
     """
-    return type(t) is torch.Tensor and t.is_cuda and t.get_device() != _current_gpu()
+    return type(t) is torch.Tensor and t.is_cuda and t.get_device() != current_gpu()
 
 
 def describe() -> str:

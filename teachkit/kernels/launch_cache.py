@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..device import INTERPRETED
+from ..device import INTERPRETED, current_gpu
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -289,10 +289,9 @@ class CachedRun:
             self._current_device = self._driver.active.get_current_device
             self._current_stream = self._driver.active.get_current_stream
             if self._current_device is torch.cuda.current_device:
-                # which checks that CUDA is initialised, then calls torch._C._cuda_getDevice;
-                # the miss before any hit has initialised it, so ask the second directly
-                self._current_device = getattr(torch._C, "_cuda_getDevice",
-                                               self._current_device)
+                # which checks that CUDA is initialised; the miss before any hit has
+                # initialised it, so ask without the check
+                self._current_device = current_gpu
         device = self._current_device()
         key, values = self.key(device, args, kwargs)
         try:

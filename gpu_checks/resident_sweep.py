@@ -2,7 +2,8 @@
 a CUDA machine with `python gpu_checks/resident_sweep.py`.
 
 For rows of 64k, 256k, 1M and 4M columns in float32 and bfloat16, every candidate
-`ResidentConfig` (columns per program, warps, programs wanted per SM) is checked against
+`ResidentConfig` (columns per program, warps, programs wanted per SM, the next chunk loaded
+before the wait, the cap on registers a thread) is checked against
 `torch.softmax` and timed beside the split kernels, as a share of the copy bandwidth (GB/s =
 2 x tensor bytes / time, median of CUDA-event timings). It prints how many programs of each
 configuration fit on the GPU at once (`resident_programs`), and skips a configuration whose
@@ -17,8 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CANDIDATES = [(8192, 4, 4), (8192, 8, 4), (16384, 8, 2), (16384, 8, 4), (32768, 16, 1)]
-"""``(chunk, num_warps, per_sm)`` triples the sweep times."""
+CANDIDATES = [(8192, 4, 4, False, 120), (8192, 4, 4, True, 120), (16384, 8, 2, False, 120),
+              (16384, 8, 2, True, 120), (16384, 8, 2, False, None), (32768, 16, 1, True, None)]
+"""``ResidentConfig`` fields ``(chunk, num_warps, per_sm, prefetch, max_registers)`` the sweep
+times. Uncapped, 8192 x 4 warps and 16384 x 8 warps compile to 126-137 registers a thread, and
+the GPU then holds fewer programs at once than the count from registers says."""
 SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304)]
 
 
@@ -62,7 +66,8 @@ def main() -> int:
                 good = error < (1e-5 if dtype == torch.float32 else 1e-2)
                 ok &= good
                 mark = "*" if config == chosen else ""
-                cells.append(f"{mark}{candidate} "
+                cells.append(f"{mark}{candidate[:3]}{' prefetch' if config.prefetch else ''}"
+                             f"{'' if config.max_registers is None else ' capped'} "
                              f"{share(lambda x=x, c=config: sk.softmax_resident(x, config=c)):.0%}"
                              + ("" if good else f" WRONG ({error:.1e})"))
             print(f"{rows}x{cols} {str(dtype)[6:]}: " + " | ".join(cells), flush=True)

@@ -288,6 +288,20 @@ def test_merge_evidence_orders_the_one_launch_merge():
     assert lines[-1] == "with its merge: 1 atom, 4 ld.volatile; without: 0 atom, 0 ld.volatile"
 
 
+def test_exchange_evidence_shows_the_fence_of_the_counter_and_none_in_the_word():
+    """``--exchange-evidence``: the arrival counter's release-acquire atomic compiles to a
+    MEMBAR before the atomic; the 64-bit word and the shipped resident kernel have none."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--exchange-evidence"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    counter, word, *resident = done.stdout.splitlines()[1:]
+    assert "arrival counter" in counter and "1 MEMBAR.ALL.GPU" in counter
+    assert "ATOMG.E.ADD" in counter
+    assert "64-bit word" in word and ": 0 MEMBAR;" in word and "ATOMG.E.EXCH.64" in word
+    assert len(resident) == 2 and all(": 0 MEMBAR;" in line and "EXCH.64" in line
+                                      for line in resident)
+
+
 def test_wgmma_overlap_shows_no_softmax_under_a_product():
     """``--wgmma-overlap``: in the sm_90 key loop of the flash forward kernel, q k^T is waited
     for (wait_group 0) before the softmax's ex2 start, and p v is committed at the loop's end;

@@ -10,6 +10,9 @@ import teachkit
 from teachkit.compare import relative_error
 
 K = pytest.importorskip("teachkit.kernels")
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
 from teachkit.kernels import softmax_kernels as ks  # noqa: E402
 
 DEV = teachkit.DEVICE
@@ -111,19 +114,50 @@ def test_bad_input_says_what_to_pass():
 
 
 def test_resident_rows_without_the_exchange(gen):
-    """Every program of the resident kernel that finds its row's partials missing (here: all
-    of them, no polls allowed) reads the row itself and still gets the softmax."""
+    """Every program of the resident kernel that finds its row's pairs missing (here: all of
+    them, no polls allowed) reads the row itself and still gets the softmax; with the next
+    chunk loaded ahead too."""
     x = randn(4, 300, gen=gen, scale=30).to(DEV)
     x[1, :100] = -INF
-    y = torch.empty_like(x)
     chunk, g = 64, 5
-    part = torch.empty(4 * g, dtype=torch.float32, device=DEV)
-    arrived = torch.zeros(4, dtype=torch.int32, device=DEV)
-    ks.resident_kernel[(g,)](x, y, part, torch.empty_like(part), arrived, 4, 300, x.stride(0),
-                             y.stride(0), g, G=g, G_POW2=8, CHUNK=chunk, BLOCK=32, MAX_SPIN=0,
-                             num_warps=4)
-    assert relative_error(y, ref(x)) < RTOL[torch.float32]
-    assert arrived.tolist() == [g] * 4  # every chunk still announced itself
+    for prefetch in (False, True):
+        y = torch.empty_like(x)
+        slots = torch.full((4 * g,), ks.EMPTY_SLOT.value, dtype=torch.int64, device=DEV)
+        ks.resident_kernel[(g,)](x, y, slots, 4, 300, x.stride(0), y.stride(0), g, G=g,
+                                 G_POW2=8, CHUNK=chunk, BLOCK=32, MAX_SPIN=0, PREFETCH=prefetch,
+                                 num_warps=4)
+        assert relative_error(y, ref(x)) < RTOL[torch.float32]
+        assert (slots != ks.EMPTY_SLOT.value).all()  # every chunk still wrote its pair
+        m = slots.view(torch.int32).view(4, g, 2)[..., 1].view(torch.float32)
+        chunks = torch.nn.functional.pad(x, (0, g * chunk - 300), value=-INF).view(4, g, chunk)
+        assert torch.equal(m, chunks.amax(-1))  # the high half of each word is the chunk's max
+
+
+def test_pairs_pack_into_one_word_and_back():
+    """pack_pair puts m's bits in the high half and d's in the low half of an int64;
+    unpack_pair reverses it bit for bit, -inf, 0 and NaN included, and no pair packs to the
+    empty slot's word."""
+    m = torch.tensor([-INF, 0.0, 3.5, -1e30, float("nan")], device=DEV)
+    d = torch.tensor([0.0, 1.0, 2.25, 7.0, float("nan")], device=DEV)
+    words = torch.empty(5, dtype=torch.int64, device=DEV)
+    back = torch.empty(2, 5, dtype=torch.float32, device=DEV)
+    _pack_unpack[(1,)](m, d, words, back, N=8)
+    halves = words.view(torch.int32).view(5, 2)  # little-endian: [low, high]
+    assert torch.equal(halves[:, 1], m.view(torch.int32))
+    assert torch.equal(halves[:, 0], d.view(torch.int32))
+    assert torch.equal(back.view(torch.int32), torch.stack([m, d]).view(torch.int32))
+    assert (words != ks.EMPTY_SLOT.value).all()
+
+
+@triton.jit
+def _pack_unpack(M, D, WORDS, BACK, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    mask = offs < 5
+    for i in range(5):
+        tl.store(WORDS + i, ks.pack_pair(tl.load(M + i), tl.load(D + i)))
+    m, d = ks.unpack_pair(tl.load(WORDS + offs, mask=mask, other=0))
+    tl.store(BACK + offs, m, mask=mask)
+    tl.store(BACK + 5 + offs, d, mask=mask)
 
 
 def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
@@ -139,13 +173,15 @@ def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
 
 
 def test_entry_point_takes_resident_rows_where_they_were_measured_faster(gen, monkeypatch):
-    """On a GPU: float32 long rows that fit on chip go to the resident kernel, half-precision
-    ones only up to RESIDENT_HALF_MAX_COLS; under the interpreter long rows take the split
+    """On a GPU: long rows that fit on chip go to the resident kernel, in every dtype, and rows
+    that do not to the split kernels; under the interpreter long rows take the split
     kernels."""
     taken = []
     monkeypatch.setattr(ks, "_launch_resident", lambda x2, y2, config: taken.append(x2.dtype))
     monkeypatch.setattr(ks, "_launch_split", lambda *args: taken.append("split"))
-    monkeypatch.setattr(ks, "RESIDENT_HALF_MAX_COLS", 40_000)
+    monkeypatch.setattr(ks, "resident_fits", lambda n_cols, dtype, device: n_cols < 60_000)
     for dtype in (torch.float32, torch.bfloat16):
         ks.softmax(torch.zeros(1, 50_000, dtype=dtype, device=DEV))
-    assert taken == ([torch.float32, "split"] if teachkit.ON_GPU else ["split", "split"])
+    ks.softmax(torch.zeros(1, 70_000, device=DEV))
+    assert taken == ([torch.float32, torch.bfloat16, "split"] if teachkit.ON_GPU
+                     else ["split"] * 3)

@@ -54,3 +54,35 @@ def test_fused_one_row_beyond_limit(gen):
     x = torch.randn(2, 17_000, generator=gen).to(teachkit.DEVICE)
     got = teaching.fused_one_row(x, num_warps=4)
     assert relative_error(got, torch.softmax(x.cpu().double(), -1)) <= 1e-5
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("g", [1, 5, 8])
+def test_exchange_pairs_gives_every_program_the_merge(gen, packed, g):
+    """Both ways of exchanging (m, d) leave every program with the merge of all pairs, an
+    empty pair (-inf, 0) included; on the GPU through the exchange itself, under the
+    interpreter (no polls) partly through the fallback."""
+    m = torch.randn(g, generator=gen) * 20
+    d = torch.rand(g, generator=gen) + 0.5
+    m[0], d[0] = -math.inf, 0.0
+    want_m, want_d = m.double().amax(), (d.double() * torch.exp(m.double() - m.double().amax()))
+    got_m, got_d = teaching.exchange_pairs(m.to(teachkit.DEVICE), d.to(teachkit.DEVICE), packed)
+    if g == 1:
+        assert got_m.item() == -math.inf and got_d.item() == 0.0
+        return
+    assert torch.all(got_m.cpu() == want_m.float())
+    assert relative_error(got_d.cpu(), want_d.nansum().expand(g)) <= 1e-6
+
+
+def test_exchange_pairs_names_bad_input():
+    ok = torch.zeros(4, device=teachkit.DEVICE)
+    with pytest.raises(ValueError, match="m must be a 1-D float32 tensor of 1 to 1024 pairs"):
+        teaching.exchange_pairs(torch.zeros(2, 2, device=teachkit.DEVICE), ok)
+    with pytest.raises(ValueError, match="d must be a 1-D float32"):
+        teaching.exchange_pairs(ok, torch.zeros(2000, device=teachkit.DEVICE))
+    with pytest.raises(ValueError, match="same shape"):
+        teaching.exchange_pairs(ok, torch.zeros(3, device=teachkit.DEVICE))
+    with pytest.raises(TypeError, match="packed must be a bool"):
+        teaching.exchange_pairs(ok, ok, packed=1)
+    with pytest.raises(TypeError, match="m"):
+        teaching.exchange_pairs([1.0], ok)

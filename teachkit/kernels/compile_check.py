@@ -136,6 +136,8 @@ class KernelConfig:
         contiguous tensors with the supported head dims are multiples of 16). Only with these
         hints does the compiler vectorise loads and pipeline them through shared memory, so the
         shared memory it reports is what the launch will ask for.
+    max_registers : int or None
+        The launch's cap on registers a thread (Triton's ``maxnreg``), or ``None`` for none.
     """
 
     name: str
@@ -146,6 +148,7 @@ class KernelConfig:
     num_stages: int = 3
     capabilities: tuple[int, ...] = ()
     aligned: bool = True
+    max_registers: int | None = None
 
 
 def kernel_signature(kernel: object, types: dict[str, str], constexprs: dict) -> dict[str, str]:
@@ -211,12 +214,12 @@ def softmax_launch_configs() -> list[KernelConfig]:
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
         size = 4 if ty == "fp32" else 2
         resident = sk.RESIDENT_CONFIGS[size]
-        configs.append(_config(
+        configs.append(replace(_config(
             f"resident {ty} CHUNK={resident.chunk} G=256", sk.resident_kernel,
-            {"X": f"*{ty}", "Y": f"*{ty}", "PART_M": "*fp32", "PART_D": "*fp32",
-             "ARRIVED": "*i32"},
+            {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"},
             {"G": 256, "G_POW2": 256, "CHUNK": resident.chunk, "BLOCK": 1024,
-             "MAX_SPIN": sk.SPIN_POLLS}, resident.num_warps))
+             "MAX_SPIN": sk.SPIN_POLLS, "PREFETCH": resident.prefetch}, resident.num_warps),
+            max_registers=resident.max_registers))
     return configs
 
 
@@ -483,11 +486,10 @@ def _compile(config: KernelConfig, capability: int) -> object:
 
     src = ASTSource(config.kernel, signature=config.signature, constexprs=config.constexprs,
                     attrs=alignment_hints(config))
-    return triton.compile(
-        src,
-        target=GPUTarget("cuda", capability, 32),
-        options={"num_warps": config.num_warps, "num_stages": config.num_stages},
-    )
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if config.max_registers is not None:
+        options["maxnreg"] = config.max_registers
+    return triton.compile(src, target=GPUTarget("cuda", capability, 32), options=options)
 
 
 def compile_for(config: KernelConfig, capability: int) -> int:
@@ -738,6 +740,65 @@ def merge_evidence(capability: int = 90) -> list[str]:
 
     return [f"sm_{capability}, {config.name}:", *shown,
             f"with its merge: {counts(lines)}; without: {counts(plain_lines)}"]
+
+
+def sass(config: KernelConfig, capability: int = 90) -> str:
+    """The machine code (SASS) of ``config`` for ``sm_<capability>``, as the ``nvdisasm`` that
+    Triton ships prints it. Needs no GPU, and ``TRITON_INTERPRET=0``."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from triton import knobs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "kernel.cubin"
+        cubin.write_bytes(_compile(config, capability).asm["cubin"])
+        return subprocess.run([knobs.nvidia.nvdisasm.path, "-c", str(cubin)],
+                              capture_output=True, text=True, check=True).stdout
+
+
+_SASS_MEMORY = re.compile(r"\b(MEMBAR\.[A-Z.]+|ATOMG\.[A-Z0-9.]+|LDG\.[A-Z0-9.]*STRONG\.[A-Z]+)")
+
+
+def exchange_configs(capability: int = 90) -> list[KernelConfig]:
+    """The exchange of ``(m, d)`` among 8 programs written two ways
+    (:func:`~teachkit.kernels.teaching.counter_exchange_kernel`,
+    :func:`~teachkit.kernels.teaching.word_exchange_kernel`), then the resident kernel in both
+    dtypes as :func:`softmax_launch_configs` checks it."""
+    from . import teaching
+
+    shape = {"G": 8, "G_POW2": 8, "MAX_SPIN": sk.SPIN_POLLS}
+    pairs = {name: "*fp32" for name in ("M", "D", "PART_M", "PART_D", "OUT_M", "OUT_D")}
+    return [
+        _config("pair as two stores, arrival counter (release-acquire)",
+                teaching.counter_exchange_kernel, {**pairs, "ARRIVED": "*i32"}, shape),
+        _config("pair as one 64-bit word (relaxed)", teaching.word_exchange_kernel,
+                {**pairs, "SLOTS": "*i64"}, shape),
+        *(c for c in softmax_launch_configs() if c.name.startswith("resident")),
+    ]
+
+
+def exchange_evidence(capability: int = 90) -> list[str]:
+    """What the exchange of ``(m, d)`` between a row's programs compiles to on
+    ``sm_<capability>``: for each of :func:`exchange_configs`, its memory barriers
+    (``MEMBAR``), atomics (``ATOMG``) and strong loads (``LDG...STRONG``, the polls that go past
+    the SM's L1 cache), counted in its SASS (:func:`sass`), with the barrier's line.
+
+    A release (or release-acquire) atomic compiles to a ``MEMBAR`` before the atomic: the
+    thread waits there until every load and store it issued before is complete GPU-wide.
+
+    Needs no GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels --exchange-evidence``
+    arranges that).
+    """
+    lines = [f"sm_{capability} SASS (nvdisasm), memory-ordering instructions per kernel:"]
+    for config in exchange_configs(capability):
+        found = _SASS_MEMORY.findall(sass(config, capability))
+        counts = {op: found.count(op) for op in dict.fromkeys(found)}
+        fences = sum(n for op, n in counts.items() if op.startswith("MEMBAR"))
+        lines.append(f"  {config.name}: {fences} MEMBAR; "
+                     + ", ".join(f"{n} {op}" for op, n in counts.items()))
+    return lines
 
 
 def flash_forward_config(capability: int, head_dim: int = 64, dtype: str = "fp16",

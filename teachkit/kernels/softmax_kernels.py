@@ -18,8 +18,8 @@ computes in float32 whatever the input dtype, and writes the input's dtype. The 
     chunk's partial ``(m, d)``; a second launch merges the row's partials and normalises its chunk.
 ``softmax_resident``
     Long rows in one read and one write: a persistent grid holds every chunk of a row in
-    registers at once, and the row's programs exchange their ``(m, d)`` through global memory
-    and an arrival counter before each normalises its chunk.
+    registers at once, and the row's programs exchange their ``(m, d)`` through global memory,
+    one 64-bit word a chunk, before each normalises its chunk.
 
 :func:`softmax` picks among them by shape. All follow ``torch.softmax`` semantics: rows with NaN or
 ``+inf``, or only ``-inf``, give NaN; ``-inf`` entries give 0.
@@ -41,10 +41,10 @@ from .grid_math import cdiv, next_power_of_2
 from .launch_cache import cached_launch
 
 __all__ = [
+    "EMPTY_SLOT",
     "FUSED_MAX_COLS",
     "MAX_SPIN",
     "RESIDENT_CONFIGS",
-    "RESIDENT_HALF_MAX_COLS",
     "ResidentConfig",
     "SPIN_POLLS",
     "SPLIT_CHUNK",
@@ -55,6 +55,7 @@ __all__ = [
     "online_kernel",
     "online_update",
     "online_update_tile",
+    "pack_pair",
     "resident_fits",
     "resident_kernel",
     "resident_programs",
@@ -68,6 +69,7 @@ __all__ = [
     "split_depth",
     "split_normalize_kernel",
     "split_stats_kernel",
+    "unpack_pair",
 ]
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -299,54 +301,94 @@ def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) ->
 # ---------------------------------------------------------------------------------------------
 # Resident rows: every chunk of a row held on chip at once, (m, d) exchanged through memory
 # ---------------------------------------------------------------------------------------------
+EMPTY_SLOT = tl.constexpr(-1)
+"""What a slot of the resident kernel's exchange holds until its chunk's ``(m, d)`` is written:
+all 64 bits set, a pair of NaNs with every payload bit set, which no float32 arithmetic
+produces (its NaNs have payload bits clear). ``EMPTY_SLOT.value`` is the Python int."""
+
+
+@triton.jit
+def pack_pair(m, d):
+    """``(m, d)``, two float32 scalars, as one int64 word: ``m``'s bits high, ``d``'s low, so a
+    single 64-bit store publishes both and a reader sees both or neither."""
+    high = m.to(tl.int32, bitcast=True).to(tl.int64)
+    low = d.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    return (high << 32) | low
+
+
+@triton.jit
+def unpack_pair(word):
+    """The ``(m, d)`` of :func:`pack_pair`'s words, element-wise."""
+    m = (word >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    d = word.to(tl.int32).to(tl.float32, bitcast=True)
+    return m, d
+
+
 @cached_launch
 @triton.jit
-def resident_kernel(X, Y, PART_M, PART_D, ARRIVED, n_rows, n_cols, stride_x, stride_y,
-                    n_programs, G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
-                    BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr):
+def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
+                    G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
+                    BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr, PREFETCH: tl.constexpr):
     """A persistent grid of ``n_programs`` programs (a multiple of ``G``, all on the GPU at
     once) takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks
     of ``CHUNK`` columns to a row, so the ``G`` chunks of a row are taken by ``G`` neighbouring
     programs in the same round. Each program:
 
     1. loads its chunk once and keeps ``e = exp(x - m_chunk)`` in registers;
-    2. writes the chunk's ``(m, d)`` to ``PART_M``/``PART_D`` (``(n_rows * G,)`` float32) and
-       adds 1 to the row's arrival counter ``ARRIVED[row]`` (int32, zeroed) with
-       acquire-release semantics: its partials are visible before the count is, and the last
-       program to arrive sees everyone else's;
-    3. waits until the count reaches ``G`` (acquire), merges the row's ``G`` partials and writes
-       its chunk's softmax, ``e * exp(m_chunk - m_row) / d_row``, from the registers: one read
-       and one write of the tensor, one exponential per element.
+    2. writes the chunk's ``(m, d)`` as one 64-bit word (:func:`pack_pair`) to its slot of
+       ``SLOTS`` (``(n_rows * G,)`` int64, every slot :data:`EMPTY_SLOT` at launch) with a
+       relaxed atomic exchange: the word carries the data, so no fence orders it after other
+       writes, and the program goes on at once;
+    3. reads its row's ``G`` slots until none is empty (volatile loads, which go to L2, where
+       every program's writes meet), merges the ``G`` pairs and writes its chunk's softmax,
+       ``e * exp(m_chunk - m_row) / d_row``, from the registers: one read and one write of the
+       tensor, one exponential per element.
 
-    If the others have not arrived after ``MAX_SPIN`` polls (another kernel holding part of the
-    GPU, or the interpreter, which runs programs one after another), the program reads the whole
-    row itself (:func:`row_stats`, ``BLOCK`` lanes): slower, never stuck.
+    With ``PREFETCH``, the program loads the chunk of its next item before it reads the slots,
+    so that load runs while the row's other programs arrive.
+
+    If the slots are still not all written after ``MAX_SPIN`` polls (another kernel holding part
+    of the GPU, or the interpreter, which runs programs one after another), the program reads
+    the whole row itself (:func:`row_stats`, ``BLOCK`` lanes): slower, never stuck.
     """
     pid = tl.program_id(0)
     offs = tl.arange(0, CHUNK)
-    for item in range(pid, n_rows * G, n_programs):
+    lanes = tl.arange(0, G_POW2)
+    n_items = n_rows * G
+    if PREFETCH:  # the first item's chunk, in the input's dtype
+        cols = (pid % G) * CHUNK + offs
+        x_next = tl.load(X + (pid // G).to(tl.int64) * stride_x + cols,
+                         mask=(cols < n_cols) & (pid < n_items), other=float("-inf"))
+    for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * CHUNK + offs
         x_row = X + row.to(tl.int64) * stride_x
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        if PREFETCH:
+            x = x_next.to(tl.float32)
+        else:
+            x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
         m_c = tl.max(x, axis=0)
         safe = tl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf (or padding): d = 0
         e = tl.exp2((x - safe) * LOG2E)  # kept in registers: one exponential per element
         d_c = tl.sum(e, axis=0)
-        tl.store(PART_M + item, m_c)
-        tl.store(PART_D + item, d_c)
-        # release: this pair is visible before the count is; acquire: the last to arrive sees
-        # every other pair
-        arrived = tl.atomic_add(ARRIVED + row, 1, sem="acq_rel") + 1
+        tl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+        if PREFETCH:  # the next item's chunk: its load runs while the row's programs arrive
+            after = item + n_programs
+            cols_after = (after % G) * CHUNK + offs
+            x_next = tl.load(X + (after // G).to(tl.int64) * stride_x + cols_after,
+                             mask=(cols_after < n_cols) & (after < n_items), other=float("-inf"))
+        row_slots = SLOTS + row.to(tl.int64) * G + lanes
+        words = tl.load(row_slots, mask=lanes < G, other=0, volatile=True)
+        missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
         polls = 0
-        while (arrived < G) & (polls < MAX_SPIN):
-            arrived = tl.atomic_add(ARRIVED + row, 0, sem="acquire")
+        while (missing > 0) & (polls < MAX_SPIN):
+            words = tl.load(row_slots, mask=lanes < G, other=0, volatile=True)
+            missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
             polls += 1
-        if arrived >= G:  # every partial of the row is written: merge them
-            lanes = tl.arange(0, G_POW2)
-            part = row.to(tl.int64) * G + lanes
-            m_p = tl.load(PART_M + part, mask=lanes < G, other=float("-inf"), cache_modifier=".cg")
-            d_p = tl.load(PART_D + part, mask=lanes < G, other=0.0, cache_modifier=".cg")
+        if missing == 0:  # every chunk of the row has written its pair: merge them
+            m_p, d_p = unpack_pair(words)
+            m_p = tl.where(lanes < G, m_p, float("-inf"))
+            d_p = tl.where(lanes < G, d_p, 0.0)
             m_row, d_row = tl.reduce((m_p, d_p), 0, merge_combine)
         else:  # the others are not running beside this program: read the row itself
             m_row, d_row = row_stats(x_row, n_cols, BLOCK)
@@ -358,25 +400,40 @@ def resident_kernel(X, Y, PART_M, PART_D, ARRIVED, n_rows, n_cols, stride_x, str
 
 class ResidentConfig(NamedTuple):
     """How the resident kernel runs: ``chunk`` columns per program (a power of two),
-    ``num_warps``, and ``per_sm``, the programs it wants on each multiprocessor (fewer if the
-    compiled kernel's registers or shared memory do not allow them)."""
+    ``num_warps``, ``per_sm``, the programs it wants on each multiprocessor (fewer if the
+    compiled kernel's registers or shared memory do not allow them), ``prefetch`` (load the next
+    item's chunk before waiting for the row's pairs) and ``max_registers`` (a cap on registers a
+    thread, ``None`` for the compiler's choice)."""
 
     chunk: int
     num_warps: int
     per_sm: int
+    prefetch: bool = False
+    max_registers: int | None = None
 
 
-RESIDENT_CONFIGS = {4: ResidentConfig(16384, 8, 2), 2: ResidentConfig(16384, 8, 2)}
-"""By element size: 16384 columns per program, two programs to a multiprocessor. Timed on the
-H100 (``gpu_checks/resident_sweep.py``) against 8192-column chunks with four programs per SM: on
-float32 rows of 1M columns 80% of copy against 76-77%, within 3 points on shorter rows; for
-bfloat16 no configuration tried was faster on every row."""
+RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, prefetch=False, max_registers=120),
+                    2: ResidentConfig(16384, 8, 2, prefetch=True, max_registers=120)}
+"""By element size, timed on the H100 (``gpu_checks/resident_sweep.py``) on rows of 64k to 4M
+columns. float32: 8192 columns per program, four programs a multiprocessor. bfloat16: 16384
+columns, two a multiprocessor, each loading its next chunk before it waits. Both are capped at
+120 registers a thread: uncapped, the compiler gave 128 to 137, and a multiprocessor then took
+fewer programs than the cap allows (by registers, exactly four and two), so rows of 256 or more
+chunks waited for programs that were never on the GPU."""
 SPIN_POLLS = 1 << 16
-"""Polls of the arrival counter before a program of the compiled resident kernel reads its row
+"""Polls of the row's slots before a program of the compiled resident kernel reads its row
 itself."""
 MAX_SPIN = SPIN_POLLS if ON_GPU else 0
 """The polls a launch allows: :data:`SPIN_POLLS` on a GPU, none under the interpreter, which runs
 one program at a time."""
+
+
+def _resident_options(config: ResidentConfig) -> dict:
+    """The launch options of ``config``: warps and, if set, the register cap."""
+    options = {"num_warps": config.num_warps}
+    if config.max_registers is not None:
+        options["maxnreg"] = config.max_registers
+    return options
 
 
 @functools.cache
@@ -387,12 +444,11 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
     if not ON_GPU:
         return 8
     x = torch.empty(1, config.chunk, dtype=dtype, device=f"cuda:{device}")
-    part = torch.empty(1, dtype=torch.float32, device=x.device)
-    arrived = torch.zeros(1, dtype=torch.int32, device=x.device)
-    compiled = resident_kernel.warmup(x, x, part, part, arrived, 1, config.chunk, x.stride(0),
-                                      x.stride(0), 1, G=1, G_POW2=1, CHUNK=config.chunk,
-                                      BLOCK=1024, MAX_SPIN=MAX_SPIN, num_warps=config.num_warps,
-                                      grid=(1,))
+    slots = torch.empty(1, dtype=torch.int64, device=x.device)
+    compiled = resident_kernel.warmup(x, x, slots, 1, config.chunk, x.stride(0), x.stride(0), 1,
+                                      G=1, G_POW2=1, CHUNK=config.chunk, BLOCK=1024,
+                                      MAX_SPIN=MAX_SPIN, PREFETCH=config.prefetch,
+                                      grid=(1,), **_resident_options(config))
     compiled._init_handles()  # fills in n_regs
     props = torch.cuda.get_device_properties(device)
     threads = 32 * config.num_warps
@@ -403,12 +459,6 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
     by_shared = props.shared_memory_per_multiprocessor // shared if shared else by_threads
     per_sm = min(config.per_sm, by_regs, by_threads, by_shared)
     return max(per_sm, 1) * props.multi_processor_count
-
-
-RESIDENT_HALF_MAX_COLS = 1 << 20
-"""Longest float16/bfloat16 rows :func:`softmax` sends to the resident kernel. Beyond, the split
-kernels were faster on the H100: at 4M bfloat16 columns 59% of copy against the resident
-kernel's 56% (``gpu_checks/resident_sweep.py``); float32 rows of 4M ran at 71% against 63%."""
 
 
 def resident_fits(n_cols: int, dtype: torch.dtype, device: int) -> bool:
@@ -426,14 +476,12 @@ def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig)
     if fit == 0:
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax_split or softmax (which picks)")
-    part_m = torch.empty(n_rows * g, dtype=torch.float32, device=x2.device)
-    part_d = torch.empty_like(part_m)
-    arrived = torch.zeros(n_rows, dtype=torch.int32, device=x2.device)
+    slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     programs = min(fit, n_rows * g)
     resident_kernel[(programs,)](
-        x2, y2, part_m, part_d, arrived, n_rows, n_cols, x2.stride(0), y2.stride(0),
-        programs, G=g, G_POW2=next_power_of_2(g), CHUNK=config.chunk,
-        BLOCK=min(1024, config.chunk), MAX_SPIN=MAX_SPIN, num_warps=config.num_warps)
+        x2, y2, slots, n_rows, n_cols, x2.stride(0), y2.stride(0), programs, G=g,
+        G_POW2=next_power_of_2(g), CHUNK=config.chunk, BLOCK=min(1024, config.chunk),
+        MAX_SPIN=MAX_SPIN, PREFETCH=config.prefetch, **_resident_options(config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,10 +615,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax along ``dim`` with the fastest kernel of this module for the shape.
 
     Rows of up to :data:`FUSED_MAX_COLS` elements go to the fused kernel (one read, one write).
-    On a GPU, longer rows whose chunks fit on the chip at once (:func:`resident_fits`; half
-    precision up to :data:`RESIDENT_HALF_MAX_COLS`) go to the resident kernel (one read, one
-    write); the rest, and every long row under the interpreter, to the split kernels (every row
-    cut into chunks that fill the GPU, partial ``(m, d)`` merged, two reads and one write).
+    On a GPU, longer rows whose chunks fit on the chip at once (:func:`resident_fits`) go to
+    the resident kernel (one read, one write); the rest, and every long row under the
+    interpreter, to the split kernels (every row cut into chunks that fill the GPU, partial
+    ``(m, d)`` merged, two reads and one write).
 
     Parameters
     ----------
@@ -596,8 +644,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         n_rows, n_cols = x2.shape
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
-        elif ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0) and (
-                x2.element_size() == 4 or n_cols <= RESIDENT_HALF_MAX_COLS):
+        elif ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0):
             _launch_resident(x2, y2, RESIDENT_CONFIGS[x2.element_size()])
         else:
             chunk = _split_chunk(n_rows, n_cols)

@@ -10,6 +10,10 @@ They are teaching code, written to be read beside :mod:`teachkit.kernels.softmax
 ``merge_combine_natural`` and ``reduce_stats``
     The merge of two ``(m, d)`` pairs in natural units (``exp``, as in notebooks 03-04) and a
     kernel that reduces lanes of pairs with ``tl.reduce`` and any such combine (exercise 2).
+``exchange_pairs`` (kernels ``counter_exchange_kernel`` and ``word_exchange_kernel``)
+    How the programs of a row hand each other their ``(m, d)``, the resident kernel's exchange
+    on its own, written two ways: two float32 stores and an arrival counter with
+    release-acquire atomics, or one 64-bit word with a relaxed atomic (the shipped way).
 ``fused_one_row``
     The course's :func:`~teachkit.kernels.softmax_kernels.fused_kernel` launched for one row of
     *any* length, past the :data:`~teachkit.kernels.softmax_kernels.FUSED_MAX_COLS` the entry
@@ -35,9 +39,18 @@ import triton
 import triton.language as tl
 
 from ..validation import require_kernel_tensor, require_power_of_two
-from .softmax_kernels import fused_kernel
+from .softmax_kernels import (
+    EMPTY_SLOT,
+    MAX_SPIN,
+    fused_kernel,
+    merge_combine,
+    pack_pair,
+    unpack_pair,
+)
 
 __all__ = [
+    "counter_exchange_kernel",
+    "exchange_pairs",
     "fused_one_row",
     "merge_combine_natural",
     "reduce_stats",
@@ -45,6 +58,7 @@ __all__ = [
     "row_max_kernel",
     "row_softmax",
     "row_softmax_kernel",
+    "word_exchange_kernel",
 ]
 
 
@@ -266,6 +280,113 @@ def reduce_stats(m: torch.Tensor, d: torch.Tensor,
         return out_m.fill_(float("-inf")), out_d.zero_()
     _reduce_stats_kernel(combine)[(rows,)](m, d, out_m, out_d, lanes, m.stride(0),
                                            BLOCK=triton.next_power_of_2(lanes))
+    return out_m, out_d
+
+
+# ---------------------------------------------------------------------------------------------
+# The exchange of (m, d) between the programs of a row, two ways
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def counter_exchange_kernel(M, D, PART_M, PART_D, ARRIVED, OUT_M, OUT_D, G: tl.constexpr,
+                            G_POW2: tl.constexpr, MAX_SPIN: tl.constexpr):
+    """Program ``i`` of ``G`` publishes the pair ``(M[i], D[i])`` as two float32 stores to
+    ``PART_M``/``PART_D``, then adds 1 to ``ARRIVED`` (int32, zeroed) with a release-acquire
+    atomic: *release*, so that its stores are visible before its count is; *acquire*, so that
+    the program that sees ``G`` sees every pair. It polls the counter (acquire) until ``G``,
+    merges the ``G`` pairs and writes the result to ``OUT_M[i]``, ``OUT_D[i]``. After
+    ``MAX_SPIN`` polls it merges ``M`` and ``D`` themselves instead (the interpreter runs one
+    program at a time)."""
+    i = tl.program_id(0)
+    tl.store(PART_M + i, tl.load(M + i))
+    tl.store(PART_D + i, tl.load(D + i))
+    arrived = tl.atomic_add(ARRIVED, 1, sem="acq_rel") + 1
+    polls = 0
+    while (arrived < G) & (polls < MAX_SPIN):
+        arrived = tl.atomic_add(ARRIVED, 0, sem="acquire")
+        polls += 1
+    lanes = tl.arange(0, G_POW2)
+    if arrived >= G:
+        m = tl.load(PART_M + lanes, mask=lanes < G, other=float("-inf"), cache_modifier=".cg")
+        d = tl.load(PART_D + lanes, mask=lanes < G, other=0.0, cache_modifier=".cg")
+    else:
+        m = tl.load(M + lanes, mask=lanes < G, other=float("-inf"))
+        d = tl.load(D + lanes, mask=lanes < G, other=0.0)
+    m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+    tl.store(OUT_M + i, m_row)
+    tl.store(OUT_D + i, d_row)
+
+
+@triton.jit
+def word_exchange_kernel(M, D, SLOTS, OUT_M, OUT_D, G: tl.constexpr, G_POW2: tl.constexpr,
+                         MAX_SPIN: tl.constexpr):
+    """Program ``i`` of ``G`` publishes the pair ``(M[i], D[i])`` as one 64-bit word
+    (:func:`~teachkit.kernels.softmax_kernels.pack_pair`) to ``SLOTS[i]`` (int64, every slot
+    :data:`~teachkit.kernels.softmax_kernels.EMPTY_SLOT`) with a relaxed atomic exchange: the
+    word is the data, so nothing else has to become visible first. It reads the ``G`` slots
+    (volatile) until none is empty, merges them and writes the result to ``OUT_M[i]``,
+    ``OUT_D[i]``; after ``MAX_SPIN`` polls it merges ``M`` and ``D`` themselves instead."""
+    i = tl.program_id(0)
+    tl.atomic_xchg(SLOTS + i, pack_pair(tl.load(M + i), tl.load(D + i)), sem="relaxed")
+    lanes = tl.arange(0, G_POW2)
+    words = tl.load(SLOTS + lanes, mask=lanes < G, other=0, volatile=True)
+    missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
+    polls = 0
+    while (missing > 0) & (polls < MAX_SPIN):
+        words = tl.load(SLOTS + lanes, mask=lanes < G, other=0, volatile=True)
+        missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
+        polls += 1
+    if missing == 0:
+        m, d = unpack_pair(words)
+        m = tl.where(lanes < G, m, float("-inf"))
+        d = tl.where(lanes < G, d, 0.0)
+    else:
+        m = tl.load(M + lanes, mask=lanes < G, other=float("-inf"))
+        d = tl.load(D + lanes, mask=lanes < G, other=0.0)
+    m_row, d_row = tl.reduce((m, d), 0, merge_combine)
+    tl.store(OUT_M + i, m_row)
+    tl.store(OUT_D + i, d_row)
+
+
+def exchange_pairs(m: torch.Tensor, d: torch.Tensor, packed: bool = True,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the exchange on its own: ``G = len(m)`` programs, program ``i`` holding the pair
+    ``(m[i], d[i])``, each ending with the merge of all ``G`` pairs.
+
+    Parameters
+    ----------
+    m, d : torch.Tensor
+        ``(G,)`` float32 on :data:`teachkit.DEVICE`, ``G`` at most 1024 (the programs must all
+        be on the GPU at once).
+    packed : bool
+        ``True`` for :func:`word_exchange_kernel`, ``False`` for
+        :func:`counter_exchange_kernel`.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(m_out, d_out)``, ``(G,)`` each: what every program merged (all equal).
+    """
+    for name, t in (("m", m), ("d", d)):
+        require_kernel_tensor(t, name, "exchange_pairs", "teachkit.softmax.reduce_stats")
+        if t.dtype != torch.float32 or t.dim() != 1 or not 1 <= t.numel() <= 1024:
+            raise ValueError(f"{name} must be a 1-D float32 tensor of 1 to 1024 pairs, got "
+                             f"{t.dtype} of shape {tuple(t.shape)}")
+    if m.shape != d.shape:
+        raise ValueError(f"m and d must have the same shape, got {tuple(m.shape)} and "
+                         f"{tuple(d.shape)}")
+    if not isinstance(packed, bool):
+        raise TypeError(f"packed must be a bool, got {type(packed).__name__}")
+    m, d = m.contiguous(), d.contiguous()
+    g = m.numel()
+    out_m, out_d = torch.empty_like(m), torch.empty_like(d)
+    shape = {"G": g, "G_POW2": triton.next_power_of_2(g), "MAX_SPIN": MAX_SPIN}
+    if packed:
+        slots = torch.full((g,), EMPTY_SLOT.value, dtype=torch.int64, device=m.device)
+        word_exchange_kernel[(g,)](m, d, slots, out_m, out_d, **shape)
+    else:
+        part_m, part_d = torch.empty_like(m), torch.empty_like(d)
+        arrived = torch.zeros(1, dtype=torch.int32, device=m.device)
+        counter_exchange_kernel[(g,)](m, d, part_m, part_d, arrived, out_m, out_d, **shape)
     return out_m, out_d
 
 

@@ -417,9 +417,11 @@ RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, prefetch=False, max_registers=
 """By element size, timed on the H100 (``gpu_checks/resident_sweep.py``) on rows of 64k to 4M
 columns. float32: 8192 columns per program, four programs a multiprocessor. bfloat16: 16384
 columns, two a multiprocessor, each loading its next chunk before it waits. Both are capped at
-120 registers a thread: uncapped, the compiler gave 128 to 137, and a multiprocessor then took
-fewer programs than the cap allows (by registers, exactly four and two), so rows of 256 or more
-chunks waited for programs that were never on the GPU."""
+120 registers a thread. Uncapped, float32's kernel takes 137 and only three programs fit a
+multiprocessor. bfloat16's takes 127 to 128, which changes nothing in how many fit (CUDA's
+occupancy query agrees), yet uncapped, on rows of 256 or more chunks, its programs never saw
+their row's pairs within :data:`SPIN_POLLS` and each read its row itself; capped, none did. The
+cause was not found."""
 SPIN_POLLS = 1 << 16
 """Polls of the row's slots before a program of the compiled resident kernel reads its row
 itself."""

@@ -303,8 +303,10 @@ def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) ->
 # ---------------------------------------------------------------------------------------------
 EMPTY_SLOT = tl.constexpr(-1)
 """What a slot of the resident kernel's exchange holds until its chunk's ``(m, d)`` is written:
-all 64 bits set, a pair of NaNs with every payload bit set, which no float32 arithmetic
-produces (its NaNs have payload bits clear). ``EMPTY_SLOT.value`` is the Python int."""
+all 64 bits set, a pair of NaNs with the sign and every payload bit set. A GPU's float32
+arithmetic gives NaNs as ``0x7FFFFFFF`` (PTX's canonical NaN), so no pair it computes packs to
+this word; one that did would only make the row's programs wait out their polls and read the row
+themselves. ``EMPTY_SLOT.value`` is the Python int."""
 
 
 @triton.jit

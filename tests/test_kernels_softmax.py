@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from inputs import randn
 
 import teachkit
@@ -133,31 +135,36 @@ def test_resident_rows_without_the_exchange(gen):
         assert torch.equal(m, chunks.amax(-1))  # the high half of each word is the chunk's max
 
 
-def test_pairs_pack_into_one_word_and_back():
-    """pack_pair puts m's bits in the high half and d's in the low half of an int64;
-    unpack_pair reverses it bit for bit, -inf, 0 and NaN included, and no pair packs to the
-    empty slot's word."""
-    m = torch.tensor([-INF, 0.0, 3.5, -1e30, float("nan")], device=DEV)
-    d = torch.tensor([0.0, 1.0, 2.25, 7.0, float("nan")], device=DEV)
-    words = torch.empty(5, dtype=torch.int64, device=DEV)
-    back = torch.empty(2, 5, dtype=torch.float32, device=DEV)
-    _pack_unpack[(1,)](m, d, words, back, N=8)
-    halves = words.view(torch.int32).view(5, 2)  # little-endian: [low, high]
-    assert torch.equal(halves[:, 1], m.view(torch.int32))
-    assert torch.equal(halves[:, 0], d.view(torch.int32))
-    assert torch.equal(back.view(torch.int32), torch.stack([m, d]).view(torch.int32))
-    assert (words != ks.EMPTY_SLOT.value).all()
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bits=st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)),
+                     min_size=1, max_size=16))
+def test_pairs_pack_into_one_word_and_back(bits):
+    """For any two float32 bit patterns (-inf, 0, NaNs, subnormals included), pack_pair puts
+    m's bits in the high half and d's in the low half of an int64, unpack_pair gives both back
+    bit for bit, and only the pair of all-ones NaNs packs to the empty slot's word."""
+    n = len(bits)
+    as_int32 = [[b - 2**32 if b >= 2**31 else b for b in half] for half in zip(*bits, strict=True)]
+    m, d = (torch.tensor(h, dtype=torch.int32).view(torch.float32).to(DEV) for h in as_int32)
+    words = torch.empty(n, dtype=torch.int64, device=DEV)
+    back = torch.empty(2, n, dtype=torch.float32, device=DEV)
+    _pack_unpack[(1,)](m, d, words, back, n, N=16)
+    halves = words.view(torch.int32).view(n, 2).cpu()  # little-endian: [low, high]
+    assert torch.equal(halves[:, 1], m.view(torch.int32).cpu())
+    assert torch.equal(halves[:, 0], d.view(torch.int32).cpu())
+    assert torch.equal(back.view(torch.int32).cpu(), torch.stack([m, d]).view(torch.int32).cpu())
+    empty = [pair == (2**32 - 1, 2**32 - 1) for pair in bits]
+    assert (words.cpu() == ks.EMPTY_SLOT.value).tolist() == empty
 
 
 @triton.jit
-def _pack_unpack(M, D, WORDS, BACK, N: tl.constexpr):
+def _pack_unpack(M, D, WORDS, BACK, n, N: tl.constexpr):
     offs = tl.arange(0, N)
-    mask = offs < 5
-    for i in range(5):
-        tl.store(WORDS + i, ks.pack_pair(tl.load(M + i), tl.load(D + i)))
+    mask = offs < n
+    words = ks.pack_pair(tl.load(M + offs, mask=mask), tl.load(D + offs, mask=mask))
+    tl.store(WORDS + offs, words, mask=mask)
     m, d = ks.unpack_pair(tl.load(WORDS + offs, mask=mask, other=0))
     tl.store(BACK + offs, m, mask=mask)
-    tl.store(BACK + 5 + offs, d, mask=mask)
+    tl.store(BACK + n + offs, d, mask=mask)
 
 
 def test_resident_rows_that_do_not_fit_say_what_to_use(gen):

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 CANDIDATES = [(8192, 4, 4, False, 120), (8192, 4, 4, True, 120), (16384, 8, 2, False, 120),
               (16384, 8, 2, True, 120), (16384, 8, 2, False, None), (32768, 16, 1, True, None)]
 """``ResidentConfig`` fields ``(chunk, num_warps, per_sm, prefetch, max_registers)`` the sweep
-times. Uncapped, 8192 x 4 warps and 16384 x 8 warps compile to 126-137 registers a thread, and
-the GPU then holds fewer programs at once than the count from registers says."""
+times; ``max_registers=None`` is ``register_cap``'s default, the most that ``per_sm`` programs
+can share (128 for these)."""
 SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304)]
 
 
@@ -67,7 +67,7 @@ def main() -> int:
                 ok &= good
                 mark = "*" if config == chosen else ""
                 cells.append(f"{mark}{candidate[:3]}{' prefetch' if config.prefetch else ''}"
-                             f"{'' if config.max_registers is None else ' capped'} "
+                             f" {sk.register_cap(config)} registers "
                              f"{share(lambda x=x, c=config: sk.softmax_resident(x, config=c)):.0%}"
                              + ("" if good else f" WRONG ({error:.1e})"))
             print(f"{rows}x{cols} {str(dtype)[6:]}: " + " | ".join(cells), flush=True)

@@ -302,6 +302,22 @@ def test_exchange_evidence_shows_the_fence_of_the_counter_and_none_in_the_word()
                                       for line in resident)
 
 
+def test_resident_registers_the_cap_holds_the_program_count_for_every_launch():
+    """``--resident-registers``: uncapped, the bfloat16 resident kernel compiled as its program
+    count is read (one program, one row, one chunk) would let two programs share a
+    multiprocessor, and as launched on rows of 256 chunks only one; capped, every compilation
+    holds the programs each configuration wants."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--resident-registers"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bf16, fp32 = done.stdout.splitlines()[1:]
+    uncapped, capped = bf16.split("; ")[1:]
+    held = [int(n) for n in re.findall(r"\((\d+)\)", uncapped)]
+    assert held == [2, 1]
+    assert [int(n) for n in re.findall(r"\((\d+)\)", capped)] == [2, 2]
+    assert [int(n) for n in re.findall(r"\((\d+)\)", fp32.split("; ")[2])] == [4, 4]
+
+
 def test_wgmma_overlap_shows_no_softmax_under_a_product():
     """``--wgmma-overlap``: in the sm_90 key loop of the flash forward kernel, q k^T is waited
     for (wait_group 0) before the softmax's ex2 start, and p v is committed at the loop's end;

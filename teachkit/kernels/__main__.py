@@ -62,6 +62,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--exchange-evidence", action="store_true",
                         help="the resident softmax's exchange of (m, d) in sm_90 SASS: memory "
                              "barriers and atomics, as an arrival counter and as one 64-bit word")
+    parser.add_argument("--resident-registers", action="store_true",
+                        help="registers of the resident softmax kernel as its program count is "
+                             "read and as launched, uncapped and capped (sm_90)")
     parser.add_argument("--register-sweep", action="store_true",
                         help="registers and spills (ptxas -v) of the fused softmax kernel, one "
                              "row of 4096 to 65536 float32 per program, per GPU; and the two-pass "
@@ -164,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge_evidence:
         print("\n".join(cc.merge_evidence(args.arch)))
+        return 0
+    if args.resident_registers:
+        print("\n".join(cc.resident_register_evidence(args.arch)))
         return 0
     if args.exchange_evidence:
         print("\n".join(cc.exchange_evidence(args.arch)))

@@ -138,6 +138,9 @@ class KernelConfig:
         shared memory it reports is what the launch will ask for.
     max_registers : int or None
         The launch's cap on registers a thread (Triton's ``maxnreg``), or ``None`` for none.
+    divisible : tuple of str
+        Other integer arguments a launch finds divisible by 16 (with ``aligned``), such as a
+        row length that the course's shapes keep a power of two.
     """
 
     name: str
@@ -149,6 +152,7 @@ class KernelConfig:
     capabilities: tuple[int, ...] = ()
     aligned: bool = True
     max_registers: int | None = None
+    divisible: tuple[str, ...] = ()
 
 
 def kernel_signature(kernel: object, types: dict[str, str], constexprs: dict) -> dict[str, str]:
@@ -219,7 +223,7 @@ def softmax_launch_configs() -> list[KernelConfig]:
             {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"},
             {"G": 256, "G_POW2": 256, "CHUNK": resident.chunk, "BLOCK": 1024,
              "MAX_SPIN": sk.SPIN_POLLS, "PREFETCH": resident.prefetch}, resident.num_warps),
-            max_registers=resident.max_registers))
+            max_registers=sk.register_cap(resident), divisible=("n_cols",)))
     return configs
 
 
@@ -475,7 +479,8 @@ def alignment_hints(config: KernelConfig) -> dict:
     names = config.kernel.arg_names
     return {(names.index(name),): [["tt.divisibility", 16]]
             for name, ty in config.signature.items()
-            if ty.startswith("*") or (ty == "i32" and name.startswith("stride_"))}
+            if ty.startswith("*") or (ty == "i32" and (name.startswith("stride_")
+                                                       or name in config.divisible))}
 
 
 def _compile(config: KernelConfig, capability: int) -> object:
@@ -759,6 +764,40 @@ def sass(config: KernelConfig, capability: int = 90) -> str:
 
 
 _SASS_MEMORY = re.compile(r"\b(MEMBAR\.[A-Z.]+|ATOMG\.[A-Z0-9.]+|LDG\.[A-Z0-9.]*STRONG\.[A-Z]+)")
+
+
+def resident_register_evidence(capability: int = 90) -> list[str]:
+    """Registers a thread of the resident softmax kernel (``ptxas -v``, ``sm_<capability>``) as
+    :func:`~teachkit.kernels.softmax_kernels.resident_programs` compiles it (one program, one
+    row, one chunk: Triton compiles integer arguments equal to 1 as constants) and as launched
+    on rows of 256 chunks, for each dtype's configuration, without a cap and with
+    :func:`~teachkit.kernels.softmax_kernels.register_cap`; with how many programs a
+    multiprocessor's 65536 registers then hold. Needs no GPU, and ``TRITON_INTERPRET=0``.
+    """
+    lines = [f"resident softmax kernel, sm_{capability}: registers a thread (programs a "
+             "multiprocessor holds by registers)"]
+    base = next(c for c in softmax_launch_configs() if c.name.startswith("resident"))
+    for ty, size in (("bf16", 2), ("fp32", 4)):
+        config = sk.RESIDENT_CONFIGS[size]
+        types = {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"}
+        cells = []
+        for cap in (None, sk.register_cap(config)):
+            found = []
+            for shape in ({"G": 1, "G_POW2": 1, "n_rows": 1, "n_programs": 1},
+                          {"G": 256, "G_POW2": 256}):
+                one = replace(_config(base.name, sk.resident_kernel, types,
+                                      {**base.constexprs, "CHUNK": config.chunk,
+                                       "PREFETCH": config.prefetch, **shape},
+                                      config.num_warps),
+                              max_registers=cap, divisible=("n_cols",))
+                registers = ptxas_resources(one, capability)["registers"]
+                warp = -(-registers * 32 // 256) * 256
+                found.append(f"{registers} ({sk.REGISTERS_PER_SM // (warp * config.num_warps)})")
+            cells.append(f"{'uncapped' if cap is None else f'capped at {cap}'}: "
+                         f"one program {found[0]}, as launched {found[1]}")
+        lines.append(f"  {ty} {config.chunk} columns x {config.num_warps} warps, "
+                     f"{config.per_sm} wanted a multiprocessor; " + "; ".join(cells))
+    return lines
 
 
 def exchange_configs(capability: int = 90) -> list[KernelConfig]:

@@ -44,6 +44,7 @@ __all__ = [
     "EMPTY_SLOT",
     "FUSED_MAX_COLS",
     "MAX_SPIN",
+    "REGISTERS_PER_SM",
     "RESIDENT_CONFIGS",
     "ResidentConfig",
     "SPIN_POLLS",
@@ -56,6 +57,7 @@ __all__ = [
     "online_update",
     "online_update_tile",
     "pack_pair",
+    "register_cap",
     "resident_fits",
     "resident_kernel",
     "resident_programs",
@@ -402,10 +404,10 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
 
 class ResidentConfig(NamedTuple):
     """How the resident kernel runs: ``chunk`` columns per program (a power of two),
-    ``num_warps``, ``per_sm``, the programs it wants on each multiprocessor (fewer if the
-    compiled kernel's registers or shared memory do not allow them), ``prefetch`` (load the next
-    item's chunk before waiting for the row's pairs) and ``max_registers`` (a cap on registers a
-    thread, ``None`` for the compiler's choice)."""
+    ``num_warps``, ``per_sm``, the programs it wants on each multiprocessor (fewer if threads or
+    shared memory do not allow them), ``prefetch`` (load the next item's chunk before waiting
+    for the row's pairs) and ``max_registers``, the cap on registers a thread; ``None`` for the
+    most that lets ``per_sm`` programs share a multiprocessor (:func:`register_cap`)."""
 
     chunk: int
     num_warps: int
@@ -419,32 +421,53 @@ RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, prefetch=False, max_registers=
 """By element size, timed on the H100 (``gpu_checks/resident_sweep.py``) on rows of 64k to 4M
 columns. float32: 8192 columns per program, four programs a multiprocessor. bfloat16: 16384
 columns, two a multiprocessor, each loading its next chunk before it waits. Both are capped at
-120 registers a thread. Uncapped, float32's kernel takes 137 and only three programs fit a
-multiprocessor. bfloat16's takes 127 to 128, which changes nothing in how many fit (CUDA's
-occupancy query agrees), yet uncapped, on rows of 256 or more chunks, its programs never saw
-their row's pairs within :data:`SPIN_POLLS` and each read its row itself; capped, none did. The
-cause was not found."""
+120 registers a thread (128 would be allowed; 120 was timed)."""
 SPIN_POLLS = 1 << 16
 """Polls of the row's slots before a program of the compiled resident kernel reads its row
 itself."""
 MAX_SPIN = SPIN_POLLS if ON_GPU else 0
 """The polls a launch allows: :data:`SPIN_POLLS` on a GPU, none under the interpreter, which runs
 one program at a time."""
+REGISTERS_PER_SM = 65536
+"""32-bit registers of one multiprocessor, on every NVIDIA GPU from sm_50 to sm_90."""
+
+
+def register_cap(config: ResidentConfig) -> int:
+    """The registers a thread may use in ``config``: ``config.max_registers``, or by default the
+    most that lets ``config.per_sm`` programs of ``config.num_warps`` warps share a
+    multiprocessor's :data:`REGISTERS_PER_SM` (a multiple of 8, at most 255).
+
+    The cap is what makes :func:`resident_programs` true for every launch. Without it the
+    compiler picks the registers per compilation, and they differ: on sm_90 with Triton 3.6 the
+    bfloat16 configuration, uncapped, takes 127 when compiled for one program, one row and one
+    chunk (Triton compiles integer arguments equal to 1 as constants, and the loop over items
+    folds away), and 159 as launched on rows of 256 chunks, where a multiprocessor then holds
+    one program instead of two (``python -m teachkit.kernels --resident-registers``). A count
+    read from the first would promise programs that never run beside the others, and their
+    rows would wait for them until the polls ran out.
+
+    >>> register_cap(ResidentConfig(16384, 8, 2))
+    128
+    >>> register_cap(ResidentConfig(8192, 4, 4, max_registers=120))
+    120
+    """
+    if config.max_registers is not None:
+        return config.max_registers
+    threads = config.per_sm * 32 * config.num_warps
+    return min(255, REGISTERS_PER_SM // threads // 8 * 8)
 
 
 def _resident_options(config: ResidentConfig) -> dict:
-    """The launch options of ``config``: warps and, if set, the register cap."""
-    options = {"num_warps": config.num_warps}
-    if config.max_registers is not None:
-        options["maxnreg"] = config.max_registers
-    return options
+    """The launch options of ``config``: warps and the register cap."""
+    return {"num_warps": config.num_warps, "maxnreg": register_cap(config)}
 
 
 @functools.cache
 def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -> int:
     """Programs of the resident kernel that fit on the GPU at once: ``config.per_sm`` a
-    multiprocessor, or fewer where the compiled kernel's registers, shared memory or threads
-    allow fewer, times the multiprocessors. Compiles the kernel once to read its resources."""
+    multiprocessor, or fewer where registers (at :func:`register_cap`, which holds for every
+    launch), threads or the compiled kernel's shared memory allow fewer, times the
+    multiprocessors. Compiles the kernel once to read its shared memory."""
     if not ON_GPU:
         return 8
     x = torch.empty(1, config.chunk, dtype=dtype, device=f"cuda:{device}")
@@ -453,10 +476,9 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
                                       G=1, G_POW2=1, CHUNK=config.chunk, BLOCK=1024,
                                       MAX_SPIN=MAX_SPIN, PREFETCH=config.prefetch,
                                       grid=(1,), **_resident_options(config))
-    compiled._init_handles()  # fills in n_regs
     props = torch.cuda.get_device_properties(device)
     threads = 32 * config.num_warps
-    regs_per_warp = -(-compiled.n_regs * 32 // 256) * 256  # allocated 256 at a time
+    regs_per_warp = -(-register_cap(config) * 32 // 256) * 256  # allocated 256 at a time
     by_regs = props.regs_per_multiprocessor // (regs_per_warp * config.num_warps)
     by_threads = props.max_threads_per_multi_processor // threads
     shared = compiled.metadata.shared

@@ -362,7 +362,7 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
     if PREFETCH:  # the first item's chunk, in the input's dtype
         cols = (pid % G) * CHUNK + offs
         x_next = tl.load(X + (pid // G).to(tl.int64) * stride_x + cols,
-                         mask=(cols < n_cols) & (pid < n_items), other=float("-inf"))
+                         mask=cols < tl.where(pid < n_items, n_cols, 0), other=float("-inf"))
     for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * CHUNK + offs
@@ -380,7 +380,8 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
             after = item + n_programs
             cols_after = (after % G) * CHUNK + offs
             x_next = tl.load(X + (after // G).to(tl.int64) * stride_x + cols_after,
-                             mask=(cols_after < n_cols) & (after < n_items), other=float("-inf"))
+                             mask=cols_after < tl.where(after < n_items, n_cols, 0),
+                             other=float("-inf"))
         row_slots = SLOTS + row.to(tl.int64) * G + lanes
         words = tl.load(row_slots, mask=lanes < G, other=0, volatile=True)
         missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)

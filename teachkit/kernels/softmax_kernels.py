@@ -440,9 +440,9 @@ def register_cap(config: ResidentConfig) -> int:
 
     The cap is what makes :func:`resident_programs` true for every launch. Without it the
     compiler picks the registers per compilation, and they differ: on sm_90 with Triton 3.6 the
-    bfloat16 configuration, uncapped, takes 127 when compiled for one program, one row and one
+    bfloat16 configuration, uncapped, takes 119 when compiled for one program, one row and one
     chunk (Triton compiles integer arguments equal to 1 as constants, and the loop over items
-    folds away), and 159 as launched on rows of 256 chunks, where a multiprocessor then holds
+    folds away), and 161 as launched on rows of 256 chunks, where a multiprocessor then holds
     one program instead of two (``python -m teachkit.kernels --resident-registers``). A count
     read from the first would promise programs that never run beside the others, and their
     rows would wait for them until the polls ran out.

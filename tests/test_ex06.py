@@ -407,3 +407,57 @@ def test_chunk_statistics_match_the_kernel_rule():
     assert d[0].tolist() == [1 + math.exp(-1), 0.0, 2.0]
     y = solutions.solution_resident_rescale(e, m, d).reshape(1, 6)
     assert torch.allclose(y, torch.softmax(x, -1))
+
+
+# ------------------------------------------------------------ exercise 5: two floats in one word
+
+
+def _packed(m, d, swap=False, mask=True, by_value=False):
+    if by_value:
+        hi, lo = m.to(torch.int64), d.to(torch.int64)
+    else:
+        hi, lo = m.view(torch.int32).to(torch.int64), d.view(torch.int32).to(torch.int64)
+    if swap:
+        hi, lo = lo, hi
+    return (hi << 32) | (lo & 0xFFFFFFFF if mask else lo)
+
+
+def test_pack_pair_accepts_the_solution_and_hints_on_a_stub(capsys):
+    for fn in (solutions.solution_pack_pair, _stub):
+        assert ex06.check_pack_pair(fn) is None
+    said = capsys.readouterr().out
+    assert "[correct] two floats in one word" in said
+    assert "[not attempted] two floats in one word" in said and ".view(torch.int32)" in said
+
+
+@pytest.mark.parametrize(("kwargs", "says"), [
+    ({"swap": True}, "m belongs in the high half"),
+    ({"mask": False}, "keep only the low 32 bits"),
+    ({"by_value": True}, "not their values"),
+])
+def test_pack_pair_explains_the_usual_mistakes(kwargs, says):
+    with pytest.raises(ExerciseFailed, match=says):
+        ex06.check_pack_pair(lambda m, d: _packed(m, d, **kwargs))
+
+
+def test_pack_pair_wants_int64_words_of_the_pairs_shape():
+    with pytest.raises(ExerciseFailed, match="int64 tensor of shape"):
+        ex06.check_pack_pair(lambda m, d: _packed(m, d).to(torch.float64))
+    with pytest.raises(ExerciseFailed, match="int64 tensor of shape"):
+        ex06.check_pack_pair(lambda m, d: _packed(m, d).flatten()[:1])
+    with pytest.raises(ExerciseFailed, match="words differ"):
+        ex06.check_pack_pair(lambda m, d: _packed(m, d) + 1)
+
+
+def test_pack_pair_solution_is_the_kernel_s_word(gen):
+    """The solution's words have the resident kernel's layout (m's bits high, d's low, as the
+    kernels' test of pack_pair checks), and the all-ones pair packs to EMPTY_SLOT."""
+    from teachkit.kernels.softmax_kernels import EMPTY_SLOT
+
+    ones = torch.tensor([-1], dtype=torch.int32).view(torch.float32)
+    assert solutions.solution_pack_pair(ones, ones).item() == EMPTY_SLOT.value
+    m = torch.randn(64, generator=gen)
+    d = torch.rand(64, generator=gen)
+    words = solutions.solution_pack_pair(m, d)
+    assert torch.equal((words >> 32).to(torch.int32), m.view(torch.int32))
+    assert torch.equal(words.to(torch.int32), d.view(torch.int32))

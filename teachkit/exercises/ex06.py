@@ -12,7 +12,9 @@ Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_
 * :func:`check_resident_rescale` -- the resident kernel's last step in torch: every chunk's
   kept ``e = exp(x - m_chunk)`` and the chunks' ``(m, d)`` in, the row's softmax out;
 * :func:`check_online_kernel` -- the learner's ``@triton.jit`` two-pass online softmax for rows
-  longer than one block, launched by the checker itself.
+  longer than one block, launched by the checker itself;
+* :func:`check_pack_pair` -- the word the resident kernel's programs exchange: two float32
+  tensors in, their bits side by side in int64 words out.
 
 The kernel checkers run on :data:`teachkit.DEVICE` (the interpreter on a CPU) with fresh random
 inputs of odd sizes, values times 1000, ``-inf`` masks and all-``-inf`` rows, and compare with
@@ -54,6 +56,7 @@ __all__ = [
     "check_n_splits",
     "check_online_kernel",
     "check_resident_rescale",
+    "check_pack_pair",
     "chunk_statistics",
     "MIN_CHUNK",
     "PROGRAMS_PER_SM",
@@ -412,6 +415,97 @@ def check_resident_rescale(fn: Callable[..., torch.Tensor]) -> None:
             raise ExerciseFailed(f"On {case}: {mistake}")
         expect_close(got, ref, case, rtol=1e-9,
                      advice="Merge the chunks' (m, d) into the row's, then rescale each chunk.")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 5: two floats in one word
+# --------------------------------------------------------------------------------------------
+def _bits(t: torch.Tensor) -> np.ndarray:
+    """The 32 bits of each float32 of ``t``, as unsigned integers."""
+    return t.detach().cpu().contiguous().numpy().view(np.uint32).astype(np.uint64)
+
+
+def _words(high: np.ndarray, low: np.ndarray) -> torch.Tensor:
+    """int64 words from 32-bit halves (unsigned integers, NumPy's arithmetic)."""
+    return torch.from_numpy(((high << np.uint64(32)) | low).view(np.int64))
+
+
+def _pack_mistakes(m: torch.Tensor, d: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The words each usual mistake gives for the same pairs."""
+    extended = d.detach().cpu().view(torch.int32).to(torch.int64)  # sign-extended low half
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the casts of inf and NaN below are the mistake
+        by_value = ((m.detach().cpu().to(torch.int64) << 32)
+                    | (d.detach().cpu().to(torch.int64) & 0xFFFFFFFF))
+    return {
+        "m belongs in the high half and d in the low half: the word is (m bits << 32) | d bits.":
+            _words(_bits(d), _bits(m)),
+        "Widening d's int32 bits to int64 copies their top bit into the whole high half when "
+        "it is set (a negative d, -0.0, a NaN with its sign set): keep only the low 32 bits "
+        "(& 0xFFFFFFFF) before combining.":
+            (torch.from_numpy(_bits(m).view(np.int64)) << 32) | extended,
+        "The word holds the floats' bits, not their values: read them with "
+        ".view(torch.int32); .to() rounds the value (and has no integer for inf or NaN).":
+            by_value,
+    }
+
+
+def _pack_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """``(case, m, d)`` float32 pairs for the pack checker."""
+    n = random_int(6, 12, g)
+    m = torch.randn(n, generator=g) * 100
+    d = torch.rand(n, generator=g) * 50 + 1
+    special_m = torch.tensor([float("-inf"), 0.0, -0.0, 1e-40, -3.5, float("nan"), 7.0])
+    special_d = torch.tensor([0.0, 1.0, 2.5, 1e-40, 3e38, 1.0, -0.0])
+    negative_nan = torch.tensor([-1], dtype=torch.int32).view(torch.float32)  # every bit set
+    return [
+        (f"{n} pairs of random maxima and sums", m, d),
+        ("pairs with -inf, -0.0, subnormals, a huge sum and NaN", special_m, special_d),
+        ("a 2 x 3 batch of pairs", m[:6].reshape(2, 3), d[:6].reshape(2, 3)),
+        ("a pair whose m and d are NaNs with every bit set", negative_nan, negative_nan.clone()),
+    ]
+
+
+@exercise(
+    "two floats in one word",
+    hint="Read each float's 32 bits with .view(torch.int32), widen them to int64, shift m's "
+         "into the high half and keep d's in the low half.",
+)
+def check_pack_pair(fn: Callable[..., torch.Tensor]) -> None:
+    """Check ``fn(m, d)`` against the resident kernel's packing (``pack_pair``): float32 ``m``
+    and ``d`` of one shape in, int64 words of that shape out, each the bits of ``m`` in its high
+    32 bits and those of ``d`` in its low 32 bits. The cases include -inf, -0.0, subnormals and
+    NaNs, whose bits a conversion of values loses, and a d with its sign bit set. The expected
+    words are built from the bits with NumPy, not with a kernel.
+
+    Parameters
+    ----------
+    fn
+        The learner's packing: ``m``, ``d`` float32 tensors in, an int64 tensor out.
+    """
+    g = fresh_generator()
+    for case, m, d in _pack_cases(g):
+        m_in, d_in = m.to(DEVICE), d.to(DEVICE)
+        got = _quiet(fn, m_in.clone(), d_in.clone())
+        expect(isinstance(got, torch.Tensor) and got.dtype == torch.int64
+               and got.shape == m.shape,
+               f"On {case}: expected an int64 tensor of shape {tuple(m.shape)}, got "
+               f"{getattr(got, 'dtype', type(got).__name__)} of shape "
+               f"{tuple(getattr(got, 'shape', ()))}.")
+        got = got.cpu()
+        want = _words(_bits(m), _bits(d)).reshape(m.shape)
+        if torch.equal(got, want):
+            continue
+        for advice, words in _pack_mistakes(m, d).items():
+            if torch.equal(got, words.reshape(m.shape)):
+                raise ExerciseFailed(f"On {case}: {advice}")
+        wrong = int((got != want).sum())
+        first = int((got != want).flatten().nonzero()[0])
+        raise ExerciseFailed(
+            f"On {case}: {wrong} of {m.numel()} words differ; the first, for m = "
+            f"{m.flatten()[first].item()!r} and d = {d.flatten()[first].item()!r}, is "
+            f"{got.flatten()[first].item():#x} where (m bits << 32) | d bits is "
+            f"{want.flatten()[first].item():#x}.")
 
 
 # --------------------------------------------------------------------------------------------

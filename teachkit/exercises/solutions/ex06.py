@@ -13,7 +13,7 @@ from ...kernels import teaching
 from ..ex06 import MIN_CHUNK, PROGRAMS_PER_SM
 
 __all__ = ["solution_row_softmax", "solution_combine", "solution_n_splits",
-           "solution_online_kernel", "solution_resident_rescale"]
+           "solution_online_kernel", "solution_resident_rescale", "solution_pack_pair"]
 
 
 
@@ -124,3 +124,27 @@ def solution_resident_rescale(e: torch.Tensor, m: torch.Tensor, d: torch.Tensor)
     factor = torch.exp(m - m_row)  # exp(m_c - m_row): 0 for a chunk of -inf
     d_row = (d * factor).sum(-1, keepdim=True)
     return e * (factor / d_row)[..., None]
+
+
+def solution_pack_pair(m: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """The resident kernel's word in torch: the 32 bits of each ``m`` in the high half of an
+    int64, those of ``d`` in the low half.
+
+    ``.view(torch.int32)`` reads a float's bits without converting its value. Widened to int64,
+    an int32 with its top bit set (a negative float, -0.0, a NaN with its sign set) is
+    sign-extended, so the low half is masked to its 32 bits before the halves are put together;
+    the high half needs no mask, since the shift pushes the extension out.
+
+    Parameters
+    ----------
+    m, d : torch.Tensor
+        float32, the same shape.
+
+    Returns
+    -------
+    torch.Tensor
+        int64, the same shape: ``(m bits << 32) | d bits``.
+    """
+    high = m.view(torch.int32).to(torch.int64) << 32
+    low = d.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    return high | low

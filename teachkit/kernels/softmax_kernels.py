@@ -57,6 +57,7 @@ __all__ = [
     "online_update",
     "online_update_tile",
     "pack_pair",
+    "read_pairs",
     "register_cap",
     "resident_fits",
     "resident_kernel",
@@ -328,6 +329,27 @@ def unpack_pair(word):
     return m, d
 
 
+@triton.jit
+def read_pairs(SLOTS, G: tl.constexpr, G_POW2: tl.constexpr, MAX_SPIN: tl.constexpr):
+    """Wait for the ``G`` words at ``SLOTS`` (:func:`pack_pair`'s, :data:`EMPTY_SLOT` until
+    written): read them with volatile loads, which go past the SM's L1 cache to L2, where every
+    program's writes meet, until none is empty or ``MAX_SPIN`` polls have passed.
+
+    Returns ``(m, d, complete)``: the pairs, ``(G_POW2,)`` each with the lanes past ``G`` as
+    ``(-inf, 0)``, which a merge ignores, and whether every word had arrived.
+    """
+    lanes = tl.arange(0, G_POW2)
+    words = tl.load(SLOTS + lanes, mask=lanes < G, other=0, volatile=True)
+    missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
+    polls = 0
+    while (missing > 0) & (polls < MAX_SPIN):
+        words = tl.load(SLOTS + lanes, mask=lanes < G, other=0, volatile=True)
+        missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
+        polls += 1
+    m, d = unpack_pair(words)
+    return tl.where(lanes < G, m, float("-inf")), tl.where(lanes < G, d, 0.0), missing == 0
+
+
 @cached_launch
 @triton.jit
 def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
@@ -343,8 +365,8 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
        ``SLOTS`` (``(n_rows * G,)`` int64, every slot :data:`EMPTY_SLOT` at launch) with a
        relaxed atomic exchange: the word carries the data, so no fence orders it after other
        writes, and the program goes on at once;
-    3. reads its row's ``G`` slots until none is empty (volatile loads, which go to L2, where
-       every program's writes meet), merges the ``G`` pairs and writes its chunk's softmax,
+    3. reads its row's ``G`` slots until none is empty (:func:`read_pairs`), merges the ``G``
+       pairs and writes its chunk's softmax,
        ``e * exp(m_chunk - m_row) / d_row``, from the registers: one read and one write of the
        tensor, one exponential per element.
 
@@ -357,7 +379,6 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
     """
     pid = tl.program_id(0)
     offs = tl.arange(0, CHUNK)
-    lanes = tl.arange(0, G_POW2)
     n_items = n_rows * G
     if PREFETCH:  # the first item's chunk, in the input's dtype
         cols = (pid % G) * CHUNK + offs
@@ -382,18 +403,8 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
             x_next = tl.load(X + (after // G).to(tl.int64) * stride_x + cols_after,
                              mask=cols_after < tl.where(after < n_items, n_cols, 0),
                              other=float("-inf"))
-        row_slots = SLOTS + row.to(tl.int64) * G + lanes
-        words = tl.load(row_slots, mask=lanes < G, other=0, volatile=True)
-        missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
-        polls = 0
-        while (missing > 0) & (polls < MAX_SPIN):
-            words = tl.load(row_slots, mask=lanes < G, other=0, volatile=True)
-            missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
-            polls += 1
-        if missing == 0:  # every chunk of the row has written its pair: merge them
-            m_p, d_p = unpack_pair(words)
-            m_p = tl.where(lanes < G, m_p, float("-inf"))
-            d_p = tl.where(lanes < G, d_p, 0.0)
+        m_p, d_p, complete = read_pairs(SLOTS + row.to(tl.int64) * G, G, G_POW2, MAX_SPIN)
+        if complete:  # every chunk of the row has written its pair: merge them
             m_row, d_row = tl.reduce((m_p, d_p), 0, merge_combine)
         else:  # the others are not running beside this program: read the row itself
             m_row, d_row = row_stats(x_row, n_cols, BLOCK)
@@ -440,7 +451,7 @@ def register_cap(config: ResidentConfig) -> int:
 
     The cap is what makes :func:`resident_programs` true for every launch. Without it the
     compiler picks the registers per compilation, and they differ: on sm_90 with Triton 3.6 the
-    bfloat16 configuration, uncapped, takes 119 when compiled for one program, one row and one
+    bfloat16 configuration, uncapped, takes 127 when compiled for one program, one row and one
     chunk (Triton compiles integer arguments equal to 1 as constants, and the loop over items
     folds away), and 161 as launched on rows of 256 chunks, where a multiprocessor then holds
     one program instead of two (``python -m teachkit.kernels --resident-registers``). A count

@@ -45,7 +45,7 @@ from .softmax_kernels import (
     fused_kernel,
     merge_combine,
     pack_pair,
-    unpack_pair,
+    read_pairs,
 )
 
 __all__ = [
@@ -322,24 +322,15 @@ def word_exchange_kernel(M, D, SLOTS, OUT_M, OUT_D, G: tl.constexpr, G_POW2: tl.
     """Program ``i`` of ``G`` publishes the pair ``(M[i], D[i])`` as one 64-bit word
     (:func:`~teachkit.kernels.softmax_kernels.pack_pair`) to ``SLOTS[i]`` (int64, every slot
     :data:`~teachkit.kernels.softmax_kernels.EMPTY_SLOT`) with a relaxed atomic exchange: the
-    word is the data, so nothing else has to become visible first. It reads the ``G`` slots
-    (volatile) until none is empty, merges them and writes the result to ``OUT_M[i]``,
-    ``OUT_D[i]``; after ``MAX_SPIN`` polls it merges ``M`` and ``D`` themselves instead."""
+    word is the data, so nothing else has to become visible first. It waits for the ``G``
+    slots as the resident kernel does (:func:`~teachkit.kernels.softmax_kernels.read_pairs`),
+    merges them and writes the result to ``OUT_M[i]``, ``OUT_D[i]``; if they have not all
+    arrived after ``MAX_SPIN`` polls, it merges ``M`` and ``D`` themselves instead."""
     i = tl.program_id(0)
     tl.atomic_xchg(SLOTS + i, pack_pair(tl.load(M + i), tl.load(D + i)), sem="relaxed")
-    lanes = tl.arange(0, G_POW2)
-    words = tl.load(SLOTS + lanes, mask=lanes < G, other=0, volatile=True)
-    missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
-    polls = 0
-    while (missing > 0) & (polls < MAX_SPIN):
-        words = tl.load(SLOTS + lanes, mask=lanes < G, other=0, volatile=True)
-        missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
-        polls += 1
-    if missing == 0:
-        m, d = unpack_pair(words)
-        m = tl.where(lanes < G, m, float("-inf"))
-        d = tl.where(lanes < G, d, 0.0)
-    else:
+    m, d, complete = read_pairs(SLOTS, G, G_POW2, MAX_SPIN)  # the resident kernel's wait
+    if not complete:
+        lanes = tl.arange(0, G_POW2)
         m = tl.load(M + lanes, mask=lanes < G, other=float("-inf"))
         d = tl.load(D + lanes, mask=lanes < G, other=0.0)
     m_row, d_row = tl.reduce((m, d), 0, merge_combine)

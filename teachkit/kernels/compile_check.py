@@ -791,8 +791,8 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
                                       config.num_warps),
                               max_registers=cap, divisible=("n_cols",))
                 registers = ptxas_resources(one, capability)["registers"]
-                warp = -(-registers * 32 // 256) * 256
-                found.append(f"{registers} ({sk.REGISTERS_PER_SM // (warp * config.num_warps)})")
+                found.append(f"{registers} "
+                             f"({sk.programs_by_registers(registers, config.num_warps)})")
             cells.append(f"{'uncapped' if cap is None else f'capped at {cap}'}: "
                          f"one program {found[0]}, as launched {found[1]}")
         lines.append(f"  {ty} {config.chunk} columns x {config.num_warps} warps, "
@@ -800,7 +800,7 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
     return lines
 
 
-def exchange_configs(capability: int = 90) -> list[KernelConfig]:
+def exchange_configs() -> list[KernelConfig]:
     """The exchange of ``(m, d)`` among 8 programs written two ways
     (:func:`~teachkit.kernels.teaching.counter_exchange_kernel`,
     :func:`~teachkit.kernels.teaching.word_exchange_kernel`), then the resident kernel in both
@@ -822,7 +822,7 @@ def exchange_evidence(capability: int = 90) -> list[str]:
     """What the exchange of ``(m, d)`` between a row's programs compiles to on
     ``sm_<capability>``: for each of :func:`exchange_configs`, its memory barriers
     (``MEMBAR``), atomics (``ATOMG``) and strong loads (``LDG...STRONG``, the polls that go past
-    the SM's L1 cache), counted in its SASS (:func:`sass`), with the barrier's line.
+    the SM's L1 cache), counted in its SASS (:func:`sass`).
 
     A release (or release-acquire) atomic compiles to a ``MEMBAR`` before the atomic: the
     thread waits there until every load and store it issued before is complete GPU-wide.
@@ -831,7 +831,7 @@ def exchange_evidence(capability: int = 90) -> list[str]:
     arranges that).
     """
     lines = [f"sm_{capability} SASS (nvdisasm), memory-ordering instructions per kernel:"]
-    for config in exchange_configs(capability):
+    for config in exchange_configs():
         found = _SASS_MEMORY.findall(sass(config, capability))
         counts = {op: found.count(op) for op in dict.fromkeys(found)}
         fences = sum(n for op, n in counts.items() if op.startswith("MEMBAR"))

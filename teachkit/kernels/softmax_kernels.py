@@ -57,6 +57,7 @@ __all__ = [
     "online_update",
     "online_update_tile",
     "pack_pair",
+    "programs_by_registers",
     "read_pairs",
     "register_cap",
     "resident_fits",
@@ -469,6 +470,18 @@ def register_cap(config: ResidentConfig) -> int:
     return min(255, REGISTERS_PER_SM // threads // 8 * 8)
 
 
+def programs_by_registers(registers: int, num_warps: int,
+                          registers_per_sm: int = REGISTERS_PER_SM) -> int:
+    """Programs of ``num_warps`` warps, ``registers`` a thread, that a multiprocessor's
+    ``registers_per_sm`` hold; a warp's registers are allocated 256 at a time.
+
+    >>> programs_by_registers(120, 8), programs_by_registers(161, 8)
+    (2, 1)
+    """
+    per_warp = -(-registers * 32 // 256) * 256
+    return registers_per_sm // (per_warp * num_warps)
+
+
 def _resident_options(config: ResidentConfig) -> dict:
     """The launch options of ``config``: warps and the register cap."""
     return {"num_warps": config.num_warps, "maxnreg": register_cap(config)}
@@ -490,8 +503,8 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
                                       grid=(1,), **_resident_options(config))
     props = torch.cuda.get_device_properties(device)
     threads = 32 * config.num_warps
-    regs_per_warp = -(-register_cap(config) * 32 // 256) * 256  # allocated 256 at a time
-    by_regs = props.regs_per_multiprocessor // (regs_per_warp * config.num_warps)
+    by_regs = programs_by_registers(register_cap(config), config.num_warps,
+                                    props.regs_per_multiprocessor)
     by_threads = props.max_threads_per_multi_processor // threads
     shared = compiled.metadata.shared
     by_shared = props.shared_memory_per_multiprocessor // shared if shared else by_threads

@@ -3,8 +3,8 @@ a CUDA machine with `python gpu_checks/resident_sweep.py`.
 
 For rows of 64k, 256k, 1M and 4M columns in float32 and bfloat16, every candidate
 `ResidentConfig` (columns per program, warps, programs wanted per SM, the next chunk loaded
-before the wait, the cap on registers a thread) is checked against
-`torch.softmax` and timed beside the split kernels, as a share of the copy bandwidth (GB/s =
+before the wait, the cap on registers a thread, the chunk kept as the input's words) is checked
+against `torch.softmax` and timed beside the split kernels, as a share of the copy bandwidth (GB/s =
 2 x tensor bytes / time, median of CUDA-event timings). It prints how many programs of each
 configuration fit on the GPU at once (`resident_programs`), and skips a configuration whose
 rows need more. The table's choice, `RESIDENT_CONFIGS`, is marked with `*`. About a minute on
@@ -19,10 +19,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CANDIDATES = [(8192, 4, 4, False, 120), (8192, 4, 4, True, 120), (16384, 8, 2, False, 120),
-              (16384, 8, 2, True, 120), (16384, 8, 2, False, None), (32768, 16, 1, True, None)]
-"""``ResidentConfig`` fields ``(chunk, num_warps, per_sm, prefetch, max_registers)`` the sweep
-times; ``max_registers=None`` is ``register_cap``'s default, the most that ``per_sm`` programs
-can share (128 for these)."""
+              (16384, 8, 2, True, 120), (16384, 8, 2, False, None), (32768, 16, 1, True, None),
+              (16384, 4, 4, False, 120, True), (32768, 8, 2, False, 120, True),
+              (8192, 2, 8, False, 120, True)]
+"""``ResidentConfig`` fields ``(chunk, num_warps, per_sm, prefetch, max_registers, words)`` the
+sweep times; ``max_registers=None`` is ``register_cap``'s default, the most that ``per_sm``
+programs can share (128 for these). The ``words`` configurations are timed for bfloat16
+only."""
 SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304)]
 
 
@@ -45,7 +48,8 @@ def main() -> int:
     ok = True
     for dtype in (torch.float32, torch.bfloat16):
         chosen = sk.RESIDENT_CONFIGS[dtype.itemsize]
-        for candidate in CANDIDATES:
+        candidates = [c for c in CANDIDATES if dtype.itemsize == 2 or not c[5:]]
+        for candidate in candidates:
             config = sk.ResidentConfig(*candidate)
             print(f"{str(dtype)[6:]} {tuple(config)}: "
                   f"{sk.resident_programs(dtype, config, 0)} programs fit at once")
@@ -58,7 +62,7 @@ def main() -> int:
                 return nbytes / triton.testing.do_bench(fn, warmup=10, rep=50) / 1e6 / copy
 
             cells = [f"split {share(lambda x=x: sk.softmax_split(x)):.0%}"]
-            for candidate in CANDIDATES:
+            for candidate in candidates:
                 config = sk.ResidentConfig(*candidate)
                 if -(-cols // config.chunk) > sk.resident_programs(dtype, config, 0):
                     continue
@@ -66,7 +70,8 @@ def main() -> int:
                 good = error < (1e-5 if dtype == torch.float32 else 1e-2)
                 ok &= good
                 mark = "*" if config == chosen else ""
-                cells.append(f"{mark}{candidate[:3]}{' prefetch' if config.prefetch else ''}"
+                kept = " words" if config.words else " prefetch" if config.prefetch else ""
+                cells.append(f"{mark}{candidate[:3]}{kept}"
                              f" {sk.register_cap(config)} registers "
                              f"{share(lambda x=x, c=config: sk.softmax_resident(x, config=c)):.0%}"
                              + ("" if good else f" WRONG ({error:.1e})"))

@@ -52,7 +52,8 @@ def test_every_family_is_listed_once_with_its_kernels_arguments_in_order():
     assert len(names) == len(set(names))
     assert {c.kernel.__name__ for c in configs} == {
         "fused_kernel", "blog_kernel", "online_kernel", "split_stats_kernel",
-        "split_normalize_kernel", "resident_kernel", "flash_fwd_kernel", "flash_simple_kernel",
+        "split_normalize_kernel", "resident_kernel", "resident_words_kernel", "flash_fwd_kernel",
+        "flash_simple_kernel",
         "ladder_kernel",
         "flash_bwd_delta_kernel", "flash_bwd_dkdv_kernel", "flash_bwd_dq_kernel",
         "flash_bwd_dkdv_ws_kernel",
@@ -303,19 +304,25 @@ def test_exchange_evidence_shows_the_fence_of_the_counter_and_none_in_the_word()
 
 
 def test_resident_registers_the_cap_holds_the_program_count_for_every_launch():
-    """``--resident-registers``: uncapped, the bfloat16 resident kernel compiled as its program
-    count is read (one program, one row, one chunk) would let two programs share a
+    """``--resident-registers``: uncapped, bfloat16 weights loaded a chunk ahead compiled as the
+    program count is read (one program, one row, one chunk) would let two programs share a
     multiprocessor, and as launched on rows of 256 chunks only one; capped, every compilation
-    holds the programs each configuration wants."""
+    holds the programs each configuration wants. The words kernel spills a tenth as much with
+    ``fresh`` as without, at most."""
     done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--resident-registers"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    bf16, fp32 = done.stdout.splitlines()[1:]
-    uncapped, capped = bf16.split("; ")[1:]
-    held = [int(n) for n in re.findall(r"\((\d+)\)", uncapped)]
-    assert held == [2, 1]
-    assert [int(n) for n in re.findall(r"\((\d+)\)", capped)] == [2, 2]
-    assert [int(n) for n in re.findall(r"\((\d+)\)", fp32.split("; ")[2])] == [4, 4]
+    words, fp32, prefetch, spills = done.stdout.splitlines()[1:]
+
+    def held(line: str, part: int) -> list[int]:
+        return [int(n) for n in re.findall(r"\((\d+)\)", line.split("; ")[part])]
+
+    assert "(words)" in words and held(words, 2) == [4, 4]
+    assert "(weights)" in fp32 and held(fp32, 2) == [4, 4]
+    assert "prefetch" in prefetch and held(prefetch, 1) == [2, 1]
+    assert held(prefetch, 2) == [2, 2]
+    with_fresh, without = map(int, re.findall(r"(\d+) B", spills))
+    assert with_fresh * 10 < without
 
 
 def test_wgmma_overlap_shows_no_softmax_under_a_product():

@@ -167,6 +167,77 @@ def _pack_unpack(M, D, WORDS, BACK, n, N: tl.constexpr):
     tl.store(BACK + n + offs, d, mask=mask)
 
 
+WORDS = ks.ResidentConfig(32, 4, 1, words=True)
+"""The words kernel with small chunks, so the rows below are cut into several."""
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [2, 64, 66, 130, 200])
+def test_resident_words_rows_of_any_even_length(dtype, n, gen):
+    """The resident kernel that keeps a 2-byte chunk as the input's 32-bit words: rows whose
+    last chunk is part padding, and rows of a wider tensor (a row stride that is not the
+    length)."""
+    x = randn(5, n, gen=gen, dtype=dtype, scale=3).to(DEV)
+    y = ks.softmax_resident(x, config=WORDS)
+    assert y.dtype == dtype and relative_error(y, ref(x)) < RTOL[dtype]
+    wide = randn(3, n + 6, gen=gen, dtype=dtype, scale=3).to(DEV)[:, 2:n + 2]
+    assert relative_error(ks.softmax_resident(wide, config=WORDS), ref(wide)) < RTOL[dtype]
+
+
+def test_resident_words_follow_torch_semantics(gen):
+    x = randn(6, 150, gen=gen, scale=1000).to(DEV).to(torch.bfloat16)
+    x[1] = -INF
+    x[2, 77] = INF
+    x[3, 5] = NAN
+    x[4, :130] = -INF
+    y = ks.softmax_resident(x, config=WORDS)
+    r = ref(x)
+    assert torch.equal(torch.isnan(y.cpu()), torch.isnan(r.cpu()))
+    assert torch.all(y[4, :130] == 0)
+    assert relative_error(y, r) < RTOL[torch.bfloat16]
+
+
+def test_resident_words_need_rows_they_can_read_as_words(gen):
+    """Odd lengths, rows starting at odd elements and float32 get a ValueError that names the
+    need and what to pass; softmax takes such rows elsewhere."""
+    odd = randn(2, 65, gen=gen, dtype=torch.bfloat16).to(DEV)
+    shifted = randn(2, 67, gen=gen, dtype=torch.bfloat16).to(DEV)[:, 1:]  # 2-byte aligned
+    for x in (odd, shifted, randn(2, 64, gen=gen).to(DEV)):
+        with pytest.raises(ValueError, match="even number of columns.*words=False"):
+            ks.softmax_resident(x, config=WORDS)
+        assert relative_error(ks.softmax(x), ref(x)) < RTOL[x.dtype]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(words=st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=16),
+       half=st.sampled_from([torch.float16, torch.bfloat16]))
+def test_halves_of_a_word_and_back(words, half):
+    """halves gives the two 16-bit floats of each int32 word as float32 (low half first, the
+    even column of a row), and pack_halves rounds them back to the same bits (words with a NaN
+    or a subnormal half aside)."""
+    w = torch.tensor(words, dtype=torch.int32)
+    out = torch.empty(3, len(words), dtype=torch.int32, device=DEV)
+    _halves_and_back[(1,)](w.to(DEV), out, len(words), N=16,
+                           HALF=tl.bfloat16 if half == torch.bfloat16 else tl.float16)
+    out = out.cpu()
+    elements = w.view(half).float().view(-1, 2)
+    subnormal = (elements != 0) & (elements.abs() < torch.finfo(half).tiny)  # the interpreter
+    plain = ~(elements.isnan() | subnormal).any(-1)                           # flushes these
+    assert torch.equal(out[0].view(torch.float32)[plain], elements[plain, 0])
+    assert torch.equal(out[1].view(torch.float32)[plain], elements[plain, 1])
+    assert torch.equal(out[2][plain], w[plain])
+
+
+@triton.jit
+def _halves_and_back(WORDS, OUT, n, N: tl.constexpr, HALF: tl.constexpr):
+    offs = tl.arange(0, N)
+    mask = offs < n
+    low, high = ks.halves(tl.load(WORDS + offs, mask=mask), HALF)
+    tl.store(OUT + offs, low.to(tl.int32, bitcast=True), mask=mask)
+    tl.store(OUT + n + offs, high.to(tl.int32, bitcast=True), mask=mask)
+    tl.store(OUT + 2 * n + offs, ks.pack_halves(low, high, HALF), mask=mask)
+
+
 def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
     config = ks.ResidentConfig(16, 4, 1)
     x = randn(2, 5000, gen=gen).to(DEV)  # 313 chunks a row: more than one program per SM
@@ -181,8 +252,8 @@ def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
 
 def test_entry_point_takes_resident_rows_where_they_were_measured_faster(gen, monkeypatch):
     """On a GPU: long rows that fit on chip go to the resident kernel, in every dtype, and rows
-    that do not to the split kernels; under the interpreter long rows take the split
-    kernels."""
+    that do not (or 2-byte rows it cannot read as words) to the split kernels; under the
+    interpreter long rows take the split kernels."""
     taken = []
     monkeypatch.setattr(ks, "_launch_resident", lambda x2, y2, config: taken.append(x2.dtype))
     monkeypatch.setattr(ks, "_launch_split", lambda *args: taken.append("split"))
@@ -190,5 +261,6 @@ def test_entry_point_takes_resident_rows_where_they_were_measured_faster(gen, mo
     for dtype in (torch.float32, torch.bfloat16):
         ks.softmax(torch.zeros(1, 50_000, dtype=dtype, device=DEV))
     ks.softmax(torch.zeros(1, 70_000, device=DEV))
-    assert taken == ([torch.float32, torch.bfloat16, "split"] if teachkit.ON_GPU
-                     else ["split"] * 3)
+    ks.softmax(torch.zeros(1, 50_001, dtype=torch.bfloat16, device=DEV))  # not as words
+    assert taken == ([torch.float32, torch.bfloat16, "split", "split"] if teachkit.ON_GPU
+                     else ["split"] * 4)

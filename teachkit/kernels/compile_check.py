@@ -216,15 +216,26 @@ def softmax_launch_configs() -> list[KernelConfig]:
             configs.append(_config(
                 f"split normalize {ty} CHUNK={chunk}", sk.split_normalize_kernel, types,
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
-        size = 4 if ty == "fp32" else 2
-        resident = sk.RESIDENT_CONFIGS[size]
-        configs.append(replace(_config(
-            f"resident {ty} CHUNK={resident.chunk} G=256", sk.resident_kernel,
-            {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"},
-            {"G": 256, "G_POW2": 256, "CHUNK": resident.chunk, "BLOCK": 1024,
-             "MAX_SPIN": sk.SPIN_POLLS, "PREFETCH": resident.prefetch}, resident.num_warps),
-            max_registers=sk.register_cap(resident), divisible=("n_cols",)))
+        configs.append(resident_launch_config(sk.RESIDENT_CONFIGS[4 if ty == "fp32" else 2],
+                                              ty, {"G": 256, "G_POW2": 256}))
     return configs
+
+
+def resident_launch_config(config: sk.ResidentConfig, ty: str, shape: dict,
+                           cap: int | None | bool = True, **constexprs: object) -> KernelConfig:
+    """The resident kernel of ``config`` (:func:`~teachkit.kernels.softmax_kernels.
+    resident_kernel_for`) for ``ty`` rows, compiled with the constants and integers of
+    ``shape`` (``G`` and ``G_POW2`` at least) and ``constexprs``, and the register cap ``cap``
+    (``True``: :func:`~teachkit.kernels.softmax_kernels.register_cap`'s; ``None``: uncapped)."""
+    kernel = sk.resident_kernel_for(config)
+    options = {"FRESH": True} if config.words else {"PREFETCH": config.prefetch}
+    name = (f"resident {ty} CHUNK={config.chunk} G={shape['G']}"
+            f"{' words' if config.words else ''}")
+    return replace(_config(name, kernel, {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"},
+                           {"CHUNK": config.chunk, "BLOCK": 1024, "MAX_SPIN": sk.SPIN_POLLS,
+                            **options, **shape, **constexprs}, config.num_warps),
+                   max_registers=sk.register_cap(config) if cap is True else cap,
+                   divisible=("n_cols",))
 
 
 def _attention_types(ty: str, scale: str) -> dict[str, str]:
@@ -767,36 +778,41 @@ _SASS_MEMORY = re.compile(r"\b(MEMBAR\.[A-Z.]+|ATOMG\.[A-Z0-9.]+|LDG\.[A-Z0-9.]*
 
 
 def resident_register_evidence(capability: int = 90) -> list[str]:
-    """Registers a thread of the resident softmax kernel (``ptxas -v``, ``sm_<capability>``) as
-    :func:`~teachkit.kernels.softmax_kernels.resident_programs` compiles it (one program, one
+    """Registers a thread of the resident softmax kernels (``ptxas -v``, ``sm_<capability>``) as
+    :func:`~teachkit.kernels.softmax_kernels.resident_programs` compiles them (one program, one
     row, one chunk: Triton compiles integer arguments equal to 1 as constants) and as launched
-    on rows of 256 chunks, for each dtype's configuration, without a cap and with
-    :func:`~teachkit.kernels.softmax_kernels.register_cap`; with how many programs a
-    multiprocessor's 65536 registers then hold. Needs no GPU, and ``TRITON_INTERPRET=0``.
+    on rows of 256 chunks, without a cap and with
+    :func:`~teachkit.kernels.softmax_kernels.register_cap`, with how many programs a
+    multiprocessor's 65536 registers then hold: for each dtype's configuration and for
+    bfloat16 weights loaded a chunk ahead (the bfloat16 configuration before words). Then the
+    words kernel as launched without :func:`~teachkit.kernels.softmax_kernels.fresh`, with its
+    spills. Needs no GPU, and ``TRITON_INTERPRET=0``.
     """
     lines = [f"resident softmax kernel, sm_{capability}: registers a thread (programs a "
              "multiprocessor holds by registers)"]
-    base = next(c for c in softmax_launch_configs() if c.name.startswith("resident"))
-    for ty, size in (("bf16", 2), ("fp32", 4)):
-        config = sk.RESIDENT_CONFIGS[size]
-        types = {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"}
+    one_program = {"G": 1, "G_POW2": 1, "n_rows": 1, "n_programs": 1}
+    launched = {"G": 256, "G_POW2": 256}
+    for ty, config in (("bf16", sk.RESIDENT_CONFIGS[2]), ("fp32", sk.RESIDENT_CONFIGS[4]),
+                       ("bf16", sk.ResidentConfig(16384, 8, 2, prefetch=True,
+                                                  max_registers=120))):
         cells = []
-        for cap in (None, sk.register_cap(config)):
+        for cap in (None, True):
             found = []
-            for shape in ({"G": 1, "G_POW2": 1, "n_rows": 1, "n_programs": 1},
-                          {"G": 256, "G_POW2": 256}):
-                one = replace(_config(base.name, sk.resident_kernel, types,
-                                      {**base.constexprs, "CHUNK": config.chunk,
-                                       "PREFETCH": config.prefetch, **shape},
-                                      config.num_warps),
-                              max_registers=cap, divisible=("n_cols",))
-                registers = ptxas_resources(one, capability)["registers"]
+            for shape in (one_program, launched):
+                registers = ptxas_resources(resident_launch_config(config, ty, shape, cap),
+                                            capability)["registers"]
                 found.append(f"{registers} "
                              f"({sk.programs_by_registers(registers, config.num_warps)})")
-            cells.append(f"{'uncapped' if cap is None else f'capped at {cap}'}: "
-                         f"one program {found[0]}, as launched {found[1]}")
-        lines.append(f"  {ty} {config.chunk} columns x {config.num_warps} warps, "
+            cells.append(f"{'uncapped' if cap is None else f'capped at {sk.register_cap(config)}'}"
+                         f": one program {found[0]}, as launched {found[1]}")
+        kept = "words" if config.words else "weights" + (", prefetch" if config.prefetch else "")
+        lines.append(f"  {ty} {config.chunk} columns x {config.num_warps} warps ({kept}), "
                      f"{config.per_sm} wanted a multiprocessor; " + "; ".join(cells))
+    spilled = [ptxas_resources(resident_launch_config(sk.RESIDENT_CONFIGS[2], "bf16", launched,
+                                                      FRESH=fresh), capability)["spill_stores"]
+               for fresh in (True, False)]
+    lines.append(f"  bf16 words as launched, capped at {sk.register_cap(sk.RESIDENT_CONFIGS[2])}"
+                 f": spilled {spilled[0]} B a thread with fresh(), {spilled[1]} B without")
     return lines
 
 

@@ -19,7 +19,9 @@ computes in float32 whatever the input dtype, and writes the input's dtype. The 
 ``softmax_resident``
     Long rows in one read and one write: a persistent grid holds every chunk of a row in
     registers at once, and the row's programs exchange their ``(m, d)`` through global memory,
-    one 64-bit word a chunk, before each normalises its chunk.
+    one 64-bit word a chunk, before each normalises its chunk. float32 chunks are kept as their
+    weights ``exp(x - m)``; float16 and bfloat16 chunks as the input's own words, two elements
+    to a register.
 
 :func:`softmax` picks among them by shape. All follow ``torch.softmax`` semantics: rows with NaN or
 ``+inf``, or only ``-inf``, give NaN; ``-inf`` entries give 0.
@@ -51,18 +53,24 @@ __all__ = [
     "SPLIT_CHUNK",
     "blog_kernel",
     "fused_config",
+    "fresh",
     "fused_kernel",
+    "halves",
     "merge_combine",
     "online_kernel",
     "online_update",
     "online_update_tile",
+    "pack_halves",
     "pack_pair",
     "programs_by_registers",
     "read_pairs",
     "register_cap",
     "resident_fits",
     "resident_kernel",
+    "resident_kernel_for",
     "resident_programs",
+    "resident_words_kernel",
+    "row_pair",
     "row_stats",
     "softmax",
     "softmax_blog",
@@ -74,6 +82,7 @@ __all__ = [
     "split_normalize_kernel",
     "split_stats_kernel",
     "unpack_pair",
+    "words_fit",
 ]
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -351,6 +360,21 @@ def read_pairs(SLOTS, G: tl.constexpr, G_POW2: tl.constexpr, MAX_SPIN: tl.conste
     return tl.where(lanes < G, m, float("-inf")), tl.where(lanes < G, d, 0.0), missing == 0
 
 
+@triton.jit
+def row_pair(ROW_SLOTS, x_row, n_cols, G: tl.constexpr, G_POW2: tl.constexpr,
+             MAX_SPIN: tl.constexpr, BLOCK: tl.constexpr):
+    """The ``(m, d)`` of a whole row: its ``G`` chunks' pairs at ``ROW_SLOTS``, waited for
+    (:func:`read_pairs`) and merged; or, if they do not all arrive (the row's programs are not
+    all running at once), the row's ``n_cols`` values at ``x_row`` read again
+    (:func:`row_stats`, ``BLOCK`` lanes): slower, never stuck."""
+    m_p, d_p, complete = read_pairs(ROW_SLOTS, G, G_POW2, MAX_SPIN)
+    if complete:  # every chunk of the row has written its pair: merge them
+        m_row, d_row = tl.reduce((m_p, d_p), 0, merge_combine)
+    else:  # the others are not running beside this program: read the row itself
+        m_row, d_row = row_stats(x_row, n_cols, BLOCK)
+    return m_row, d_row
+
+
 @cached_launch
 @triton.jit
 def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
@@ -366,7 +390,7 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
        ``SLOTS`` (``(n_rows * G,)`` int64, every slot :data:`EMPTY_SLOT` at launch) with a
        relaxed atomic exchange: the word carries the data, so no fence orders it after other
        writes, and the program goes on at once;
-    3. reads its row's ``G`` slots until none is empty (:func:`read_pairs`), merges the ``G``
+    3. reads its row's ``G`` slots until none is empty (:func:`row_pair`), merges the ``G``
        pairs and writes its chunk's softmax,
        ``e * exp(m_chunk - m_row) / d_row``, from the registers: one read and one write of the
        tensor, one exponential per element.
@@ -404,37 +428,118 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
             x_next = tl.load(X + (after // G).to(tl.int64) * stride_x + cols_after,
                              mask=cols_after < tl.where(after < n_items, n_cols, 0),
                              other=float("-inf"))
-        m_p, d_p, complete = read_pairs(SLOTS + row.to(tl.int64) * G, G, G_POW2, MAX_SPIN)
-        if complete:  # every chunk of the row has written its pair: merge them
-            m_row, d_row = tl.reduce((m_p, d_p), 0, merge_combine)
-        else:  # the others are not running beside this program: read the row itself
-            m_row, d_row = row_stats(x_row, n_cols, BLOCK)
+        m_row, d_row = row_pair(SLOTS + row.to(tl.int64) * G, x_row, n_cols, G, G_POW2,
+                                MAX_SPIN, BLOCK)
         # exp(x - m_row) = e * exp(m_c - m_row): the chunk's weights rescaled, as a merge does
         y = e * (tl.exp2((m_c - m_row) * LOG2E) / d_row)
         tl.store(Y + row.to(tl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
                  mask=cols < n_cols)
 
 
+@triton.jit
+def halves(words, HALF: tl.constexpr):
+    """The two 16-bit floats of ``HALF`` (``tl.bfloat16`` or ``tl.float16``) in each int32 of
+    ``words``, as float32: ``(low, high)``, the elements at the even and odd columns of a
+    little-endian row."""
+    low = words.to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
+    high = (words >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
+    return low, high
+
+
+@triton.jit
+def pack_halves(low, high, HALF: tl.constexpr):
+    """Float32 ``low`` and ``high`` rounded to ``HALF`` and packed into int32 words, the
+    inverse of :func:`halves`."""
+    low_bits = low.to(HALF).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    high_bits = high.to(HALF).to(tl.int16, bitcast=True).to(tl.int32)
+    return (high_bits << 16) | low_bits
+
+
+@triton.jit
+def fresh(words, m):
+    """``words`` again, as a new value that depends on ``m`` (it is ``words`` unless ``m`` is
+    NaN, and then the softmax it feeds is NaN either way). :func:`halves` of it cannot be
+    merged by the compiler with an earlier :func:`halves` of ``words``, so the float32 halves are
+    computed where they are used instead of kept alive in registers meanwhile."""
+    return tl.where(m == m, words, 0)
+
+
+@cached_launch
+@triton.jit
+def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
+                          G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
+                          BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr,
+                          FRESH: tl.constexpr = True):
+    """:func:`resident_kernel` for float16 and bfloat16 rows of an even number of columns,
+    holding its chunk as the input itself, two elements to a 32-bit register, instead of
+    float32 weights: twice the columns in the same registers, so half the rounds, for a
+    second exponential per element. ``X`` and ``Y`` are read and written as int32 words
+    (rows of ``n_cols // 2`` words starting at 4-byte boundaries). Each program:
+
+    1. loads its chunk's ``CHUNK // 2`` words once and keeps them;
+    2. takes the chunk's max from the float32 :func:`halves`, then its sum of exponentials
+       from the halves computed again (:func:`fresh`), and writes ``(m, d)`` to its slot as
+       :func:`resident_kernel` does;
+    3. waits for its row's ``(m, d)`` (:func:`row_pair`) and writes
+       ``exp(x - m_row) / d_row`` from the kept words (:func:`pack_halves`).
+
+    Without :func:`fresh` (``FRESH=False``) the compiler computes the halves once and keeps
+    all of them, twice the registers of the words, through the wait
+    (``python -m teachkit.kernels --resident-registers`` shows the spills).
+    """
+    pid = tl.program_id(0)
+    HALF: tl.constexpr = X.dtype.element_ty
+    x_words = X.to(tl.pointer_type(tl.int32), bitcast=True)
+    y_words = Y.to(tl.pointer_type(tl.int32), bitcast=True)
+    n_words = n_cols // 2
+    minus_inf = tl.full((), float("-inf"), tl.float32)
+    padding = pack_halves(minus_inf, minus_inf, HALF)  # a word of two -inf
+    offs = tl.arange(0, CHUNK // 2)
+    for item in range(pid, n_rows * G, n_programs):
+        row = item // G
+        cols = (item % G) * (CHUNK // 2) + offs
+        words = tl.load(x_words + row.to(tl.int64) * (stride_x // 2) + cols,
+                        mask=cols < n_words, other=padding)
+        low, high = halves(words, HALF)
+        m_c = tl.maximum(tl.max(low, axis=0), tl.max(high, axis=0))
+        safe = tl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf (or padding): d = 0
+        if FRESH:
+            low, high = halves(fresh(words, m_c), HALF)
+        d_c = tl.sum(tl.exp2((low - safe) * LOG2E) + tl.exp2((high - safe) * LOG2E), axis=0)
+        tl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+        m_row, d_row = row_pair(SLOTS + row.to(tl.int64) * G, X + row.to(tl.int64) * stride_x,
+                                n_cols, G, G_POW2, MAX_SPIN, BLOCK)
+        if FRESH:
+            low, high = halves(fresh(words, m_row), HALF)
+        scale = 1.0 / d_row
+        y = pack_halves(tl.exp2((low - m_row) * LOG2E) * scale,
+                        tl.exp2((high - m_row) * LOG2E) * scale, HALF)
+        tl.store(y_words + row.to(tl.int64) * (stride_y // 2) + cols, y, mask=cols < n_words)
+
+
 class ResidentConfig(NamedTuple):
     """How the resident kernel runs: ``chunk`` columns per program (a power of two),
     ``num_warps``, ``per_sm``, the programs it wants on each multiprocessor (fewer if threads or
     shared memory do not allow them), ``prefetch`` (load the next item's chunk before waiting
-    for the row's pairs) and ``max_registers``, the cap on registers a thread; ``None`` for the
-    most that lets ``per_sm`` programs share a multiprocessor (:func:`register_cap`)."""
+    for the row's pairs), ``max_registers``, the cap on registers a thread (``None`` for the
+    most that lets ``per_sm`` programs share a multiprocessor, :func:`register_cap`), and
+    ``words``: hold a float16 or bfloat16 chunk as the input's own 32-bit words, two elements
+    each (:func:`resident_words_kernel`; no ``prefetch``), instead of float32 weights."""
 
     chunk: int
     num_warps: int
     per_sm: int
     prefetch: bool = False
     max_registers: int | None = None
+    words: bool = False
 
 
-RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, prefetch=False, max_registers=120),
-                    2: ResidentConfig(16384, 8, 2, prefetch=True, max_registers=120)}
+RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
+                    2: ResidentConfig(16384, 4, 4, max_registers=120, words=True)}
 """By element size, timed on the H100 (``gpu_checks/resident_sweep.py``) on rows of 64k to 4M
-columns. float32: 8192 columns per program, four programs a multiprocessor. bfloat16: 16384
-columns, two a multiprocessor, each loading its next chunk before it waits. Both are capped at
-120 registers a thread (128 would be allowed; 120 was timed)."""
+columns. float32: 8192 columns per program, float32 weights kept. float16 and bfloat16: 16384
+columns per program, kept as the input's words. Both: four programs of four warps a
+multiprocessor, capped at 120 registers a thread (128 would be allowed; 120 was timed)."""
 SPIN_POLLS = 1 << 16
 """Polls of the row's slots before a program of the compiled resident kernel reads its row
 itself."""
@@ -483,8 +588,26 @@ def programs_by_registers(registers: int, num_warps: int,
 
 
 def _resident_options(config: ResidentConfig) -> dict:
-    """The launch options of ``config``: warps and the register cap."""
-    return {"num_warps": config.num_warps, "maxnreg": register_cap(config)}
+    """The constants and launch options of ``config`` besides the shape's: the prefetch for
+    :func:`resident_kernel`, warps and the register cap."""
+    options = {"num_warps": config.num_warps, "maxnreg": register_cap(config)}
+    return options if config.words else {**options, "PREFETCH": config.prefetch}
+
+
+def resident_kernel_for(config: ResidentConfig) -> object:
+    """The kernel ``config`` launches: :func:`resident_words_kernel` with ``config.words``,
+    else :func:`resident_kernel`."""
+    return resident_words_kernel if config.words else resident_kernel
+
+
+def words_fit(x2: torch.Tensor, y2: torch.Tensor) -> bool:
+    """Whether :func:`resident_words_kernel` can read ``x2`` and write ``y2`` (2-D, 2-byte
+    dtype) as int32 words: an even number of columns, and every row starting at a 4-byte
+    boundary (even row strides, 4-byte aligned data)."""
+    n_rows, n_cols = x2.shape
+    return (x2.element_size() == 2 and n_cols % 2 == 0
+            and x2.data_ptr() % 4 == 0 and y2.data_ptr() % 4 == 0
+            and (n_rows == 1 or (x2.stride(0) % 2 == 0 and y2.stride(0) % 2 == 0)))
 
 
 @functools.cache
@@ -497,10 +620,10 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
         return 8
     x = torch.empty(1, config.chunk, dtype=dtype, device=f"cuda:{device}")
     slots = torch.empty(1, dtype=torch.int64, device=x.device)
-    compiled = resident_kernel.warmup(x, x, slots, 1, config.chunk, x.stride(0), x.stride(0), 1,
-                                      G=1, G_POW2=1, CHUNK=config.chunk, BLOCK=1024,
-                                      MAX_SPIN=MAX_SPIN, PREFETCH=config.prefetch,
-                                      grid=(1,), **_resident_options(config))
+    compiled = resident_kernel_for(config).warmup(
+        x, x, slots, 1, config.chunk, x.stride(0), x.stride(0), 1, G=1, G_POW2=1,
+        CHUNK=config.chunk, BLOCK=1024, MAX_SPIN=MAX_SPIN, grid=(1,),
+        **_resident_options(config))
     props = torch.cuda.get_device_properties(device)
     threads = 32 * config.num_warps
     by_regs = programs_by_registers(register_cap(config), config.num_warps,
@@ -521,6 +644,12 @@ def resident_fits(n_cols: int, dtype: torch.dtype, device: int) -> bool:
 
 def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig) -> None:
     n_rows, n_cols = x2.shape
+    if config.words and not words_fit(x2, y2):
+        raise ValueError(
+            f"config.words reads two 16-bit elements as one 32-bit word, so it needs float16 "
+            f"or bfloat16 rows of an even number of columns starting at 4-byte boundaries; got "
+            f"{x2.dtype} rows of {n_cols} columns (row stride {x2.stride(0)}). Pass a config "
+            f"with words=False, or use softmax, which picks")
     g = cdiv(n_cols, config.chunk)
     device = (x2.device.index or 0) if ON_GPU else 0
     fit = resident_programs(x2.dtype, config, device) // g * g  # whole rows on chip at once
@@ -529,10 +658,10 @@ def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig)
                          f"than this GPU holds; use softmax_split or softmax (which picks)")
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     programs = min(fit, n_rows * g)
-    resident_kernel[(programs,)](
+    resident_kernel_for(config)[(programs,)](
         x2, y2, slots, n_rows, n_cols, x2.stride(0), y2.stride(0), programs, G=g,
         G_POW2=next_power_of_2(g), CHUNK=config.chunk, BLOCK=min(1024, config.chunk),
-        MAX_SPIN=MAX_SPIN, PREFETCH=config.prefetch, **_resident_options(config))
+        MAX_SPIN=MAX_SPIN, **_resident_options(config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -636,7 +765,8 @@ def softmax_resident(x: torch.Tensor, dim: int = -1, config: ResidentConfig | No
     global memory (:func:`resident_kernel`).
 
     ``config`` defaults to :data:`RESIDENT_CONFIGS` for the dtype. Raises ``ValueError`` when a
-    row needs more programs than fit on the GPU at once (:func:`resident_fits`); use
+    row needs more programs than fit on the GPU at once (:func:`resident_fits`), or when
+    ``config.words`` meets rows it cannot read as 32-bit words (:func:`words_fit`); use
     :func:`softmax`, which then takes the split kernels.
     """
     if isinstance(x, torch.Tensor) and config is None:
@@ -695,7 +825,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         n_rows, n_cols = x2.shape
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
-        elif ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0):
+        elif (ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0)
+              and (not RESIDENT_CONFIGS[x2.element_size()].words or words_fit(x2, y2))):
             _launch_resident(x2, y2, RESIDENT_CONFIGS[x2.element_size()])
         else:
             chunk = _split_chunk(n_rows, n_cols)

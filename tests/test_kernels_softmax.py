@@ -251,16 +251,17 @@ def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
 
 
 def test_entry_point_takes_resident_rows_where_they_were_measured_faster(gen, monkeypatch):
-    """On a GPU: long rows that fit on chip go to the resident kernel, in every dtype, and rows
-    that do not (or 2-byte rows it cannot read as words) to the split kernels; under the
-    interpreter long rows take the split kernels."""
+    """On a GPU: long rows that fit on chip go to the resident kernel, in every dtype (2-byte
+    rows that cannot be read as words keep float32 weights), and rows that do not fit to the
+    split kernels; under the interpreter long rows take the split kernels."""
     taken = []
-    monkeypatch.setattr(ks, "_launch_resident", lambda x2, y2, config: taken.append(x2.dtype))
+    monkeypatch.setattr(ks, "_launch_resident", lambda x2, y2, config: taken.append(config))
     monkeypatch.setattr(ks, "_launch_split", lambda *args: taken.append("split"))
-    monkeypatch.setattr(ks, "resident_fits", lambda n_cols, dtype, device: n_cols < 60_000)
+    monkeypatch.setattr(ks, "resident_fits",
+                        lambda n_cols, dtype, device, config: n_cols < 60_000)
     for dtype in (torch.float32, torch.bfloat16):
         ks.softmax(torch.zeros(1, 50_000, dtype=dtype, device=DEV))
     ks.softmax(torch.zeros(1, 70_000, device=DEV))
-    ks.softmax(torch.zeros(1, 50_001, dtype=torch.bfloat16, device=DEV))  # not as words
-    assert taken == ([torch.float32, torch.bfloat16, "split", "split"] if teachkit.ON_GPU
-                     else ["split"] * 4)
+    ks.softmax(torch.zeros(1, 50_257, dtype=torch.bfloat16, device=DEV))  # odd: not as words
+    assert taken == ([ks.RESIDENT_CONFIGS[4], ks.RESIDENT_CONFIGS[2], "split",
+                      ks.UNPAIRED_CONFIG] if teachkit.ON_GPU else ["split"] * 4)

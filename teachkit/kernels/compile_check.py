@@ -197,7 +197,8 @@ def softmax_launch_configs() -> list[KernelConfig]:
     both: the fused kernel for rows of 1 to 16384 columns (the tiles
     :func:`~teachkit.kernels.softmax_kernels.fused_config` picks per power of two), the blog and
     online kernels, the split kernels for chunks of 16384 down to 2048 columns, and the
-    resident kernel with its chunk for 256 chunks a row.
+    resident kernels with their chunks for 256 chunks a row (bfloat16 as words and, for rows
+    that cannot be read as words, as weights).
     """
     configs = []
     for ty in ("fp32", "bf16"):
@@ -218,6 +219,7 @@ def softmax_launch_configs() -> list[KernelConfig]:
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
         configs.append(resident_launch_config(sk.RESIDENT_CONFIGS[4 if ty == "fp32" else 2],
                                               ty, {"G": 256, "G_POW2": 256}))
+    configs.append(resident_launch_config(sk.UNPAIRED_CONFIG, "bf16", {"G": 256, "G_POW2": 256}))
     return configs
 
 
@@ -784,7 +786,8 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
     on rows of 256 chunks, without a cap and with
     :func:`~teachkit.kernels.softmax_kernels.register_cap`, with how many programs a
     multiprocessor's 65536 registers then hold: for each dtype's configuration and for
-    bfloat16 weights loaded a chunk ahead (the bfloat16 configuration before words). Then the
+    :data:`~teachkit.kernels.softmax_kernels.UNPAIRED_CONFIG` (bfloat16 weights loaded a chunk
+    ahead, for rows that cannot be read as words). Then the
     words kernel as launched without :func:`~teachkit.kernels.softmax_kernels.fresh`, with its
     spills. Needs no GPU, and ``TRITON_INTERPRET=0``.
     """
@@ -793,8 +796,7 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
     one_program = {"G": 1, "G_POW2": 1, "n_rows": 1, "n_programs": 1}
     launched = {"G": 256, "G_POW2": 256}
     for ty, config in (("bf16", sk.RESIDENT_CONFIGS[2]), ("fp32", sk.RESIDENT_CONFIGS[4]),
-                       ("bf16", sk.ResidentConfig(16384, 8, 2, prefetch=True,
-                                                  max_registers=120))):
+                       ("bf16", sk.UNPAIRED_CONFIG)):
         cells = []
         for cap in (None, True):
             found = []
@@ -819,8 +821,8 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
 def exchange_configs() -> list[KernelConfig]:
     """The exchange of ``(m, d)`` among 8 programs written two ways
     (:func:`~teachkit.kernels.teaching.counter_exchange_kernel`,
-    :func:`~teachkit.kernels.teaching.word_exchange_kernel`), then the resident kernel in both
-    dtypes as :func:`softmax_launch_configs` checks it."""
+    :func:`~teachkit.kernels.teaching.word_exchange_kernel`), then the resident kernels as
+    :func:`softmax_launch_configs` checks them."""
     from . import teaching
 
     shape = {"G": 8, "G_POW2": 8, "MAX_SPIN": sk.SPIN_POLLS}

@@ -51,6 +51,7 @@ __all__ = [
     "ResidentConfig",
     "SPIN_POLLS",
     "SPLIT_CHUNK",
+    "UNPAIRED_CONFIG",
     "blog_kernel",
     "fused_config",
     "fresh",
@@ -65,6 +66,7 @@ __all__ = [
     "programs_by_registers",
     "read_pairs",
     "register_cap",
+    "resident_config",
     "resident_fits",
     "resident_kernel",
     "resident_kernel_for",
@@ -540,6 +542,11 @@ RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
 columns. float32: 8192 columns per program, float32 weights kept. float16 and bfloat16: 16384
 columns per program, kept as the input's words. Both: four programs of four warps a
 multiprocessor, capped at 120 registers a thread (128 would be allowed; 120 was timed)."""
+UNPAIRED_CONFIG = ResidentConfig(16384, 8, 2, prefetch=True, max_registers=120)
+"""For float16 and bfloat16 rows that :func:`resident_words_kernel` cannot read as words (an odd
+number of columns, such as a vocabulary of 50257, or rows starting at odd elements): float32
+weights, 16384 columns a program, two programs of eight warps a multiprocessor, each loading
+its next chunk before it waits; timed beside the words by ``gpu_checks/resident_sweep.py``."""
 SPIN_POLLS = 1 << 16
 """Polls of the row's slots before a program of the compiled resident kernel reads its row
 itself."""
@@ -635,11 +642,21 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
     return max(per_sm, 1) * props.multi_processor_count
 
 
-def resident_fits(n_cols: int, dtype: torch.dtype, device: int) -> bool:
-    """Whether rows of ``n_cols`` fit on chip at once: their chunks need at most
+def resident_fits(n_cols: int, dtype: torch.dtype, device: int,
+                  config: ResidentConfig | None = None) -> bool:
+    """Whether rows of ``n_cols`` fit on chip at once in ``config`` (by default
+    :data:`RESIDENT_CONFIGS`'s for the dtype): their chunks need at most
     :func:`resident_programs` programs."""
-    config = RESIDENT_CONFIGS[dtype.itemsize]
+    config = RESIDENT_CONFIGS[dtype.itemsize] if config is None else config
     return cdiv(n_cols, config.chunk) <= resident_programs(dtype, config, device)
+
+
+def resident_config(x2: torch.Tensor, y2: torch.Tensor) -> ResidentConfig:
+    """The configuration :func:`softmax` runs the resident kernel in for the rows of ``x2``
+    into ``y2``: :data:`RESIDENT_CONFIGS`'s for the dtype, or :data:`UNPAIRED_CONFIG` for
+    2-byte rows that cannot be read as words (:func:`words_fit`)."""
+    config = RESIDENT_CONFIGS[x2.element_size()]
+    return UNPAIRED_CONFIG if config.words and not words_fit(x2, y2) else config
 
 
 def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig) -> None:
@@ -825,9 +842,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         n_rows, n_cols = x2.shape
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
-        elif (ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0)
-              and (not RESIDENT_CONFIGS[x2.element_size()].words or words_fit(x2, y2))):
-            _launch_resident(x2, y2, RESIDENT_CONFIGS[x2.element_size()])
+            return
+        config = resident_config(x2, y2)
+        if ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0, config):
+            _launch_resident(x2, y2, config)
         else:
             chunk = _split_chunk(n_rows, n_cols)
             _launch_split(x2, y2, chunk, min(LANES, chunk))

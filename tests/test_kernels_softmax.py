@@ -172,7 +172,7 @@ WORDS = ks.ResidentConfig(32, 4, 1, words=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n", [2, 64, 66, 130, 200])
+@pytest.mark.parametrize("n", [2, 130, 200])
 def test_resident_words_rows_of_any_even_length(dtype, n, gen):
     """The resident kernel that keeps a 2-byte chunk as the input's 32-bit words: rows whose
     last chunk is part padding, and rows of a wider tensor (a row stride that is not the
@@ -206,9 +206,12 @@ def test_resident_words_need_rows_they_can_read_as_words(gen):
         with pytest.raises(ValueError, match="even number of columns.*words=False"):
             ks.softmax_resident(x, config=WORDS)
         assert relative_error(ks.softmax(x), ref(x)) < RTOL[x.dtype]
+    if teachkit.ON_GPU:  # long odd rows: the resident kernel with float32 weights
+        vocab = randn(3, 50257, gen=gen, dtype=torch.bfloat16, scale=3).to(DEV)
+        assert relative_error(ks.softmax(vocab), ref(vocab)) < RTOL[torch.bfloat16]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(words=st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=16),
        half=st.sampled_from([torch.float16, torch.bfloat16]))
 def test_halves_of_a_word_and_back(words, half):

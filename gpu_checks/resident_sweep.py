@@ -1,14 +1,15 @@
 """GPU sweep of the resident softmax's configuration (notebook 06): run from the repository root on
 a CUDA machine with `python gpu_checks/resident_sweep.py`.
 
-For rows of 64k, 256k, 1M and 4M columns in float32 and bfloat16, every candidate
+For rows of 64k, 256k, 1M and 4M columns, and of 50257, in float32 and bfloat16, every candidate
 `ResidentConfig` (columns per program, warps, programs wanted per SM, the next chunk loaded
 before the wait, the cap on registers a thread, the chunk kept as the input's words) is checked
 against `torch.softmax` and timed beside the split kernels, as a share of the copy bandwidth (GB/s =
 2 x tensor bytes / time, median of CUDA-event timings). It prints how many programs of each
 configuration fit on the GPU at once (`resident_programs`), and skips a configuration whose
-rows need more. The table's choice, `RESIDENT_CONFIGS`, is marked with `*`. About a minute on
-an H100. Exits 1 if a result is wrong, 2 without a GPU.
+rows need more. The table's choice, `RESIDENT_CONFIGS` (`UNPAIRED_CONFIG` for odd bfloat16
+rows), is marked with `*`. About two minutes on an H100. Exits 1 if a result is wrong, 2 without
+a GPU.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ CANDIDATES = [(8192, 4, 4, False, 120), (8192, 4, 4, True, 120), (16384, 8, 2, F
 sweep times; ``max_registers=None`` is ``register_cap``'s default, the most that ``per_sm``
 programs can share (128 for these). The ``words`` configurations are timed for bfloat16
 only."""
-SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304)]
+SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304), (1024, 50257)]
+"""Rows of 64k to 4M columns, and rows of an odd length (a vocabulary of 50257), which start at
+2-byte boundaries in 16-bit dtypes: the words configurations cannot read them, and no
+configuration's loads are vectorised."""
 
 
 def main() -> int:
@@ -64,12 +68,14 @@ def main() -> int:
             cells = [f"split {share(lambda x=x: sk.softmax_split(x)):.0%}"]
             for candidate in candidates:
                 config = sk.ResidentConfig(*candidate)
-                if -(-cols // config.chunk) > sk.resident_programs(dtype, config, 0):
+                if (-(-cols // config.chunk) > sk.resident_programs(dtype, config, 0)
+                        or (config.words and cols % 2)):
                     continue
                 error = relative_error(sk.softmax_resident(x, config=config).float(), want)
                 good = error < (1e-5 if dtype == torch.float32 else 1e-2)
                 ok &= good
-                mark = "*" if config == chosen else ""
+                mark = "*" if config == (sk.UNPAIRED_CONFIG if dtype.itemsize == 2 and cols % 2
+                                         else chosen) else ""
                 kept = " words" if config.words else " prefetch" if config.prefetch else ""
                 cells.append(f"{mark}{candidate[:3]}{kept}"
                              f" {sk.register_cap(config)} registers "

@@ -219,7 +219,9 @@ def softmax_launch_configs() -> list[KernelConfig]:
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
         configs.append(resident_launch_config(sk.RESIDENT_CONFIGS[4 if ty == "fp32" else 2],
                                               ty, {"G": 256, "G_POW2": 256}))
-    configs.append(resident_launch_config(sk.UNPAIRED_CONFIG, "bf16", {"G": 256, "G_POW2": 256}))
+    configs.append(replace(resident_launch_config(sk.UNPAIRED_CONFIG, "bf16",
+                                                  {"G": 256, "G_POW2": 256}),
+                           name=f"resident bf16 CHUNK={sk.UNPAIRED_CONFIG.chunk} G=256 unpaired"))
     return configs
 
 
@@ -786,8 +788,8 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
     on rows of 256 chunks, without a cap and with
     :func:`~teachkit.kernels.softmax_kernels.register_cap`, with how many programs a
     multiprocessor's 65536 registers then hold: for each dtype's configuration and for
-    :data:`~teachkit.kernels.softmax_kernels.UNPAIRED_CONFIG` (bfloat16 weights loaded a chunk
-    ahead, for rows that cannot be read as words). Then the
+    bfloat16 weights loaded a chunk ahead, a configuration ``gpu_checks/resident_sweep.py``
+    times (bfloat16's before words). Then the
     words kernel as launched without :func:`~teachkit.kernels.softmax_kernels.fresh`, with its
     spills. Needs no GPU, and ``TRITON_INTERPRET=0``.
     """
@@ -796,7 +798,8 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
     one_program = {"G": 1, "G_POW2": 1, "n_rows": 1, "n_programs": 1}
     launched = {"G": 256, "G_POW2": 256}
     for ty, config in (("bf16", sk.RESIDENT_CONFIGS[2]), ("fp32", sk.RESIDENT_CONFIGS[4]),
-                       ("bf16", sk.UNPAIRED_CONFIG)):
+                       ("bf16", sk.ResidentConfig(16384, 8, 2, prefetch=True,
+                                                  max_registers=120))):
         cells = []
         for cap in (None, True):
             found = []

@@ -16,6 +16,7 @@ import triton.language as tl
 from teachkit.exercises import ex06
 from teachkit.exercises.solutions import ex06 as solutions
 from teachkit.exercises.checking import ExerciseFailed
+from teachkit.kernels import softmax_kernels
 
 
 def _stub(*args):
@@ -461,3 +462,73 @@ def test_pack_pair_solution_is_the_kernel_s_word(gen):
     words = solutions.solution_pack_pair(m, d)
     assert torch.equal((words >> 32).to(torch.int32), m.view(torch.int32))
     assert torch.equal(words.to(torch.int32), d.view(torch.int32))
+
+
+# ---------------------------------------------------------------- exercise 6: halves of a word
+
+
+@triton.jit
+def _halves_stub(words):
+    raise NotImplementedError
+
+
+@triton.jit
+def _halves_through_int16(words):  # the other right way, as the shipped halves reads float16
+    low = words.to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
+    high = (words >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True).to(tl.float32)
+    return low, high
+
+
+@triton.jit
+def _halves_swapped(words):
+    return (words & -65536).to(tl.float32, bitcast=True), (words << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _halves_by_value(words):
+    return words.to(tl.float32), (words >> 16).to(tl.float32)
+
+
+@triton.jit
+def _halves_high_unmasked(words):
+    return (words << 16).to(tl.float32, bitcast=True), words.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _halves_low_unshifted(words):
+    return ((words & 65535).to(tl.float32, bitcast=True),
+            (words & -65536).to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _halves_calls_the_library(words):
+    return softmax_kernels.halves(words, tl.bfloat16)
+
+
+def test_halves_accepts_the_solution_and_the_int16_way(capsys):
+    assert ex06.check_halves(solutions.solution_halves) is None
+    assert ex06.check_halves(_halves_through_int16) is None
+    assert capsys.readouterr().out.count("[correct]") == 2
+
+
+def test_halves_hints_on_stub(capsys):
+    assert ex06.check_halves(_halves_stub) is None
+    assert "[not attempted]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, says", [
+    (_halves_swapped, "swapped"),
+    (_halves_by_value, "integer value converted"),
+    (_halves_high_unmasked, "clear them with & -65536"),
+    (_halves_low_unshifted, "shift them up"),
+])
+def test_halves_explains_the_usual_mistakes(fn, says):
+    with pytest.raises(ExerciseFailed, match=says):
+        ex06.check_halves(fn)
+
+
+def test_halves_wants_a_triton_function_and_not_the_library():
+    with pytest.raises(ExerciseFailed, match="not a Triton function"):
+        ex06.check_halves(lambda words: (words, words))
+    with pytest.raises(ExerciseFailed, match="softmax_kernels.halves"):
+        ex06.check_halves(_halves_calls_the_library)

@@ -14,7 +14,9 @@ Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_
 * :func:`check_online_kernel` -- the learner's ``@triton.jit`` two-pass online softmax for rows
   longer than one block, launched by the checker itself;
 * :func:`check_pack_pair` -- the word the resident kernel's programs exchange: two float32
-  tensors in, their bits side by side in int64 words out.
+  tensors in, their bits side by side in int64 words out;
+* :func:`check_halves` -- a ``@triton.jit`` function that reads int32 words as their two
+  bfloat16 elements, as the resident kernel keeps 16-bit chunks.
 
 The kernel checkers run on :data:`teachkit.DEVICE` (the interpreter on a CPU) with fresh random
 inputs of odd sizes, values times 1000, ``-inf`` masks and all-``-inf`` rows, and compare with
@@ -57,6 +59,7 @@ __all__ = [
     "check_online_kernel",
     "check_resident_rescale",
     "check_pack_pair",
+    "check_halves",
     "chunk_statistics",
     "MIN_CHUNK",
     "PROGRAMS_PER_SM",
@@ -506,6 +509,93 @@ def check_pack_pair(fn: Callable[..., torch.Tensor]) -> None:
             f"{m.flatten()[first].item()!r} and d = {d.flatten()[first].item()!r}, is "
             f"{got.flatten()[first].item():#x} where (m bits << 32) | d bits is "
             f"{want.flatten()[first].item():#x}.")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 6: two bfloat16 in one word
+# --------------------------------------------------------------------------------------------
+def _halves_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor]]:
+    """``(case, bfloat16 values)``, an even number along the last axis: the words are their
+    ``.view(torch.int32)``, two neighbouring values each."""
+    n = 2 * random_int(40, 90, g)
+    special = torch.tensor([float("-inf"), 1.0, -0.0, 2.5, 3.0e38, -3.0e38, float("inf"), -7.0,
+                            0.0, -1.5, float("nan"), 1e-30])
+    return [
+        (f"{n // 2} words of random values", (torch.randn(n, generator=g) * 100).bfloat16()),
+        ("words holding -inf, inf, -0.0, the largest values, negative values and NaN",
+         special.bfloat16()),
+        ("a 3 x 5 batch of words", (torch.randn(3, 10, generator=g) * 5).bfloat16()),
+    ]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+
+
+def _halves_mistakes(words: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The ``(low, high)`` float32 each usual mistake gives for int32 ``words`` (bit for bit)."""
+    pairs = words.view(torch.bfloat16).float().view(*words.shape, 2)
+    low, high = pairs[..., 0], pairs[..., 1]
+    return {
+        "low and high are swapped. A GPU is little-endian: the element at the even column "
+        "(the first of the pair) is in the word's low 16 bits.": (high, low),
+        "the high element still carries the low element's 16 bits below it (the whole word read "
+        "as a float32): clear them with & -65536 (0xFFFF0000 as an int32) first.":
+            (low, words.view(torch.float32)),
+        "the low element's 16 bits must become the top half of the float32: shift them up "
+        "(words << 16); masked in place they read as a tiny subnormal.":
+            ((words & 0xFFFF).view(torch.float32), high),
+    }
+
+
+@exercise(
+    "two bfloat16 in one word",
+    hint="A bfloat16 is the top 16 bits of a float32: move each element's bits to the top of a "
+         "32-bit integer and read that as a float32 with .to(tl.float32, bitcast=True).",
+    forbid=("teachkit.kernels.softmax_kernels.halves",),
+)
+def check_halves(fn: object) -> None:
+    """Run the learner's ``@triton.jit`` function ``words -> (low, high)`` in a kernel
+    (:func:`teachkit.kernels.teaching.bf16_halves`) on int32 words made from bfloat16 values,
+    and compare bit for bit with the values' float32: ``low`` the element at the even column
+    (the word's low 16 bits), ``high`` the odd one. The cases include -inf, inf, -0.0, the
+    largest values and NaN; the expected floats are torch's conversion of the bfloat16 values,
+    not a kernel's.
+
+    Parameters
+    ----------
+    fn
+        The learner's ``@triton.jit`` function of one int32 tensor, returning two float32
+        tensors of its shape.
+    """
+    raise_if_stub(fn)
+    expect(callable(getattr(fn, "fn", None)),
+           f"{getattr(fn, '__name__', fn)!r} is not a Triton function: put @triton.jit above "
+           "def, so the checker's kernel can call it.")
+    g = fresh_generator()
+    for case, values in _halves_cases(g):
+        words = values.view(torch.int32)
+        pairs = values.float().view(*words.shape, 2)
+        low, high = (t.cpu() for t in _quiet(teaching.bf16_halves, values.to(DEVICE), fn))
+        if _same_bits(low, pairs[..., 0]) and _same_bits(high, pairs[..., 1]):
+            continue
+        for advice, (mistake_low, mistake_high) in _halves_mistakes(words).items():
+            if _same_bits(low, mistake_low) and _same_bits(high, mistake_high):
+                raise ExerciseFailed(f"On {case}: {advice}")
+        if torch.allclose(low, words.double().float(), rtol=1e-2, equal_nan=True):
+            raise ExerciseFailed(
+                f"On {case}: low is the word's integer value converted to a float. Read the "
+                "bits instead: .to(tl.float32, bitcast=True) keeps them, .to(tl.float32) "
+                "converts the number they spell.")
+        for name, got, want in (("low", low, pairs[..., 0]), ("high", high, pairs[..., 1])):
+            wrong = got.view(torch.int32) != want.contiguous().view(torch.int32)
+            if bool(wrong.any()):
+                first = int(wrong.flatten().nonzero()[0])
+                raise ExerciseFailed(
+                    f"On {case}: {int(wrong.sum())} of {wrong.numel()} {name} values differ; "
+                    f"the first, from the word {words.flatten()[first].item() & 0xFFFFFFFF:#010x}"
+                    f", is {got.flatten()[first].item()!r} where its bfloat16 is "
+                    f"{want.flatten()[first].item()!r}.")
 
 
 # --------------------------------------------------------------------------------------------

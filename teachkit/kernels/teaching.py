@@ -14,6 +14,10 @@ They are teaching code, written to be read beside :mod:`teachkit.kernels.softmax
     How the programs of a row hand each other their ``(m, d)``, the resident kernel's exchange
     on its own, written two ways: two float32 stores and an arrival counter with
     release-acquire atomics, or one 64-bit word with a relaxed atomic (the shipped way).
+``bf16_halves`` (kernel ``halves_kernel``)
+    Any ``@triton.jit`` function that reads int32 words as their two bfloat16 halves, run on a
+    bfloat16 tensor read as words (exercise 6; the shipped one is
+    :func:`~teachkit.kernels.softmax_kernels.halves`).
 ``fused_one_row``
     The course's :func:`~teachkit.kernels.softmax_kernels.fused_kernel` launched for one row of
     *any* length, past the :data:`~teachkit.kernels.softmax_kernels.FUSED_MAX_COLS` the entry
@@ -49,9 +53,11 @@ from .softmax_kernels import (
 )
 
 __all__ = [
+    "bf16_halves",
     "counter_exchange_kernel",
     "exchange_pairs",
     "fused_one_row",
+    "halves_kernel",
     "merge_combine_natural",
     "reduce_stats",
     "row_max",
@@ -281,6 +287,54 @@ def reduce_stats(m: torch.Tensor, d: torch.Tensor,
     _reduce_stats_kernel(combine)[(rows,)](m, d, out_m, out_d, lanes, m.stride(0),
                                            BLOCK=triton.next_power_of_2(lanes))
     return out_m, out_d
+
+
+# ---------------------------------------------------------------------------------------------
+# Two bfloat16 elements in one int32 word
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def halves_kernel(WORDS, LOW, HIGH, n, BLOCK: tl.constexpr, HALVES: tl.constexpr):
+    """One program of ``BLOCK`` words: ``LOW`` and ``HIGH`` (float32) get what ``HALVES``, a
+    ``@triton.jit`` function ``words -> (low, high)``, makes of the int32 ``WORDS``."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    low, high = HALVES(tl.load(WORDS + offs, mask=mask, other=0))
+    tl.store(LOW + offs, low, mask=mask)
+    tl.store(HIGH + offs, high, mask=mask)
+
+
+def bf16_halves(x: torch.Tensor, halves: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read bfloat16 ``x`` as int32 words, two neighbouring elements each, and run ``halves``
+    on the words in a kernel (:func:`halves_kernel`).
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        bfloat16 on :data:`teachkit.DEVICE`, an even number of elements along the last axis.
+    halves
+        A ``@triton.jit`` function ``words -> (low, high)`` returning float32 tensors.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        float32 ``(..., n // 2)`` each: what ``halves`` made of each word, as low and high
+        (the elements at the even and at the odd columns, if it is right).
+    """
+    require_kernel_tensor(x, "x", "bf16_halves", "torch: x.float()")
+    if x.dtype != torch.bfloat16 or x.dim() == 0 or x.shape[-1] % 2:
+        raise ValueError(f"x must be bfloat16 with an even number of elements along its last "
+                         f"axis, got {x.dtype} of shape {tuple(x.shape)}")
+    if not callable(getattr(halves, "fn", None)):
+        raise TypeError(f"halves must be a @triton.jit function, got {type(halves).__name__}")
+    words = x.contiguous().view(torch.int32)
+    flat = words.flatten()
+    low = torch.empty(flat.shape, dtype=torch.float32, device=flat.device)
+    high = torch.empty_like(low)
+    if flat.numel():
+        block = 1024
+        halves_kernel[(triton.cdiv(flat.numel(), block),)](flat, low, high, flat.numel(),
+                                                          BLOCK=block, HALVES=halves)
+    return low.view(words.shape), high.view(words.shape)
 
 
 # ---------------------------------------------------------------------------------------------

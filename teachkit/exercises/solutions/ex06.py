@@ -13,7 +13,8 @@ from ...kernels import teaching
 from ..ex06 import MIN_CHUNK, PROGRAMS_PER_SM
 
 __all__ = ["solution_row_softmax", "solution_combine", "solution_n_splits",
-           "solution_online_kernel", "solution_resident_rescale", "solution_pack_pair"]
+           "solution_online_kernel", "solution_resident_rescale", "solution_pack_pair",
+           "solution_halves"]
 
 
 
@@ -148,3 +149,20 @@ def solution_pack_pair(m: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     high = m.view(torch.int32).to(torch.int64) << 32
     low = d.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     return high | low
+
+
+@triton.jit
+def solution_halves(words):
+    """The two bfloat16 elements of each int32 word as float32: the even column's from the low
+    16 bits, the odd column's from the high 16 bits.
+
+    A bfloat16 is the top half of a float32, so its float32 is its 16 bits moved to the top
+    with zeros below: ``words << 16`` for the low element; the high element is already on top
+    once the low one's bits are cleared (``& -65536``, which is ``0xFFFF0000`` as an int32).
+    ``bitcast=True`` reads those 32 bits as a float32 instead of converting the integer's
+    value. ``softmax_kernels.halves`` does the same for float16 too, through ``tl.int16`` and
+    the 16-bit type.
+    """
+    low = (words << 16).to(tl.float32, bitcast=True)
+    high = (words & -65536).to(tl.float32, bitcast=True)
+    return low, high

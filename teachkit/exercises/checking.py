@@ -232,11 +232,17 @@ class _Watch:
             hit = self.codes.get(_code_key(target.__code__))
             if hit:
                 return hit
-            if hasattr(fn, "fn"):  # a kernel: the kernels and device functions it names
-                for name in target.__code__.co_names:
+            if hasattr(fn, "fn"):  # a kernel: the kernels and device functions it names, as
+                # a name or as an attribute of a module it names (compiled, they run no Python
+                # the profiler could see)
+                names = target.__code__.co_names
+                for name in names:
                     ref = target.__globals__.get(name)
-                    if ref is not None and ref is not fn and id(ref) in self.kernels:
-                        return self.kernels[id(ref)]
+                    refs = ([getattr(ref, other, None) for other in names]
+                            if inspect.ismodule(ref) else [ref])
+                    for ref in refs:
+                        if ref is not None and ref is not fn and id(ref) in self.kernels:
+                            return self.kernels[id(ref)]
         elif id(target) in self.builtins:
             return self.builtins[id(target)]
         elif type(target).__name__ == "method_descriptor":

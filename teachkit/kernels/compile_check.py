@@ -231,13 +231,13 @@ def resident_launch_config(config: sk.ResidentConfig, ty: str, shape: dict,
     resident_kernel_for`) for ``ty`` rows, compiled with the constants and integers of
     ``shape`` (``G`` and ``G_POW2`` at least) and ``constexprs``, and the register cap ``cap``
     (``True``: :func:`~teachkit.kernels.softmax_kernels.register_cap`'s; ``None``: uncapped)."""
-    kernel = sk.resident_kernel_for(config)
-    options = {"FRESH": True} if config.words else {"PREFETCH": config.prefetch}
     name = (f"resident {ty} CHUNK={config.chunk} G={shape['G']}"
             f"{' words' if config.words else ''}")
-    return replace(_config(name, kernel, {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"},
+    return replace(_config(name, sk.resident_kernel_for(config),
+                           {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"},
                            {"CHUNK": config.chunk, "BLOCK": 1024, "MAX_SPIN": sk.SPIN_POLLS,
-                            **options, **shape, **constexprs}, config.num_warps),
+                            **sk.resident_constants(config), **shape, **constexprs},
+                           config.num_warps),
                    max_registers=sk.register_cap(config) if cap is True else cap,
                    divisible=("n_cols",))
 

@@ -67,6 +67,7 @@ __all__ = [
     "read_pairs",
     "register_cap",
     "resident_config",
+    "resident_constants",
     "resident_fits",
     "resident_kernel",
     "resident_kernel_for",
@@ -542,10 +543,10 @@ RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
 columns. float32: 8192 columns per program, float32 weights kept. float16 and bfloat16: 16384
 columns per program, kept as the input's words. Both: four programs of four warps a
 multiprocessor, capped at 120 registers a thread (128 would be allowed; 120 was timed)."""
-UNPAIRED_CONFIG = ResidentConfig(8192, 4, 4, max_registers=120)
+UNPAIRED_CONFIG = RESIDENT_CONFIGS[4]
 """For float16 and bfloat16 rows that :func:`resident_words_kernel` cannot read as words (an odd
-number of columns, such as a vocabulary of 50257, or rows starting at odd elements): float32
-weights, as float32 rows take them. Such rows start at 2-byte boundaries, so no load is
+number of columns, such as a vocabulary of 50257, or rows starting at odd elements): float32's
+configuration, float32 weights kept. Such rows start at 2-byte boundaries, so no load is
 vectorised; ``gpu_checks/resident_sweep.py`` timed 1024 bfloat16 rows of 50257 columns at 63% of
 copy on an H100 in this configuration, against 23-24% with the next chunk loaded ahead."""
 SPIN_POLLS = 1 << 16
@@ -595,11 +596,18 @@ def programs_by_registers(registers: int, num_warps: int,
     return registers_per_sm // (per_warp * num_warps)
 
 
+def resident_constants(config: ResidentConfig) -> dict:
+    """The ``tl.constexpr`` values of ``config``'s kernel (:func:`resident_kernel_for`) besides
+    the shape's: ``FRESH`` for :func:`resident_words_kernel`, ``PREFETCH`` for
+    :func:`resident_kernel`."""
+    return {"FRESH": True} if config.words else {"PREFETCH": config.prefetch}
+
+
 def _resident_options(config: ResidentConfig) -> dict:
-    """The constants and launch options of ``config`` besides the shape's: the prefetch for
-    :func:`resident_kernel`, warps and the register cap."""
-    options = {"num_warps": config.num_warps, "maxnreg": register_cap(config)}
-    return options if config.words else {**options, "PREFETCH": config.prefetch}
+    """The constants and launch options of ``config`` besides the shape's: its kernel's
+    constants (:func:`resident_constants`), warps and the register cap."""
+    return {"num_warps": config.num_warps, "maxnreg": register_cap(config),
+            **resident_constants(config)}
 
 
 def resident_kernel_for(config: ResidentConfig) -> object:
@@ -662,12 +670,6 @@ def resident_config(x2: torch.Tensor, y2: torch.Tensor) -> ResidentConfig:
 
 def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig) -> None:
     n_rows, n_cols = x2.shape
-    if config.words and not words_fit(x2, y2):
-        raise ValueError(
-            f"config.words reads two 16-bit elements as one 32-bit word, so it needs float16 "
-            f"or bfloat16 rows of an even number of columns starting at 4-byte boundaries; got "
-            f"{x2.dtype} rows of {n_cols} columns (row stride {x2.stride(0)}). Pass a config "
-            f"with words=False, or use softmax, which picks")
     g = cdiv(n_cols, config.chunk)
     device = (x2.device.index or 0) if ON_GPU else 0
     fit = resident_programs(x2.dtype, config, device) // g * g  # whole rows on chip at once
@@ -793,7 +795,16 @@ def softmax_resident(x: torch.Tensor, dim: int = -1, config: ResidentConfig | No
         raise TypeError(f"config must be a ResidentConfig, got {type(config).__name__}")
     if config is not None:
         require_power_of_two(config.chunk, "config.chunk")
-    return _run(x, dim, lambda x2, y2: _launch_resident(x2, y2, config))
+
+    def launch(x2, y2):
+        if config.words and not words_fit(x2, y2):  # softmax picks UNPAIRED_CONFIG instead
+            raise ValueError(
+                f"config.words reads two 16-bit elements as one 32-bit word, so it needs "
+                f"float16 or bfloat16 rows of an even number of columns starting at 4-byte "
+                f"boundaries; got {x2.dtype} rows of {x2.shape[1]} columns (row stride "
+                f"{x2.stride(0)}). Pass a config with words=False, or use softmax, which picks")
+        _launch_resident(x2, y2, config)
+    return _run(x, dim, launch)
 
 
 def _sm_count() -> int:

@@ -303,6 +303,21 @@ def test_exchange_evidence_shows_the_fence_of_the_counter_and_none_in_the_word()
                                       for line in resident)
 
 
+def test_resident_conversions_one_instruction_a_word_instead_of_an_element():
+    """``--resident-conversions``: the words kernel rounds its bfloat16 results with one
+    F2F.BF16.F32 an element through Triton's conversion, with one F2FP.BF16.F32.PACK_AB a word
+    through pack_halves_x2, and the exponentials are the same."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--resident-conversions"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    title, single, paired = done.stdout.splitlines()
+    assert "128 elements (64 words) a thread" in title
+    assert single.startswith("  pack_halves:") and paired.startswith("  pack_halves_x2:")
+    assert ", 128 F2F.BF16.F32, 0 F2FP.BF16.F32.PACK_AB" in single
+    assert ", 0 F2F.BF16.F32, 64 F2FP.BF16.F32.PACK_AB" in paired
+    assert single.split(",")[0].split(":")[1] == paired.split(",")[0].split(":")[1]
+
+
 def test_resident_registers_the_cap_holds_the_program_count_for_every_launch():
     """``--resident-registers``: uncapped, bfloat16 weights loaded a chunk ahead compiled as the
     program count is read (one program, one row, one chunk) would let two programs share a

@@ -241,6 +241,35 @@ def _halves_and_back(WORDS, OUT, n, N: tl.constexpr, HALF: tl.constexpr):
     tl.store(OUT + 2 * n + offs, ks.pack_halves(low, high, HALF), mask=mask)
 
 
+@pytest.mark.skipif(not teachkit.ON_GPU or not ks.cvt_x2(torch.cuda.get_device_capability()),
+                    reason="pack_halves_x2 is PTX: a GPU of sm_80 or later")
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bits=st.lists(st.integers(-2**31, 2**31 - 1), min_size=2, max_size=32),
+       half=st.sampled_from([torch.float16, torch.bfloat16]))
+def test_pack_halves_x2_rounds_as_pack_halves(bits, half):
+    """One cvt.rn.bf16x2.f32 (f16x2) a word gives the bits that Triton's conversion of each
+    element does: round to nearest even, overflow to inf, subnormals kept (NaN aside)."""
+    values = torch.tensor(bits[:len(bits) // 2 * 2], dtype=torch.int32).view(torch.float32)
+    values = values[~values.isnan()]
+    values = values[:len(values) // 2 * 2]
+    if len(values) == 0:
+        return
+    out = torch.empty(2, len(values) // 2, dtype=torch.int32, device=DEV)
+    _pack_both[(1,)](values.to(DEV), out, len(values) // 2, N=16,
+                     HALF=tl.bfloat16 if half == torch.bfloat16 else tl.float16)
+    assert torch.equal(out[0], out[1])
+
+
+@triton.jit
+def _pack_both(VALUES, OUT, n, N: tl.constexpr, HALF: tl.constexpr):
+    offs = tl.arange(0, N)
+    mask = offs < n
+    low = tl.load(VALUES + 2 * offs, mask=mask)
+    high = tl.load(VALUES + 2 * offs + 1, mask=mask)
+    tl.store(OUT + offs, ks.pack_halves(low, high, HALF), mask=mask)
+    tl.store(OUT + n + offs, ks.pack_halves_x2(low, high, HALF), mask=mask)
+
+
 def test_resident_rows_that_do_not_fit_say_what_to_use(gen):
     config = ks.ResidentConfig(16, 4, 1)
     x = randn(2, 5000, gen=gen).to(DEV)  # 313 chunks a row: more than one program per SM

@@ -65,6 +65,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--resident-registers", action="store_true",
                         help="registers of the resident softmax kernel as its program count is "
                              "read and as launched, uncapped and capped (sm_90)")
+    parser.add_argument("--resident-conversions", action="store_true",
+                        help="exponentials and conversions to bfloat16 in the SASS of the "
+                             "resident words kernel, converting element by element and a word "
+                             "at a time (sm_80 or later)")
     parser.add_argument("--register-sweep", action="store_true",
                         help="registers and spills (ptxas -v) of the fused softmax kernel, one "
                              "row of 4096 to 65536 float32 per program, per GPU; and the two-pass "
@@ -170,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.resident_registers:
         print("\n".join(cc.resident_register_evidence(args.arch)))
+        return 0
+    if args.resident_conversions:
+        print("\n".join(cc.resident_conversion_evidence(args.arch)))
         return 0
     if args.exchange_evidence:
         print("\n".join(cc.exchange_evidence(args.arch)))

@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-253
+254
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -217,8 +217,12 @@ def softmax_launch_configs() -> list[KernelConfig]:
             configs.append(_config(
                 f"split normalize {ty} CHUNK={chunk}", sk.split_normalize_kernel, types,
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
-        configs.append(resident_launch_config(sk.RESIDENT_CONFIGS[4 if ty == "fp32" else 2],
-                                              ty, {"G": 256, "G_POW2": 256}))
+    configs.append(resident_launch_config(sk.RESIDENT_CONFIGS[4], "fp32",
+                                          {"G": 256, "G_POW2": 256}))
+    for capabilities in ((75,), tuple(c for c in SHARED_MEMORY_LIMIT if c != 75)):
+        words = resident_launch_config(sk.RESIDENT_CONFIGS[2], "bf16", {"G": 256, "G_POW2": 256},
+                                       capability=capabilities[0])
+        configs.append(replace(words, capabilities=capabilities))
     configs.append(replace(resident_launch_config(sk.UNPAIRED_CONFIG, "bf16",
                                                   {"G": 256, "G_POW2": 256}),
                            name=f"resident bf16 CHUNK={sk.UNPAIRED_CONFIG.chunk} G=256 unpaired"))
@@ -226,17 +230,20 @@ def softmax_launch_configs() -> list[KernelConfig]:
 
 
 def resident_launch_config(config: sk.ResidentConfig, ty: str, shape: dict,
-                           cap: int | None | bool = True, **constexprs: object) -> KernelConfig:
+                           cap: int | None | bool = True, capability: int = 90,
+                           **constexprs: object) -> KernelConfig:
     """The resident kernel of ``config`` (:func:`~teachkit.kernels.softmax_kernels.
     resident_kernel_for`) for ``ty`` rows, compiled with the constants and integers of
     ``shape`` (``G`` and ``G_POW2`` at least) and ``constexprs``, and the register cap ``cap``
-    (``True``: :func:`~teachkit.kernels.softmax_kernels.register_cap`'s; ``None``: uncapped)."""
+    (``True``: :func:`~teachkit.kernels.softmax_kernels.register_cap`'s; ``None``: uncapped),
+    with the constants a launch on ``sm_<capability>`` passes
+    (:func:`~teachkit.kernels.softmax_kernels.resident_constants`)."""
+    constants = {"CHUNK": config.chunk, "BLOCK": 1024, "MAX_SPIN": sk.SPIN_POLLS,
+                 **sk.resident_constants(config, divmod(capability, 10)), **shape, **constexprs}
     name = (f"resident {ty} CHUNK={config.chunk} G={shape['G']}"
-            f"{' words' if config.words else ''}")
+            f"{' words' if config.words else ''}{' cvt.x2' if constants.get('CVT_X2') else ''}")
     return replace(_config(name, sk.resident_kernel_for(config),
-                           {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"},
-                           {"CHUNK": config.chunk, "BLOCK": 1024, "MAX_SPIN": sk.SPIN_POLLS,
-                            **sk.resident_constants(config), **shape, **constexprs},
+                           {"X": f"*{ty}", "Y": f"*{ty}", "SLOTS": "*i64"}, constants,
                            config.num_warps),
                    max_registers=sk.register_cap(config) if cap is True else cap,
                    divisible=("n_cols",))
@@ -804,8 +811,9 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
         for cap in (None, True):
             found = []
             for shape in (one_program, launched):
-                registers = ptxas_resources(resident_launch_config(config, ty, shape, cap),
-                                            capability)["registers"]
+                registers = ptxas_resources(
+                    resident_launch_config(config, ty, shape, cap, capability), capability
+                )["registers"]
                 found.append(f"{registers} "
                              f"({sk.programs_by_registers(registers, config.num_warps)})")
             cells.append(f"{'uncapped' if cap is None else f'capped at {sk.register_cap(config)}'}"
@@ -814,7 +822,8 @@ def resident_register_evidence(capability: int = 90) -> list[str]:
         lines.append(f"  {ty} {config.chunk} columns x {config.num_warps} warps ({kept}), "
                      f"{config.per_sm} wanted a multiprocessor; " + "; ".join(cells))
     spilled = [ptxas_resources(resident_launch_config(sk.RESIDENT_CONFIGS[2], "bf16", launched,
-                                                      FRESH=fresh), capability)["spill_stores"]
+                                                      capability=capability, FRESH=fresh),
+                               capability)["spill_stores"]
                for fresh in (True, False)]
     lines.append(f"  bf16 words as launched, capped at {sk.register_cap(sk.RESIDENT_CONFIGS[2])}"
                  f": spilled {spilled[0]} B a thread with fresh(), {spilled[1]} B without")
@@ -841,7 +850,7 @@ def exchange_configs() -> list[KernelConfig]:
 
 def exchange_evidence(capability: int = 90) -> list[str]:
     """What the exchange of ``(m, d)`` between a row's programs compiles to on
-    ``sm_<capability>``: for each of :func:`exchange_configs`, its memory barriers
+    ``sm_<capability>``: for each of :func:`exchange_configs` launched there, its memory barriers
     (``MEMBAR``), atomics (``ATOMG``) and strong loads (``LDG...STRONG``, the polls that go past
     the SM's L1 cache), counted in its SASS (:func:`sass`).
 
@@ -853,11 +862,45 @@ def exchange_evidence(capability: int = 90) -> list[str]:
     """
     lines = [f"sm_{capability} SASS (nvdisasm), memory-ordering instructions per kernel:"]
     for config in exchange_configs():
+        if config.capabilities and capability not in config.capabilities:
+            continue  # launched on other GPUs
         found = _SASS_MEMORY.findall(sass(config, capability))
         counts = {op: found.count(op) for op in dict.fromkeys(found)}
         fences = sum(n for op, n in counts.items() if op.startswith("MEMBAR"))
         lines.append(f"  {config.name}: {fences} MEMBAR; "
                      + ", ".join(f"{n} {op}" for op, n in counts.items()))
+    return lines
+
+
+_SASS_EXP_AND_CVT = re.compile(r"\b(MUFU\.EX2|F2F\.BF16\.F32|F2FP\.BF16\.F32\.PACK_AB)\b")
+"""sm_80+ SASS for an exponential (``MUFU.EX2``) and for float32 rounded to bfloat16, one element
+an instruction (``F2F.BF16.F32``) or two packed in one word (``F2FP.BF16.F32.PACK_AB``)."""
+
+
+def resident_conversion_evidence(capability: int = 90) -> list[str]:
+    """The exponentials and conversions to bfloat16 in the SASS of
+    :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel`, as launched on bfloat16
+    rows of 256 chunks for ``sm_<capability>``, writing its results with
+    :func:`~teachkit.kernels.softmax_kernels.pack_halves` (Triton's conversion, element by
+    element) and with :func:`~teachkit.kernels.softmax_kernels.pack_halves_x2` (PTX's
+    ``cvt.rn.bf16x2.f32``, a word at a time), counted in the kernel's code, with the elements
+    a thread holds. Needs no GPU, and ``TRITON_INTERPRET=0``.
+    """
+    config = sk.RESIDENT_CONFIGS[2]
+    held = config.chunk // (32 * config.num_warps)
+    lines = [f"resident words kernel, bf16, sm_{capability} SASS: {held} elements ({held // 2} "
+             "words) a thread; exponentials and conversions in its code"]
+    for x2 in (False, True):
+        if x2 and not sk.cvt_x2(divmod(capability, 10)):
+            lines.append(f"  pack_halves_x2: none on sm_{capability}; "
+                         "cvt.rn.bf16x2.f32 needs sm_80 or later")
+            continue
+        launched = resident_launch_config(config, "bf16", {"G": 256, "G_POW2": 256},
+                                          capability=capability, CVT_X2=x2)
+        found = _SASS_EXP_AND_CVT.findall(sass(launched, capability))
+        lines.append(f"  {'pack_halves_x2' if x2 else 'pack_halves'}: "
+                     + ", ".join(f"{found.count(op)} {op}" for op in
+                                 ("MUFU.EX2", "F2F.BF16.F32", "F2FP.BF16.F32.PACK_AB")))
     return lines
 
 

@@ -37,12 +37,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ..device import ON_GPU, multiprocessors, on_other_gpu
+from ..device import ON_GPU, compute_capability, multiprocessors, on_other_gpu
 from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
 from .grid_math import cdiv, next_power_of_2
 from .launch_cache import cached_launch
 
 __all__ = [
+    "CVT_X2_MIN_CAPABILITY",
     "EMPTY_SLOT",
     "FUSED_MAX_COLS",
     "MAX_SPIN",
@@ -53,6 +54,7 @@ __all__ = [
     "SPLIT_CHUNK",
     "UNPAIRED_CONFIG",
     "blog_kernel",
+    "cvt_x2",
     "fused_config",
     "fresh",
     "fused_kernel",
@@ -62,6 +64,7 @@ __all__ = [
     "online_update",
     "online_update_tile",
     "pack_halves",
+    "pack_halves_x2",
     "pack_pair",
     "programs_by_registers",
     "read_pairs",
@@ -458,6 +461,37 @@ def pack_halves(low, high, HALF: tl.constexpr):
     return (high_bits << 16) | low_bits
 
 
+CVT_X2_MIN_CAPABILITY = (8, 0)
+"""The oldest GPU with PTX's ``cvt.rn.bf16x2.f32`` and ``cvt.rn.f16x2.f32`` (Ampere, sm_80), the
+conversions :func:`pack_halves_x2` is written in."""
+
+
+def cvt_x2(capability: tuple[int, int] | None) -> bool:
+    """Whether :func:`resident_words_kernel` packs its results with :func:`pack_halves_x2`
+    on a GPU of compute ``capability`` (``None``: Triton's interpreter, which runs no PTX).
+
+    >>> cvt_x2((9, 0)), cvt_x2((7, 5)), cvt_x2(None)
+    (True, False, False)
+    """
+    return capability is not None and tuple(capability) >= CVT_X2_MIN_CAPABILITY
+
+
+@triton.jit
+def pack_halves_x2(low, high, HALF: tl.constexpr):
+    """:func:`pack_halves` in one instruction a word: PTX's ``cvt.rn.bf16x2.f32`` (``f16x2``
+    for float16) rounds ``high`` and ``low`` to nearest even and packs them, the same bits.
+    Triton converts each element with an instruction of its own (``F2F.BF16.F32`` in sm_90
+    SASS); this is one ``F2FP.BF16.F32.PACK_AB`` for two
+    (``python -m teachkit.kernels --resident-conversions``). Compiled on sm_80 and later only
+    (:data:`CVT_X2_MIN_CAPABILITY`)."""
+    if HALF == tl.bfloat16:
+        asm: tl.constexpr = "cvt.rn.bf16x2.f32 $0, $2, $1;"
+    else:
+        asm: tl.constexpr = "cvt.rn.f16x2.f32 $0, $2, $1;"
+    return tl.inline_asm_elementwise(asm, "=r,r,r", [low, high], dtype=tl.int32, is_pure=True,
+                                     pack=1)
+
+
 @triton.jit
 def fresh(words, m):
     """``words`` again, as a new value that depends on ``m`` (it is ``words`` unless ``m`` is
@@ -472,7 +506,7 @@ def fresh(words, m):
 def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
                           G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
                           BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr,
-                          FRESH: tl.constexpr = True):
+                          FRESH: tl.constexpr = True, CVT_X2: tl.constexpr = False):
     """:func:`resident_kernel` for float16 and bfloat16 rows of an even number of columns,
     holding its chunk as the input itself, two elements to a 32-bit register, instead of
     float32 weights: twice the columns in the same registers, so half the rounds, for a
@@ -484,7 +518,8 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
        from the halves computed again (:func:`fresh`), and writes ``(m, d)`` to its slot as
        :func:`resident_kernel` does;
     3. waits for its row's ``(m, d)`` (:func:`row_pair`) and writes
-       ``exp(x - m_row) / d_row`` from the kept words (:func:`pack_halves`).
+       ``exp(x - m_row) / d_row`` from the kept words (:func:`pack_halves`, or with
+       ``CVT_X2`` :func:`pack_halves_x2`, one conversion for two elements).
 
     Without :func:`fresh` (``FRESH=False``) the compiler computes the halves once and keeps
     all of them, twice the registers of the words, through the wait
@@ -515,8 +550,12 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
         if FRESH:
             low, high = halves(fresh(words, m_row), HALF)
         scale = 1.0 / d_row
-        y = pack_halves(tl.exp2((low - m_row) * LOG2E) * scale,
-                        tl.exp2((high - m_row) * LOG2E) * scale, HALF)
+        y_low = tl.exp2((low - m_row) * LOG2E) * scale
+        y_high = tl.exp2((high - m_row) * LOG2E) * scale
+        if CVT_X2:
+            y = pack_halves_x2(y_low, y_high, HALF)
+        else:
+            y = pack_halves(y_low, y_high, HALF)
         tl.store(y_words + row.to(tl.int64) * (stride_y // 2) + cols, y, mask=cols < n_words)
 
 
@@ -596,18 +635,24 @@ def programs_by_registers(registers: int, num_warps: int,
     return registers_per_sm // (per_warp * num_warps)
 
 
-def resident_constants(config: ResidentConfig) -> dict:
+def resident_constants(config: ResidentConfig, capability: tuple[int, int] | None) -> dict:
     """The ``tl.constexpr`` values of ``config``'s kernel (:func:`resident_kernel_for`) besides
-    the shape's: ``FRESH`` for :func:`resident_words_kernel`, ``PREFETCH`` for
+    the shape's, on a GPU of compute ``capability`` (``None``: the interpreter): ``FRESH`` and
+    ``CVT_X2`` (:func:`cvt_x2`) for :func:`resident_words_kernel`, ``PREFETCH`` for
     :func:`resident_kernel`."""
-    return {"FRESH": True} if config.words else {"PREFETCH": config.prefetch}
+    if config.words:
+        return {"FRESH": True, "CVT_X2": cvt_x2(capability)}
+    return {"PREFETCH": config.prefetch}
 
 
-def _resident_options(config: ResidentConfig) -> dict:
-    """The constants and launch options of ``config`` besides the shape's: its kernel's
-    constants (:func:`resident_constants`), warps and the register cap."""
+@functools.cache
+def _resident_options(config: ResidentConfig, device: int) -> dict:
+    """The constants and launch options of ``config`` on GPU ``device`` besides the shape's:
+    its kernel's constants (:func:`resident_constants`), warps and the register cap. Worked out
+    once per configuration and device; the caller only reads it."""
+    capability = compute_capability(device) if ON_GPU else None
     return {"num_warps": config.num_warps, "maxnreg": register_cap(config),
-            **resident_constants(config)}
+            **resident_constants(config, capability)}
 
 
 def resident_kernel_for(config: ResidentConfig) -> object:
@@ -639,7 +684,7 @@ def resident_programs(dtype: torch.dtype, config: ResidentConfig, device: int) -
     compiled = resident_kernel_for(config).warmup(
         x, x, slots, 1, config.chunk, x.stride(0), x.stride(0), 1, G=1, G_POW2=1,
         CHUNK=config.chunk, BLOCK=1024, MAX_SPIN=MAX_SPIN, grid=(1,),
-        **_resident_options(config))
+        **_resident_options(config, device))
     props = torch.cuda.get_device_properties(device)
     threads = 32 * config.num_warps
     by_regs = programs_by_registers(register_cap(config), config.num_warps,
@@ -681,7 +726,7 @@ def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig)
     resident_kernel_for(config)[(programs,)](
         x2, y2, slots, n_rows, n_cols, x2.stride(0), y2.stride(0), programs, G=g,
         G_POW2=next_power_of_2(g), CHUNK=config.chunk, BLOCK=min(1024, config.chunk),
-        MAX_SPIN=MAX_SPIN, **_resident_options(config))
+        MAX_SPIN=MAX_SPIN, **_resident_options(config, device))
 
 
 # ---------------------------------------------------------------------------------------------

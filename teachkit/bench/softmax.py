@@ -28,8 +28,8 @@ from .core import (
     time_ms,
 )
 
-__all__ = ["SOFTMAX_SHAPES", "SAME_BYTES_COPY", "softmax_providers", "softmax_bytes",
-           "softmax_params", "bench_softmax", "main"]
+__all__ = ["SOFTMAX_SHAPES", "SAME_BYTES_COPY", "RESIDENT_F2F", "softmax_providers",
+           "softmax_bytes", "softmax_params", "bench_softmax", "main"]
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
                   (64, 1048576), (4, 16777216)]
@@ -44,8 +44,14 @@ size, its launch and the GPU's ramp up and down included. The copy ceiling
 (:func:`copy_bandwidth`) is measured on 1 GiB, where those cost nothing; a problem of 32 MB
 reaches less, by copy or by softmax."""
 
+RESIDENT_F2F = "resident rows, F2F"
+"""The provider that runs 16-bit resident rows as :func:`~teachkit.kernels.softmax` does but
+rounds each result with an instruction of its own (``cvt_x2=False``), not two to one
+(:func:`~teachkit.kernels.softmax_kernels.pack_halves_x2`): what one ``cvt.rn.bf16x2.f32``
+instead of two ``F2F`` conversions buys, timed in the same run."""
+
 PROVIDERS = ("torch", "blog kernel", "online (tl.reduce)", "fused", "split rows",
-             "resident rows", "teachkit.kernels.softmax", SAME_BYTES_COPY)
+             "resident rows", RESIDENT_F2F, "teachkit.kernels.softmax", SAME_BYTES_COPY)
 """The names of :func:`softmax_providers`, in order."""
 
 
@@ -60,6 +66,8 @@ def softmax_providers() -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
         "fused": ks.softmax_fused,
         "split rows": ks.softmax_split,
         "resident rows": ks.softmax_resident,
+        RESIDENT_F2F: lambda x: ks.softmax_resident(
+            x, config=ks.RESIDENT_CONFIGS[x.element_size()]._replace(cvt_x2=False)),
         "teachkit.kernels.softmax": ks.softmax,
         SAME_BYTES_COPY: torch.clone,
     }
@@ -128,9 +136,12 @@ def bench_softmax(
                 for name in core.each_job(bar, names, lambda n: f"{label} {n}"):
                     if name == "fused" and cols > FUSED_MAX_COLS:
                         continue  # the row does not fit in one program's registers
-                    if name == "resident rows" and (cols <= FUSED_MAX_COLS or not resident_fits(
-                            cols, x.dtype, x.device.index or 0)):
+                    if name in ("resident rows", RESIDENT_F2F) and (
+                            cols <= FUSED_MAX_COLS
+                            or not resident_fits(cols, x.dtype, x.device.index or 0)):
                         continue  # a short row, or one whose chunks do not fit on chip at once
+                    if name == RESIDENT_F2F and x.element_size() != 2:
+                        continue  # float32 rows are not kept as words
                     with skip_if_out_of_memory(f"{label} {name}"):
                         results.append(_time_provider(name, table[name], x, dt, graph))
 

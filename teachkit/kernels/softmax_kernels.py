@@ -564,9 +564,11 @@ class ResidentConfig(NamedTuple):
     ``num_warps``, ``per_sm``, the programs it wants on each multiprocessor (fewer if threads or
     shared memory do not allow them), ``prefetch`` (load the next item's chunk before waiting
     for the row's pairs), ``max_registers``, the cap on registers a thread (``None`` for the
-    most that lets ``per_sm`` programs share a multiprocessor, :func:`register_cap`), and
+    most that lets ``per_sm`` programs share a multiprocessor, :func:`register_cap`),
     ``words``: hold a float16 or bfloat16 chunk as the input's own 32-bit words, two elements
-    each (:func:`resident_words_kernel`; no ``prefetch``), instead of float32 weights."""
+    each (:func:`resident_words_kernel`; no ``prefetch``), instead of float32 weights, and
+    ``cvt_x2``: with ``words``, round the results two to an instruction
+    (:func:`pack_halves_x2`) on GPUs that have it (:func:`cvt_x2`), instead of one."""
 
     chunk: int
     num_warps: int
@@ -574,6 +576,7 @@ class ResidentConfig(NamedTuple):
     prefetch: bool = False
     max_registers: int | None = None
     words: bool = False
+    cvt_x2: bool = True
 
 
 RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
@@ -638,10 +641,10 @@ def programs_by_registers(registers: int, num_warps: int,
 def resident_constants(config: ResidentConfig, capability: tuple[int, int] | None) -> dict:
     """The ``tl.constexpr`` values of ``config``'s kernel (:func:`resident_kernel_for`) besides
     the shape's, on a GPU of compute ``capability`` (``None``: the interpreter): ``FRESH`` and
-    ``CVT_X2`` (:func:`cvt_x2`) for :func:`resident_words_kernel`, ``PREFETCH`` for
-    :func:`resident_kernel`."""
+    ``CVT_X2`` (``config.cvt_x2`` where :func:`cvt_x2` allows it) for
+    :func:`resident_words_kernel`, ``PREFETCH`` for :func:`resident_kernel`."""
     if config.words:
-        return {"FRESH": True, "CVT_X2": cvt_x2(capability)}
+        return {"FRESH": True, "CVT_X2": config.cvt_x2 and cvt_x2(capability)}
     return {"PREFETCH": config.prefetch}
 
 

@@ -248,14 +248,15 @@ def _halves_and_back(WORDS, OUT, n, N: tl.constexpr, HALF: tl.constexpr):
        half=st.sampled_from([torch.float16, torch.bfloat16]))
 def test_pack_halves_x2_rounds_as_pack_halves(bits, half):
     """One cvt.rn.bf16x2.f32 (f16x2) a word gives the bits that Triton's conversion of each
-    element does: round to nearest even, overflow to inf, subnormals kept (NaN aside)."""
-    values = torch.tensor(bits[:len(bits) // 2 * 2], dtype=torch.int32).view(torch.float32)
-    values = values[~values.isnan()]
+    element does: round to nearest even (ties among the fixed values), overflow to inf,
+    subnormals kept, on fixed edge values and drawn bit patterns (NaN aside)."""
+    edges = torch.tensor([INF, -INF, 1e-40, -1e-42, 3.4e38, 70000.0, 65520.0, -0.0, 1.0 + 2**-8,
+                          1.0 + 3 * 2**-8, 1.0 + 2**-11, 6e-8], dtype=torch.float32)
+    drawn = torch.tensor(bits, dtype=torch.int32).view(torch.float32)
+    values = torch.cat([edges, drawn[~drawn.isnan()]])  # infinities, subnormals, overflow, ties
     values = values[:len(values) // 2 * 2]
-    if len(values) == 0:
-        return
     out = torch.empty(2, len(values) // 2, dtype=torch.int32, device=DEV)
-    _pack_both[(1,)](values.to(DEV), out, len(values) // 2, N=16,
+    _pack_both[(1,)](values.to(DEV), out, len(values) // 2, N=32,
                      HALF=tl.bfloat16 if half == torch.bfloat16 else tl.float16)
     assert torch.equal(out[0], out[1])
 

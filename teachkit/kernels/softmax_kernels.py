@@ -467,8 +467,9 @@ conversions :func:`pack_halves_x2` is written in."""
 
 
 def cvt_x2(capability: tuple[int, int] | None) -> bool:
-    """Whether :func:`resident_words_kernel` packs its results with :func:`pack_halves_x2`
-    on a GPU of compute ``capability`` (``None``: Triton's interpreter, which runs no PTX).
+    """Whether a GPU of compute ``capability`` has the instruction :func:`pack_halves_x2` is
+    written in, so that :func:`resident_words_kernel` may round with it (``None``: Triton's
+    interpreter, which runs no PTX).
 
     >>> cvt_x2((9, 0)), cvt_x2((7, 5)), cvt_x2(None)
     (True, False, False)

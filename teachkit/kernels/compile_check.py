@@ -219,7 +219,9 @@ def softmax_launch_configs() -> list[KernelConfig]:
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
     configs.append(resident_launch_config(sk.RESIDENT_CONFIGS[4], "fp32",
                                           {"G": 256, "G_POW2": 256}))
-    for capabilities in ((75,), tuple(c for c in SHARED_MEMORY_LIMIT if c != 75)):
+    for x2 in (False, True):  # the GPUs without cvt.rn.bf16x2.f32 (the T4), then those with it
+        capabilities = tuple(cls for cls, capability in GPU_CLASSES.items()
+                             if sk.cvt_x2(capability) == x2)
         words = resident_launch_config(sk.RESIDENT_CONFIGS[2], "bf16", {"G": 256, "G_POW2": 256},
                                        capability=capabilities[0])
         configs.append(replace(words, capabilities=capabilities))
@@ -239,7 +241,7 @@ def resident_launch_config(config: sk.ResidentConfig, ty: str, shape: dict,
     with the constants a launch on ``sm_<capability>`` passes
     (:func:`~teachkit.kernels.softmax_kernels.resident_constants`)."""
     constants = {"CHUNK": config.chunk, "BLOCK": 1024, "MAX_SPIN": sk.SPIN_POLLS,
-                 **sk.resident_constants(config, divmod(capability, 10)), **shape, **constexprs}
+                 **sk.resident_constants(config, GPU_CLASSES[capability]), **shape, **constexprs}
     name = (f"resident {ty} CHUNK={config.chunk} G={shape['G']}"
             f"{' words' if config.words else ''}{' cvt.x2' if constants.get('CVT_X2') else ''}")
     return replace(_config(name, sk.resident_kernel_for(config),
@@ -891,7 +893,7 @@ def resident_conversion_evidence(capability: int = 90) -> list[str]:
     lines = [f"resident words kernel, bf16, sm_{capability} SASS: {held} elements ({held // 2} "
              "words) a thread; exponentials and conversions in its code"]
     for x2 in (False, True):
-        if x2 and not sk.cvt_x2(divmod(capability, 10)):
+        if x2 and not sk.cvt_x2(GPU_CLASSES[capability]):
             lines.append(f"  pack_halves_x2: none on sm_{capability}; "
                          "cvt.rn.bf16x2.f32 needs sm_80 or later")
             continue
@@ -1170,8 +1172,7 @@ def backward_registers(capability: int = 90, head_dim: int = 128,
         warps, stages)``, ``"note"`` (``"the table's"`` or ``""``) and :func:`ptxas_resources`'s
         fields.
     """
-    cfg = flash_backward.backward_config(head_dim, torch.float16, (capability // 10,
-                                                                   capability % 10))
+    cfg = flash_backward.backward_config(head_dim, torch.float16, GPU_CLASSES[capability])
     table = [("dkdv", cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps, cfg.kv_stages),
              ("dq", cfg.q_block_m, cfg.q_block_n, cfg.q_warps, cfg.q_stages)]
     jobs = [(t[0], head_dim, *t[1:], capability, "the table's") for t in table]

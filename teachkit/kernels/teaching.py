@@ -33,9 +33,11 @@ import functools
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
 import tempfile
 import textwrap
+import threading
 from pathlib import Path
 
 import torch
@@ -241,7 +243,12 @@ def _reduce_stats_kernel(combine: object) -> object:
     name = f"teachkit_reduce_{digest}"
     path = Path(tempfile.gettempdir()) / "teachkit_kernels" / f"{name}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source)
+    if not path.exists() or path.read_text() != source:
+        # Written beside it and renamed into place: another process (a second notebook, a
+        # parallel test) that imports the same module never reads a half-written file.
+        partial = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_text(source)
+        os.replace(partial, path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

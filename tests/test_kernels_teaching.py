@@ -50,6 +50,24 @@ def test_reduce_stats(gen):
     assert m[2].item() == -math.inf and d[2].item() == 0.0
 
 
+def test_reduce_kernel_module_is_written_whole_and_once(tmp_path, monkeypatch):
+    """The kernel's module file is renamed into place (a process importing it never reads half
+    a file), left alone when it already holds the source, and no partial file stays behind."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    teaching._reduce_stats_kernel.cache_clear()
+    combine = teaching.merge_combine_natural
+    teaching._reduce_stats_kernel(combine)
+    (path,) = (tmp_path / "teachkit_kernels").iterdir()
+    source, written = path.read_text(), path.stat().st_mtime_ns
+    teaching._reduce_stats_kernel.cache_clear()
+    teaching._reduce_stats_kernel(combine)
+    assert path.read_text() == source and path.stat().st_mtime_ns == written
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    teaching._reduce_stats_kernel.cache_clear()
+
+
 def test_fused_one_row_beyond_limit(gen):
     x = torch.randn(2, 17_000, generator=gen).to(teachkit.DEVICE)
     got = teaching.fused_one_row(x, num_warps=4)

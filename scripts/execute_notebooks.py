@@ -3,7 +3,8 @@
 
 Each notebook is executed by a fresh kernel in its own folder (so the outputs are what a
 learner who opens it sees), with cell timing switched off, so a re-run changes only what the
-code prints. Figures the notebooks save are regenerated in ``figures/``.
+code prints; progress bars (widgets) are left out of the outputs. Figures the notebooks save
+are regenerated in ``figures/``.
 
 Usage, from the repository root::
 
@@ -22,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def strip_tracer_lines(text: str) -> str:
@@ -40,8 +42,10 @@ def execute(path: Path, timeout: int = 1800) -> tuple[str, float]:
     start = time.perf_counter()
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            store_widget_state=False,
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
+    nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.get("metadata", {}).pop("execution", None)
         if cell.cell_type != "code":
@@ -50,7 +54,10 @@ def execute(path: Path, timeout: int = 1800) -> tuple[str, float]:
         for output in cell.outputs:
             if output.output_type == "stream":
                 output.text = strip_tracer_lines(output.text)
-        cell.outputs = [o for o in cell.outputs if o.output_type != "stream" or o.text]
+        # A progress bar (a tqdm widget) lives while its cell runs: the committed notebook keeps
+        # what the cell printed, not the bar's first frame.
+        cell.outputs = [o for o in cell.outputs if (o.output_type != "stream" or o.text)
+                        and WIDGET_VIEW not in o.get("data", {})]
     nbformat.write(nb, path)
     return path.name, time.perf_counter() - start
 

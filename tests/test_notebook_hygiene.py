@@ -78,6 +78,9 @@ def test_no_timestamps_and_no_machine_paths(path):
     assert leaks == [], f"code cells {leaks} print a machine path"
     traced = [i for i, c in enumerate(cells) if "USDT:" in json.dumps(c["outputs"])]
     assert traced == [], f"code cells {traced} keep the profiler's dated start/stop lines"
+    bars = [i for i, c in enumerate(cells) if "widget-view" in json.dumps(c["outputs"])]
+    assert bars == [], f"code cells {bars} keep a progress bar's widget (dropped on execution)"
+    assert "widgets" not in json.loads(path.read_text())["metadata"], "widget state stored"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])

@@ -1,0 +1,340 @@
+r"""FlashAttention's forward pass for Hopper (sm_90), written in Gluon: the overlap Triton cannot.
+
+Notebook 08 shows, from the compiled loop of :func:`~teachkit.kernels.flash.flash_attention`, that
+Triton 3.6 waits for every ``wgmma`` (warpgroup matrix product) before the softmax's ``ex2``
+instructions run, even when the source issues the next key block's scores first, as
+FlashAttention-3 does: ``tl.dot`` gives the compiler the schedule. Gluon
+(``triton.experimental.gluon``, shipped with Triton) is Triton's lower level: the same Python
+front end, but the kernel states the layouts of its tensors, allocates its shared memory, issues
+``warpgroup_mma`` asynchronously and says how many products may stay in flight at each wait
+(``warpgroup_mma_wait(1)``), copies tiles with TMA and synchronises through ``mbarrier`` objects,
+and splits its warps into partitions that run different code (``gl.warp_specialize``).
+
+:func:`flash_fwd_hopper_kernel` uses that to write FlashAttention-3's structure:
+
+* **Warp specialisation.** A program owns ``2 * 64`` query rows of one (batch, head). One *loader*
+  warp (:func:`load_key_blocks`) copies key and value blocks with TMA into a ring of ``STAGES``
+  shared-memory buffers; two *consumer* warpgroups (:func:`attend_rows`, four warps each) each
+  take 64 of the rows and walk the key blocks. A buffer is handed over through two barriers: the
+  loader arms ``ready[i]`` with the bytes it expects and the copy completes it; each consumer
+  arrives on ``empty[i]`` when its last product reading the buffer is done, and the loader
+  refills it once both have.
+* **Overlap inside a warpgroup.** In step ``j`` a consumer issues the next block's scores
+  ``q k_{j+1}^T`` and then ``p_j v_j``, waits only for the first (one group left in flight),
+  runs the softmax of block ``j + 1`` (its ``ex2``) while ``p_j v_j`` still runs on the tensor
+  cores, and only then waits for it. With ``OVERLAP=False`` the same kernel waits for each
+  product where it is issued, Triton's schedule, for comparison.
+* **Registers where the data is.** The scores come out of ``wgmma`` in its accumulator layout
+  (``NVMMADistributedLayout``); the row maxima and sums are reductions in that layout, and the
+  weights ``p`` go back into the next product from registers (``DotOperandLayout``): no round
+  trip through shared memory. The output is staged in the query buffer, which is free by then,
+  and written with one TMA copy.
+
+The arithmetic is :mod:`teachkit.kernels.flash`'s: scores scaled by ``scale * log2(e)`` and
+``exp2``, a running maximum that starts at a finite lowest value, one division at the end, the
+lse returned in natural-log units. The tiles are whole: ``L`` a multiple of 128 and ``S`` of the
+key block, so no load and no store needs a mask (the causal diagonal is masked in the scores).
+
+What it takes (:func:`hopper_ready`): a compute capability 9.x GPU, float16 or bfloat16, head dim
+64 or 128, those lengths. It is the forward pass only: ``flash_attention`` stays the entry point
+for everything else, gradients included.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ..device import INTERPRETED, compute_capability, on_other_gpu
+from ..validation import require_bool, resolve_scale
+from .flash import check_inputs
+
+__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_ROWS", "HOPPER_TILES", "attend_rows",
+           "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_ready",
+           "load_key_blocks", "softmax_block"]
+
+LOG2E = 1.4426950408889634
+"""log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
+LN2 = gl.constexpr(0.6931471805599453)
+"""ln(2): turns the kernel's log2-unit lse into natural-log units."""
+HOPPER_ROWS = 128
+"""Query rows per program: two consumer warpgroups of 64."""
+HOPPER_TILES = {64: (128, 3), 128: (128, 3)}
+"""Head dim -> ``(BLOCK_N, STAGES)``: keys per block and buffers in the ring. At ``D = 128``
+the query tile and three stages of key and value blocks take 224 KiB of the 227 KiB a program
+may use on an H100."""
+HOPPER_HEAD_DIMS = tuple(HOPPER_TILES)
+
+
+@gluon.jit
+def softmax_block(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, first_row, first_key,
+                  ROWS: gl.constexpr, BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """One key block's online-softmax step on raw scores ``s`` ``(ROWS, BLOCK_N)``: the weights
+    ``p`` (float32), the new running maximum and sum (log2 units), and ``alpha``, the factor
+    that rescales the accumulator. ``MASKED`` applies the causal mask (key ``first_key + c`` is
+    kept for query ``first_row + r`` where it is not later)."""
+    if MASKED:
+        rows = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+        cols = first_key + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks,
+                    STAGES: gl.constexpr):
+    """The loader partition (one warp): key and value blocks ``0 .. n_blocks - 1`` of rows
+    ``kv_row ..`` into the ring, each once both consumers have released its buffer. A fresh
+    barrier counts as having completed the phase before its first, so the first round of waits
+    on ``empty`` passes at once."""
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    for j in range(n_blocks):
+        stage = j % STAGES
+        mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(stage), 2 * k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage),
+                                        k_smem.index(stage))
+        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage),
+                                        v_smem.index(stage))
+
+
+@gluon.jit
+def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars, q_row,
+                start_m, n_blocks, masked_from, qk_scale, STAGES: gl.constexpr,
+                OVERLAP: gl.constexpr):
+    """A consumer partition (one warpgroup): query rows ``start_m + 64 * wg ..`` of the
+    program's tile against every key block, then their output and lse. Blocks from
+    ``masked_from`` on cross the causal diagonal."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    dtype: gl.constexpr = q_desc.dtype
+    # wgmma's accumulator layouts for the scores (ROWS x BLOCK_N) and the output (ROWS x D),
+    # and the register operand layout in which p feeds the second product
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+
+    q_buf = q_smem.index(wg)
+    q_bar = q_bars.index(wg)
+    row0 = q_row + wg * ROWS          # this warpgroup's first row in the flattened (B*H*L, D)
+    first_row = start_m + wg * ROWS   # and its position in the sequence
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [row0, 0], q_bar, q_buf)
+
+    m_i = gl.full([ROWS], -1.0e38, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+
+    # block 0: its scores, waited for, and its softmax
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(ready.index(0), 0)
+    s = warpgroup_mma(q_buf, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                      is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    if masked_from <= 0:
+        p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row, 0,
+                                           ROWS, BLOCK_N, s_layout)
+    else:
+        p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row, 0,
+                                           ROWS, BLOCK_N, s_layout)
+
+    # step j: p_j v_j, and block j + 1's scores and softmax
+    for j in range(n_blocks - 1):
+        stage = j % STAGES
+        nxt = j + 1
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+        k_next = k_smem.index(nxt % STAGES).permute((1, 0))
+        if OVERLAP:  # both products in flight; wait for the scores only
+            s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
+            acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=[s])
+        else:  # each product waited for where it is issued
+            acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+        # block j + 1's softmax: with OVERLAP it runs while p_j v_j is on the tensor cores
+        if nxt >= masked_from:
+            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row,
+                                               nxt * BLOCK_N, ROWS, BLOCK_N, s_layout)
+        else:
+            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row,
+                                               nxt * BLOCK_N, ROWS, BLOCK_N, s_layout)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(empty.index(stage), count=1)  # done with block j's buffers
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+
+    last = (n_blocks - 1) % STAGES
+    p16 = gl.convert_layout(p.to(dtype), p_layout)
+    acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(empty.index(last), count=1)
+
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+    gl.store(LSE + row0 + rows, (m_i + gl.log2(l_i)) * LN2)  # natural-log units
+    q_buf.store(out.to(dtype))  # the queries are no longer needed: stage the output there
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [row0, 0], q_buf)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, qk_scale,
+                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, STAGES: gl.constexpr):
+    """Program ``(query tile, b * H + h)``: 128 rows of ``out`` and ``lse``. The descriptors
+    view ``q``/``out`` as ``(B * H * L, D)`` in tiles of 64 rows and ``k``/``v`` as
+    ``(B * H_KV * S, D)`` in tiles of ``BLOCK_N``; ``LSE`` is ``(B * H * L,)`` float32.
+    Causal: the tiles that see the most keys start first."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    BLOCK_M: gl.constexpr = 2 * ROWS
+    dtype: gl.constexpr = q_desc.dtype
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_m = pid_m * BLOCK_M
+    q_row = bh * L + start_m
+    kv_row = (b * H_KV + h // (H // H_KV)) * S
+    if CAUSAL:  # keys after the tile's last query are never read
+        n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), S // BLOCK_N)
+        masked_from = start_m // BLOCK_N
+    else:
+        n_blocks = S // BLOCK_N
+        masked_from = n_blocks
+
+    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # released once both consumers are done
+    for i in gl.static_range(2):
+        mbarrier.init(q_bars.index(i), count=1)
+    gl.warp_specialize([
+        # the default partition (the kernel's own 4 warps) and a second one: 64 rows each
+        (attend_rows, (0, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
+                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
+        (attend_rows, (1, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
+                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
+        (load_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks,
+                           STAGES)),
+    ], [4, 1], [232, 40])
+
+
+def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether :func:`flash_attention_hopper` takes these (checked) inputs: compiled on a GPU of
+    compute capability 9.x, float16 or bfloat16, head dim in :data:`HOPPER_HEAD_DIMS`, ``L`` a
+    multiple of :data:`HOPPER_ROWS` and ``S`` a positive multiple of the key block.
+
+    Examples
+    --------
+    >>> q = torch.zeros(1, 2, 128, 64, dtype=torch.float16)  # on the CPU
+    >>> hopper_ready(q, q, q)
+    False
+    """
+    D, L, S = q.shape[-1], q.shape[-2], k.shape[-2]
+    return (not INTERPRETED and q.is_cuda and compute_capability(q.device)[0] == 9
+            and q.dtype in (torch.float16, torch.bfloat16) and D in HOPPER_TILES
+            and L % HOPPER_ROWS == 0 and S > 0 and S % HOPPER_TILES[D][0] == 0)
+
+
+def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           causal: bool = False, scale: float | None = None,
+                           return_lse: bool = False, *, overlap: bool = True,
+                           ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The forward pass of :func:`~teachkit.kernels.flash.flash_attention` by
+    :func:`flash_fwd_hopper_kernel`, for inputs :func:`hopper_ready` accepts.
+
+    Parameters
+    ----------
+    q, k, v, causal, scale, return_lse
+        As :func:`~teachkit.kernels.flash.flash_attention` (grouped-query heads included).
+    overlap : bool
+        Run the softmax of the next key block under the current ``p v`` product (the default);
+        ``False`` waits for each product where it is issued, for comparison.
+
+    Returns
+    -------
+    torch.Tensor or tuple of torch.Tensor
+        ``out`` ``(B, H, L, D)``, and the lse ``(B, H, L)`` float32 with ``return_lse``. No
+        autograd: use ``flash_attention`` for gradients.
+
+    Raises
+    ------
+    ValueError
+        For inputs :func:`hopper_ready` rejects (the message says which condition fails).
+    """
+    check_inputs(q, k, v)
+    causal = require_bool(causal, "causal")
+    require_bool(return_lse, "return_lse")
+    overlap = require_bool(overlap, "overlap")
+    if not hopper_ready(q, k, v):
+        raise ValueError(_not_ready_reason(q, k))
+    scale = resolve_scale(scale, q.shape[-1])
+    if scale < 0:  # softmax(s q k^T) = softmax(|s| (-q) k^T)
+        q, scale = -q, -scale
+    if on_other_gpu(q):
+        with torch.cuda.device(q.device):
+            return flash_attention_hopper(q, k, v, causal, scale, return_lse, overlap=overlap)
+    B, H, L, D = q.shape
+    H_kv, S = k.shape[1], k.shape[2]
+    block_n, stages = HOPPER_TILES[D]
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, L), device=q.device, dtype=torch.float32)
+    element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+    rows_layout = gl.NVMMASharedLayout.get_default_for([HOPPER_ROWS // 2, D], element)
+    keys_layout = gl.NVMMASharedLayout.get_default_for([block_n, D], element)
+
+    def descriptor(t: torch.Tensor, rows: int, layout: object) -> TensorDescriptor:
+        flat = t.view(-1, D)
+        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout)
+
+    flash_fwd_hopper_kernel[(L // HOPPER_ROWS, B * H)](
+        descriptor(q, HOPPER_ROWS // 2, rows_layout), descriptor(k, block_n, keys_layout),
+        descriptor(v, block_n, keys_layout), descriptor(out, HOPPER_ROWS // 2, rows_layout),
+        lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal, OVERLAP=overlap, STAGES=stages,
+        num_warps=4, maxnreg=168)
+    return (out, lse) if return_lse else out
+
+
+def _not_ready_reason(q: torch.Tensor, k: torch.Tensor) -> str:
+    """Why :func:`hopper_ready` said no, and what to do instead."""
+    D, L, S = q.shape[-1], q.shape[-2], k.shape[-2]
+    if INTERPRETED or not q.is_cuda or compute_capability(q.device)[0] != 9:
+        why = "needs a Hopper GPU (compute capability 9.x) and compiled Triton"
+    elif q.dtype not in (torch.float16, torch.bfloat16):
+        why = f"takes float16 or bfloat16, got {q.dtype}"
+    elif D not in HOPPER_TILES:
+        why = f"takes head dims {HOPPER_HEAD_DIMS}, got {D}"
+    elif L % HOPPER_ROWS:
+        why = f"needs L a multiple of {HOPPER_ROWS}, got {L}"
+    else:
+        why = f"needs S a positive multiple of {HOPPER_TILES[D][0]}, got {S}"
+    return f"flash_attention_hopper {why}; flash_attention takes any of these inputs"

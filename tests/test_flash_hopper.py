@@ -1,0 +1,80 @@
+"""The Gluon FlashAttention forward for Hopper: what it accepts everywhere, its output on sm_90.
+
+The kernel compiles for sm_90 only (Gluon has no interpreter), so on a CPU these tests check the
+entry point's refusals and the tile table; on a Hopper GPU they compare the kernel with the
+course's Triton kernel and with float64 attention (``gpu_checks/hopper_gpu.py`` checks more
+shapes and times it).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import teachkit
+
+pytest.importorskip("teachkit.kernels")
+from teachkit.compare import relative_error  # noqa: E402
+from teachkit.gpus import SHARED_MEMORY_LIMIT  # noqa: E402
+from teachkit.kernels import flash_attention  # noqa: E402
+from teachkit.kernels import flash_hopper as fh  # noqa: E402
+
+ON_HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
+
+
+def test_the_tiles_fit_an_sm90_program():
+    """Queries, STAGES key and value blocks and the barriers fit in sm_90's shared memory."""
+    for d, (block_n, stages) in fh.HOPPER_TILES.items():
+        tiles = 2 * (fh.HOPPER_ROWS * d + 2 * stages * block_n * d)
+        assert tiles + 1024 <= SHARED_MEMORY_LIMIT[90], d
+
+
+@pytest.mark.skipif(ON_HOPPER, reason="checks the refusal off Hopper")
+def test_refuses_without_a_hopper_gpu_and_says_what_to_use():
+    q = torch.zeros(1, 2, 128, 64, dtype=torch.float16, device=teachkit.DEVICE)
+    assert not fh.hopper_ready(q, q, q)
+    with pytest.raises(ValueError, match="Hopper GPU.*flash_attention takes"):
+        fh.flash_attention_hopper(q, q, q)
+
+
+def test_bad_arguments_are_named():
+    q = torch.zeros(1, 2, 128, 64, dtype=torch.float16, device=teachkit.DEVICE)
+    with pytest.raises(TypeError, match="q"):
+        fh.flash_attention_hopper("q", q, q)
+    with pytest.raises(TypeError, match="overlap"):
+        fh.flash_attention_hopper(q, q, q, overlap="yes")
+    with pytest.raises(TypeError, match="causal"):
+        fh.flash_attention_hopper(q, q, q, causal=1.5)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 4, 4, 256, 256, 64), (1, 8, 2, 384, 640, 128)])
+def test_matches_the_triton_kernel_and_float64(shape, causal, dtype):
+    B, H, H_kv, L, S, D = shape
+    gen = torch.Generator("cuda").manual_seed(0)
+    q = torch.randn(B, H, L, D, device="cuda", dtype=dtype, generator=gen)
+    k, v = (torch.randn(B, H_kv, S, D, device="cuda", dtype=dtype, generator=gen)
+            for _ in range(2))
+    out, lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True)
+    ref, ref_lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    group = H // H_kv
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1),
+        is_causal=causal)
+    tolerance = 1e-2 if dtype == torch.bfloat16 else 2e-3
+    assert relative_error(out, want) < tolerance
+    assert relative_error(out, ref) < tolerance
+    assert (lse - ref_lse).abs().max().item() < 1e-3
+    assert torch.equal(out, fh.flash_attention_hopper(q, k, v, causal, overlap=False))
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
+def test_lengths_the_tiles_do_not_divide_are_refused():
+    q = torch.zeros(1, 2, 200, 64, dtype=torch.float16, device="cuda")
+    k = torch.zeros(1, 2, 256, 64, dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="multiple of 128"):
+        fh.flash_attention_hopper(q, k, k)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        fh.flash_attention_hopper(k, q, q)

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from tqdm.auto import tqdm
 
-__all__ = ["each_job", "progress_bar", "run_command"]
+__all__ = ["each_job", "progress_bar", "run_command", "stop_process"]
 
 T = TypeVar("T")
 
@@ -65,7 +65,8 @@ def run_command(args: Sequence[str], desc: str | None = None, enabled: bool = Tr
     enabled : bool
         ``False`` draws no bar.
     timeout : float, optional
-        Seconds after which the command is killed and ``TimeoutError`` raised.
+        Seconds after which the command is stopped (:func:`stop_process`) and
+        ``TimeoutError`` raised.
 
     Returns
     -------
@@ -101,8 +102,19 @@ def run_command(args: Sequence[str], desc: str | None = None, enabled: bool = Tr
     finally:
         bar.close()
         if proc.poll() is None:  # stopped early (a timeout, an interrupt): leave no process
-            proc.kill()
-            proc.communicate()
+            stop_process(proc)
     if proc.returncode:
         raise RuntimeError(f"{desc} exited with status {proc.returncode}:\n{err.strip()}")
     return out
+
+
+def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """End ``proc``: SIGTERM first, so that a command which stops processes of its own on it
+    (``python -m teachkit.kernels`` ends its compile workers) can, then SIGKILL if it is still
+    running after ``grace`` seconds. SIGKILL alone would leave such workers running."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()

@@ -97,7 +97,10 @@ def test_writable_paths_are_accepted_without_writing_them(tmp_path):
 
 def test_provider_names_are_the_tables_names():
     assert list(softmax.softmax_providers()) == list(softmax.PROVIDERS)
-    assert list(attention.attention_providers()) == list(attention.PROVIDERS)
+    from teachkit.kernels.flash_hopper import hopper_device
+
+    hopper = list(attention.HOPPER_PROVIDERS) if hopper_device() else []
+    assert list(attention.attention_providers()) == list(attention.PROVIDERS) + hopper
     with pytest.raises(ValueError, match=r"unknown providers \['nope'\]; choose from"):
         softmax.bench_softmax([(2, 8)], ["fp32"], ["torch", "nope"], progress=False)
     with pytest.raises(ValueError, match="unknown providers"):

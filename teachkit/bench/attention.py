@@ -61,8 +61,8 @@ from .core import (
     timing_description,
 )
 
-__all__ = ["ATTENTION_LENGTHS", "attention_providers", "attention_flops", "batch_for",
-           "problem_name", "attention_params", "attention_bytes", "bench_attention",
+__all__ = ["ATTENTION_LENGTHS", "HOPPER_PROVIDERS", "attention_providers", "attention_flops",
+           "batch_for", "problem_name", "attention_params", "attention_bytes", "bench_attention",
            "step_providers", "bench_steps", "bench_sweep", "sweep_params", "peak_memory",
            "format_memory", "record_timing", "main"]
 
@@ -91,15 +91,26 @@ def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str, kv_heads: int | 
 
 
 PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
-"""The names of :func:`attention_providers`, in order."""
+"""The names of :func:`attention_providers` on every machine, in order."""
+HOPPER_PROVIDERS = ("teachkit hopper", "teachkit hopper, no overlap")
+"""The Gluon kernel for Hopper (:mod:`teachkit.kernels.flash_hopper`), with the softmax under the
+products and without: in :func:`attention_providers` on an sm_90 GPU only. It takes lengths
+that are multiples of 128."""
 
 
 def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
-    """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``."""
+    """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``:
+    :data:`PROVIDERS`, and :data:`HOPPER_PROVIDERS` where the GPU is a Hopper."""
     from ..kernels.flash import flash_attention
+    from ..kernels.flash_hopper import flash_attention_hopper, hopper_device
 
     table = {f"sdpa {name}": sdpa_backend(name) for name in SDPA_BACKENDS}
     table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
+    if hopper_device():
+        overlapped, waited = HOPPER_PROVIDERS
+        table[overlapped] = lambda q, k, v, causal: flash_attention_hopper(q, k, v, causal)
+        table[waited] = lambda q, k, v, causal: flash_attention_hopper(q, k, v, causal,
+                                                                       overlap=False)
     return table
 
 
@@ -402,9 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", nargs="+", choices=["no", "yes"], default=["no", "yes"])
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
     parser.add_argument("--providers", nargs="+", default=None,
-                        choices=[*PROVIDERS, ONE_LOOP], metavar="PROVIDER",
+                        choices=[*PROVIDERS, *HOPPER_PROVIDERS, ONE_LOOP], metavar="PROVIDER",
                         help="which to time (quote names with spaces): " + ", ".join(PROVIDERS)
-                        + f"; with --backward also {ONE_LOOP!r}")
+                        + f"; on a Hopper GPU also {', '.join(map(repr, HOPPER_PROVIDERS))} "
+                        f"(lengths that are multiples of 128); with --backward also {ONE_LOOP!r}")
     parser.add_argument("--kv-heads", nargs="+", type=positive_int, default=None, metavar="H_KV",
                         help="time each problem with these numbers of key/value heads "
                         f"(grouped-query attention; divisors of the {HEADS} query heads)")

@@ -59,7 +59,7 @@ from ..validation import require_bool, resolve_scale
 from .flash import check_inputs
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_ROWS", "HOPPER_TILES", "attend_rows",
-           "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_ready",
+           "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_device", "hopper_ready",
            "load_key_blocks", "softmax_block"]
 
 LOG2E = 1.4426950408889634
@@ -245,6 +245,19 @@ def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, 
         (load_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks,
                            STAGES)),
     ], [4, 1], [232, 40])
+
+
+def hopper_device() -> bool:
+    """Whether this process runs compiled kernels on a GPU of compute capability 9.x, the one
+    :func:`flash_fwd_hopper_kernel` compiles for (the current CUDA device).
+
+    Examples
+    --------
+    >>> hopper_device() in (True, False)
+    True
+    """
+    return not INTERPRETED and torch.cuda.is_available() and (
+        torch.cuda.get_device_capability()[0] == 9)
 
 
 def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

@@ -355,6 +355,20 @@ def test_wgmma_overlap_shows_no_softmax_under_a_product():
     assert "ex2 with a product in flight: 0 of 132" in line, line
 
 
+def test_the_gluon_kernel_runs_its_softmax_under_a_product():
+    """``--wgmma-overlap --gluon``: the Gluon kernel for Hopper, compiled for sm_90 without a GPU,
+    issues q k^T and p v, waits for one group (wait_group 1) and runs the next softmax's ex2
+    while p v is in flight; with its overlap off every product is waited for (wait_group 0)."""
+    out = run_command([sys.executable, "-m", "teachkit.kernels", "--wgmma-overlap", "--gluon"],
+                      enabled=False, timeout=600)
+    overlapped, waited = out.strip().splitlines()
+    assert "overlap=True: loop wgmma x8 -> commit -> wgmma x8 -> commit -> wait 1 -> ex2 x66" in (
+        overlapped), overlapped
+    assert "with a product in flight: 132 of" in overlapped, overlapped
+    assert "overlap=False" in waited and "with a product in flight: 0 of" in waited, waited
+    assert "wait 1" not in waited.split(";")[0], waited
+
+
 def test_scores_one_block_ahead_still_wait_before_the_softmax():
     """``--wgmma-overlap --qk-ahead``: with the next block's q k^T issued before this block's
     softmax (the ladder's QK_AHEAD), Triton still waits for that product (wait_group 0) before

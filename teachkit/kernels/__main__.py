@@ -11,7 +11,8 @@ from: shared memory or registers. ``--wgmma-overlap`` lists that kernel's key lo
 its products, their commits and waits, and its ``ex2`` instructions, in PTX order: whether the
 softmax runs while a product is in flight; with ``--qk-ahead`` it lists the loop of notebook 08's
 ladder kernel at its last step and with the next key block's scores issued before this block's
-softmax (:data:`~teachkit.kernels.flash_ladder.QK_AHEAD`).
+softmax (:data:`~teachkit.kernels.flash_ladder.QK_AHEAD`); with ``--gluon``, the loop of the Gluon
+kernel for Hopper (:mod:`teachkit.kernels.flash_hopper`) with its overlap on and off.
 
 ``python -m teachkit.kernels --layout-evidence`` compiles that kernel with ``D = 128`` for one GPU
 (``--arch``, default sm_90) beside notebook 06's blog softmax kernel, and prints how each reduces
@@ -50,6 +51,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="the sm_90 key loop of notebook 08's flash forward kernel in PTX "
                              "order: when its wgmma products are waited for, and whether any "
                              "ex2 of the softmax runs while one is in flight")
+    parser.add_argument("--gluon", action="store_true",
+                        help="with --wgmma-overlap: the loop of the Gluon kernel for Hopper "
+                             "(teachkit.kernels.flash_hopper), with its overlap on and off")
     parser.add_argument("--qk-ahead", action="store_true",
                         help="with --wgmma-overlap: the ladder kernel's loop at its last step "
                              "and with the next block's q k^T issued before this block's softmax")
@@ -144,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         counts = cc.wgmma_operands(cc.flash_forward_config(90, head_dim, args.dtype, args.causal))
         print(f"flash forward on sm_90, D={head_dim} {args.dtype}, causal={args.causal}: "
               + ", ".join(f"{n} wgmma with {where}" for where, n in counts.items()))
+        return 0
+    if args.wgmma_overlap and args.gluon:
+        head_dim = args.head_dim or 128
+        for overlap in (True, False):
+            found = cc.hopper_overlap(head_dim, args.dtype, args.causal, overlap)
+            print(_overlap_line(f"Gluon forward on sm_90, D={head_dim} {args.dtype}, "
+                                f"causal={args.causal}, overlap={overlap}", found))
         return 0
     if args.wgmma_overlap:
         head_dim = args.head_dim or 64

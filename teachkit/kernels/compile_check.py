@@ -700,7 +700,13 @@ def wgmma_overlap(config: KernelConfig, capability: int = 90) -> dict[str, objec
         instructions, ``"ex2 in flight"``: how many of them follow a commit before its wait,
         ``"waits"``: the ``N`` of every ``wgmma.wait_group``.
     """
-    lines = [line.strip() for line in _compile(config, capability).asm["ptx"].splitlines()]
+    return loop_overlap(_compile(config, capability).asm["ptx"])
+
+
+def loop_overlap(ptx: str) -> dict[str, object]:
+    """:func:`wgmma_overlap`'s reading of compiled PTX: the first loop that issues a ``wgmma``,
+    as runs of events, and the ``ex2`` instructions that run while a product is in flight."""
+    lines = [line.strip() for line in ptx.splitlines()]
     # the first loop that issues a product: from a label to the branch back to it (a product
     # issued before the loop, as for the first block's scores one block ahead, is not in it)
     labels = {line.split(":")[0]: i for i, line in enumerate(lines)
@@ -734,6 +740,50 @@ def wgmma_overlap(config: KernelConfig, capability: int = 90) -> dict[str, objec
                 loop.append([event, 1])
     loop = [f"{event} x{n}" if event in ("wgmma", "ex2") else event for event, n in loop]
     return {"loop": loop, "ex2": ex2, "ex2 in flight": ex2_in_flight, "waits": waits}
+
+
+def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
+                    overlap: bool = True) -> object:
+    """The Gluon forward kernel (:mod:`teachkit.kernels.flash_hopper`) compiled for sm_90 with
+    its launch's tiles, without a GPU: ``triton.compile`` of its Gluon source, the tensor
+    descriptors' types taken from descriptors over an empty tensor. Needs
+    ``TRITON_INTERPRET=0``, as :func:`wgmma_overlap`."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from . import flash_hopper as fh
+
+    torch_dtype, element = {"fp16": (torch.float16, gl.float16),
+                            "bf16": (torch.bfloat16, gl.bfloat16)}[dtype]
+    block_n, stages = fh.HOPPER_TILES[head_dim]
+    base = torch.empty((fh.HOPPER_ROWS, head_dim), dtype=torch_dtype)
+
+    def descriptor(rows: int) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], element)
+        return mangle_type(TensorDescriptor(base, list(base.shape), list(base.stride()),
+                                            [rows, head_dim], layout))
+
+    signature = {"q_desc": descriptor(fh.HOPPER_ROWS // 2), "k_desc": descriptor(block_n),
+                 "v_desc": descriptor(block_n), "o_desc": descriptor(fh.HOPPER_ROWS // 2),
+                 "LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
+                 "qk_scale": "fp32", "CAUSAL": "constexpr", "OVERLAP": "constexpr",
+                 "STAGES": "constexpr"}
+    src = GluonASTSource(fh.flash_fwd_hopper_kernel, signature, constexprs={
+        "CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 4, "maxnreg": fh.HOPPER_MAX_REGISTERS})
+
+
+def hopper_overlap(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
+                   overlap: bool = True) -> dict[str, object]:
+    """:func:`wgmma_overlap` of the Gluon kernel (:func:`hopper_compiled`): a consumer
+    warpgroup's key loop, with ``overlap`` as the kernel's switch."""
+    return loop_overlap(hopper_compiled(head_dim, dtype, causal, overlap).asm["ptx"])
 
 
 def one_launch_config(capability: int = 90) -> KernelConfig:

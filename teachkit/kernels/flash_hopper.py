@@ -58,7 +58,7 @@ from ..device import INTERPRETED, compute_capability, on_other_gpu
 from ..validation import require_bool, resolve_scale
 from .flash import check_inputs
 
-__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_ROWS", "HOPPER_TILES", "attend_rows",
+__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_ROWS", "HOPPER_TILES", "attend_rows",
            "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_device", "hopper_ready",
            "load_key_blocks", "softmax_block"]
 
@@ -73,6 +73,10 @@ HOPPER_TILES = {64: (128, 3), 128: (128, 3)}
 the query tile and three stages of key and value blocks take 224 KiB of the 227 KiB a program
 may use on an H100."""
 HOPPER_HEAD_DIMS = tuple(HOPPER_TILES)
+HOPPER_MAX_REGISTERS = 168
+"""Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.
+The partitions then move them (``setmaxnreg``): 232 for each consumer warpgroup, 40 for the
+loader's."""
 
 
 @gluon.jit
@@ -333,7 +337,7 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         descriptor(q, HOPPER_ROWS // 2, rows_layout), descriptor(k, block_n, keys_layout),
         descriptor(v, block_n, keys_layout), descriptor(out, HOPPER_ROWS // 2, rows_layout),
         lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal, OVERLAP=overlap, STAGES=stages,
-        num_warps=4, maxnreg=168)
+        num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
     return (out, lse) if return_lse else out
 
 

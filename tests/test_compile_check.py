@@ -362,8 +362,9 @@ def test_the_gluon_kernel_runs_its_softmax_under_a_product():
     out = run_command([sys.executable, "-m", "teachkit.kernels", "--wgmma-overlap", "--gluon"],
                       enabled=False, timeout=600)
     overlapped, waited = out.strip().splitlines()
-    assert "overlap=True: loop wgmma x8 -> commit -> wgmma x8 -> commit -> wait 1 -> ex2 x66" in (
-        overlapped), overlapped
+    # (where the loop found starts depends on the Triton version's block layout; its step reads
+    # the same in 3.6 and 3.9)
+    assert "wgmma x8 -> commit -> wgmma x8 -> commit -> wait 1 -> ex2 x66" in overlapped, overlapped
     assert "with a product in flight: 132 of" in overlapped, overlapped
     assert "overlap=False" in waited and "with a product in flight: 0 of" in waited, waited
     assert "wait 1" not in waited.split(";")[0], waited

@@ -58,14 +58,19 @@ from ..device import INTERPRETED, compute_capability, on_other_gpu
 from ..validation import require_bool, resolve_scale
 from .flash import check_inputs
 
-__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_ROWS", "HOPPER_TILES", "attend_rows",
-           "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_device", "hopper_ready",
-           "load_key_blocks", "softmax_block"]
+__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD",
+           "TMA_STORE", "attend_rows", "flash_attention_hopper", "flash_fwd_hopper_kernel",
+           "hopper_device", "hopper_ready", "load_key_blocks", "softmax_block"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
 LN2 = gl.constexpr(0.6931471805599453)
 """ln(2): turns the kernel's log2-unit lse into natural-log units."""
+TMA_LOAD = getattr(tma, "async_load", tma.async_copy_global_to_shared)
+"""TMA copy of a tile from global into shared memory: ``async_load`` from Triton 3.7 on, under
+its former name ``async_copy_global_to_shared`` in 3.6 (same arguments)."""
+TMA_STORE = getattr(tma, "async_store", tma.async_copy_shared_to_global)
+"""TMA copy of a tile from shared into global memory (``async_copy_shared_to_global`` in 3.6)."""
 HOPPER_ROWS = 128
 """Query rows per program: two consumer warpgroups of 64."""
 HOPPER_TILES = {64: (128, 3), 128: (128, 3)}
@@ -109,10 +114,8 @@ def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_bloc
         stage = j % STAGES
         mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
         mbarrier.expect(ready.index(stage), 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage),
-                                        k_smem.index(stage))
-        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage),
-                                        v_smem.index(stage))
+        TMA_LOAD(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), k_smem.index(stage))
+        TMA_LOAD(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), v_smem.index(stage))
 
 
 @gluon.jit
@@ -139,7 +142,7 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
     row0 = q_row + wg * ROWS          # this warpgroup's first row in the flattened (B*H*L, D)
     first_row = start_m + wg * ROWS   # and its position in the sequence
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [row0, 0], q_bar, q_buf)
+    TMA_LOAD(q_desc, [row0, 0], q_bar, q_buf)
 
     m_i = gl.full([ROWS], -1.0e38, gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -197,7 +200,7 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
     gl.store(LSE + row0 + rows, (m_i + gl.log2(l_i)) * LN2)  # natural-log units
     q_buf.store(out.to(dtype))  # the queries are no longer needed: stage the output there
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [row0, 0], q_buf)
+    TMA_STORE(o_desc, [row0, 0], q_buf)
     tma.store_wait(0)
 
 

@@ -10,16 +10,6 @@ import teachkit  # noqa: F401  decides the world (TRITON_INTERPRET) before any t
 
 matplotlib.use("Agg")
 
-LONGEST_FIRST = ("test_compile_check.py",)
-"""Test files collected first. The compile check takes most of two cores for minutes; under
-``pytest -n auto --dist loadfile`` a file goes to one worker, and started last, this one would
-keep the run going long after the other workers have finished."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Move the items of :data:`LONGEST_FIRST` to the front, keeping every other order."""
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # a stable sort
-
 
 @pytest.fixture
 def gen() -> torch.Generator:

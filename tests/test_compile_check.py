@@ -23,9 +23,9 @@ triton = pytest.importorskip("triton")
 def test_every_config_compiles_and_fits_t4_a100_l4_h100():
     """``python -m teachkit.kernels``: every configuration for sm_75, 80, 89 and 90, or for the
     capabilities ``TEACHKIT_COMPILE_CAPABILITIES`` names (``"90"``): ``.ci/run`` checks the H100
-    here with the newest Triton and the T4 and L4 in its learners' stage with Colab's, since the
-    newest Triton takes about three minutes a GPU class on two cores, and several times that for
-    the T4's ``tl.dot`` on its FMA units. A failure raises with the check's
+    here with the newest Triton and the T4 in its learners' stage with Colab's, since the newest
+    Triton takes about three minutes a GPU class on two cores, and several times that for the
+    T4's ``tl.dot`` on its FMA units. A failure raises with the check's
     stderr; a timeout stops it with SIGTERM, which ends its compile workers too (run_command),
     where SIGKILL would leave them running."""
     chosen = os.environ.get("TEACHKIT_COMPILE_CAPABILITIES", "").split()

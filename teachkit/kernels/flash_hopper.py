@@ -278,10 +278,7 @@ def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     >>> hopper_ready(q, q, q)
     False
     """
-    D, L, S = q.shape[-1], q.shape[-2], k.shape[-2]
-    return (not INTERPRETED and q.is_cuda and compute_capability(q.device)[0] == 9
-            and q.dtype in (torch.float16, torch.bfloat16) and D in HOPPER_TILES
-            and L % HOPPER_ROWS == 0 and S > 0 and S % HOPPER_TILES[D][0] == 0)
+    return _not_ready_reason(q, k) is None
 
 
 def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -314,8 +311,9 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     causal = require_bool(causal, "causal")
     require_bool(return_lse, "return_lse")
     overlap = require_bool(overlap, "overlap")
-    if not hopper_ready(q, k, v):
-        raise ValueError(_not_ready_reason(q, k))
+    reason = _not_ready_reason(q, k)
+    if reason is not None:
+        raise ValueError(reason)
     scale = resolve_scale(scale, q.shape[-1])
     if scale < 0:  # softmax(s q k^T) = softmax(|s| (-q) k^T)
         q, scale = -q, -scale
@@ -344,8 +342,9 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return (out, lse) if return_lse else out
 
 
-def _not_ready_reason(q: torch.Tensor, k: torch.Tensor) -> str:
-    """Why :func:`hopper_ready` said no, and what to do instead."""
+def _not_ready_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
+    """Why :func:`flash_attention_hopper` does not take these inputs, and what to do instead;
+    ``None`` when it does (the one place that lists its conditions)."""
     D, L, S = q.shape[-1], q.shape[-2], k.shape[-2]
     if INTERPRETED or not q.is_cuda or compute_capability(q.device)[0] != 9:
         why = "needs a Hopper GPU (compute capability 9.x) and compiled Triton"
@@ -355,6 +354,8 @@ def _not_ready_reason(q: torch.Tensor, k: torch.Tensor) -> str:
         why = f"takes head dims {HOPPER_HEAD_DIMS}, got {D}"
     elif L % HOPPER_ROWS:
         why = f"needs L a multiple of {HOPPER_ROWS}, got {L}"
-    else:
+    elif S == 0 or S % HOPPER_TILES[D][0]:
         why = f"needs S a positive multiple of {HOPPER_TILES[D][0]}, got {S}"
+    else:
+        return None
     return f"flash_attention_hopper {why}; flash_attention takes any of these inputs"

@@ -16,10 +16,16 @@ import teachkit
 pytest.importorskip("teachkit.kernels")
 from teachkit.compare import relative_error  # noqa: E402
 from teachkit.gpus import SHARED_MEMORY_LIMIT  # noqa: E402
-from teachkit.kernels import flash_attention  # noqa: E402
+from teachkit.kernels import flash, flash_attention  # noqa: E402
 from teachkit.kernels import flash_hopper as fh  # noqa: E402
 
 ON_HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
+
+
+def triton_config(q: torch.Tensor, causal: bool) -> flash.FlashConfig:
+    """The Triton kernel's own tiles: passed as ``config``, they keep flash_attention off the
+    Gluon kernel."""
+    return flash.flash_config(q.shape[-1], q.dtype, torch.cuda.get_device_capability(), causal)
 
 
 def test_the_tiles_fit_an_sm90_program():
@@ -58,7 +64,8 @@ def test_matches_the_triton_kernel_and_float64(shape, causal, dtype):
     k, v = (torch.randn(B, H_kv, S, D, device="cuda", dtype=dtype, generator=gen)
             for _ in range(2))
     out, lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True)
-    ref, ref_lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    ref, ref_lse = flash_attention(q, k, v, causal=causal, return_lse=True,
+                                   config=triton_config(q, causal))
     group = H // H_kv
     want = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1),
@@ -78,3 +85,43 @@ def test_lengths_the_tiles_do_not_divide_are_refused():
         fh.flash_attention_hopper(q, k, k)
     with pytest.raises(ValueError, match="multiple of 128"):
         fh.flash_attention_hopper(k, q, q)
+
+
+def test_flash_attention_prefers_the_gluon_kernel_only_where_it_takes_the_inputs():
+    q = torch.zeros(1, 2, 128, 128, dtype=torch.float16, device=teachkit.DEVICE)
+    assert fh.hopper_preferred(q, q, q) == ON_HOPPER
+    for other in (q.float(), q[..., :64].contiguous(), q.transpose(2, 3), q[:, :, :100]):
+        assert not fh.hopper_preferred(other, other, other)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_runs_the_gluon_kernel_with_gradients(causal):
+    """At a preferred head dim flash_attention's forward is the Gluon kernel's, bit for bit,
+    and its gradients (the Triton backward from the Gluon kernel's lse) match float64."""
+    B, H, H_kv, L, S, D = 2, 4, 2, 256, 384, 128
+    gen = torch.Generator("cuda").manual_seed(1)
+    q = torch.randn(B, H, L, D, device="cuda", dtype=torch.float16, generator=gen)
+    k, v = (torch.randn(B, H_kv, S, D, device="cuda", dtype=torch.float16, generator=gen)
+            for _ in range(2))
+    assert fh.hopper_preferred(q, k, v)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    gluon_out, gluon_lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True)
+    assert torch.equal(out, gluon_out) and torch.equal(lse, gluon_lse)
+    triton_out = flash_attention(q, k, v, causal=causal, config=triton_config(q, causal))
+    assert relative_error(out, triton_out) < 2e-3
+    # a transposed view is read by the Triton kernel in place
+    q_t = q.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not fh.hopper_preferred(q_t, k, v)
+    assert relative_error(flash_attention(q_t, k, v, causal=causal), out) < 2e-3
+
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    wants = [t.double().requires_grad_() for t in (q, k, v)]
+    dout = torch.randn_like(q)
+    flash_attention(*leaves, causal=causal).backward(dout)
+    group = H // H_kv
+    torch.nn.functional.scaled_dot_product_attention(
+        wants[0], wants[1].repeat_interleave(group, 1), wants[2].repeat_interleave(group, 1),
+        is_causal=causal).backward(dout.double())
+    for got, want in zip(leaves, wants, strict=True):
+        assert relative_error(got.grad, want.grad) < 5e-3

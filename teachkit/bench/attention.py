@@ -92,22 +92,31 @@ def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str, kv_heads: int | 
 
 PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
 """The names of :func:`attention_providers` on every machine, in order."""
-HOPPER_PROVIDERS = ("teachkit hopper", "teachkit hopper, no overlap")
-"""The Gluon kernel for Hopper (:mod:`teachkit.kernels.flash_hopper`), with the softmax under the
-products and without: in :func:`attention_providers` on an sm_90 GPU only. It takes lengths
-that are multiples of 128."""
+HOPPER_PROVIDERS = ("teachkit triton", "teachkit hopper", "teachkit hopper, no overlap")
+"""On an sm_90 GPU only, where ``teachkit flash`` (``flash_attention``) runs the Gluon kernel
+of :mod:`teachkit.kernels.flash_hopper` for the inputs it prefers: the Triton kernel of
+:mod:`teachkit.kernels.flash` on its own (its table's tiles), and the Gluon kernel on its own with
+the softmax under the products and without. The Gluon kernel takes lengths that are multiples of
+128."""
 
 
 def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
     """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``:
     :data:`PROVIDERS`, and :data:`HOPPER_PROVIDERS` where the GPU is a Hopper."""
-    from ..kernels.flash import flash_attention
+    from ..device import compute_capability
+    from ..kernels.flash import flash_attention, flash_config
     from ..kernels.flash_hopper import flash_attention_hopper, hopper_device
+
+    def triton_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      causal: bool) -> torch.Tensor:
+        config = flash_config(q.shape[-1], q.dtype, compute_capability(q.device), causal)
+        return flash_attention(q, k, v, causal=causal, config=config)
 
     table = {f"sdpa {name}": sdpa_backend(name) for name in SDPA_BACKENDS}
     table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
     if hopper_device():
-        overlapped, waited = HOPPER_PROVIDERS
+        triton_name, overlapped, waited = HOPPER_PROVIDERS
+        table[triton_name] = triton_kernel
         table[overlapped] = lambda q, k, v, causal: flash_attention_hopper(q, k, v, causal)
         table[waited] = lambda q, k, v, causal: flash_attention_hopper(q, k, v, causal,
                                                                        overlap=False)

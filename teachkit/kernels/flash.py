@@ -17,6 +17,10 @@ On Hopper (sm_90) the configurations marked ``tma`` fetch the query, key and val
 tensor descriptors: the copy engine moves a whole tile per instruction and pads rows past the
 end with zeros, so tails need no load masks (the score masks stay).
 
+On Hopper, :func:`flash_attention` sends the inputs the Gluon kernel of
+:mod:`teachkit.kernels.flash_hopper` takes, at the head dims where it was measured faster, to that
+kernel instead (:func:`~teachkit.kernels.flash_hopper.hopper_preferred`).
+
 :func:`flash_attention` validates, picks a configuration by head dim, dtype, mask and GPU
 (:func:`flash_config`, a table measured on the GPUs), and launches. The configuration can also be
 chosen by measurement on the GPU at hand: :func:`candidate_configs` lists the tiles worth timing,
@@ -35,17 +39,12 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ..device import INTERPRETED, ON_GPU, compute_capability, on_other_gpu
+from ..device import INTERPRETED, compute_capability, on_other_gpu
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
-from ..validation import (
-    KERNEL_DTYPES,
-    plain_attention_inputs,
-    require_attention_inputs,
-    require_bool,
-    require_kernel_world,
-    resolve_scale,
-)
+from ..validation import require_bool, resolve_scale
+from .attention_inputs import HEAD_DIMS, check_inputs
 from .flash_backward import BackwardConfig, flash_backward
+from .flash_hopper import hopper_preferred, launch_hopper
 from .grid_math import cdiv
 from .launch_cache import cached_launch
 from .scratch import contiguous_like, stream_scratch
@@ -59,7 +58,6 @@ __all__ = [
     "FlashConfig",
     "attend_key_block",
     "candidate_configs",
-    "check_inputs",
     "flash_attention",
     "flash_config",
     "flash_fwd_kernel",
@@ -73,11 +71,6 @@ LN2 = tl.constexpr(0.6931471805599453)
 LOWEST = tl.constexpr(-3.4028234663852886e38)
 """The lowest finite float32, where each row's running maximum starts (see
 :func:`flash_fwd_kernel`)."""
-HEAD_DIMS = (16, 32, 64, 128, 256)
-"""Head dims the kernel takes (powers of two: ``tl.arange`` needs them)."""
-_DEVICE_TYPE = "cuda" if ON_GPU else "cpu"
-_MAX_GRID_Y = 65535
-"""CUDA's limit on the second grid axis, which holds ``batch * heads``."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,62 +308,6 @@ def flash_config(head_dim: int, dtype: torch.dtype,
 # ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
-def check_inputs(q: object, k: object, v: object) -> None:
-    """Raise a clear ``TypeError``/``ValueError`` unless ``q``, ``k``, ``v`` suit the kernels.
-
-    ``q`` is ``(B, H, L, D)``, ``k`` and ``v`` ``(B, H_kv, S, D)`` with ``H_kv`` dividing ``H``
-    (grouped-query attention; ``H_kv = H`` is plain multi-head attention), one dtype among
-    float16, bfloat16 and float32, ``D`` in :data:`HEAD_DIMS`, on the device the kernels run on.
-    """
-    if plain_attention_inputs(q, k, v, HEAD_DIMS) and q.shape[0] * q.shape[1] <= _MAX_GRID_Y:
-        return  # the common case, in a few reads
-    require_kernel_world()
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if isinstance(t, torch.Tensor) and t.dim() != 4:
-            raise ValueError(
-                f"{name} must have 4 dimensions (batch, heads, length, head_dim), got shape "
-                f"{tuple(t.shape)}; add the missing axes, e.g. {name}[None, None] for one head"
-            )
-    if all(isinstance(t, torch.Tensor) for t in (q, k, v)) and k.shape[1] != q.shape[1]:
-        h, h_kv = q.shape[1], k.shape[1]
-        if h_kv == 0 or h % h_kv or v.shape[1] != h_kv:
-            raise ValueError(
-                f"k and v must have the heads of q ({h}) or, for grouped-query attention, a "
-                f"number of heads that divides it; got k with {h_kv} and v with {v.shape[1]}"
-            )
-        q = q[:, :h_kv]  # the other checks compare batch dims: a view with k's head count
-    require_attention_inputs(q, k, v)
-    if q.dtype not in KERNEL_DTYPES:
-        raise TypeError(
-            f"flash_attention takes float16, bfloat16 or float32, got {q.dtype}; use "
-            "teachkit.attention.naive_attention for float64, or convert with q.half()"
-        )
-    if v.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"v must have the head dim of q and k ({q.shape[-1]}), got {v.shape[-1]}; this "
-            "kernel needs one head dim for all three"
-        )
-    if q.shape[-1] not in HEAD_DIMS:
-        d = q.shape[-1]
-        padded = next((h for h in HEAD_DIMS if h > d), None)
-        raise ValueError(
-            f"head dim {d} is not supported; pass one of {HEAD_DIMS}"
-            + (f" (pad q, k and v with zeros up to {padded}, and pass scale={d}**-0.5 "
-               f"explicitly: the default would be {padded}**-0.5)" if padded else "")
-        )
-    if q.device.type != _DEVICE_TYPE:
-        raise ValueError(
-            f"q, k and v are on {q.device} but the kernel runs on the GPU; move them first: "
-            "q.cuda()" if ON_GPU else
-            f"q, k and v are on {q.device}; without a GPU, the kernel takes CPU tensors"
-        )
-    if q.shape[0] * max(q.shape[1], 1) > _MAX_GRID_Y:
-        raise ValueError(
-            f"batch * heads must be at most {_MAX_GRID_Y}, got {q.shape[0] * q.shape[1]}; "
-            "split the batch into several calls"
-        )
-
-
 def flash_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
     scale: float | None = None, return_lse: bool = False, *,
@@ -398,8 +335,10 @@ def flash_attention(
     return_lse : bool
         Also return the log-sum-exp of every row's scaled scores.
     config : FlashConfig, optional
-        Launch with these tiles, warps and stages instead of the table's choice (for tuning
-        sweeps); ``block_m`` must be a multiple of ``block_n``, both powers of two >= 16.
+        Launch this module's Triton kernel with these tiles, warps and stages instead of the
+        table's choice (for tuning sweeps; on a Hopper GPU this also keeps the forward pass off
+        the Gluon kernel, see Notes); ``block_m`` must be a multiple of ``block_n``, both powers
+        of two >= 16.
     autotune : bool
         Time the candidates of :func:`candidate_configs` on this problem the first time its
         kind is seen and keep the fastest (:func:`tuned_config`). Under the interpreter there is
@@ -423,6 +362,14 @@ def flash_attention(
     :class:`FlashAttentionFunction`, whose backward runs the kernels of
     :mod:`teachkit.kernels.flash_backward` (gradients of ``out`` and of ``lse``); otherwise it
     launches the forward kernel alone.
+
+    On a Hopper GPU (compute capability 9.x), float16/bfloat16 inputs that are contiguous,
+    at a head dim of :data:`~teachkit.kernels.flash_hopper.HOPPER_PREFERRED_HEAD_DIMS` and with
+    ``L`` and ``S`` multiples of 128 run their forward pass with the Gluon kernel of
+    :mod:`teachkit.kernels.flash_hopper` (FlashAttention-3's warp specialisation and overlap),
+    unless ``config`` or ``autotune`` asks for this module's kernel
+    (:func:`~teachkit.kernels.flash_hopper.hopper_preferred` decides). Both compute the same
+    numbers the same way; the backward pass is the same.
 
     Softmax statistics and the output accumulate in float32. float32 inputs multiply with
     ``input_precision="ieee"`` (true float32, no tf32), so they agree with a float64 reference
@@ -482,6 +429,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         lse = stream_scratch(("flash lse", B, H, L), lambda: torch.empty(
             (B, H, L), dtype=torch.float32, device=q.device), q.device)
     if out.numel() > 0:
+        if config is None and not autotune and hopper_preferred(q, k, v):
+            launch_hopper(q, k, v, out, lse, causal, scale)  # FlashAttention-3's structure
+            return out, lse
         if config is None and autotune:
             config = tuned_config(q, k, v, causal, scale)
         if config is None:

@@ -36,8 +36,11 @@ lse returned in natural-log units. The tiles are whole: ``L`` a multiple of 128 
 key block, so no load and no store needs a mask (the causal diagonal is masked in the scores).
 
 What it takes (:func:`hopper_ready`): a compute capability 9.x GPU, float16 or bfloat16, head dim
-64 or 128, those lengths. It is the forward pass only: ``flash_attention`` stays the entry point
-for everything else, gradients included.
+64 or 128, those lengths. It is the forward pass only.
+:func:`~teachkit.kernels.flash.flash_attention` stays the entry point: it runs this kernel for the
+inputs :func:`hopper_preferred` accepts (at the head dims where it was measured faster than the
+Triton kernel), gradients included (the backward kernels need only the output and the lse), and
+its Triton kernel for everything else.
 """
 
 from __future__ import annotations
@@ -56,11 +59,13 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..device import INTERPRETED, compute_capability, on_other_gpu
 from ..validation import require_bool, resolve_scale
-from .flash import check_inputs
+from .attention_inputs import check_inputs
 
-__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD",
+__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED_HEAD_DIMS",
+           "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD",
            "TMA_STORE", "attend_rows", "flash_attention_hopper", "flash_fwd_hopper_kernel",
-           "hopper_device", "hopper_ready", "load_key_blocks", "softmax_block"]
+           "hopper_device", "hopper_preferred", "hopper_ready", "launch_hopper", "load_key_blocks",
+           "softmax_block"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -78,6 +83,11 @@ HOPPER_TILES = {64: (128, 3), 128: (128, 3)}
 the query tile and three stages of key and value blocks take 224 KiB of the 227 KiB a program
 may use on an H100."""
 HOPPER_HEAD_DIMS = tuple(HOPPER_TILES)
+HOPPER_PREFERRED_HEAD_DIMS = (128,)
+"""Head dims at which :func:`~teachkit.kernels.flash.flash_attention` runs its forward pass with
+this kernel wherever :func:`hopper_ready` accepts the inputs and they are contiguous: those at
+which it was faster than the Triton kernel on every problem of the H100 record
+(``python -m teachkit.bench attention``, providers ``teachkit hopper`` and ``teachkit triton``)."""
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.
 The partitions then move them (``setmaxnreg``): 232 for each consumer warpgroup, 40 for the
@@ -278,7 +288,23 @@ def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     >>> hopper_ready(q, q, q)
     False
     """
-    return _not_ready_reason(q, k) is None
+    return _not_ready_reason(q, k, v) is None
+
+
+def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether :func:`~teachkit.kernels.flash.flash_attention` runs these (checked) inputs'
+    forward pass with this kernel: :func:`hopper_ready` accepts them, ``q``, ``k`` and ``v`` are
+    contiguous (the Triton kernel reads any strides without a copy) and the head dim is one of
+    :data:`HOPPER_PREFERRED_HEAD_DIMS`.
+
+    Examples
+    --------
+    >>> q = torch.zeros(1, 2, 128, 128, dtype=torch.float16)  # on the CPU
+    >>> hopper_preferred(q, q, q)
+    False
+    """
+    return (q.shape[-1] in HOPPER_PREFERRED_HEAD_DIMS and q.is_contiguous()
+            and k.is_contiguous() and v.is_contiguous() and _not_ready_reason(q, k, v) is None)
 
 
 def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -300,7 +326,8 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     -------
     torch.Tensor or tuple of torch.Tensor
         ``out`` ``(B, H, L, D)``, and the lse ``(B, H, L)`` float32 with ``return_lse``. No
-        autograd: use ``flash_attention`` for gradients.
+        autograd: use ``flash_attention`` for gradients (it runs this kernel where
+        :func:`hopper_preferred` says so).
 
     Raises
     ------
@@ -311,21 +338,31 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     causal = require_bool(causal, "causal")
     require_bool(return_lse, "return_lse")
     overlap = require_bool(overlap, "overlap")
-    reason = _not_ready_reason(q, k)
+    reason = _not_ready_reason(q, k, v)
     if reason is not None:
         raise ValueError(reason)
     scale = resolve_scale(scale, q.shape[-1])
     if scale < 0:  # softmax(s q k^T) = softmax(|s| (-q) k^T)
         q, scale = -q, -scale
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    launch_hopper(q, k, v, out, lse, causal, scale, overlap)
+    return (out, lse) if return_lse else out
+
+
+def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, causal: bool, scale: float, overlap: bool = True) -> None:
+    """Launch :func:`flash_fwd_hopper_kernel` on checked, contiguous inputs that
+    :func:`hopper_ready` accepts, with ``scale >= 0``, writing the contiguous ``out`` and
+    ``lse``. No checks: :func:`flash_attention_hopper` is the entry point, and
+    :func:`~teachkit.kernels.flash.flash_attention` calls this where it picks the kernel."""
     if on_other_gpu(q):
         with torch.cuda.device(q.device):
-            return flash_attention_hopper(q, k, v, causal, scale, return_lse, overlap=overlap)
+            return launch_hopper(q, k, v, out, lse, causal, scale, overlap)
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
     block_n, stages = HOPPER_TILES[D]
-    q, k, v = (t.contiguous() for t in (q, k, v))
-    out = torch.empty_like(q)
-    lse = torch.empty((B, H, L), device=q.device, dtype=torch.float32)
     element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
     rows_layout = gl.NVMMASharedLayout.get_default_for([HOPPER_ROWS // 2, D], element)
     keys_layout = gl.NVMMASharedLayout.get_default_for([block_n, D], element)
@@ -339,10 +376,9 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         descriptor(v, block_n, keys_layout), descriptor(out, HOPPER_ROWS // 2, rows_layout),
         lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal, OVERLAP=overlap, STAGES=stages,
         num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
-    return (out, lse) if return_lse else out
 
 
-def _not_ready_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
+def _not_ready_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why :func:`flash_attention_hopper` does not take these inputs, and what to do instead;
     ``None`` when it does (the one place that lists its conditions)."""
     D, L, S = q.shape[-1], q.shape[-2], k.shape[-2]
@@ -356,6 +392,8 @@ def _not_ready_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
         why = f"needs L a multiple of {HOPPER_ROWS}, got {L}"
     elif S == 0 or S % HOPPER_TILES[D][0]:
         why = f"needs S a positive multiple of {HOPPER_TILES[D][0]}, got {S}"
+    elif q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16:
+        why = "needs q, k and v to start at 16-byte aligned addresses (TMA copies them)"
     else:
         return None
     return f"flash_attention_hopper {why}; flash_attention takes any of these inputs"

@@ -34,7 +34,8 @@ import triton.language as tl
 
 from ..device import INTERPRETED
 from ..validation import require_bool, require_no_grad, resolve_scale
-from .flash import FlashConfig, check_inputs
+from .attention_inputs import check_inputs
+from .flash import FlashConfig
 
 __all__ = ["LADDER", "QK_AHEAD", "SIMPLE_TILES", "LadderStep", "flash_attention_ladder",
            "ladder_fold", "ladder_key_block", "ladder_kernel", "ladder_load", "ladder_scores",

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ..device import INTERPRETED
 from ..validation import require_no_grad
-from .flash import check_inputs
+from .attention_inputs import check_inputs
 
 __all__ = ["flash_attention_simple", "flash_simple_kernel"]
 

@@ -11,6 +11,11 @@ from .roofline import dtype_label
 __all__ = ["plot_attention_tflops", "plot_steps"]
 
 
+_TEACHKIT_LINES = {"teachkit flash": "-", "teachkit triton": "--", "teachkit hopper": ":",
+                   "teachkit hopper, no overlap": "-."}
+"""Line style of each of the course's providers (others dashed)."""
+
+
 def plot_attention_tflops(results: list, ceiling: float | None = None,
                           device: str | None = None,
                           ceiling_dtype: str = "bfloat16") -> plt.Figure:
@@ -42,9 +47,8 @@ def plot_attention_tflops(results: list, ceiling: float | None = None,
                          if r.provider == prov and panel(r) == (D, causal))
             if pts:
                 style = {"lw": 1.2}
-                if prov.startswith("teachkit"):  # the course's kernels in black, variants dashed
-                    style = {"lw": 2.5, "color": "k", "ls": "-" if prov == "teachkit flash"
-                             else "--"}
+                if prov.startswith("teachkit"):  # the course's kernels in black, variants apart
+                    style = {"lw": 2.5, "color": "k", "ls": _TEACHKIT_LINES.get(prov, "--")}
                 ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=prov, **style)
         ax.set_xscale("log", base=2)
         if ceiling:

@@ -4,13 +4,12 @@ from the repository root on an sm_90 GPU with `python gpu_checks/hopper_gpu.py`.
 1. `flash_attention_hopper` against float64 attention: float16 and bfloat16, causal and not,
    head dims 64 and 128, grouped-query heads, L != S, a negative scale, the lse; and bit for bit
    the same output with and without the overlap;
-2. a timing table on the forward record's problems (H = 32; B = 16 / 4 / 1 at L = S = 1k / 4k /
-   16k; fp16), measured as `python -m teachkit.bench attention` measures (1 s of untimed calls,
-   then the median of `do_bench`, the L2 cache cleared before every call), side by side in one
-   run with the course's Triton kernel, SDPA's cuDNN and flash backends: TFLOP/s and the ratio
-   to cuDNN. `--lengths` and `--head-dims` choose the problems.
-Exits 1 on any failed check, 2 without an sm_90 GPU.
-"""
+2. `flash_attention` at D = 128: the Gluon kernel's output bit for bit where `hopper_preferred`
+   sends the inputs to it, and its gradients against float64 autograd (grouped heads, L != S).
+
+Its speed is timed by `python -m teachkit.bench attention`, where the providers `teachkit triton`,
+`teachkit hopper` and `teachkit hopper, no overlap` appear on an sm_90 GPU.
+Exits 1 on any failed check, 2 without an sm_90 GPU."""
 
 from __future__ import annotations
 
@@ -59,65 +58,56 @@ def check_correctness() -> bool:
     return ok
 
 
-def time_table(lengths: list[int], head_dims: list[int]) -> None:
+def check_dispatch() -> bool:
+    """``flash_attention`` at D = 128: the Gluon kernel's output bit for bit where
+    ``hopper_preferred`` says so, and gradients (the Triton backward from the Gluon kernel's lse)
+    against float64 autograd."""
     import torch
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from teachkit.bench import SETTLE_MS, time_ms
-    from teachkit.bench.attention import attention_flops, batch_for
-    from teachkit.device import device_name
+    from teachkit.compare import relative_error
     from teachkit.kernels import flash_attention
-    from teachkit.kernels.flash_hopper import flash_attention_hopper
+    from teachkit.kernels.flash_hopper import flash_attention_hopper, hopper_preferred
 
-    def sdpa(backend: SDPBackend):
-        def run(q, k, v, c):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=c)
-        return run
-
-    providers = {
-        "teachkit flash": lambda q, k, v, c: flash_attention(q, k, v, causal=c),
-        "hopper (Gluon)": lambda q, k, v, c: flash_attention_hopper(q, k, v, c),
-        "hopper, no overlap": lambda q, k, v, c: flash_attention_hopper(q, k, v, c,
-                                                                        overlap=False),
-        "sdpa cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-        "sdpa flash": sdpa(SDPBackend.FLASH_ATTENTION),
-    }
-    print(f"{device_name()}, torch {torch.__version__}; TFLOP/s (ratio to SDPA cuDNN)")
-    print("problem            | " + " | ".join(providers))
-    for D in head_dims:
-        for causal in (False, True):
-            for L in lengths:
-                B = batch_for(L)
-                q, k, v = (torch.randn(B, 32, L, D, device="cuda", dtype=torch.float16)
-                           for _ in range(3))
-                flops = attention_flops(B, 32, L, L, D, causal)
-                tflops = {}
-                for name, fn in providers.items():
-                    ms = time_ms(lambda fn=fn, a=(q, k, v, causal): fn(*a), settle_ms=SETTLE_MS)
-                    tflops[name] = flops / ms / 1e9
-                base = tflops["sdpa cudnn"]
-                print(f"D={D:3} L={L:5} {'causal' if causal else 'full  '} | "
-                      + " | ".join(f"{t:4.0f} ({t / base:.2f})" for t in tflops.values()),
-                      flush=True)
+    ok = True
+    for B, H, H_kv, L, S in [(2, 8, 8, 1024, 1024), (1, 8, 2, 384, 640), (1, 4, 4, 2048, 512)]:
+        for dtype in (torch.float16, torch.bfloat16):
+            for causal in (False, True):
+                q = torch.randn(B, H, L, 128, device="cuda", dtype=dtype)
+                k, v = (torch.randn(B, H_kv, S, 128, device="cuda", dtype=dtype)
+                        for _ in range(2))
+                preferred = hopper_preferred(q, k, v)
+                same = torch.equal(flash_attention(q, k, v, causal=causal),
+                                   flash_attention_hopper(q, k, v, causal))
+                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                wants = [t.double().requires_grad_() for t in (q, k, v)]
+                dout = torch.randn_like(q)
+                flash_attention(*leaves, causal=causal).backward(dout)
+                group = H // H_kv
+                F.scaled_dot_product_attention(
+                    wants[0], wants[1].repeat_interleave(group, 1),
+                    wants[2].repeat_interleave(group, 1), is_causal=causal).backward(dout.double())
+                errs = [relative_error(g.grad, w.grad) for g, w in zip(leaves, wants, strict=True)]
+                good = preferred and same and max(errs) < (2e-2 if dtype == torch.bfloat16
+                                                           else 5e-3)
+                ok &= good
+                print(f"{'ok  ' if good else 'FAIL'} flash_attention B={B} H={H}/{H_kv} L={L} "
+                      f"S={S} D=128 {str(dtype)[6:]:8} causal={causal!s:5} Gluon forward: "
+                      f"{preferred and same}; dq, dk, dv errors "
+                      + ", ".join(f"{e:.1e}" for e in errs), flush=True)
+    return ok
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--no-table", action="store_true", help="the checks only")
-    args = parser.parse_args()
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     import torch
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         print("needs an sm_90 (Hopper) GPU")
         return 2
     ok = check_correctness()
-    if ok and not args.no_table:
-        time_table(args.lengths, args.head_dims)
+    ok &= check_dispatch()
     return 0 if ok else 1
 
 

@@ -745,34 +745,28 @@ def loop_overlap(ptx: str) -> dict[str, object]:
 def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
                     overlap: bool = True) -> object:
     """The Gluon forward kernel (:mod:`teachkit.kernels.flash_hopper`) compiled for sm_90 with
-    its launch's tiles, without a GPU: ``triton.compile`` of its Gluon source, the tensor
-    descriptors' types taken from descriptors over an empty tensor. Needs
+    its launch's tiles, without a GPU: ``triton.compile`` of its Gluon source, the types of its
+    tensor descriptors those of :func:`~teachkit.kernels.flash_hopper.hopper_descriptors` over
+    empty tensors. Needs
     ``TRITON_INTERPRET=0``, as :func:`wgmma_overlap`."""
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
 
     from . import flash_hopper as fh
 
-    torch_dtype, element = {"fp16": (torch.float16, gl.float16),
-                            "bf16": (torch.bfloat16, gl.bfloat16)}[dtype]
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
     block_n, stages = fh.HOPPER_TILES[head_dim]
-    base = torch.empty((fh.HOPPER_ROWS, head_dim), dtype=torch_dtype)
-
-    def descriptor(rows: int) -> str:
-        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], element)
-        return mangle_type(TensorDescriptor(base, list(base.shape), list(base.stride()),
-                                            [rows, head_dim], layout))
-
-    signature = {"q_desc": descriptor(fh.HOPPER_ROWS // 2), "k_desc": descriptor(block_n),
-                 "v_desc": descriptor(block_n), "o_desc": descriptor(fh.HOPPER_ROWS // 2),
-                 "LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
-                 "qk_scale": "fp32", "CAUSAL": "constexpr", "OVERLAP": "constexpr",
-                 "STAGES": "constexpr"}
+    rows, keys = (torch.empty((1, 1, n, head_dim), dtype=torch_dtype)
+                  for n in (fh.HOPPER_ROWS, block_n))
+    descriptors = dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"),
+                           map(mangle_type, fh.hopper_descriptors(rows, keys, keys, rows)),
+                           strict=True))
+    signature = {**descriptors, "LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32",
+                 "H_KV": "i32", "qk_scale": "fp32", "CAUSAL": "constexpr",
+                 "OVERLAP": "constexpr", "STAGES": "constexpr"}
     src = GluonASTSource(fh.flash_fwd_hopper_kernel, signature, constexprs={
         "CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),

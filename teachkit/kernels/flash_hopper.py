@@ -62,10 +62,10 @@ from ..validation import require_bool, resolve_scale
 from .attention_inputs import check_inputs
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED_HEAD_DIMS",
-           "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD",
-           "TMA_STORE", "attend_rows", "flash_attention_hopper", "flash_fwd_hopper_kernel",
-           "hopper_device", "hopper_preferred", "hopper_ready", "launch_hopper", "load_key_blocks",
-           "softmax_block"]
+           "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD", "TMA_STORE", "attend_rows",
+           "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_descriptors",
+           "hopper_device", "hopper_preferred", "hopper_ready", "launch_hopper",
+           "load_key_blocks", "softmax_block"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -362,20 +362,28 @@ def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
             return launch_hopper(q, k, v, out, lse, causal, scale, overlap)
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
-    block_n, stages = HOPPER_TILES[D]
-    element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    rows_layout = gl.NVMMASharedLayout.get_default_for([HOPPER_ROWS // 2, D], element)
-    keys_layout = gl.NVMMASharedLayout.get_default_for([block_n, D], element)
+    flash_fwd_hopper_kernel[(L // HOPPER_ROWS, B * H)](
+        *hopper_descriptors(q, k, v, out), lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal,
+        OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
 
-    def descriptor(t: torch.Tensor, rows: int, layout: object) -> TensorDescriptor:
+
+def hopper_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                       ) -> tuple[TensorDescriptor, ...]:
+    """The TMA descriptors :func:`flash_fwd_hopper_kernel` takes, over contiguous tensors:
+    ``q`` and ``out`` viewed as ``(B * H * L, D)`` in tiles of 64 rows (one consumer's), ``k``
+    and ``v`` as ``(B * H_kv * S, D)`` in tiles of the key block of :data:`HOPPER_TILES`, each
+    with the shared-memory layout (swizzle) ``warpgroup_mma`` reads."""
+    D = q.shape[-1]
+    element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+
+    def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
         flat = t.view(-1, D)
+        layout = gl.NVMMASharedLayout.get_default_for([rows, D], element)
         return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout)
 
-    flash_fwd_hopper_kernel[(L // HOPPER_ROWS, B * H)](
-        descriptor(q, HOPPER_ROWS // 2, rows_layout), descriptor(k, block_n, keys_layout),
-        descriptor(v, block_n, keys_layout), descriptor(out, HOPPER_ROWS // 2, rows_layout),
-        lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal, OVERLAP=overlap, STAGES=stages,
-        num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
+    block_n = HOPPER_TILES[D][0]
+    return (descriptor(q, HOPPER_ROWS // 2), descriptor(k, block_n), descriptor(v, block_n),
+            descriptor(out, HOPPER_ROWS // 2))
 
 
 def _not_ready_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:

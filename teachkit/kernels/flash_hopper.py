@@ -45,6 +45,8 @@ its Triton kernel for everything else.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -65,7 +67,7 @@ __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED_HEAD_DI
            "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD", "TMA_STORE", "attend_rows",
            "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_descriptors",
            "hopper_device", "hopper_preferred", "hopper_ready", "launch_hopper",
-           "load_key_blocks", "softmax_block"]
+           "load_key_blocks", "softmax_block", "tile_layout"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -367,6 +369,15 @@ def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
         OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
 
 
+@functools.cache
+def tile_layout(rows: int, head_dim: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """The shared-memory layout (swizzle) in which ``warpgroup_mma`` reads a ``(rows, head_dim)``
+    tile of ``dtype`` (float16 or bfloat16), worked out once per tile (it is pure Python, and a
+    call should not pay for it)."""
+    element = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], element)
+
+
 def hopper_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        ) -> tuple[TensorDescriptor, ...]:
     """The TMA descriptors :func:`flash_fwd_hopper_kernel` takes, over contiguous tensors:
@@ -374,12 +385,11 @@ def hopper_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     and ``v`` as ``(B * H_kv * S, D)`` in tiles of the key block of :data:`HOPPER_TILES`, each
     with the shared-memory layout (swizzle) ``warpgroup_mma`` reads."""
     D = q.shape[-1]
-    element = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
 
     def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
         flat = t.view(-1, D)
-        layout = gl.NVMMASharedLayout.get_default_for([rows, D], element)
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, D], layout)
+        return TensorDescriptor(flat, [flat.shape[0], D], [D, 1], [rows, D],
+                                tile_layout(rows, D, t.dtype))
 
     block_n = HOPPER_TILES[D][0]
     return (descriptor(q, HOPPER_ROWS // 2), descriptor(k, block_n), descriptor(v, block_n),

@@ -282,7 +282,8 @@ def hopper_device() -> bool:
 def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether :func:`flash_attention_hopper` takes these (checked) inputs: compiled on a GPU of
     compute capability 9.x, float16 or bfloat16, head dim in :data:`HOPPER_HEAD_DIMS`, ``L`` a
-    multiple of :data:`HOPPER_ROWS` and ``S`` a positive multiple of the key block.
+    multiple of :data:`HOPPER_ROWS`, ``S`` a positive multiple of the key block, and tensors
+    that start at 16-byte aligned addresses (TMA copies them).
 
     Examples
     --------

@@ -125,3 +125,28 @@ def test_flash_attention_runs_the_gluon_kernel_with_gradients(causal):
         is_causal=causal).backward(dout.double())
     for got, want in zip(leaves, wants, strict=True):
         assert relative_error(got.grad, want.grad) < 5e-3
+
+
+def test_a_triton_without_the_gluon_parts_keeps_flash_attention_on_its_triton_kernel(tmp_path):
+    """Gluon is experimental: where this Triton's Gluon cannot build the Hopper kernel, importing
+    it fails, and flash_attention (and the benchmark's providers) go on without it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "sys.modules['teachkit.kernels.flash_hopper'] = None  # its import now fails\n"
+        "import torch, teachkit\n"
+        "from teachkit.bench.attention import PROVIDERS, attention_providers\n"
+        "from teachkit.kernels import flash, flash_attention\n"
+        "assert flash.hopper_preferred is None\n"
+        "assert list(attention_providers()) == list(PROVIDERS)\n"
+        "q = torch.randn(1, 2, 16, 16, device=teachkit.DEVICE)\n"
+        "ref = torch.nn.functional.scaled_dot_product_attention(q, q, q)\n"
+        "assert teachkit.relative_error(flash_attention(q, q, q), ref) < 1e-4\n"
+        "print('ok')\n"
+    )
+    # from an empty folder: the teachkit installed in this environment, not a checkout's
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

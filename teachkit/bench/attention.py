@@ -104,8 +104,8 @@ def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
     """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``:
     :data:`PROVIDERS`, and :data:`HOPPER_PROVIDERS` where the GPU is a Hopper."""
     from ..device import compute_capability
+    from ..kernels import flash
     from ..kernels.flash import flash_attention, flash_config
-    from ..kernels.flash_hopper import flash_attention_hopper, hopper_device
 
     def triton_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       causal: bool) -> torch.Tensor:
@@ -114,6 +114,10 @@ def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
 
     table = {f"sdpa {name}": sdpa_backend(name) for name in SDPA_BACKENDS}
     table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
+    if flash.hopper_preferred is None:  # this Triton's Gluon lacks the kernel's needs
+        return table
+    from ..kernels.flash_hopper import flash_attention_hopper, hopper_device
+
     if hopper_device():
         triton_name, overlapped, waited = HOPPER_PROVIDERS
         table[triton_name] = triton_kernel

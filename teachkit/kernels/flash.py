@@ -44,10 +44,14 @@ from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
 from ..validation import require_bool, resolve_scale
 from .attention_inputs import HEAD_DIMS, check_inputs
 from .flash_backward import BackwardConfig, flash_backward
-from .flash_hopper import hopper_preferred, launch_hopper
 from .grid_math import cdiv
 from .launch_cache import cached_launch
 from .scratch import contiguous_like, stream_scratch
+
+try:  # Gluon is experimental: a Triton whose Gluon differs keeps flash_attention on this kernel
+    from .flash_hopper import hopper_preferred, launch_hopper
+except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
+    hopper_preferred = launch_hopper = None
 
 __all__ = [
     "HEAD_DIMS",
@@ -429,7 +433,8 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         lse = stream_scratch(("flash lse", B, H, L), lambda: torch.empty(
             (B, H, L), dtype=torch.float32, device=q.device), q.device)
     if out.numel() > 0:
-        if config is None and not autotune and hopper_preferred(q, k, v):
+        if (config is None and not autotune and hopper_preferred is not None
+                and hopper_preferred(q, k, v)):
             launch_hopper(q, k, v, out, lse, causal, scale)  # FlashAttention-3's structure
             return out, lse
         if config is None and autotune:

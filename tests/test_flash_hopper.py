@@ -22,12 +22,6 @@ from teachkit.kernels import flash_hopper as fh  # noqa: E402
 ON_HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
 
 
-def triton_config(q: torch.Tensor, causal: bool) -> flash.FlashConfig:
-    """The Triton kernel's own tiles: passed as ``config``, they keep flash_attention off the
-    Gluon kernel."""
-    return flash.flash_config(q.shape[-1], q.dtype, torch.cuda.get_device_capability(), causal)
-
-
 def test_the_tiles_fit_an_sm90_program():
     """Queries, STAGES key and value blocks and the barriers fit in sm_90's shared memory."""
     for d, (block_n, stages) in fh.HOPPER_TILES.items():
@@ -65,7 +59,7 @@ def test_matches_the_triton_kernel_and_float64(shape, causal, dtype):
             for _ in range(2))
     out, lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True)
     ref, ref_lse = flash_attention(q, k, v, causal=causal, return_lse=True,
-                                   config=triton_config(q, causal))
+                                   config=flash.table_config(q, causal))
     group = H // H_kv
     want = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1),
@@ -108,7 +102,7 @@ def test_flash_attention_runs_the_gluon_kernel_with_gradients(causal):
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
     gluon_out, gluon_lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True)
     assert torch.equal(out, gluon_out) and torch.equal(lse, gluon_lse)
-    triton_out = flash_attention(q, k, v, causal=causal, config=triton_config(q, causal))
+    triton_out = flash_attention(q, k, v, causal=causal, config=flash.table_config(q, causal))
     assert relative_error(out, triton_out) < 2e-3
     # a transposed view is read by the Triton kernel in place
     q_t = q.transpose(1, 2).contiguous().transpose(1, 2)

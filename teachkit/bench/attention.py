@@ -103,14 +103,12 @@ the softmax under the products and without. The Gluon kernel takes lengths that 
 def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
     """The attention implementations the benchmark compares, by name: ``fn(q, k, v, causal)``:
     :data:`PROVIDERS`, and :data:`HOPPER_PROVIDERS` where the GPU is a Hopper."""
-    from ..device import compute_capability
     from ..kernels import flash
-    from ..kernels.flash import flash_attention, flash_config
+    from ..kernels.flash import flash_attention, table_config
 
     def triton_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       causal: bool) -> torch.Tensor:
-        config = flash_config(q.shape[-1], q.dtype, compute_capability(q.device), causal)
-        return flash_attention(q, k, v, causal=causal, config=config)
+        return flash_attention(q, k, v, causal=causal, config=table_config(q, causal))
 
     table = {f"sdpa {name}": sdpa_backend(name) for name in SDPA_BACKENDS}
     table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
@@ -228,17 +226,14 @@ def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
     the simple kernel's 64 x 64 tiles, 4 warps, 2 stages; ``fast, same tiles``: the course's
     kernel itself on those tiles (it also folds the scale into one multiply-add); ``fast, table
     tiles``: with the tiles of the table for this GPU but plain loads; ``fast, table``: the
-    table's configuration as ``flash_attention`` launches it (TMA loads where the table says so,
-    on Hopper). :func:`bench_sweep` times every candidate configuration instead.
+    table's configuration as ``flash_attention`` launches the Triton kernel (TMA loads where the
+    table says so, on Hopper; passed as ``config``, so that on Hopper the step stays the Triton
+    kernel where ``flash_attention`` itself would run the Gluon one). :func:`bench_sweep` times
+    every candidate configuration instead.
     """
-    from ..device import INTERPRETED, compute_capability
-    from ..kernels.flash import flash_attention, flash_config
+    from ..kernels.flash import flash_attention, table_config
     from ..kernels.flash_ladder import LADDER, SIMPLE_TILES, flash_attention_ladder
     from ..kernels.flash_simple import flash_attention_simple
-
-    def table(q: torch.Tensor, causal: bool) -> object:
-        return flash_config(q.shape[-1], q.dtype,
-                            None if INTERPRETED else compute_capability(q.device), causal)
 
     steps: dict[str, Callable[..., torch.Tensor]] = {
         "simple": lambda q, k, v, c: flash_attention_simple(q, k, v, causal=c)[0]}
@@ -248,8 +243,10 @@ def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
     steps["fast, same tiles"] = lambda q, k, v, c: flash_attention(q, k, v, causal=c,
                                                                    config=SIMPLE_TILES)
     steps["fast, table tiles"] = lambda q, k, v, c: flash_attention(
-        q, k, v, causal=c, config=table(q, c)._replace(tma=False))
-    steps["fast, table"] = lambda q, k, v, c: flash_attention(q, k, v, causal=c)
+        q, k, v, causal=c, config=table_config(q, c)._replace(tma=False))
+    # the Triton kernel as the table has it (on Hopper flash_attention itself may pick Gluon)
+    steps["fast, table"] = lambda q, k, v, c: flash_attention(q, k, v, causal=c,
+                                                              config=table_config(q, c))
     return steps
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "flash_fwd_kernel",
     "launch",
     "sweep",
+    "table_config",
     "tuned_config",
 ]
 
@@ -309,6 +310,23 @@ def flash_config(head_dim: int, dtype: torch.dtype,
     return _CAUSAL_TILES.get(key, _HALF_TILES[key]) if causal else _HALF_TILES[key]
 
 
+def table_config(q: torch.Tensor, causal: bool) -> FlashConfig:
+    """:func:`flash_config`'s choice for queries ``q`` on the device they are on (the
+    interpreter's one small configuration off the GPU): the configuration ``flash_attention``
+    launches when it is given none. Passing it as ``config`` runs this module's Triton kernel
+    as the table has it, also where ``flash_attention`` would pick the Gluon kernel (Hopper).
+
+    Examples
+    --------
+    >>> import teachkit
+    >>> q = torch.zeros(1, 1, 4, 64, device=teachkit.DEVICE)
+    >>> isinstance(table_config(q, causal=False), FlashConfig)
+    True
+    """
+    return flash_config(q.shape[-1], q.dtype,
+                        None if INTERPRETED else compute_capability(q.device), causal)
+
+
 # ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
@@ -440,8 +458,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         if config is None and autotune:
             config = tuned_config(q, k, v, causal, scale)
         if config is None:
-            config = flash_config(D, q.dtype, None if INTERPRETED else compute_capability(q.device),
-                                  causal)
+            config = table_config(q, causal)
         launch(q, k, v, out, lse, causal, scale, config)
     return out, lse
 

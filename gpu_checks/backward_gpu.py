@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def check_gradients() -> bool:
     import torch
 
-    from teachkit.compare import relative_error
+    from teachkit.compare import attention_reference, relative_error
     from teachkit.kernels import flash_attention
 
     ok = True
@@ -48,18 +48,11 @@ def check_gradients() -> bool:
                 out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
                 grads = torch.autograd.grad((out.float() * do.float()).sum() + lse.sum(),
                                             (q, k, v))
-                group = H // H_kv
-                q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-                kk, vv = k64.repeat_interleave(group, 1), v64.repeat_interleave(group, 1)
-                s = q64 @ kk.transpose(-2, -1) * D ** -0.5
-                if causal:
-                    s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool, device="cuda").tril(),
-                                      float("-inf"))
-                ref_out = torch.softmax(s, -1) @ vv
-                want = torch.autograd.grad((ref_out * do.double()).sum()
-                                           + torch.logsumexp(s, -1).sum(), (q64, k64, v64))
+                leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+                ref_out, ref_lse = attention_reference(*leaves, causal)
+                want = torch.autograd.grad((ref_out * do.double()).sum() + ref_lse.sum(), leaves)
                 errs = [relative_error(g, w) for g, w in zip(grads, want, strict=True)]
-                del q, k, v, do, out, lse, grads, q64, k64, v64, kk, vv, s, ref_out, want
+                del q, k, v, do, out, lse, grads, leaves, ref_out, ref_lse, want
                 good = max(errs) < tolerance[dtype]
                 ok &= good
                 print(f"{'ok  ' if good else 'FAIL'} B={B} H={H}/{H_kv} L={L} S={S} D={D} "
@@ -140,16 +133,19 @@ def sweep_backward_tiles(head_dims: tuple[int, ...] = (64, 128)) -> None:
 
 
 def record() -> int:
+    from teachkit.bench.attention_backward import backward_providers
     from teachkit.bench.core import device_slug
     from teachkit.device import device_name
 
     slug = device_slug(device_name())
+    # on a Hopper GPU also the Triton kernels alone, where flash_attention runs the Gluon dK/dV
+    hopper = ["teachkit triton"] if "teachkit triton" in backward_providers() else []
     commands = [
         # the problems of the README's table (B = 16 / 4 / 1), against SDPA's flash and cuDNN:
-        # about 4 minutes on an H100, where every length and backend takes twice that
+        # about 5 minutes on an H100, where every length and backend takes twice that
         # (and the course's kernels with FlashAttention-2's one loop and atomic dQ)
         ["attention", "--backward", "--lengths", "1024", "4096", "16384",
-         "--providers", "teachkit flash", "teachkit flash, atomic dQ", "sdpa flash",
+         "--providers", "teachkit flash", *hopper, "teachkit flash, atomic dQ", "sdpa flash",
          "sdpa cudnn", "--json", f"teachkit/benchmarks/attention_backward_{slug}.json",
          "--plot", f"12_attention_backward_{slug}"],
         # grouped-query heads beside multi-head, the forward at L = 4096 (notebook 12)

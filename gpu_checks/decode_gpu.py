@@ -61,7 +61,7 @@ def main() -> int:
 
     from teachkit.bench.core import copy_bandwidth, format_table
     from teachkit.bench.decode import bench_decode, summary
-    from teachkit.compare import relative_error
+    from teachkit.compare import attention_reference, relative_error
     from teachkit.kernels.decode import (
         choose_num_splits,
         decode_attention,
@@ -106,14 +106,7 @@ def main() -> int:
     # ---------------------------------------------------------------- 1. correctness
     def reference(q, k, v, lens):
         """float64 on the GPU (moderate sizes)."""
-        q64, k64, v64 = q.double(), k.double(), v.double()
-        g = q.shape[1] // k.shape[1]
-        k64, v64 = k64.repeat_interleave(g, 1), v64.repeat_interleave(g, 1)
-        mask = decode_mask(lens, q.shape[2], k.shape[2])
-        s = (q64 @ k64.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -math.inf)
-        lse = torch.logsumexp(s, -1)
-        p = torch.where(mask, torch.exp(s - lse.nan_to_num(neginf=0.0).unsqueeze(-1)), 0.0)
-        return p @ v64, lse
+        return attention_reference(q, k, v, mask=decode_mask(lens, q.shape[2], k.shape[2]))
 
     rtol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}
 

@@ -14,7 +14,7 @@ import torch
 import teachkit
 
 pytest.importorskip("teachkit.kernels")
-from teachkit.compare import relative_error  # noqa: E402
+from teachkit.compare import attention_reference, relative_error  # noqa: E402
 from teachkit.gpus import SHARED_MEMORY_LIMIT  # noqa: E402
 from teachkit.kernels import flash, flash_attention  # noqa: E402
 from teachkit.kernels import flash_hopper as fh  # noqa: E402
@@ -60,10 +60,7 @@ def test_matches_the_triton_kernel_and_float64(shape, causal, dtype):
     out, lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True)
     ref, ref_lse = flash_attention(q, k, v, causal=causal, return_lse=True,
                                    config=flash.table_config(q, causal))
-    group = H // H_kv
-    want = torch.nn.functional.scaled_dot_product_attention(
-        q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1),
-        is_causal=causal)
+    want, _ = attention_reference(q, k, v, causal)
     tolerance = 1e-2 if dtype == torch.bfloat16 else 2e-3
     assert relative_error(out, want) < tolerance
     assert relative_error(out, ref) < tolerance
@@ -113,10 +110,7 @@ def test_flash_attention_runs_the_gluon_kernel_with_gradients(causal):
     wants = [t.double().requires_grad_() for t in (q, k, v)]
     dout = torch.randn_like(q)
     flash_attention(*leaves, causal=causal).backward(dout)
-    group = H // H_kv
-    torch.nn.functional.scaled_dot_product_attention(
-        wants[0], wants[1].repeat_interleave(group, 1), wants[2].repeat_interleave(group, 1),
-        is_causal=causal).backward(dout.double())
+    attention_reference(*wants, causal)[0].backward(dout.double())
     for got, want in zip(leaves, wants, strict=True):
         assert relative_error(got.grad, want.grad) < 5e-3
 

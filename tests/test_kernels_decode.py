@@ -8,8 +8,6 @@ sequence's length hold NaN in the kernel's inputs: reading one would show.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +15,7 @@ from hypothesis import strategies as st
 from inputs import randn
 
 import teachkit
-from teachkit.compare import relative_error
+from teachkit.compare import attention_reference, relative_error
 from teachkit.paging import paged_from_contiguous
 
 K = pytest.importorskip("teachkit.kernels")
@@ -51,15 +49,9 @@ def make(B, H, H_kv, Lq, S, D, gen, dtype=torch.float16, lens=None):
 
 def reference(q, k, v, lens, scale=None):
     """Output and lse in float64 on the CPU, with the explicit decoding mask."""
-    q, k, v = (t.detach().to("cpu", torch.float64) for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    mask = decode_mask(lens.cpu(), q.shape[2], k.shape[2])
-    s = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.where(mask, torch.exp(s - lse.unsqueeze(-1).nan_to_num(neginf=0.0)), 0.0)
-    return p @ v, lse
+    q, k, v = (t.detach().cpu() for t in (q, k, v))
+    return attention_reference(q, k, v, scale=scale,
+                               mask=decode_mask(lens.cpu(), q.shape[2], k.shape[2]))
 
 
 def check(q, k, v, k_ref, v_ref, lens, table=None, **kw):

@@ -46,8 +46,9 @@ from .core import (
     time_ms,
 )
 
-__all__ = ["BACKWARD_FLOPS_FACTOR", "ONE_LOOP", "backward_bytes", "backward_params",
-           "backward_providers", "bench_backward", "one_loop_config", "training_memory"]
+__all__ = ["BACKWARD_FLOPS_FACTOR", "ONE_LOOP", "TRITON_BACKWARD", "backward_bytes",
+           "backward_params", "backward_providers", "bench_backward", "one_loop_config",
+           "training_memory", "triton_config"]
 
 BACKWARD_FLOPS_FACTOR = 2.5
 """Backward flops per forward flop: five ``L x S x D`` matrix products against two."""
@@ -88,6 +89,10 @@ def backward_bytes(B: int, H: int, L: int, D: int, dtype: str) -> int:
 ONE_LOOP = "teachkit flash, atomic dQ"
 """The provider that runs the course's backward as FlashAttention-2 does: one loop over key
 blocks, ``dQ`` summed by atomic adds (``BackwardConfig.atomic_dq``)."""
+TRITON_BACKWARD = "teachkit triton"
+"""On an sm_90 GPU only, where ``teachkit flash`` runs dK/dV with the Gluon kernel of
+:mod:`teachkit.kernels.flash_backward_hopper`: the course's backward with its Triton kernels
+alone (:func:`triton_config`)."""
 
 
 def backward_providers() -> dict[str, Attention]:
@@ -100,7 +105,25 @@ def backward_providers() -> dict[str, Attention]:
     table["teachkit flash"] = lambda q, k, v, causal: flash_attention(q, k, v, causal=causal)
     table[ONE_LOOP] = lambda q, k, v, causal: flash_attention(
         q, k, v, causal=causal, backward_config=one_loop_config(q))
+    from ..kernels import flash_backward
+    from ..kernels.flash_hopper import hopper_device
+
+    if flash_backward.launch_dkdv_hopper is not None and hopper_device():
+        table[TRITON_BACKWARD] = lambda q, k, v, causal: flash_attention(
+            q, k, v, causal=causal, backward_config=triton_config(q, causal))
     return table
+
+
+def triton_config(q: torch.Tensor, causal: bool) -> BackwardConfig:
+    """The backward tiles the table picks for ``q`` (its head dim, dtype and GPU) and the mask,
+    with dK/dV on the Triton kernels even where the table runs the Gluon one (``kv_hopper``).
+
+    Examples
+    --------
+    >>> triton_config(torch.zeros(1, 1, 1, 128), causal=False).kv_hopper
+    False
+    """
+    return _table_config(q, causal)._replace(kv_hopper=False)
 
 
 def one_loop_config(q: torch.Tensor) -> BackwardConfig:
@@ -112,10 +135,15 @@ def one_loop_config(q: torch.Tensor) -> BackwardConfig:
     >>> one_loop_config(torch.zeros(1, 1, 1, 64)).atomic_dq
     True
     """
+    return _table_config(q, causal=False)._replace(atomic_dq=True)
+
+
+def _table_config(q: torch.Tensor, causal: bool) -> BackwardConfig:
+    """:func:`~teachkit.kernels.flash_backward.backward_config` for ``q`` on its device."""
     from ..kernels.flash_backward import backward_config
 
     capability = None if INTERPRETED or q.device.type != "cuda" else compute_capability(q.device)
-    return backward_config(q.shape[-1], q.dtype, capability)._replace(atomic_dq=True)
+    return backward_config(q.shape[-1], q.dtype, capability, causal)
 
 
 def _gradients(fn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,

@@ -12,7 +12,9 @@ its products, their commits and waits, and its ``ex2`` instructions, in PTX orde
 softmax runs while a product is in flight; with ``--qk-ahead`` it lists the loop of notebook 08's
 ladder kernel at its last step and with the next key block's scores issued before this block's
 softmax (:data:`~teachkit.kernels.flash_ladder.QK_AHEAD`); with ``--gluon``, the loop of the Gluon
-kernel for Hopper (:mod:`teachkit.kernels.flash_hopper`) with its overlap on and off.
+kernel for Hopper (:mod:`teachkit.kernels.flash_hopper`) with its overlap on and off, and with
+``--gluon --backward`` the query loop of the backward's Gluon dK/dV kernel
+(:mod:`teachkit.kernels.flash_backward_hopper`).
 
 ``python -m teachkit.kernels --layout-evidence`` compiles that kernel with ``D = 128`` for one GPU
 (``--arch``, default sm_90) beside notebook 06's blog softmax kernel, and prints how each reduces
@@ -54,6 +56,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--gluon", action="store_true",
                         help="with --wgmma-overlap: the loop of the Gluon kernel for Hopper "
                              "(teachkit.kernels.flash_hopper), with its overlap on and off")
+    parser.add_argument("--backward", action="store_true",
+                        help="with --wgmma-overlap --gluon: the query loop of the backward's "
+                             "Gluon dK/dV kernel (teachkit.kernels.flash_backward_hopper)")
     parser.add_argument("--qk-ahead", action="store_true",
                         help="with --wgmma-overlap: the ladder kernel's loop at its last step "
                              "and with the next block's q k^T issued before this block's softmax")
@@ -79,7 +84,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "kernels' work per program")
     parser.add_argument("--backward-registers", action="store_true",
                         help="registers and spills (ptxas -v) of the sm_90 backward kernels at "
-                             "D = 128: the table's tiles and smaller dK/dV tiles")
+                             "D = 128: the table's tiles, smaller dK/dV tiles, and the "
+                             "warp-specialised Triton and Gluon dK/dV kernels")
     from ..gpus import SHARED_MEMORY_LIMIT
     from .decode import HEAD_DIMS  # already loaded: the package's __init__ imports it
 
@@ -149,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flash forward on sm_90, D={head_dim} {args.dtype}, causal={args.causal}: "
               + ", ".join(f"{n} wgmma with {where}" for where, n in counts.items()))
         return 0
+    if args.wgmma_overlap and args.gluon and args.backward:
+        head_dim = args.head_dim or 128
+        found = cc.loop_overlap(cc.hopper_dkdv_compiled(head_dim, args.dtype, args.causal)
+                                .asm["ptx"])
+        print(_overlap_line(f"Gluon dK/dV on sm_90, D={head_dim} {args.dtype}, "
+                            f"causal={args.causal}", found))
+        return 0
     if args.wgmma_overlap and args.gluon:
         head_dim = args.head_dim or 128
         for overlap in (True, False):
@@ -196,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         print(cc.format_backward_registers(cc.backward_registers()))
         print()
         print(cc.format_warp_specialized_registers(cc.warp_specialized_registers()))
+        print()
+        print(cc.format_hopper_dkdv_registers(cc.hopper_dkdv_registers()))
         return 0
     if args.register_sweep:
         print(cc.format_register_sweep(cc.fused_register_sweep()))

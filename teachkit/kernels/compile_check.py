@@ -749,28 +749,84 @@ def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = Fal
     tensor descriptors those of :func:`~teachkit.kernels.flash_hopper.hopper_descriptors` over
     empty tensors. Needs
     ``TRITON_INTERPRET=0``, as :func:`wgmma_overlap`."""
-    import torch
+    from . import flash_hopper as fh
+
+    block_n, stages = fh.HOPPER_TILES[head_dim]
+    rows, keys = (_empty_rows(n, head_dim, dtype) for n in (fh.HOPPER_ROWS, block_n))
+    descriptors = fh.hopper_descriptors(rows, keys, keys, rows)
+    return _gluon_compile(
+        fh.flash_fwd_hopper_kernel,
+        dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), descriptors, strict=True)),
+        {"LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
+         "qk_scale": "fp32"},
+        {"CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages}, fh.HOPPER_MAX_REGISTERS)
+
+
+def hopper_dkdv_compiled(head_dim: int = 128, dtype: str = "fp16",
+                         causal: bool = False) -> object:
+    """The Gluon dK/dV kernel (:mod:`teachkit.kernels.flash_backward_hopper`) compiled for
+    sm_90 with its launch's tiles and descriptors, without a GPU, as :func:`hopper_compiled`."""
+    from . import flash_backward_hopper as fbh
+    from .flash_hopper import tile_descriptor
+
+    block_m, stages = fbh.DKDV_HOPPER_TILES[head_dim]
+    queries = tile_descriptor(_empty_rows(block_m, head_dim, dtype), block_m)
+    keys = tile_descriptor(_empty_rows(fbh.DKDV_HOPPER_KEYS, head_dim, dtype),
+                           fbh.DKDV_HOPPER_KEYS // 2)
+    return _gluon_compile(
+        fbh.flash_bwd_dkdv_hopper_kernel,
+        {"q_desc": queries, "do_desc": queries, "k_desc": keys, "v_desc": keys,
+         "dk_desc": keys, "dv_desc": keys},
+        {"LSE": "*fp32", "DELTA": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
+         "qk_scale": "fp32", "scale": "fp32"},
+        {"CAUSAL": causal, "STAGES": stages}, fbh.DKDV_HOPPER_MAX_REGISTERS)
+
+
+def hopper_dkdv_registers(head_dim: int = 128, causal: bool = False) -> dict[str, int]:
+    """:func:`ptxas_resources`'s fields of the Gluon dK/dV kernel (:func:`hopper_dkdv_compiled`,
+    float16): the registers a thread starts with, and the bytes it spills."""
+    return assembled_resources(hopper_dkdv_compiled(head_dim, "fp16", causal).asm["ptx"], 90)
+
+
+def format_hopper_dkdv_registers(found: dict[str, int], head_dim: int = 128) -> str:
+    """:func:`hopper_dkdv_registers` in one line.
+
+    Examples
+    --------
+    >>> print(format_hopper_dkdv_registers({"registers": 168, "spill_stores": 60,
+    ...     "spill_loads": 48, "stack": 0}))
+    Gluon dK/dV (sm_90, D = 128, no mask): 168 registers at launch, 232 a consumer thread
+    spilled bytes 60 + 48
+    """
+    from .flash_backward_hopper import DKDV_CONSUMER_REGISTERS
+
+    return (f"Gluon dK/dV (sm_90, D = {head_dim}, no mask): {found['registers']} registers at "
+            f"launch, {DKDV_CONSUMER_REGISTERS.value} a consumer thread\n"
+            f"spilled bytes {found['spill_stores']} + {found['spill_loads']}")
+
+
+def _empty_rows(rows: int, head_dim: int, dtype: str) -> torch.Tensor:
+    """An empty ``(1, 1, rows, head_dim)`` CPU tensor of ``dtype`` (``"fp16"`` or ``"bf16"``):
+    what a Gluon kernel's descriptors are built over to compile it without a GPU."""
+    return torch.empty((1, 1, rows, head_dim),
+                       dtype={"fp16": torch.float16, "bf16": torch.bfloat16}[dtype])
+
+
+def _gluon_compile(kernel: object, descriptors: dict[str, object], scalars: dict[str, str],
+                   constexprs: dict[str, object], maxnreg: int) -> object:
+    """``triton.compile`` of a Gluon kernel for sm_90 (4 warps, ``maxnreg``), its arguments
+    the ``descriptors`` (whose types are read off them), the typed ``scalars`` and the
+    ``constexprs``, in the kernel's order."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
-    from . import flash_hopper as fh
-
-    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    block_n, stages = fh.HOPPER_TILES[head_dim]
-    rows, keys = (torch.empty((1, 1, n, head_dim), dtype=torch_dtype)
-                  for n in (fh.HOPPER_ROWS, block_n))
-    descriptors = dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"),
-                           map(mangle_type, fh.hopper_descriptors(rows, keys, keys, rows)),
-                           strict=True))
-    signature = {**descriptors, "LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32",
-                 "H_KV": "i32", "qk_scale": "fp32", "CAUSAL": "constexpr",
-                 "OVERLAP": "constexpr", "STAGES": "constexpr"}
-    src = GluonASTSource(fh.flash_fwd_hopper_kernel, signature, constexprs={
-        "CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages})
+    signature = {**{name: mangle_type(d) for name, d in descriptors.items()}, **scalars,
+                 **dict.fromkeys(constexprs, "constexpr")}
+    src = GluonASTSource(kernel, signature, constexprs=constexprs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": 4, "maxnreg": fh.HOPPER_MAX_REGISTERS})
+                          options={"num_warps": 4, "maxnreg": maxnreg})
 
 
 def hopper_overlap(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,

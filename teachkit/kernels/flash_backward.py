@@ -63,6 +63,11 @@ from .flash_backward_ws import (
 from .grid_math import cdiv
 from .launch_cache import cached_launch
 
+try:  # Gluon is experimental: a Triton whose Gluon differs keeps dK/dV on the Triton kernels
+    from .flash_backward_hopper import dkdv_hopper_ready, launch_dkdv_hopper
+except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
+    dkdv_hopper_ready = launch_dkdv_hopper = None
+
 __all__ = [
     "BackwardConfig",
     "backward_config",
@@ -344,7 +349,10 @@ class BackwardConfig(NamedTuple):
     reproducible) and leaves the dQ fields unused. ``kv_warp_specialize`` runs dK/dV with
     :func:`~teachkit.kernels.flash_backward_ws.flash_bwd_dkdv_ws_kernel` (warp-specialised, its
     own tiles :data:`~teachkit.kernels.flash_backward_ws.WS_TILES`) where it can: on sm_90, in
-    half precision, with tensors a descriptor can read; elsewhere the ``kv_*`` fields hold."""
+    half precision, with tensors a descriptor can read; elsewhere the ``kv_*`` fields hold.
+    ``kv_hopper`` runs dK/dV with the Gluon kernel of :mod:`teachkit.kernels.flash_backward_hopper`
+    where :func:`~teachkit.kernels.flash_backward_hopper.dkdv_hopper_ready` accepts the tensors,
+    before either of the others."""
 
     kv_block_m: int
     kv_block_n: int
@@ -356,6 +364,7 @@ class BackwardConfig(NamedTuple):
     q_stages: int
     atomic_dq: bool = False
     kv_warp_specialize: bool = False
+    kv_hopper: bool = False
 
 
 _INTERPRETER_CONFIG = BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1)
@@ -383,7 +392,8 @@ _HALF_TILES: dict[tuple[int, int], BackwardConfig] = {
     (80, 128): BackwardConfig(32, 128, 8, 2, 128, 32, 8, 2),
     (80, 256): BackwardConfig(16, 64, 8, 1, 64, 16, 8, 1),
     (90, 64): BackwardConfig(32, 128, 4, 3, 128, 64, 8, 3),
-    (90, 128): BackwardConfig(64, 128, 8, 3, 128, 64, 8, 3, kv_warp_specialize=True),
+    (90, 128): BackwardConfig(64, 128, 8, 3, 128, 64, 8, 3, kv_warp_specialize=True,
+                              kv_hopper=True),
 }
 _FP32_TILES: dict[int, BackwardConfig] = {  # every GPU class
     64: BackwardConfig(16, 64, 4, 2, 64, 16, 4, 2),
@@ -495,7 +505,10 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         *out.stride(), *do.stride(), H, L,
         HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_M=delta_rows)
     common = dict(CAUSAL=causal, HEAD_DIM=D, PRECISION=precision, DOT_FP32=dot_fp32)
-    if config.kv_warp_specialize and warp_specialized_dkdv(config, q, k, v, do, dk, dv):
+    if (config.kv_hopper and not config.atomic_dq and launch_dkdv_hopper is not None
+            and dkdv_hopper_ready(q, k, v, do)):
+        launch_dkdv_hopper(q, k, v, do, lse, delta, dk, dv, causal, scale)
+    elif config.kv_warp_specialize and warp_specialized_dkdv(config, q, k, v, do, dk, dv):
         ensure_allocator()  # the kernel makes its tensor descriptors on the device
         block_m, block_n, warps, stages = WS_TILES
         flash_bwd_dkdv_ws_kernel[(cdiv(S, block_n), B * H_kv)](

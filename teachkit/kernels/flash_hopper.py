@@ -67,7 +67,7 @@ __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED_HEAD_DI
            "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD", "TMA_STORE", "attend_rows",
            "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_descriptors",
            "hopper_device", "hopper_preferred", "hopper_ready", "launch_hopper",
-           "load_key_blocks", "softmax_block", "tile_layout"]
+           "load_key_blocks", "softmax_block", "tile_descriptor", "tile_layout"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -379,22 +379,24 @@ def tile_layout(rows: int, head_dim: int, dtype: torch.dtype) -> gl.NVMMASharedL
     return gl.NVMMASharedLayout.get_default_for([rows, head_dim], element)
 
 
+def tile_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A TMA descriptor over the contiguous ``t`` viewed as ``(numel / D, D)`` (``D`` its last
+    axis), in tiles of ``rows`` x ``D`` with the shared-memory layout (swizzle)
+    ``warpgroup_mma`` reads: how the Gluon kernels of the course see their tensors."""
+    D = t.shape[-1]
+    flat = t.view(-1, D)
+    return TensorDescriptor(flat, [flat.shape[0], D], [D, 1], [rows, D],
+                            tile_layout(rows, D, t.dtype))
+
+
 def hopper_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        ) -> tuple[TensorDescriptor, ...]:
-    """The TMA descriptors :func:`flash_fwd_hopper_kernel` takes, over contiguous tensors:
-    ``q`` and ``out`` viewed as ``(B * H * L, D)`` in tiles of 64 rows (one consumer's), ``k``
-    and ``v`` as ``(B * H_kv * S, D)`` in tiles of the key block of :data:`HOPPER_TILES`, each
-    with the shared-memory layout (swizzle) ``warpgroup_mma`` reads."""
-    D = q.shape[-1]
-
-    def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-        flat = t.view(-1, D)
-        return TensorDescriptor(flat, [flat.shape[0], D], [D, 1], [rows, D],
-                                tile_layout(rows, D, t.dtype))
-
-    block_n = HOPPER_TILES[D][0]
-    return (descriptor(q, HOPPER_ROWS // 2), descriptor(k, block_n), descriptor(v, block_n),
-            descriptor(out, HOPPER_ROWS // 2))
+    """The TMA descriptors :func:`flash_fwd_hopper_kernel` takes, over contiguous tensors
+    (:func:`tile_descriptor`): ``q`` and ``out`` in tiles of 64 rows (one consumer's), ``k``
+    and ``v`` in tiles of the key block of :data:`HOPPER_TILES`."""
+    block_n = HOPPER_TILES[q.shape[-1]][0]
+    return (tile_descriptor(q, HOPPER_ROWS // 2), tile_descriptor(k, block_n),
+            tile_descriptor(v, block_n), tile_descriptor(out, HOPPER_ROWS // 2))
 
 
 def _not_ready_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:

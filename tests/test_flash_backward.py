@@ -266,6 +266,9 @@ def test_backward_config_is_checked(gen):
     with pytest.raises(TypeError, match="kv_warp_specialize must be True or False"):
         K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
             16, 16, 4, 1, 16, 16, 4, 1, kv_warp_specialize=1))
+    with pytest.raises(TypeError, match="kv_hopper must be True or False"):
+        K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
+            16, 16, 4, 1, 16, 16, 4, 1, kv_hopper="yes"))
 
 
 def test_the_warp_specialised_dkdv_is_chosen_where_it_can_run():

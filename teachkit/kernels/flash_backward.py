@@ -380,10 +380,12 @@ _INTERPRETER_CONFIG = BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1)
 # at D = 64. The sm_80 entries are the tutorial's shape, not yet measured on an A100. A T4 (sm_75)
 # allows 64 KB of shared memory a block, and there tl.dot runs on the FMA units through shared
 # memory: its tiles are the largest whose compiled kernels fit (python -m teachkit.kernels
-# compiles every entry for every GPU class and checks the shared memory). At D = 128 on sm_90,
-# without the causal mask, the dK/dV kernel runs warp-specialised (flash_backward_ws; the tiles
-# beside the flag serve a launch it cannot take): 0.76-0.80x cuDNN in the backward record, where
-# the table's 8-warp tiles had given 0.71-0.74x. With the mask, and at D = 64, it measured slower.
+# compiles every entry for every GPU class and checks the shared memory). At D = 128 on sm_90
+# the dK/dV loop runs in Gluon (kv_hopper, flash_backward_hopper) where its whole tiles fit the
+# tensors: 1.08-1.29x the Triton kernels alone in the backward record, 0.80-0.93x cuDNN. Where it
+# cannot run, without the causal mask, the Triton dK/dV kernel runs warp-specialised
+# (flash_backward_ws): 0.76-0.80x cuDNN in the record before the Gluon kernel, where the 8-warp
+# tiles beside the flag had given 0.71-0.74x; with the mask, and at D = 64, it measured slower.
 _HALF_TILES: dict[tuple[int, int], BackwardConfig] = {
     (75, 64): BackwardConfig(32, 64, 4, 2, 64, 32, 4, 2),
     (75, 128): BackwardConfig(16, 32, 4, 2, 32, 16, 4, 2),
@@ -419,7 +421,8 @@ def backward_config(head_dim: int, dtype: torch.dtype,
         sm_80's (:func:`teachkit.gpus.gpu_class` below 80 is a T4).
     causal : bool
         Whether the backward is causal: at D = 128 on sm_90 only the unmasked one runs the
-        warp-specialised dK/dV kernel (``kv_warp_specialize``), which measured slower causal.
+        warp-specialised Triton dK/dV kernel (``kv_warp_specialize``), which measured slower
+        causal; the Gluon one (``kv_hopper``) runs with either mask.
 
     Examples
     --------
@@ -427,6 +430,8 @@ def backward_config(head_dim: int, dtype: torch.dtype,
     True
     >>> backward_config(128, torch.float16, (9, 0), causal=True).kv_warp_specialize
     False
+    >>> backward_config(128, torch.float16, (9, 0), causal=True).kv_hopper
+    True
     >>> cfg = backward_config(64, torch.float16, (9, 0))
     >>> cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps  # dK/dV: 32 queries a step, 128 keys held
     (32, 128, 4)

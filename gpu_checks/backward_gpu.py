@@ -134,12 +134,13 @@ def sweep_backward_tiles(head_dims: tuple[int, ...] = (64, 128)) -> None:
 
 def record() -> int:
     from teachkit.bench.attention_backward import backward_providers
+    from teachkit.bench.attention_problems import TRITON_ONLY
     from teachkit.bench.core import device_slug
     from teachkit.device import device_name
 
     slug = device_slug(device_name())
     # on a Hopper GPU also the Triton kernels alone, where flash_attention runs the Gluon dK/dV
-    hopper = ["teachkit triton"] if "teachkit triton" in backward_providers() else []
+    hopper = [TRITON_ONLY] if TRITON_ONLY in backward_providers() else []
     commands = [
         # the problems of the README's table (B = 16 / 4 / 1), against SDPA's flash and cuDNN:
         # about 5 minutes on an H100, where every length and backend takes twice that

@@ -30,6 +30,7 @@ from .attention_problems import (
     HEADS,
     SDPA_BACKENDS,
     TOKENS,
+    TRITON_ONLY,
     attention_flops,
     attention_params,
     attention_problems,
@@ -92,7 +93,7 @@ def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str, kv_heads: int | 
 
 PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
 """The names of :func:`attention_providers` on every machine, in order."""
-HOPPER_PROVIDERS = ("teachkit triton", "teachkit hopper", "teachkit hopper, no overlap")
+HOPPER_PROVIDERS = (TRITON_ONLY, "teachkit hopper", "teachkit hopper, no overlap")
 """On an sm_90 GPU only, where ``teachkit flash`` (``flash_attention``) runs the Gluon kernel
 of :mod:`teachkit.kernels.flash_hopper` for the inputs it prefers: the Triton kernel of
 :mod:`teachkit.kernels.flash` on its own (its table's tiles), and the Gluon kernel on its own with

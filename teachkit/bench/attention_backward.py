@@ -28,6 +28,7 @@ from .attention_problems import (
     ATTENTION_LENGTHS,
     HEADS,
     TOKENS,
+    TRITON_ONLY,
     attention_flops,
     attention_problems,
     problem_name,
@@ -46,7 +47,7 @@ from .core import (
     time_ms,
 )
 
-__all__ = ["BACKWARD_FLOPS_FACTOR", "ONE_LOOP", "TRITON_BACKWARD", "backward_bytes",
+__all__ = ["BACKWARD_FLOPS_FACTOR", "ONE_LOOP", "backward_bytes",
            "backward_params", "backward_providers", "bench_backward", "one_loop_config",
            "training_memory", "triton_config"]
 
@@ -89,16 +90,16 @@ def backward_bytes(B: int, H: int, L: int, D: int, dtype: str) -> int:
 ONE_LOOP = "teachkit flash, atomic dQ"
 """The provider that runs the course's backward as FlashAttention-2 does: one loop over key
 blocks, ``dQ`` summed by atomic adds (``BackwardConfig.atomic_dq``)."""
-TRITON_BACKWARD = "teachkit triton"
-"""On an sm_90 GPU only, where ``teachkit flash`` runs dK/dV with the Gluon kernel of
-:mod:`teachkit.kernels.flash_backward_hopper`: the course's backward with its Triton kernels
-alone (:func:`triton_config`)."""
 
 
 def backward_providers() -> dict[str, Attention]:
     """The differentiable attentions the benchmark compares, by name: ``fn(q, k, v, causal)``.
     SDPA's flash backend is FlashAttention-2; its math backend stores the scores;
-    :data:`ONE_LOOP` is the course's kernels with FlashAttention-2's loop order."""
+    :data:`ONE_LOOP` is the course's kernels with FlashAttention-2's loop order; on an sm_90 GPU,
+    where ``teachkit flash`` runs dK/dV with the Gluon kernel of
+    :mod:`teachkit.kernels.flash_backward_hopper`,
+    :data:`~teachkit.bench.attention_problems.TRITON_ONLY` is its Triton kernels alone
+    (:func:`triton_config`)."""
     from ..kernels.flash import flash_attention
 
     table = {f"sdpa {name}": sdpa_backend(name) for name in ("flash", "cudnn", "efficient", "math")}
@@ -109,7 +110,7 @@ def backward_providers() -> dict[str, Attention]:
     from ..kernels.flash_hopper import hopper_device
 
     if flash_backward.launch_dkdv_hopper is not None and hopper_device():
-        table[TRITON_BACKWARD] = lambda q, k, v, causal: flash_attention(
+        table[TRITON_ONLY] = lambda q, k, v, causal: flash_attention(
             q, k, v, causal=causal, backward_config=triton_config(q, causal))
     return table
 

@@ -11,8 +11,29 @@ import torch.nn.functional as F
 from ..validation import require_positive_int
 from .core import DTYPES, dtype_name, require_dtype_name, require_sizes
 
-__all__ = ["ATTENTION_LENGTHS", "HEADS", "SDPA_BACKENDS", "TOKENS", "attention_flops",
-           "attention_params", "attention_problems", "batch_for", "problem_name", "sdpa_backend"]
+__all__ = ["ATTENTION_LENGTHS", "HEADS", "SDPA_BACKENDS", "TOKENS", "TRITON_ONLY",
+           "attention_flops", "attention_params", "attention_problems", "batch_for",
+           "problem_name", "sdpa_backend", "triton_column"]
+
+TRITON_ONLY = "teachkit triton"
+"""The provider, on an sm_90 GPU only, that runs the course's Triton kernels alone, where
+``teachkit flash`` (what ``flash_attention`` runs) takes a Gluon kernel for the forward pass or
+for the backward's dK/dV loop."""
+
+
+def triton_column(providers: Iterable[str]) -> str:
+    """Which of a record's providers is the course's Triton kernels: :data:`TRITON_ONLY` where
+    the record has it (taken on Hopper since ``flash_attention`` runs Gluon kernels there),
+    else ``teachkit flash``.
+
+    Examples
+    --------
+    >>> triton_column(["teachkit flash", "teachkit triton", "sdpa cudnn"])
+    'teachkit triton'
+    >>> triton_column(["teachkit flash", "sdpa cudnn"])
+    'teachkit flash'
+    """
+    return TRITON_ONLY if TRITON_ONLY in set(providers) else "teachkit flash"
 
 ATTENTION_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 """Sequence lengths L = S of the benchmark."""

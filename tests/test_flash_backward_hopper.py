@@ -46,6 +46,7 @@ def test_it_takes_only_whole_tiles_of_contiguous_half_precision_on_hopper():
     assert not fbh.dkdv_hopper_ready(q.float(), q.float(), q.float(), q.float())
     short = q[:, :, :200]  # S not a multiple of 128, L not of 64
     assert not fbh.dkdv_hopper_ready(short, q, q, q)
+    assert not fbh.dkdv_hopper_ready(q[:, :, :0], q, q, q[:, :, :0])  # no queries
     assert not fbh.dkdv_hopper_ready(q, short, short, q)
     assert not fbh.dkdv_hopper_ready(q, q, q, q.transpose(1, 2).contiguous().transpose(1, 2))
     odd = torch.zeros(1, 2, 256, 136, dtype=torch.float16, device=DEV)[..., 4:132]

@@ -21,6 +21,10 @@ maximum because ``lse`` is already the final one. Three kernels do the work:
    the key blocks (the forward's loop order; causal, the heaviest query blocks start first, as in
    the forward).
 
+On Hopper (sm_90) at ``D = 128`` step 2 runs as the Gluon kernel of
+:mod:`teachkit.kernels.flash_backward_hopper` where its whole tiles fit the tensors: the same
+arithmetic, with FlashAttention-3's warp roles (a loader warp, two computing warpgroups).
+
 FlashAttention-2's CUDA kernel computes ``dQ`` inside the key-block loop of step 2 and adds each
 block's share to a float32 ``dQ`` in global memory with atomic adds. That saves recomputing
 ``q k^T`` and ``dO v^T`` a second time (7 matrix products instead of 5, counting the two of the

@@ -214,7 +214,7 @@ def dkdv_hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       do: torch.Tensor) -> bool:
     """Whether :func:`launch_dkdv_hopper` takes these backward inputs: compiled on a GPU of
     compute capability 9.x, float16 or bfloat16, head dim in :data:`DKDV_HOPPER_TILES`, ``L`` a
-    multiple of the query block and ``S`` a positive multiple of :data:`DKDV_HOPPER_KEYS`, and
+    positive multiple of the query block and ``S`` of :data:`DKDV_HOPPER_KEYS`, and
     ``q``, ``k``, ``v``, ``dO`` contiguous from 16-byte aligned addresses (TMA copies them).
 
     Examples
@@ -227,7 +227,8 @@ def dkdv_hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     tensors = (q, k, v, do)
     return (not INTERPRETED and q.is_cuda and compute_capability(q.device)[0] == 9
             and q.dtype in (torch.float16, torch.bfloat16) and D in DKDV_HOPPER_TILES
-            and L % DKDV_HOPPER_TILES[D][0] == 0 and S > 0 and S % DKDV_HOPPER_KEYS == 0
+            and L > 0 and L % DKDV_HOPPER_TILES[D][0] == 0 and S > 0
+            and S % DKDV_HOPPER_KEYS == 0
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in tensors))
 
 

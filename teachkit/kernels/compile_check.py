@@ -765,18 +765,18 @@ def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = Fal
 def hopper_dkdv_compiled(head_dim: int = 128, dtype: str = "fp16",
                          causal: bool = False) -> object:
     """The Gluon dK/dV kernel (:mod:`teachkit.kernels.flash_backward_hopper`) compiled for
-    sm_90 with its launch's tiles and descriptors, without a GPU, as :func:`hopper_compiled`."""
+    sm_90 with its launch's tiles, without a GPU, as :func:`hopper_compiled`: the types of its
+    tensor descriptors those of :func:`~teachkit.kernels.flash_backward_hopper.dkdv_descriptors`
+    over empty tensors."""
     from . import flash_backward_hopper as fbh
-    from .flash_hopper import tile_descriptor
 
     block_m, stages = fbh.DKDV_HOPPER_TILES[head_dim]
-    queries = tile_descriptor(_empty_rows(block_m, head_dim, dtype), block_m)
-    keys = tile_descriptor(_empty_rows(fbh.DKDV_HOPPER_KEYS, head_dim, dtype),
-                           fbh.DKDV_HOPPER_KEYS // 2)
+    queries, keys = (_empty_rows(n, head_dim, dtype) for n in (block_m, fbh.DKDV_HOPPER_KEYS))
+    descriptors = fbh.dkdv_descriptors(queries, queries, keys, keys, keys, keys)
     return _gluon_compile(
         fbh.flash_bwd_dkdv_hopper_kernel,
-        {"q_desc": queries, "do_desc": queries, "k_desc": keys, "v_desc": keys,
-         "dk_desc": keys, "dv_desc": keys},
+        dict(zip(("q_desc", "do_desc", "k_desc", "v_desc", "dk_desc", "dv_desc"), descriptors,
+                 strict=True)),
         {"LSE": "*fp32", "DELTA": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
          "qk_scale": "fp32", "scale": "fp32"},
         {"CAUSAL": causal, "STAGES": stages}, fbh.DKDV_HOPPER_MAX_REGISTERS)

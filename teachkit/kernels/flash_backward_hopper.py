@@ -48,13 +48,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..device import INTERPRETED, compute_capability, on_other_gpu
-from .flash_hopper import LOG2E, TMA_LOAD, TMA_STORE, tile_descriptor
+from .flash_hopper import LOG2E, TMA_LOAD, TMA_STORE, handover_barriers, tile_descriptor
 
 __all__ = ["DKDV_CONSUMER_REGISTERS", "DKDV_HOPPER_KEYS", "DKDV_HOPPER_MAX_REGISTERS",
-           "DKDV_HOPPER_TILES", "DKDV_LOADER_REGISTERS", "dkdv_hopper_ready", "dkdv_rows",
-           "flash_bwd_dkdv_hopper_kernel", "launch_dkdv_hopper", "load_query_blocks"]
+           "DKDV_HOPPER_TILES", "DKDV_LOADER_REGISTERS", "dkdv_descriptors",
+           "dkdv_hopper_ready", "dkdv_rows", "flash_bwd_dkdv_hopper_kernel",
+           "launch_dkdv_hopper", "load_query_blocks"]
 
 KERNEL_LOG2E = gl.constexpr(LOG2E)
 """log2(e) inside the kernel: the forward's lse is in natural-log units, the scores in log2."""
@@ -189,14 +191,7 @@ def flash_bwd_dkdv_hopper_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_de
     v_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # released once both consumers are done
-    for i in gl.static_range(2):
-        mbarrier.init(kv_bars.index(i), count=1)
+    ready, empty, kv_bars = handover_barriers(STAGES)
     gl.warp_specialize([
         # the default partition (the kernel's own 4 warps) and a second one: 64 keys each
         (dkdv_rows, (0, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, k_smem, v_smem, q_smem,
@@ -245,10 +240,19 @@ def launch_dkdv_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: to
             return launch_dkdv_hopper(q, k, v, do, lse, delta, dk, dv, causal, scale)
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
-    block_m, stages = DKDV_HOPPER_TILES[D]
-    rows = DKDV_HOPPER_KEYS // 2
     flash_bwd_dkdv_hopper_kernel[(S // DKDV_HOPPER_KEYS, B * H_kv)](
-        tile_descriptor(q, block_m), tile_descriptor(do, block_m), tile_descriptor(k, rows),
-        tile_descriptor(v, rows), tile_descriptor(dk, rows), tile_descriptor(dv, rows),
-        lse, delta, L, S, H, H_kv, scale * LOG2E, scale, CAUSAL=causal, STAGES=stages,
-        num_warps=4, maxnreg=DKDV_HOPPER_MAX_REGISTERS)
+        *dkdv_descriptors(q, do, k, v, dk, dv), lse, delta, L, S, H, H_kv, scale * LOG2E, scale,
+        CAUSAL=causal, STAGES=DKDV_HOPPER_TILES[D][1], num_warps=4,
+        maxnreg=DKDV_HOPPER_MAX_REGISTERS)
+
+
+def dkdv_descriptors(q: torch.Tensor, do: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     dk: torch.Tensor, dv: torch.Tensor) -> tuple[TensorDescriptor, ...]:
+    """The TMA descriptors :func:`flash_bwd_dkdv_hopper_kernel` takes, in its order, over
+    contiguous tensors (:func:`~teachkit.kernels.flash_hopper.tile_descriptor`): ``q`` and
+    ``dO`` in tiles of the query block of :data:`DKDV_HOPPER_TILES`, ``k``, ``v``, ``dK`` and
+    ``dV`` in tiles of 64 rows (one consumer's keys)."""
+    block_m = DKDV_HOPPER_TILES[q.shape[-1]][0]
+    rows = DKDV_HOPPER_KEYS // 2
+    return (tile_descriptor(q, block_m), tile_descriptor(do, block_m), tile_descriptor(k, rows),
+            tile_descriptor(v, rows), tile_descriptor(dk, rows), tile_descriptor(dv, rows))

@@ -65,9 +65,9 @@ from .attention_inputs import check_inputs
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED_HEAD_DIMS",
            "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD", "TMA_STORE", "attend_rows",
-           "flash_attention_hopper", "flash_fwd_hopper_kernel", "hopper_descriptors",
-           "hopper_device", "hopper_preferred", "hopper_ready", "launch_hopper",
-           "load_key_blocks", "softmax_block", "tile_descriptor", "tile_layout"]
+           "flash_attention_hopper", "flash_fwd_hopper_kernel", "handover_barriers",
+           "hopper_descriptors", "hopper_device", "hopper_preferred", "hopper_ready",
+           "launch_hopper", "load_key_blocks", "softmax_block", "tile_descriptor", "tile_layout"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -112,6 +112,23 @@ def softmax_block(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, first_row, first_
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def handover_barriers(STAGES: gl.constexpr):
+    """The barriers of a kernel with one loader and two consumer warpgroups: ``ready`` and
+    ``empty`` for each of the ``STAGES`` buffers of the ring (the copy completes ``ready[i]``;
+    ``empty[i]`` is released once both consumers have arrived), and one barrier per consumer
+    for the tile it loads for itself once."""
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    own = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # released once both consumers are done
+    for i in gl.static_range(2):
+        mbarrier.init(own.index(i), count=1)
+    return ready, empty, own
 
 
 @gluon.jit
@@ -247,14 +264,7 @@ def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, 
     q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # released once both consumers are done
-    for i in gl.static_range(2):
-        mbarrier.init(q_bars.index(i), count=1)
+    ready, empty, q_bars = handover_barriers(STAGES)
     gl.warp_specialize([
         # the default partition (the kernel's own 4 warps) and a second one: 64 rows each
         (attend_rows, (0, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,

@@ -269,6 +269,9 @@ def test_backward_config_is_checked(gen):
     with pytest.raises(TypeError, match="kv_hopper must be True or False"):
         K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
             16, 16, 4, 1, 16, 16, 4, 1, kv_hopper="yes"))
+    with pytest.raises(TypeError, match="kv_hopper_dq must be True or False"):
+        K.flash_attention(q, q, q, backward_config=flash_backward.BackwardConfig(
+            16, 16, 4, 1, 16, 16, 4, 1, kv_hopper_dq=None))
 
 
 def test_the_warp_specialised_dkdv_is_chosen_where_it_can_run():
@@ -303,7 +306,8 @@ def test_warp_specialised_dkdv_matches_float64(H, H_kv, L, S, causal, dtype, gen
     from teachkit.kernels import flash_backward_ws as ws
 
     # the Triton kernel, not the Gluon one the table runs first where the tiles divide
-    config = flash_backward.backward_config(128, dtype, (9, 0))._replace(kv_hopper=False)
+    config = flash_backward.backward_config(128, dtype, (9, 0))._replace(kv_hopper=False,
+                                                                           kv_hopper_dq=False)
     q = randn(1, H, L, 128, gen=gen, dtype=dtype).to(DEV).requires_grad_()
     k, v = (randn(1, H_kv, S, 128, gen=gen, dtype=dtype).to(DEV).requires_grad_()
             for _ in range(2))

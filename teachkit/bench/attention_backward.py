@@ -47,9 +47,9 @@ from .core import (
     time_ms,
 )
 
-__all__ = ["BACKWARD_FLOPS_FACTOR", "ONE_LOOP", "backward_bytes",
-           "backward_params", "backward_providers", "bench_backward", "one_loop_config",
-           "training_memory", "triton_config"]
+__all__ = ["BACKWARD_FLOPS_FACTOR", "DETERMINISTIC", "ONE_LOOP", "backward_bytes",
+           "backward_params", "backward_providers", "bench_backward", "deterministic_config",
+           "one_loop_config", "training_memory", "triton_config"]
 
 BACKWARD_FLOPS_FACTOR = 2.5
 """Backward flops per forward flop: five ``L x S x D`` matrix products against two."""
@@ -90,6 +90,10 @@ def backward_bytes(B: int, H: int, L: int, D: int, dtype: str) -> int:
 ONE_LOOP = "teachkit flash, atomic dQ"
 """The provider that runs the course's backward as FlashAttention-2 does: one loop over key
 blocks, ``dQ`` summed by atomic adds (``BackwardConfig.atomic_dq``)."""
+DETERMINISTIC = "teachkit flash, deterministic"
+"""The provider, on an sm_90 GPU only, that runs the course's backward as it runs under
+``torch.use_deterministic_algorithms(True)``: without the Gluon kernel's fused ``dQ``
+(:func:`deterministic_config`)."""
 
 
 def backward_providers() -> dict[str, Attention]:
@@ -99,7 +103,7 @@ def backward_providers() -> dict[str, Attention]:
     where ``teachkit flash`` runs dK/dV with the Gluon kernel of
     :mod:`teachkit.kernels.flash_backward_hopper`,
     :data:`~teachkit.bench.attention_problems.TRITON_ONLY` is its Triton kernels alone
-    (:func:`triton_config`)."""
+    (:func:`triton_config`) and :data:`DETERMINISTIC` the backward without fused ``dQ``."""
     from ..kernels.flash import flash_attention
 
     table = {f"sdpa {name}": sdpa_backend(name) for name in ("flash", "cudnn", "efficient", "math")}
@@ -112,19 +116,35 @@ def backward_providers() -> dict[str, Attention]:
     if flash_backward.launch_dkdv_hopper is not None and hopper_device():
         table[TRITON_ONLY] = lambda q, k, v, causal: flash_attention(
             q, k, v, causal=causal, backward_config=triton_config(q, causal))
+        table[DETERMINISTIC] = lambda q, k, v, causal: flash_attention(
+            q, k, v, causal=causal, backward_config=deterministic_config(q, causal))
     return table
 
 
 def triton_config(q: torch.Tensor, causal: bool) -> BackwardConfig:
     """The backward tiles the table picks for ``q`` (its head dim, dtype and GPU) and the mask,
-    with dK/dV on the Triton kernels even where the table runs the Gluon one (``kv_hopper``).
+    with dK/dV (and dQ) on the Triton kernels even where the table runs the Gluon one
+    (``kv_hopper``, ``kv_hopper_dq``).
 
     Examples
     --------
     >>> triton_config(torch.zeros(1, 1, 1, 128), causal=False).kv_hopper
     False
     """
-    return _table_config(q, causal)._replace(kv_hopper=False)
+    return _table_config(q, causal)._replace(kv_hopper=False, kv_hopper_dq=False)
+
+
+def deterministic_config(q: torch.Tensor, causal: bool) -> BackwardConfig:
+    """The backward tiles the table picks for ``q`` and the mask, without the Gluon kernel's
+    fused ``dQ`` (``kv_hopper_dq``): what ``flash_attention`` runs when
+    ``torch.use_deterministic_algorithms(True)`` is on.
+
+    Examples
+    --------
+    >>> deterministic_config(torch.zeros(1, 1, 1, 128), causal=False).kv_hopper_dq
+    False
+    """
+    return _table_config(q, causal)._replace(kv_hopper_dq=False)
 
 
 def one_loop_config(q: torch.Tensor) -> BackwardConfig:

@@ -157,10 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.wgmma_overlap and args.gluon and args.backward:
         head_dim = args.head_dim or 128
-        found = cc.loop_overlap(cc.hopper_dkdv_compiled(head_dim, args.dtype, args.causal)
-                                .asm["ptx"])
-        print(_overlap_line(f"Gluon dK/dV on sm_90, D={head_dim} {args.dtype}, "
-                            f"causal={args.causal}", found))
+        for fused_dq in (False, True):
+            ptx = cc.hopper_dkdv_compiled(head_dim, args.dtype, args.causal, fused_dq).asm["ptx"]
+            name = "dK/dV with dQ fused in" if fused_dq else "dK/dV"
+            print(_overlap_line(f"Gluon {name} on sm_90, D={head_dim} {args.dtype}, "
+                                f"causal={args.causal}", cc.loop_overlap(ptx)))
+            if fused_dq:
+                print(f"dQ added by TMA: {cc.tma_reduce_adds(ptx)} cp.reduce.async.bulk.tensor "
+                      "... .add instruction(s) in the PTX")
         return 0
     if args.wgmma_overlap and args.gluon:
         head_dim = args.head_dim or 128
@@ -211,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         print(cc.format_warp_specialized_registers(cc.warp_specialized_registers()))
         print()
         print(cc.format_hopper_dkdv_registers(cc.hopper_dkdv_registers()))
+        print(cc.format_hopper_dkdv_registers(cc.hopper_dkdv_registers(fused_dq=True),
+                                              fused_dq=True))
         return 0
     if args.register_sweep:
         print(cc.format_register_sweep(cc.fused_register_sweep()))

@@ -100,6 +100,7 @@ __all__ = [
     "warp_specialized_registers",
     "format_warp_specialized_registers",
     "assembled_resources",
+    "tma_reduce_adds",
 ]
 
 UNIT_HEAD_DIM_STRIDES = {"stride_qd": 1, "stride_kd": 1, "stride_vd": 1, "stride_od": 1}
@@ -762,47 +763,64 @@ def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = Fal
         {"CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages}, fh.HOPPER_MAX_REGISTERS)
 
 
-def hopper_dkdv_compiled(head_dim: int = 128, dtype: str = "fp16",
-                         causal: bool = False) -> object:
+def hopper_dkdv_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
+                         fused_dq: bool = False) -> object:
     """The Gluon dK/dV kernel (:mod:`teachkit.kernels.flash_backward_hopper`) compiled for
     sm_90 with its launch's tiles, without a GPU, as :func:`hopper_compiled`: the types of its
     tensor descriptors those of :func:`~teachkit.kernels.flash_backward_hopper.dkdv_descriptors`
-    over empty tensors."""
+    over empty tensors. ``fused_dq`` compiles the variant that also adds ``dQ`` (``FUSED_DQ``)."""
     from . import flash_backward_hopper as fbh
 
     block_m, stages = fbh.DKDV_HOPPER_TILES[head_dim]
     queries, keys = (_empty_rows(n, head_dim, dtype) for n in (block_m, fbh.DKDV_HOPPER_KEYS))
-    descriptors = fbh.dkdv_descriptors(queries, queries, keys, keys, keys, keys)
+    dq = torch.empty(queries.shape, dtype=torch.float32) if fused_dq else None
+    descriptors = fbh.dkdv_descriptors(queries, queries, keys, keys, keys, keys, dq)
     return _gluon_compile(
         fbh.flash_bwd_dkdv_hopper_kernel,
-        dict(zip(("q_desc", "do_desc", "k_desc", "v_desc", "dk_desc", "dv_desc"), descriptors,
-                 strict=True)),
+        dict(zip(("q_desc", "do_desc", "k_desc", "v_desc", "dk_desc", "dv_desc", "dq_desc"),
+                 descriptors, strict=True)),
         {"LSE": "*fp32", "DELTA": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
          "qk_scale": "fp32", "scale": "fp32"},
-        {"CAUSAL": causal, "STAGES": stages}, fbh.DKDV_HOPPER_MAX_REGISTERS)
+        {"CAUSAL": causal, "STAGES": stages, "FUSED_DQ": fused_dq},
+        fbh.DKDV_HOPPER_MAX_REGISTERS)
 
 
-def hopper_dkdv_registers(head_dim: int = 128, causal: bool = False) -> dict[str, int]:
+def hopper_dkdv_registers(head_dim: int = 128, causal: bool = False,
+                          fused_dq: bool = False) -> dict[str, int]:
     """:func:`ptxas_resources`'s fields of the Gluon dK/dV kernel (:func:`hopper_dkdv_compiled`,
     float16): the registers a thread starts with, and the bytes it spills."""
-    return assembled_resources(hopper_dkdv_compiled(head_dim, "fp16", causal).asm["ptx"], 90)
+    return assembled_resources(
+        hopper_dkdv_compiled(head_dim, "fp16", causal, fused_dq).asm["ptx"], 90)
 
 
-def format_hopper_dkdv_registers(found: dict[str, int], head_dim: int = 128) -> str:
-    """:func:`hopper_dkdv_registers` in one line.
+def format_hopper_dkdv_registers(found: dict[str, int], head_dim: int = 128,
+                                 fused_dq: bool = False) -> str:
+    """:func:`hopper_dkdv_registers` in one line (two with the spills).
 
     Examples
     --------
     >>> print(format_hopper_dkdv_registers({"registers": 168, "spill_stores": 60,
     ...     "spill_loads": 48, "stack": 0}))
-    Gluon dK/dV (sm_90, D = 128, no mask): 168 registers at launch, 232 a consumer thread
+    Gluon dK/dV (sm_90, D = 128, no mask): 168 registers at launch, 240 a consumer thread
     spilled bytes 60 + 48
     """
     from .flash_backward_hopper import DKDV_CONSUMER_REGISTERS
 
-    return (f"Gluon dK/dV (sm_90, D = {head_dim}, no mask): {found['registers']} registers at "
-            f"launch, {DKDV_CONSUMER_REGISTERS.value} a consumer thread\n"
+    name = "dK/dV with dQ fused in" if fused_dq else "dK/dV"
+    return (f"Gluon {name} (sm_90, D = {head_dim}, no mask): {found['registers']} registers "
+            f"at launch, {DKDV_CONSUMER_REGISTERS.value} a consumer thread\n"
             f"spilled bytes {found['spill_stores']} + {found['spill_loads']}")
+
+
+def tma_reduce_adds(ptx: str) -> int:
+    """How many TMA reduce-adds (``cp.reduce.async.bulk.tensor ... .add``) the PTX holds.
+
+    Examples
+    --------
+    >>> tma_reduce_adds("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group [a]")
+    1
+    """
+    return len(re.findall(r"cp\.reduce\.async\.bulk\.tensor\S*\.add\b", ptx))
 
 
 def _empty_rows(rows: int, head_dim: int, dtype: str) -> torch.Tensor:

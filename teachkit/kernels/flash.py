@@ -528,7 +528,7 @@ def _check_backward_config(config: BackwardConfig) -> None:
         if not 1 <= getattr(config, name) <= 8:
             raise ValueError(f"backward_config.{name} must be 1 to 8, "
                              f"got {getattr(config, name)!r}")
-    for name in ("atomic_dq", "kv_warp_specialize", "kv_hopper"):
+    for name in ("atomic_dq", "kv_warp_specialize", "kv_hopper", "kv_hopper_dq"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"backward_config.{name} must be True or False, "
                             f"got {getattr(config, name)!r}")

@@ -356,7 +356,11 @@ class BackwardConfig(NamedTuple):
     half precision, with tensors a descriptor can read; elsewhere the ``kv_*`` fields hold.
     ``kv_hopper`` runs dK/dV with the Gluon kernel of :mod:`teachkit.kernels.flash_backward_hopper`
     where :func:`~teachkit.kernels.flash_backward_hopper.dkdv_hopper_ready` accepts the tensors,
-    before either of the others."""
+    before either of the others. ``kv_hopper_dq`` runs that kernel with ``dQ`` fused in
+    (FlashAttention-3's backward: each program adds its keys' share of ``dQ`` into float32 by
+    TMA, so the sums land in any order and are not bitwise reproducible), before all the
+    others, unless ``torch.use_deterministic_algorithms(True)`` asks for reproducible results
+    or ``atomic_dq`` is set."""
 
     kv_block_m: int
     kv_block_n: int
@@ -369,6 +373,7 @@ class BackwardConfig(NamedTuple):
     atomic_dq: bool = False
     kv_warp_specialize: bool = False
     kv_hopper: bool = False
+    kv_hopper_dq: bool = False
 
 
 _INTERPRETER_CONFIG = BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1)
@@ -397,9 +402,9 @@ _HALF_TILES: dict[tuple[int, int], BackwardConfig] = {
     (80, 64): BackwardConfig(32, 128, 4, 3, 128, 32, 4, 3),
     (80, 128): BackwardConfig(32, 128, 8, 2, 128, 32, 8, 2),
     (80, 256): BackwardConfig(16, 64, 8, 1, 64, 16, 8, 1),
-    (90, 64): BackwardConfig(32, 128, 4, 3, 128, 64, 8, 3),
+    (90, 64): BackwardConfig(32, 128, 4, 3, 128, 64, 8, 3, kv_hopper_dq=True),
     (90, 128): BackwardConfig(64, 128, 8, 3, 128, 64, 8, 3, kv_warp_specialize=True,
-                              kv_hopper=True),
+                              kv_hopper=True, kv_hopper_dq=True),
 }
 _FP32_TILES: dict[int, BackwardConfig] = {  # every GPU class
     64: BackwardConfig(16, 64, 4, 2, 64, 16, 4, 2),
@@ -501,9 +506,13 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
     q, k, v, out, do = (_unit_head_dim(t) for t in (q, k, v, out, do))
     lse = lse.contiguous()
     delta = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    # One loop with atomic adds sums dQ in float32 from zero; two loops write it once.
-    dq = (torch.zeros(q.shape, dtype=torch.float32, device=q.device) if config.atomic_dq
-          else torch.empty_like(q))
+    hopper = (launch_dkdv_hopper is not None and not config.atomic_dq
+              and (config.kv_hopper or config.kv_hopper_dq) and dkdv_hopper_ready(q, k, v, do))
+    fused_dq = (hopper and config.kv_hopper_dq
+                and not torch.are_deterministic_algorithms_enabled())
+    # Adds into dQ (atomic or TMA) sum in float32 from zero; two loops write it once.
+    dq = (torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+          if config.atomic_dq or fused_dq else torch.empty_like(q))
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -514,8 +523,10 @@ def flash_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         *out.stride(), *do.stride(), H, L,
         HAS_DLSE=dlse is not None, HEAD_DIM=D, BLOCK_M=delta_rows)
     common = dict(CAUSAL=causal, HEAD_DIM=D, PRECISION=precision, DOT_FP32=dot_fp32)
-    if (config.kv_hopper and not config.atomic_dq and launch_dkdv_hopper is not None
-            and dkdv_hopper_ready(q, k, v, do)):
+    if fused_dq:  # one Gluon kernel: dK, dV and (already scaled) dQ
+        launch_dkdv_hopper(q, k, v, do, lse, delta, dk, dv, causal, scale, dq)
+        return dq.to(q.dtype), dk, dv
+    if hopper and config.kv_hopper:
         launch_dkdv_hopper(q, k, v, do, lse, delta, dk, dv, causal, scale)
     elif config.kv_warp_specialize and warp_specialized_dkdv(config, q, k, v, do, dk, dv):
         ensure_allocator()  # the kernel makes its tensor descriptors on the device

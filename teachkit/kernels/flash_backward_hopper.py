@@ -39,8 +39,10 @@ causal diagonal is masked in the scores). ``dQ`` stays with the Triton kernel
 from __future__ import annotations
 
 import torch
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -58,20 +60,36 @@ __all__ = ["DKDV_CONSUMER_REGISTERS", "DKDV_HOPPER_KEYS", "DKDV_HOPPER_MAX_REGIS
            "dkdv_hopper_ready", "dkdv_rows", "flash_bwd_dkdv_hopper_kernel",
            "launch_dkdv_hopper", "load_query_blocks"]
 
+
+
+@builtin
+def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """TMA's reduce-add of a shared-memory tile into global memory
+    (``cp.reduce.async.bulk.tensor ... .add``), for Triton 3.6, whose Gluon has the operation
+    (``create_async_tma_reduce``) but no function for it; a newer Triton calls the same
+    operation ``tma.async_atomic_add``. Waited for like a TMA store (``tma.store_wait``)."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle,
+                                              coord, src.handle)
+
+
+TMA_REDUCE_ADD = getattr(tma, "async_atomic_add", tma_reduce_add)
+"""Adds a shared-memory tile into a tile of global memory, element by element, with TMA."""
 KERNEL_LOG2E = gl.constexpr(LOG2E)
 """log2(e) inside the kernel: the forward's lse is in natural-log units, the scores in log2."""
 DKDV_HOPPER_KEYS = 128
 """Keys per program: two consumer warpgroups of 64."""
-DKDV_HOPPER_TILES = {64: (64, 2), 128: (64, 2)}
+DKDV_HOPPER_TILES = {64: (64, 3), 128: (64, 2)}
 """Head dim -> ``(BLOCK_M, STAGES)``: query rows per step and buffers in the ring. At
 ``D = 128`` two stages of ``q`` and ``dO`` blocks and the program's keys and values take
-128 KiB of shared memory."""
+128 KiB of shared memory, and with ``FUSED_DQ`` the ``dS^T`` slots and ``dQ`` halves 64 KiB
+more: a third stage (32 KiB) would pass the SM's 227 KiB."""
 DKDV_HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``), as the forward's: 12 warps x 32 threads x 168
 fit the SM's 65,536. The partitions then move them (``setmaxnreg``)."""
-DKDV_CONSUMER_REGISTERS = gl.constexpr(232)
+DKDV_CONSUMER_REGISTERS = gl.constexpr(240)
 """Registers a thread of a consumer warpgroup after the move."""
-DKDV_LOADER_REGISTERS = gl.constexpr(40)
+DKDV_LOADER_REGISTERS = gl.constexpr(24)
 """Registers a thread of the loader after the move."""
 
 
@@ -94,21 +112,28 @@ def load_query_blocks(q_desc, do_desc, q_smem, do_smem, ready, empty, first_q, n
 
 
 @gluon.jit
-def dkdv_rows(wg, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, k_smem, v_smem, q_smem,
-              do_smem, ready, empty, kv_bars, kv_row, start_n, first_q, n_q, group, bh0, L,
-              qk_scale, scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+def dkdv_rows(wg: gl.constexpr, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE, DELTA, k_smem,
+              v_smem, q_smem, do_smem, ds_smem, dq_smem, ready, empty, kv_bars, ds_bars, kv_row,
+              start_n, first_q, n_q, group, bh0, L, qk_scale, scale, CAUSAL: gl.constexpr,
+              STAGES: gl.constexpr, FUSED_DQ: gl.constexpr):
     """A consumer partition (one warpgroup): keys ``start_n + 64 * wg ..`` of the program's
-    block against every query block it is given, then their ``dK`` and ``dV``."""
+    block against every query block it is given, then their ``dK`` and ``dV``. With
+    ``FUSED_DQ``, also each query block's ``dQ`` share of the program's 128 keys, for half
+    the head dim (``wg`` picks which half), added into the float32 ``dQ`` by TMA."""
     ROWS: gl.constexpr = k_desc.block_type.shape[0]       # keys of this warpgroup
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
+    HALF: gl.constexpr = HEAD_DIM // 2
     BLOCK_M: gl.constexpr = q_smem.type.shape[1]            # queries per step
     dtype: gl.constexpr = k_desc.dtype
-    # wgmma's accumulator layouts for the transposed scores (ROWS x BLOCK_M) and for dK, dV
-    # (ROWS x D), and the register operand layout in which P^T and dS^T feed the products
+    # wgmma's accumulator layouts for the transposed scores (ROWS x BLOCK_M), for dK, dV
+    # (ROWS x D) and for a half of dQ (BLOCK_M x D/2), and the register operand layout in
+    # which P^T and dS^T feed the products
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
 
     k_buf = k_smem.index(wg)
@@ -126,11 +151,19 @@ def dkdv_rows(wg, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, k_smem, v_smem, 
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))   # queries of a block
     keys = first_key + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
     mbarrier.wait(kv_bar, 0)
+    if FUSED_DQ:
+        dq_zero = gl.zeros([BLOCK_M, HALF], gl.float32, layout=dq_layout)
+        dq_buf = dq_smem.index(wg)
+        # dQ's half of the head dim that this warpgroup owns, over both warpgroups' keys
+        k0_half = k_smem.index(0).slice(wg * HALF, HALF, dim=1)
+        k1_half = k_smem.index(1).slice(wg * HALF, HALF, dim=1)
+        mbarrier.wait(kv_bars.index(1 - wg), 0)
 
     for j in range(group * n_q):
         stage = j % STAGES
         start_m = (first_q + j % n_q) * BLOCK_M
-        stats = (bh0 + j // n_q) * L + start_m + cols
+        q_row = (bh0 + j // n_q) * L + start_m        # the block's first row of (B*H*L, D)
+        stats = q_row + cols
         lse = gl.load(LSE + stats) * KERNEL_LOG2E  # log2 units, as the scores
         delta = gl.load(DELTA + stats)
         mbarrier.wait(ready.index(stage), (j // STAGES) & 1)
@@ -147,13 +180,40 @@ def dkdv_rows(wg, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, k_smem, v_smem, 
         dv = warpgroup_mma(gl.convert_layout(pT.to(dtype), op_layout), do_buf, dv,
                            is_async=True)
         dpT = warpgroup_mma_wait(1, deps=[dpT])
-        dsT = pT * (dpT - delta[None, :])
-        dk = warpgroup_mma(gl.convert_layout(dsT.to(dtype), op_layout), q_buf, dk,
-                           is_async=True)
-        dk = warpgroup_mma_wait(0, deps=[dk])
-        dv = warpgroup_mma_wait(0, deps=[dv])
-        mbarrier.arrive(empty.index(stage), count=1)  # done with this block's buffers
+        dsT = (pT * (dpT - delta[None, :])).to(dtype)
+        if FUSED_DQ:  # hand dS^T to the other warpgroup through shared memory (two slots)
+            slot = j % 2
+            ds_smem.index(2 * slot + wg).store(dsT)
+            fence_async_shared()
+            gl.thread_barrier()
+            mbarrier.arrive(ds_bars.index(slot), count=1)
+        dk = warpgroup_mma(gl.convert_layout(dsT, op_layout), q_buf, dk, is_async=True)
+        if FUSED_DQ:
+            # dQ[:, half] = dS K[:, half] over the 128 keys: both warpgroups' dS^T, transposed
+            mbarrier.wait(ds_bars.index(slot), (j // 2) & 1)
+            dq = warpgroup_mma(ds_smem.index(2 * slot).permute((1, 0)), k0_half, dq_zero,
+                               use_acc=False, is_async=True)
+            dq = warpgroup_mma(ds_smem.index(2 * slot + 1).permute((1, 0)), k1_half, dq,
+                               is_async=True)
+            dv = warpgroup_mma_wait(2, deps=[dv])
+            dk = warpgroup_mma_wait(0, deps=[dk])
+            dq = warpgroup_mma_wait(0, deps=[dq])
+            mbarrier.arrive(empty.index(stage), count=1)  # done with this block's buffers
+            tma.store_wait(0)  # the previous block's add has read dq_buf
+            dq_buf.store(dq * scale)
+            fence_async_shared()
+            TMA_REDUCE_ADD(dq_desc, [q_row, wg * HALF], dq_buf)
+        else:
+            dk = warpgroup_mma_wait(0, deps=[dk])
+            dv = warpgroup_mma_wait(0, deps=[dv])
+            mbarrier.arrive(empty.index(stage), count=1)  # done with this block's buffers
 
+    if FUSED_DQ:  # one more handover: the other warpgroup has stopped reading our keys
+        tma.store_wait(0)
+        gl.thread_barrier()
+        last = group * n_q
+        mbarrier.arrive(ds_bars.index(last % 2), count=1)
+        mbarrier.wait(ds_bars.index(last % 2), (last // 2) & 1)
     # the keys and values are no longer needed: stage dK and dV there
     k_buf.store((dk * scale).to(dtype))
     v_buf.store(dv.to(dtype))
@@ -164,14 +224,17 @@ def dkdv_rows(wg, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, k_smem, v_smem, 
 
 
 @gluon.jit
-def flash_bwd_dkdv_hopper_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA,
-                                 L, S, H, H_KV, qk_scale, scale, CAUSAL: gl.constexpr,
-                                 STAGES: gl.constexpr):
+def flash_bwd_dkdv_hopper_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc,
+                                 LSE, DELTA, L, S, H, H_KV, qk_scale, scale,
+                                 CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                                 FUSED_DQ: gl.constexpr):
     """Program ``(key block, b * H_KV + hk)``: 128 rows of ``dK`` and ``dV``. The descriptors
     view ``q``/``dO`` as ``(B * H * L, D)`` in tiles of ``BLOCK_M`` rows and ``k``/``v``/``dK``/
     ``dV`` as ``(B * H_KV * S, D)`` in tiles of 64 rows; ``LSE`` (natural-log units) and
     ``DELTA`` are ``(B * H * L,)`` float32. Causal: query blocks before the key block's first
-    key are skipped."""
+    key are skipped. With ``FUSED_DQ``, ``dq_desc`` views a zeroed float32 ``dQ`` as
+    ``(B * H * L, D)`` in tiles of ``BLOCK_M x D/2``, and every program adds its keys' share
+    into it; without, ``dq_desc`` is not read."""
     ROWS: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[1]
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -192,14 +255,28 @@ def flash_bwd_dkdv_hopper_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_de
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
     ready, empty, kv_bars = handover_barriers(STAGES)
+    if FUSED_DQ:  # dS^T of both warpgroups for two steps, a half of dQ each, their barriers
+        ds_smem = gl.allocate_shared_memory(
+            dtype, [4, ROWS, BLOCK_M], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_M], dtype))
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, HEAD_DIM // 2],
+                                            dq_desc.layout)
+        ds_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(ds_bars.index(i), count=2)   # complete once both have handed over
+    else:  # not read
+        ds_smem = k_smem
+        dq_smem = k_smem
+        ds_bars = kv_bars
     gl.warp_specialize([
         # the default partition (the kernel's own 4 warps) and a second one: 64 keys each
-        (dkdv_rows, (0, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, k_smem, v_smem, q_smem,
-                     do_smem, ready, empty, kv_bars, kv_row, start_n, first_q, n_q, group, bh0,
-                     L, qk_scale, scale, CAUSAL, STAGES)),
-        (dkdv_rows, (1, k_desc, v_desc, dk_desc, dv_desc, LSE, DELTA, k_smem, v_smem, q_smem,
-                     do_smem, ready, empty, kv_bars, kv_row, start_n, first_q, n_q, group, bh0,
-                     L, qk_scale, scale, CAUSAL, STAGES)),
+        (dkdv_rows, (0, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE, DELTA, k_smem, v_smem,
+                     q_smem, do_smem, ds_smem, dq_smem, ready, empty, kv_bars, ds_bars, kv_row,
+                     start_n, first_q, n_q, group, bh0, L, qk_scale, scale, CAUSAL, STAGES,
+                     FUSED_DQ)),
+        (dkdv_rows, (1, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE, DELTA, k_smem, v_smem,
+                     q_smem, do_smem, ds_smem, dq_smem, ready, empty, kv_bars, ds_bars, kv_row,
+                     start_n, first_q, n_q, group, bh0, L, qk_scale, scale, CAUSAL, STAGES,
+                     FUSED_DQ)),
         (load_query_blocks, (q_desc, do_desc, q_smem, do_smem, ready, empty, first_q, n_q,
                              group, bh0, L, STAGES)),
     ], [4, 1], [DKDV_CONSUMER_REGISTERS, DKDV_LOADER_REGISTERS])
@@ -229,30 +306,38 @@ def dkdv_hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def launch_dkdv_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor,
                        lse: torch.Tensor, delta: torch.Tensor, dk: torch.Tensor,
-                       dv: torch.Tensor, causal: bool, scale: float) -> None:
+                       dv: torch.Tensor, causal: bool, scale: float,
+                       dq: torch.Tensor | None = None) -> None:
     """Launch :func:`flash_bwd_dkdv_hopper_kernel` on inputs :func:`dkdv_hopper_ready` accepts,
     with the forward's ``lse`` and the ``delta`` of
     :func:`~teachkit.kernels.flash_backward.flash_bwd_delta_kernel` (both ``(B, H, L)``
-    contiguous float32), writing the contiguous ``dk`` and ``dv``. No checks:
-    :func:`~teachkit.kernels.flash_backward.flash_backward` calls it on validated inputs."""
+    contiguous float32), writing the contiguous ``dk`` and ``dv``. Given ``dq``, a zeroed
+    contiguous float32 tensor shaped like ``q``, the kernel also adds ``dQ`` into it
+    (``FUSED_DQ``). No checks: :func:`~teachkit.kernels.flash_backward.flash_backward` calls it
+    on validated inputs."""
     if on_other_gpu(q):
         with torch.cuda.device(q.device):
-            return launch_dkdv_hopper(q, k, v, do, lse, delta, dk, dv, causal, scale)
+            return launch_dkdv_hopper(q, k, v, do, lse, delta, dk, dv, causal, scale, dq)
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
     flash_bwd_dkdv_hopper_kernel[(S // DKDV_HOPPER_KEYS, B * H_kv)](
-        *dkdv_descriptors(q, do, k, v, dk, dv), lse, delta, L, S, H, H_kv, scale * LOG2E, scale,
-        CAUSAL=causal, STAGES=DKDV_HOPPER_TILES[D][1], num_warps=4,
-        maxnreg=DKDV_HOPPER_MAX_REGISTERS)
+        *dkdv_descriptors(q, do, k, v, dk, dv, dq), lse, delta, L, S, H, H_kv, scale * LOG2E,
+        scale, CAUSAL=causal, STAGES=DKDV_HOPPER_TILES[D][1], FUSED_DQ=dq is not None,
+        num_warps=4, maxnreg=DKDV_HOPPER_MAX_REGISTERS)
 
 
 def dkdv_descriptors(q: torch.Tensor, do: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     dk: torch.Tensor, dv: torch.Tensor) -> tuple[TensorDescriptor, ...]:
+                     dk: torch.Tensor, dv: torch.Tensor, dq: torch.Tensor | None = None,
+                     ) -> tuple[TensorDescriptor, ...]:
     """The TMA descriptors :func:`flash_bwd_dkdv_hopper_kernel` takes, in its order, over
     contiguous tensors (:func:`~teachkit.kernels.flash_hopper.tile_descriptor`): ``q`` and
     ``dO`` in tiles of the query block of :data:`DKDV_HOPPER_TILES`, ``k``, ``v``, ``dK`` and
-    ``dV`` in tiles of 64 rows (one consumer's keys)."""
+    ``dV`` in tiles of 64 rows (one consumer's keys), and the float32 ``dq`` in tiles of the
+    query block by half the head dim (without ``dq``, ``dK``'s again, which the kernel does
+    not read)."""
     block_m = DKDV_HOPPER_TILES[q.shape[-1]][0]
     rows = DKDV_HOPPER_KEYS // 2
+    dk_desc = tile_descriptor(dk, rows)
+    dq_desc = dk_desc if dq is None else tile_descriptor(dq, block_m, dq.shape[-1] // 2)
     return (tile_descriptor(q, block_m), tile_descriptor(do, block_m), tile_descriptor(k, rows),
-            tile_descriptor(v, rows), tile_descriptor(dk, rows), tile_descriptor(dv, rows))
+            tile_descriptor(v, rows), dk_desc, tile_descriptor(dv, rows), dq_desc)

@@ -381,22 +381,24 @@ def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
 
 
 @functools.cache
-def tile_layout(rows: int, head_dim: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
-    """The shared-memory layout (swizzle) in which ``warpgroup_mma`` reads a ``(rows, head_dim)``
-    tile of ``dtype`` (float16 or bfloat16), worked out once per tile (it is pure Python, and a
-    call should not pay for it)."""
-    element = gl.float16 if dtype == torch.float16 else gl.bfloat16
-    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], element)
+def tile_layout(rows: int, columns: int, dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    """The shared-memory layout (swizzle) in which ``warpgroup_mma`` reads a ``(rows, columns)``
+    tile of ``dtype`` (float16, bfloat16 or float32), worked out once per tile (it is pure
+    Python, and a call should not pay for it)."""
+    element = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
+               torch.float32: gl.float32}[dtype]
+    return gl.NVMMASharedLayout.get_default_for([rows, columns], element)
 
 
-def tile_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+def tile_descriptor(t: torch.Tensor, rows: int, columns: int | None = None) -> TensorDescriptor:
     """A TMA descriptor over the contiguous ``t`` viewed as ``(numel / D, D)`` (``D`` its last
-    axis), in tiles of ``rows`` x ``D`` with the shared-memory layout (swizzle)
-    ``warpgroup_mma`` reads: how the Gluon kernels of the course see their tensors."""
+    axis), in tiles of ``rows`` x ``columns`` (default ``D``) with the shared-memory layout
+    (swizzle) ``warpgroup_mma`` reads: how the Gluon kernels of the course see their tensors."""
     D = t.shape[-1]
+    columns = D if columns is None else columns
     flat = t.view(-1, D)
-    return TensorDescriptor(flat, [flat.shape[0], D], [D, 1], [rows, D],
-                            tile_layout(rows, D, t.dtype))
+    return TensorDescriptor(flat, [flat.shape[0], D], [D, 1], [rows, columns],
+                            tile_layout(rows, columns, t.dtype))
 
 
 def hopper_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,

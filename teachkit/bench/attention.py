@@ -24,7 +24,7 @@ from ..device import (
     skip_if_out_of_memory,
 )
 from ..validation import require_positive_int
-from .attention_backward import ONE_LOOP, bench_backward, training_memory
+from .attention_backward import DETERMINISTIC, ONE_LOOP, bench_backward, training_memory
 from .attention_problems import (
     ATTENTION_LENGTHS,
     HEADS,
@@ -424,10 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", nargs="+", choices=["no", "yes"], default=["no", "yes"])
     parser.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
     parser.add_argument("--providers", nargs="+", default=None,
-                        choices=[*PROVIDERS, *HOPPER_PROVIDERS, ONE_LOOP], metavar="PROVIDER",
+                        choices=[*PROVIDERS, *HOPPER_PROVIDERS, ONE_LOOP, DETERMINISTIC],
+                        metavar="PROVIDER",
                         help="which to time (quote names with spaces): " + ", ".join(PROVIDERS)
                         + f"; on a Hopper GPU also {', '.join(map(repr, HOPPER_PROVIDERS))} "
-                        f"(lengths that are multiples of 128); with --backward also {ONE_LOOP!r}")
+                        f"(lengths that are multiples of 128); with --backward also {ONE_LOOP!r}"
+                        f" and, on a Hopper GPU, {DETERMINISTIC!r}")
     parser.add_argument("--kv-heads", nargs="+", type=positive_int, default=None, metavar="H_KV",
                         help="time each problem with these numbers of key/value heads "
                         f"(grouped-query attention; divisors of the {HEADS} query heads)")

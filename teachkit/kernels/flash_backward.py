@@ -21,9 +21,11 @@ maximum because ``lse`` is already the final one. Three kernels do the work:
    the key blocks (the forward's loop order; causal, the heaviest query blocks start first, as in
    the forward).
 
-On Hopper (sm_90) at ``D = 128`` step 2 runs as the Gluon kernel of
-:mod:`teachkit.kernels.flash_backward_hopper` where its whole tiles fit the tensors: the same
-arithmetic, with FlashAttention-3's warp roles (a loader warp, two computing warpgroups).
+On Hopper (sm_90) the Gluon kernel of :mod:`teachkit.kernels.flash_backward_hopper` takes over
+where its whole tiles fit the tensors, with FlashAttention-3's warp roles (a loader warp, two
+computing warpgroups): at ``D = 64`` and ``128`` it does steps 2 and 3 in one loop, adding
+``dQ`` into float32 with TMA reduce-adds (not bitwise reproducible), and under
+``torch.use_deterministic_algorithms(True)`` it does step 2 alone at ``D = 128``.
 
 FlashAttention-2's CUDA kernel computes ``dQ`` inside the key-block loop of step 2 and adds each
 block's share to a float32 ``dQ`` in global memory with atomic adds. That saves recomputing
@@ -390,9 +392,12 @@ _INTERPRETER_CONFIG = BackwardConfig(16, 16, 4, 1, 16, 16, 4, 1)
 # allows 64 KB of shared memory a block, and there tl.dot runs on the FMA units through shared
 # memory: its tiles are the largest whose compiled kernels fit (python -m teachkit.kernels
 # compiles every entry for every GPU class and checks the shared memory). At D = 128 on sm_90
-# the dK/dV loop runs in Gluon (kv_hopper, flash_backward_hopper) where its whole tiles fit the
-# tensors: 1.08-1.29x the Triton kernels alone in the backward record, 0.80-0.93x cuDNN. Where it
-# cannot run, without the causal mask, the Triton dK/dV kernel runs warp-specialised
+# the backward runs in Gluon (flash_backward_hopper) where its whole tiles fit the tensors. With dQ
+# fused in (kv_hopper_dq, at D = 64 and 128) the record measured 1.05-1.15x the two loops from
+# L = 4096 on (0.98-1.05x at L = 1024) and 0.85-0.93x cuDNN. Under deterministic algorithms the
+# two loops run, with the Gluon dK/dV loop at D = 128 (kv_hopper: 1.08-1.30x the Triton kernels
+# alone; at D = 64 it gave no consistent gain). Where the Gluon kernel cannot run, without the
+# causal mask, the Triton dK/dV kernel runs warp-specialised
 # (flash_backward_ws): 0.76-0.80x cuDNN in the record before the Gluon kernel, where the 8-warp
 # tiles beside the flag had given 0.71-0.74x; with the mask, and at D = 64, it measured slower.
 _HALF_TILES: dict[tuple[int, int], BackwardConfig] = {

@@ -1,4 +1,4 @@
-r"""The dK/dV loop of FlashAttention's backward for Hopper (sm_90), written in Gluon.
+r"""FlashAttention's backward for Hopper (sm_90), written in Gluon: the dK/dV loop, and dQ with it.
 
 :func:`~teachkit.kernels.flash_backward.flash_bwd_dkdv_kernel` holds ``dK`` and ``dV`` of its key
 block in registers while it walks over the query blocks; at ``D = 128`` that is 128 float32
@@ -13,8 +13,8 @@ with Gluon's explicit pieces, as :mod:`teachkit.kernels.flash_hopper` does for t
   the keys, with their ``dK`` and ``dV`` in registers, and walk every query block of every query
   head of the group (grouped-query attention sums the group in registers). Each consumer arrives
   on a buffer's ``empty`` barrier when its products that read it are done; the loader refills it
-  once both have. The loader gives its registers to the consumers (``setmaxnreg``): 232 a thread
-  in a consumer warpgroup, 40 in the loader.
+  once both have. The loader gives its registers to the consumers (``setmaxnreg``): 240 a thread
+  in a consumer warpgroup, 24 in the loader.
 * **Transposed tiles, so nothing is transposed.** A consumer computes the scores of its keys
   against a query block as ``S^T = K Q^T`` (keys down, queries across), so that ``P^T`` and
   ``dS^T`` come out of ``warpgroup_mma`` already in the shape the next products need:
@@ -23,16 +23,32 @@ with Gluon's explicit pieces, as :mod:`teachkit.kernels.flash_hopper` does for t
   ``P^T`` run while ``V dO^T`` is still on the tensor cores, and ``dV += P^T dO`` is issued
   before ``dS^T`` is formed.
 
+With ``FUSED_DQ`` the same kernel computes ``dQ`` too, FlashAttention-3's way, so that the two
+products the dQ loop would recompute (``q k^T`` and ``dO v^T``) are not computed at all:
+
+* **dS^T handed over.** ``dQ`` of a query block sums ``dS K`` over the program's 128 keys, and
+  each consumer has ``dS^T`` of its 64. Each stores its ``dS^T`` in shared memory and arrives on
+  an mbarrier that completes once both have; two slots, alternating with the steps, keep a
+  consumer from overwriting what the other may still read.
+* **Half the head dim each.** A consumer computes ``dQ[:, half] = dS K[:, half]`` over both
+  halves of the keys (two products of 64 keys, ``dS`` read from shared memory as ``dS^T``
+  transposed): 32 float32 accumulators a thread beside ``dK`` and ``dV``.
+* **Added by TMA.** The scaled tile goes to shared memory and :data:`TMA_REDUCE_ADD`
+  (``cp.reduce.async.bulk.tensor ... .add``) adds it into a zeroed float32 ``dQ`` in global
+  memory, where every program of the head adds its keys' share. The adds land in any order, so
+  ``dQ`` is not bitwise reproducible.
+
 The arithmetic is :mod:`teachkit.kernels.flash_backward`'s: ``P^T = exp2(S^T scale log2(e) -
 lse log2(e))`` from the forward's lse, ``dS^T = P^T (dP^T - delta)`` with ``delta = rowsum(dO o
 O)`` from :func:`~teachkit.kernels.flash_backward.flash_bwd_delta_kernel`, and ``dK`` scaled
 once at the end. The tiles are whole: ``L`` a multiple of the query block, ``S`` of 128 (the
-causal diagonal is masked in the scores). ``dQ`` stays with the Triton kernel
+causal diagonal is masked in the scores). Without ``FUSED_DQ``, ``dQ`` is the Triton kernel's
 (:func:`~teachkit.kernels.flash_backward.flash_bwd_dq_kernel`), the other loop order.
 
 :func:`~teachkit.kernels.flash_backward.flash_backward` launches this kernel (through
 :func:`launch_dkdv_hopper`) where the tiles of
-:func:`~teachkit.kernels.flash_backward.backward_config` ask for it (``kv_hopper``) and
+:func:`~teachkit.kernels.flash_backward.backward_config` ask for it (``kv_hopper_dq`` with dQ,
+unless ``torch.use_deterministic_algorithms(True)`` is on; ``kv_hopper`` without) and
 :func:`dkdv_hopper_ready` accepts the tensors.
 """
 
@@ -56,9 +72,9 @@ from ..device import INTERPRETED, compute_capability, on_other_gpu
 from .flash_hopper import LOG2E, TMA_LOAD, TMA_STORE, handover_barriers, tile_descriptor
 
 __all__ = ["DKDV_CONSUMER_REGISTERS", "DKDV_HOPPER_KEYS", "DKDV_HOPPER_MAX_REGISTERS",
-           "DKDV_HOPPER_TILES", "DKDV_LOADER_REGISTERS", "dkdv_descriptors",
+           "DKDV_HOPPER_TILES", "DKDV_LOADER_REGISTERS", "TMA_REDUCE_ADD", "dkdv_descriptors",
            "dkdv_hopper_ready", "dkdv_rows", "flash_bwd_dkdv_hopper_kernel",
-           "launch_dkdv_hopper", "load_query_blocks"]
+           "launch_dkdv_hopper", "load_query_blocks", "tma_reduce_add"]
 
 
 

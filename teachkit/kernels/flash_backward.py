@@ -446,6 +446,8 @@ def backward_config(head_dim: int, dtype: torch.dtype,
     False
     >>> backward_config(128, torch.float16, (9, 0), causal=True).kv_hopper
     True
+    >>> backward_config(64, torch.float16, (9, 0)).kv_hopper_dq  # dQ fused in, sm_90 only
+    True
     >>> cfg = backward_config(64, torch.float16, (9, 0))
     >>> cfg.kv_block_m, cfg.kv_block_n, cfg.kv_warps  # dK/dV: 32 queries a step, 128 keys held
     (32, 128, 4)

@@ -72,7 +72,8 @@ from ..device import INTERPRETED, compute_capability, on_other_gpu
 from .flash_hopper import LOG2E, TMA_LOAD, TMA_STORE, handover_barriers, tile_descriptor
 
 __all__ = ["DKDV_CONSUMER_REGISTERS", "DKDV_HOPPER_KEYS", "DKDV_HOPPER_MAX_REGISTERS",
-           "DKDV_HOPPER_TILES", "DKDV_LOADER_REGISTERS", "TMA_REDUCE_ADD", "dkdv_descriptors",
+           "DKDV_HOPPER_TILES", "DKDV_LOADER_REGISTERS", "THREAD_BARRIER", "TMA_REDUCE_ADD",
+           "dkdv_descriptors",
            "dkdv_hopper_ready", "dkdv_rows", "flash_bwd_dkdv_hopper_kernel",
            "launch_dkdv_hopper", "load_query_blocks", "tma_reduce_add"]
 
@@ -91,6 +92,9 @@ def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 TMA_REDUCE_ADD = getattr(tma, "async_atomic_add", tma_reduce_add)
 """Adds a shared-memory tile into a tile of global memory, element by element, with TMA."""
+THREAD_BARRIER = getattr(gl, "thread_barrier", None) or gl.barrier
+"""Synchronises the threads of a partition: ``thread_barrier`` in Triton 3.6, ``barrier`` in a
+newer Triton."""
 KERNEL_LOG2E = gl.constexpr(LOG2E)
 """log2(e) inside the kernel: the forward's lse is in natural-log units, the scores in log2."""
 DKDV_HOPPER_KEYS = 128
@@ -201,7 +205,7 @@ def dkdv_rows(wg: gl.constexpr, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE, 
             slot = j % 2
             ds_smem.index(2 * slot + wg).store(dsT)
             fence_async_shared()
-            gl.thread_barrier()
+            THREAD_BARRIER()
             mbarrier.arrive(ds_bars.index(slot), count=1)
         dk = warpgroup_mma(gl.convert_layout(dsT, op_layout), q_buf, dk, is_async=True)
         if FUSED_DQ:
@@ -226,7 +230,7 @@ def dkdv_rows(wg: gl.constexpr, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE, 
 
     if FUSED_DQ:  # one more handover: the other warpgroup has stopped reading our keys
         tma.store_wait(0)
-        gl.thread_barrier()
+        THREAD_BARRIER()
         last = group * n_q
         mbarrier.arrive(ds_bars.index(last % 2), count=1)
         mbarrier.wait(ds_bars.index(last % 2), (last // 2) & 1)

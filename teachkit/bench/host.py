@@ -58,8 +58,11 @@ __all__ = ["OPS", "PROVIDERS", "LAUNCHER_ALONE", "ROUNDS", "DEFAULT_CALLS", "hos
            "launches_skipped", "launch_cache_bypassed", "launcher_calls", "host_us", "bench_host",
            "main"]
 
-OPS = ("softmax", "flash_attention", "decode_attention")
-"""The entry points timed, by the name :mod:`teachkit.kernels` gives them."""
+OPS = ("softmax", "flash_attention", "flash_attention_d128", "decode_attention")
+"""The calls timed: each entry point by the name :mod:`teachkit.kernels` gives it, and
+``flash_attention_d128``, ``flash_attention`` at head dim 128, which on a Hopper GPU runs the Gluon
+kernel (:mod:`teachkit.kernels.flash_hopper`, TMA descriptors built each call) instead of the
+Triton one."""
 PROVIDERS = ("torch", "teachkit", "teachkit, Triton's launch path", "teachkit, no launch")
 """The ways each op is timed everywhere, in order."""
 TORCH, TEACHKIT, TRITON_PATH, NO_LAUNCH = PROVIDERS
@@ -77,8 +80,9 @@ def host_problems() -> dict[str, tuple[str, dict, Callable[[], object], Callable
     call and teachkit's call.
 
     On a GPU: softmax of 64 rows of 256 in bfloat16; flash_attention of (1, 2, 64, 64) in
-    float16; decode_attention of one new token of 32 heads of 128 against a cache of 256 tokens
-    in float16, its lengths given and ``check_values=False``, as a decoding loop calls it.
+    float16, and of (1, 2, 128, 128) (the Gluon kernel's smallest problem on Hopper);
+    decode_attention of one new token of 32 heads of 128 against a cache of 256 tokens in
+    float16, its lengths given and ``check_values=False``, as a decoding loop calls it.
     Smaller in the interpreter.
     """
     from ..kernels import decode_attention, flash_attention, softmax
@@ -87,6 +91,9 @@ def host_problems() -> dict[str, tuple[str, dict, Callable[[], object], Callable
     x = torch.randn(rows, cols, dtype=torch.bfloat16, device=DEVICE)
     B, H, L, D = pick(cpu=(1, 2, 16, 16), gpu=(1, 2, 64, 64))
     q, k, v = (torch.randn(B, H, L, D, dtype=torch.float16, device=DEVICE) for _ in range(3))
+    L2, D2 = pick(cpu=(16, 128), gpu=(128, 128))
+    q2, k2, v2 = (torch.randn(B, H, L2, D2, dtype=torch.float16, device=DEVICE)
+                  for _ in range(3))
     Hd, S, Dd = pick(cpu=(2, 64, 16), gpu=(32, 256, 128))
     qd, kc, vc = (torch.randn(1, Hd, n, Dd, dtype=torch.float16, device=DEVICE)
                   for n in (1, S, S))
@@ -97,6 +104,8 @@ def host_problems() -> dict[str, tuple[str, dict, Callable[[], object], Callable
                     lambda: torch.softmax(x, -1), lambda: softmax(x)),
         "flash_attention": ("fp16", {"B": B, "H": H, "L": L, "S": L, "D": D},
                             lambda: sdpa(q, k, v), lambda: flash_attention(q, k, v)),
+        "flash_attention_d128": ("fp16", {"B": B, "H": H, "L": L2, "S": L2, "D": D2},
+                                 lambda: sdpa(q2, k2, v2), lambda: flash_attention(q2, k2, v2)),
         "decode_attention": ("fp16", {"B": 1, "H": Hd, "S": S, "D": Dd},
                              lambda: sdpa(qd, kc, vc),
                              lambda: decode_attention(qd, kc, vc, cache_seqlens=lens,
@@ -109,7 +118,7 @@ def _no_launch(*args: object, **kwargs: object) -> None:
 
 
 def _entry_kernels() -> list:
-    """The Triton kernels of the modules behind the entry points, each once."""
+    """The Triton and Gluon kernels of the modules behind the entry points, each once."""
     from triton.runtime.jit import KernelInterface
 
     from ..kernels import (
@@ -121,7 +130,10 @@ def _entry_kernels() -> list:
         softmax_kernels,
     )
 
-    modules = (softmax_kernels, flash, flash_simple, flash_backward, decode, decode_simple)
+    modules = [softmax_kernels, flash, flash_simple, flash_backward, decode, decode_simple]
+    with contextlib.suppress(ImportError):  # a Triton without Gluon
+        from ..kernels import flash_backward_hopper, flash_hopper
+        modules += [flash_hopper, flash_backward_hopper]
     return list({id(obj): obj for module in modules for obj in vars(module).values()
                  if isinstance(obj, KernelInterface)}.values())
 

@@ -70,6 +70,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..device import INTERPRETED, compute_capability, on_other_gpu
 from .flash_hopper import LOG2E, TMA_LOAD, TMA_STORE, handover_barriers, tile_descriptor
+from .launch_cache import cached_launch
 
 __all__ = ["DKDV_CONSUMER_REGISTERS", "DKDV_HOPPER_KEYS", "DKDV_HOPPER_MAX_REGISTERS",
            "DKDV_HOPPER_TILES", "DKDV_LOADER_REGISTERS", "THREAD_BARRIER", "TMA_REDUCE_ADD",
@@ -243,6 +244,7 @@ def dkdv_rows(wg: gl.constexpr, k_desc, v_desc, dk_desc, dv_desc, dq_desc, LSE, 
     tma.store_wait(0)
 
 
+@cached_launch
 @gluon.jit
 def flash_bwd_dkdv_hopper_kernel(q_desc, do_desc, k_desc, v_desc, dk_desc, dv_desc, dq_desc,
                                  LSE, DELTA, L, S, H, H_KV, qk_scale, scale,

@@ -62,6 +62,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ..device import INTERPRETED, compute_capability, on_other_gpu
 from ..validation import require_bool, resolve_scale
 from .attention_inputs import check_inputs
+from .launch_cache import cached_launch
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED_HEAD_DIMS",
            "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD", "TMA_STORE", "attend_rows",
@@ -233,6 +234,7 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
     tma.store_wait(0)
 
 
+@cached_launch
 @gluon.jit
 def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, qk_scale,
                             CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, STAGES: gl.constexpr):
@@ -393,12 +395,27 @@ def tile_layout(rows: int, columns: int, dtype: torch.dtype) -> gl.NVMMASharedLa
 def tile_descriptor(t: torch.Tensor, rows: int, columns: int | None = None) -> TensorDescriptor:
     """A TMA descriptor over the contiguous ``t`` viewed as ``(numel / D, D)`` (``D`` its last
     axis), in tiles of ``rows`` x ``columns`` (default ``D``) with the shared-memory layout
-    (swizzle) ``warpgroup_mma`` reads: how the Gluon kernels of the course see their tensors."""
+    (swizzle) ``warpgroup_mma`` reads: how the Gluon kernels of the course see their tensors.
+
+    Built without ``TensorDescriptor``'s own checks (16-byte aligned start and row stride, a
+    last stride of 1, positive sizes), about 5 µs a descriptor on the host: the callers hold
+    tensors that meet them (:func:`hopper_ready` and the backward's ``dkdv_hopper_ready`` check
+    the inputs; the outputs are fresh contiguous tensors), and a call builds four to seven.
+
+    Examples
+    --------
+    >>> d = tile_descriptor(torch.zeros(2, 3, 256, 64, dtype=torch.float16), 64)
+    >>> d.shape, d.strides, d.block_shape
+    ([1536, 64], [64, 1], [64, 64])
+    """
     D = t.shape[-1]
     columns = D if columns is None else columns
-    flat = t.view(-1, D)
-    return TensorDescriptor(flat, [flat.shape[0], D], [D, 1], [rows, columns],
-                            tile_layout(rows, columns, t.dtype))
+    descriptor = object.__new__(TensorDescriptor)  # the dataclass's fields, set directly
+    descriptor.base, descriptor.shape, descriptor.strides = t, [t.numel() // D, D], [D, 1]
+    descriptor.block_shape = [rows, columns]
+    descriptor.layout = tile_layout(rows, columns, t.dtype)
+    descriptor.padding = "zero"
+    return descriptor
 
 
 def hopper_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,

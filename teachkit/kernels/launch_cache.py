@@ -13,7 +13,8 @@ times the entry points with and without this module.
 kernel, and on a hit calls the compiled kernel's launcher directly. The key is built in one pass
 over the arguments and is finer than what Triton specialises on: every integer by its value;
 every tensor by its dtype, whether its address is a multiple of 16 and whether it is on the GPU;
-a tensor descriptor (TMA) by its dtype and block shape; every float as "a float"; the value of
+a tensor descriptor (TMA) by its dtype and block shape (and a Gluon kernel's descriptor by its
+shared-memory layout too); every float as "a float"; the value of
 every ``tl.constexpr`` parameter and of every keyword (``num_warps``, ...); the device; Triton's
 debug settings. Two launches with equal keys therefore get the same compiled kernel from Triton
 too. A model calls an entry point with few distinct shapes, so keys by value stay few; past
@@ -59,6 +60,10 @@ try:
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # a Triton without host-side tensor descriptors
     TensorDescriptor = None
+try:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+except ImportError:  # a Triton without Gluon
+    GluonTensorDescriptor = None
 
 __all__ = ["cached_launch", "CachedRun", "argument_key", "key_function", "slow_key", "MAX_KEYS",
            "DIRECT_LAUNCH_VERSIONS"]
@@ -108,6 +113,8 @@ def argument_key(value: Any) -> Any:
     if kind is TensorDescriptor:  # Triton specialises on the dtype and the block's shape
         return (kind, value.base.dtype, tuple(value.block_shape),
                 getattr(value, "padding", None))
+    if kind is GluonTensorDescriptor:  # and, for Gluon's, on the shared-memory layout
+        return (kind, value.base.dtype, tuple(value.block_shape), value.padding, value.layout)
     return UNCACHED
 
 

@@ -89,6 +89,22 @@ def test_argument_keys_refine_tritons_specialisation():
     assert argument_key(np.int64(3)) is UNCACHED
 
 
+def test_a_gluon_descriptor_is_keyed_by_dtype_block_and_layout_not_by_its_tensor():
+    fh = pytest.importorskip("teachkit.kernels.flash_hopper")
+    from teachkit.kernels.launch_cache import argument_key
+
+    a, b = (torch.zeros(1, 2, 256, 64, dtype=torch.float16) for _ in range(2))
+    assert argument_key(fh.tile_descriptor(a, 64)) == argument_key(fh.tile_descriptor(b, 64))
+    assert argument_key(fh.tile_descriptor(a, 64)) != argument_key(fh.tile_descriptor(a, 128))
+    assert argument_key(fh.tile_descriptor(a, 64)) != argument_key(
+        fh.tile_descriptor(a.bfloat16(), 64))
+    # same dtype and block in another layout (the 64-byte swizzle of 32 float16 columns)
+    swizzled = fh.tile_descriptor(a, 64)
+    swizzled.layout = fh.tile_layout(64, 32, torch.float16)
+    assert swizzled.layout != fh.tile_descriptor(a, 64).layout
+    assert argument_key(swizzled) != argument_key(fh.tile_descriptor(a, 64))
+
+
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
 def test_keys_by_value_miss_once_per_new_shape_and_the_dictionary_stays_bounded(monkeypatch):
     from teachkit.kernels import launch_cache

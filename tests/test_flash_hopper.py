@@ -24,9 +24,12 @@ ON_HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
 
 def test_the_tiles_fit_an_sm90_program():
     """Queries, STAGES key and value blocks and the barriers fit in sm_90's shared memory."""
-    for d, (block_n, stages) in fh.HOPPER_TILES.items():
-        tiles = 2 * (fh.HOPPER_ROWS * d + 2 * stages * block_n * d)
-        assert tiles + 1024 <= SHARED_MEMORY_LIMIT[90], d
+    for d, (_, stages) in fh.HOPPER_TILES.items():
+        for block_n in fh.HOPPER_KEY_BLOCKS[d]:
+            tiles = 2 * (fh.HOPPER_ROWS * d + 2 * stages * block_n * d)
+            assert tiles + 1024 <= SHARED_MEMORY_LIMIT[90], (d, block_n)
+    for d, form in fh.HOPPER_PREFERRED.items():
+        assert form.block_n in fh.HOPPER_KEY_BLOCKS[d]
 
 
 @pytest.mark.skipif(ON_HOPPER, reason="checks the refusal off Hopper")
@@ -45,6 +48,13 @@ def test_bad_arguments_are_named():
         fh.flash_attention_hopper(q, q, q, overlap="yes")
     with pytest.raises(TypeError, match="causal"):
         fh.flash_attention_hopper(q, q, q, causal=1.5)
+    with pytest.raises(TypeError, match="block_n must be one of"):
+        fh.flash_attention_hopper(q, q, q, block_n="256")
+    with pytest.raises(ValueError, match=r"block_n must be one of \(128, 256\) at head dim 64"):
+        fh.flash_attention_hopper(q, q, q, block_n=64)
+    with pytest.raises(ValueError, match=r"block_n must be one of \(128,\) at head dim 128"):
+        wide = torch.zeros(1, 2, 128, 128, dtype=torch.float16, device=teachkit.DEVICE)
+        fh.flash_attention_hopper(wide, wide, wide, block_n=256)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
@@ -66,6 +76,11 @@ def test_matches_the_triton_kernel_and_float64(shape, causal, dtype):
     assert relative_error(out, ref) < tolerance
     assert (lse - ref_lse).abs().max().item() < 1e-3
     assert torch.equal(out, fh.flash_attention_hopper(q, k, v, causal, overlap=False))
+    if D == 64:  # 256 keys a block, without the overlap: other sums, same answer
+        wide, wide_lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True,
+                                                   overlap=False, block_n=256)
+        assert relative_error(wide, want) < tolerance
+        assert (wide_lse - ref_lse).abs().max().item() < 1e-3
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
@@ -83,6 +98,27 @@ def test_flash_attention_prefers_the_gluon_kernel_only_where_it_takes_the_inputs
     assert fh.hopper_preferred(q, q, q) == ON_HOPPER
     for other in (q.float(), q[..., :64].contiguous(), q.transpose(2, 3), q[:, :, :100]):
         assert not fh.hopper_preferred(other, other, other)
+    # head dim 64: from 4096 keys on, in whole 256-key blocks
+    q64 = torch.zeros(1, 2, 128, 64, dtype=torch.float16, device=teachkit.DEVICE)
+    keys = torch.zeros(1, 2, 4224, 64, dtype=torch.float16, device=teachkit.DEVICE)
+    first = keys[:, :, :4096]
+    assert fh.hopper_preferred(q64, first, first) == ON_HOPPER
+    for other in (keys[:, :, :3840], keys):  # too few keys; not whole 256-key blocks
+        assert not fh.hopper_preferred(q64, other, other)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_runs_the_wide_form_at_head_dim_64_from_4096_keys(causal):
+    gen = torch.Generator("cuda").manual_seed(2)
+    q = torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(1, 2, 4096, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+            for _ in range(2))
+    out = flash_attention(q, k, v, causal=causal)
+    assert torch.equal(out, fh.flash_attention_hopper(q, k, v, causal, overlap=False,
+                                                      block_n=256))
+    want, _ = attention_reference(q, k, v, causal)
+    assert relative_error(out, want) < 1e-2
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")

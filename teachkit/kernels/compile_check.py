@@ -744,17 +744,18 @@ def loop_overlap(ptx: str) -> dict[str, object]:
 
 
 def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
-                    overlap: bool = True) -> object:
+                    overlap: bool = True, block_n: int | None = None) -> object:
     """The Gluon forward kernel (:mod:`teachkit.kernels.flash_hopper`) compiled for sm_90 with
     its launch's tiles, without a GPU: ``triton.compile`` of its Gluon source, the types of its
     tensor descriptors those of :func:`~teachkit.kernels.flash_hopper.hopper_descriptors` over
-    empty tensors. Needs
+    empty tensors, in key blocks of ``block_n`` (default the head dim's). Needs
     ``TRITON_INTERPRET=0``, as :func:`wgmma_overlap`."""
     from . import flash_hopper as fh
 
-    block_n, stages = fh.HOPPER_TILES[head_dim]
+    default_block, stages = fh.HOPPER_TILES[head_dim]
+    block_n = default_block if block_n is None else block_n
     rows, keys = (_empty_rows(n, head_dim, dtype) for n in (fh.HOPPER_ROWS, block_n))
-    descriptors = fh.hopper_descriptors(rows, keys, keys, rows)
+    descriptors = fh.hopper_descriptors(rows, keys, keys, rows, block_n)
     return _gluon_compile(
         fh.flash_fwd_hopper_kernel,
         dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), descriptors, strict=True)),

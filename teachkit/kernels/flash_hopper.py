@@ -24,6 +24,11 @@ and splits its warps into partitions that run different code (``gl.warp_speciali
   runs the softmax of block ``j + 1`` (its ``ex2``) while ``p_j v_j`` still runs on the tensor
   cores, and only then waits for it. With ``OVERLAP=False`` the same kernel waits for each
   product where it is issued, Triton's schedule, for comparison.
+* **Wider key blocks without the overlap.** With the overlap a warpgroup holds two blocks'
+  scores at once, so at head dim 64 the key block stays at 128. Without it one block's scores
+  fit in 256 keys (128 float32 registers a thread): half the steps, half the handovers, a
+  longer product each step. At head dim 64 from 4096 keys on that form is the faster
+  (:data:`HOPPER_PREFERRED`, measured by ``python -m teachkit.bench attention``).
 * **Registers where the data is.** The scores come out of ``wgmma`` in its accumulator layout
   (``NVMMADistributedLayout``); the row maxima and sums are reductions in that layout, and the
   weights ``p`` go back into the next product from registers (``DotOperandLayout``): no round
@@ -46,6 +51,7 @@ its Triton kernel for everything else.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 from triton.experimental import gluon
@@ -64,8 +70,9 @@ from ..validation import require_bool, resolve_scale
 from .attention_inputs import check_inputs
 from .launch_cache import cached_launch
 
-__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED_HEAD_DIMS",
-           "HOPPER_ROWS", "HOPPER_TILES", "TMA_LOAD", "TMA_STORE", "attend_rows",
+__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED",
+           "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
+           "TMA_STORE", "attend_rows",
            "flash_attention_hopper", "flash_fwd_hopper_kernel", "handover_barriers",
            "hopper_descriptors", "hopper_device", "hopper_preferred", "hopper_ready",
            "launch_hopper", "load_key_blocks", "softmax_block", "tile_descriptor", "tile_layout"]
@@ -86,11 +93,31 @@ HOPPER_TILES = {64: (128, 3), 128: (128, 3)}
 the query tile and three stages of key and value blocks take 224 KiB of the 227 KiB a program
 may use on an H100."""
 HOPPER_HEAD_DIMS = tuple(HOPPER_TILES)
-HOPPER_PREFERRED_HEAD_DIMS = (128,)
-"""Head dims at which :func:`~teachkit.kernels.flash.flash_attention` runs its forward pass with
-this kernel wherever :func:`hopper_ready` accepts the inputs and they are contiguous: those at
-which it was faster than the Triton kernel on every problem of the H100 record
-(``python -m teachkit.bench attention``, providers ``teachkit hopper`` and ``teachkit triton``)."""
+HOPPER_KEY_BLOCKS = {64: (128, 256), 128: (128,)}
+"""Head dim -> the key blocks the kernel takes (``block_n``), its default first. 256 keys are
+for the form without the overlap: with it, two blocks' scores would not fit in the registers.
+At head dim 128 three stages of 256-key blocks would not fit in shared memory."""
+
+
+class HopperForm(NamedTuple):
+    """How :func:`~teachkit.kernels.flash.flash_attention` runs this kernel at one head dim:
+    from ``min_keys`` keys on (``S``), with key blocks of ``block_n`` and the overlap on or
+    off."""
+
+    min_keys: int
+    block_n: int
+    overlap: bool
+
+
+HOPPER_PREFERRED = {64: HopperForm(4096, 256, False), 128: HopperForm(0, 128, True)}
+"""Head dim -> the form in which :func:`~teachkit.kernels.flash.flash_attention` runs its
+forward pass with this kernel, wherever :func:`hopper_preferred` accepts the inputs; where it
+was faster than the Triton kernel (``python -m teachkit.bench attention``, providers
+``teachkit hopper`` and ``teachkit triton``). At head dim 128 always, as the H100 record shows.
+At head dim 64 from 4096 keys, in 256-key blocks without the overlap; below that the Triton
+kernel was as fast or faster on an H200 (``attention_d64_nvidia_h200``)."""
+HOPPER_PREFERRED_HEAD_DIMS = tuple(HOPPER_PREFERRED)
+"""The head dims of :data:`HOPPER_PREFERRED`."""
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.
 The partitions then move them (``setmaxnreg``): 232 for each consumer warpgroup, 40 for the
@@ -291,11 +318,13 @@ def hopper_device() -> bool:
         torch.cuda.get_device_capability()[0] == 9)
 
 
-def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 block_n: int | None = None) -> bool:
     """Whether :func:`flash_attention_hopper` takes these (checked) inputs: compiled on a GPU of
     compute capability 9.x, float16 or bfloat16, head dim in :data:`HOPPER_HEAD_DIMS`, ``L`` a
-    multiple of :data:`HOPPER_ROWS`, ``S`` a positive multiple of the key block, and tensors
-    that start at 16-byte aligned addresses (TMA copies them).
+    multiple of :data:`HOPPER_ROWS`, ``S`` a positive multiple of the key block ``block_n``
+    (default the head dim's first in :data:`HOPPER_KEY_BLOCKS`), and tensors that start at
+    16-byte aligned addresses (TMA copies them).
 
     Examples
     --------
@@ -303,14 +332,15 @@ def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     >>> hopper_ready(q, q, q)
     False
     """
-    return _not_ready_reason(q, k, v) is None
+    return _not_ready_reason(q, k, v, block_n) is None
 
 
 def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether :func:`~teachkit.kernels.flash.flash_attention` runs these (checked) inputs'
-    forward pass with this kernel: :func:`hopper_ready` accepts them, ``q``, ``k`` and ``v`` are
-    contiguous (the Triton kernel reads any strides without a copy) and the head dim is one of
-    :data:`HOPPER_PREFERRED_HEAD_DIMS`.
+    forward pass with this kernel: the head dim is one of :data:`HOPPER_PREFERRED`, with at
+    least its ``min_keys`` keys, :func:`hopper_ready` accepts them with its ``block_n``, and
+    ``q``, ``k`` and ``v`` are contiguous (the Triton kernel reads any strides without a
+    copy).
 
     Examples
     --------
@@ -318,13 +348,16 @@ def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     >>> hopper_preferred(q, q, q)
     False
     """
-    return (q.shape[-1] in HOPPER_PREFERRED_HEAD_DIMS and q.is_contiguous()
-            and k.is_contiguous() and v.is_contiguous() and _not_ready_reason(q, k, v) is None)
+    form = HOPPER_PREFERRED.get(q.shape[-1])
+    return (form is not None and k.shape[-2] >= form.min_keys and q.is_contiguous()
+            and k.is_contiguous() and v.is_contiguous()
+            and _not_ready_reason(q, k, v, form.block_n) is None)
 
 
 def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            causal: bool = False, scale: float | None = None,
                            return_lse: bool = False, *, overlap: bool = True,
+                           block_n: int | None = None,
                            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The forward pass of :func:`~teachkit.kernels.flash.flash_attention` by
     :func:`flash_fwd_hopper_kernel`, for inputs :func:`hopper_ready` accepts.
@@ -336,6 +369,9 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     overlap : bool
         Run the softmax of the next key block under the current ``p v`` product (the default);
         ``False`` waits for each product where it is issued, for comparison.
+    block_n : int, optional
+        Keys per block, one of the head dim's :data:`HOPPER_KEY_BLOCKS` (default its first,
+        128). 256 at head dim 64 is for ``overlap=False``: with the overlap it runs, slowly.
 
     Returns
     -------
@@ -353,7 +389,13 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     causal = require_bool(causal, "causal")
     require_bool(return_lse, "return_lse")
     overlap = require_bool(overlap, "overlap")
-    reason = _not_ready_reason(q, k, v)
+    D = q.shape[-1]
+    if block_n is not None and (type(block_n) is not int
+                                or block_n not in HOPPER_KEY_BLOCKS.get(D, (block_n,))):
+        raise (TypeError if type(block_n) is not int else ValueError)(
+            f"block_n must be one of {HOPPER_KEY_BLOCKS.get(D, (128,))} at head dim {D} "
+            f"(keys per block), or None for the default; got {block_n!r}")
+    reason = _not_ready_reason(q, k, v, block_n)
     if reason is not None:
         raise ValueError(reason)
     scale = resolve_scale(scale, q.shape[-1])
@@ -362,24 +404,27 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-    launch_hopper(q, k, v, out, lse, causal, scale, overlap)
+    launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n)
     return (out, lse) if return_lse else out
 
 
 def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                  lse: torch.Tensor, causal: bool, scale: float, overlap: bool = True) -> None:
+                  lse: torch.Tensor, causal: bool, scale: float, overlap: bool = True,
+                  block_n: int | None = None) -> None:
     """Launch :func:`flash_fwd_hopper_kernel` on checked, contiguous inputs that
-    :func:`hopper_ready` accepts, with ``scale >= 0``, writing the contiguous ``out`` and
-    ``lse``. No checks: :func:`flash_attention_hopper` is the entry point, and
+    :func:`hopper_ready` accepts (with ``block_n`` keys a block, default the head dim's
+    :data:`HOPPER_TILES`), with ``scale >= 0``, writing the contiguous ``out`` and ``lse``. No
+    checks: :func:`flash_attention_hopper` is the entry point, and
     :func:`~teachkit.kernels.flash.flash_attention` calls this where it picks the kernel."""
     if on_other_gpu(q):
         with torch.cuda.device(q.device):
-            return launch_hopper(q, k, v, out, lse, causal, scale, overlap)
+            return launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n)
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
     flash_fwd_hopper_kernel[(L // HOPPER_ROWS, B * H)](
-        *hopper_descriptors(q, k, v, out), lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal,
-        OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
+        *hopper_descriptors(q, k, v, out, block_n), lse, L, S, H, H_kv, scale * LOG2E,
+        CAUSAL=causal, OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], num_warps=4,
+        maxnreg=HOPPER_MAX_REGISTERS)
 
 
 @functools.cache
@@ -419,18 +464,20 @@ def tile_descriptor(t: torch.Tensor, rows: int, columns: int | None = None) -> T
 
 
 def hopper_descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                       ) -> tuple[TensorDescriptor, ...]:
+                       block_n: int | None = None) -> tuple[TensorDescriptor, ...]:
     """The TMA descriptors :func:`flash_fwd_hopper_kernel` takes, over contiguous tensors
     (:func:`tile_descriptor`): ``q`` and ``out`` in tiles of 64 rows (one consumer's), ``k``
-    and ``v`` in tiles of the key block of :data:`HOPPER_TILES`."""
-    block_n = HOPPER_TILES[q.shape[-1]][0]
+    and ``v`` in tiles of ``block_n`` keys (default the key block of :data:`HOPPER_TILES`)."""
+    block_n = HOPPER_TILES[q.shape[-1]][0] if block_n is None else block_n
     return (tile_descriptor(q, HOPPER_ROWS // 2), tile_descriptor(k, block_n),
             tile_descriptor(v, block_n), tile_descriptor(out, HOPPER_ROWS // 2))
 
 
-def _not_ready_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
-    """Why :func:`flash_attention_hopper` does not take these inputs, and what to do instead;
-    ``None`` when it does (the one place that lists its conditions)."""
+def _not_ready_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      block_n: int | None = None) -> str | None:
+    """Why :func:`flash_attention_hopper` does not take these inputs in key blocks of
+    ``block_n`` (default the head dim's :data:`HOPPER_TILES`), and what to do instead; ``None``
+    when it does (the one place that lists its conditions)."""
     D, L, S = q.shape[-1], q.shape[-2], k.shape[-2]
     if INTERPRETED or not q.is_cuda or compute_capability(q.device)[0] != 9:
         why = "needs a Hopper GPU (compute capability 9.x) and compiled Triton"
@@ -440,8 +487,8 @@ def _not_ready_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str 
         why = f"takes head dims {HOPPER_HEAD_DIMS}, got {D}"
     elif L % HOPPER_ROWS:
         why = f"needs L a multiple of {HOPPER_ROWS}, got {L}"
-    elif S == 0 or S % HOPPER_TILES[D][0]:
-        why = f"needs S a positive multiple of {HOPPER_TILES[D][0]}, got {S}"
+    elif S == 0 or S % (block_n := block_n or HOPPER_TILES[D][0]):
+        why = f"needs S a positive multiple of {block_n} (the key block), got {S}"
     elif q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16:
         why = "needs q, k and v to start at 16-byte aligned addresses (TMA copies them)"
     else:

@@ -13,6 +13,7 @@ __all__ = ["plot_attention_tflops", "plot_steps"]
 
 _TEACHKIT_LINES = {"teachkit flash": "-", "teachkit triton": "--", "teachkit hopper": ":",
                    "teachkit hopper, no overlap": "-.",
+                   "teachkit hopper, wide, no overlap": (0, (5, 1)),
                    "teachkit flash, atomic dQ": (0, (3, 1, 1, 1, 1, 1)),
                    "teachkit flash, deterministic": ":"}
 """Line style of each of the course's providers (others dashed)."""

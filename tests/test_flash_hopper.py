@@ -100,11 +100,12 @@ def test_flash_attention_prefers_the_gluon_kernel_only_where_it_takes_the_inputs
         assert not fh.hopper_preferred(other, other, other)
     # head dim 64: from 4096 keys on, in whole 256-key blocks
     q64 = torch.zeros(1, 2, 128, 64, dtype=torch.float16, device=teachkit.DEVICE)
-    keys = torch.zeros(1, 2, 4224, 64, dtype=torch.float16, device=teachkit.DEVICE)
-    first = keys[:, :, :4096]
-    assert fh.hopper_preferred(q64, first, first) == ON_HOPPER
-    for other in (keys[:, :, :3840], keys):  # too few keys; not whole 256-key blocks
-        assert not fh.hopper_preferred(q64, other, other)
+    def keys(n):
+        return torch.zeros(1, 2, n, 64, dtype=torch.float16, device=teachkit.DEVICE)
+
+    assert fh.hopper_preferred(q64, keys(4096), keys(4096)) == ON_HOPPER
+    for n in (3840, 4224):  # too few keys; not whole 256-key blocks
+        assert not fh.hopper_preferred(q64, keys(n), keys(n))
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")

@@ -432,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="PROVIDER",
                         help="which to time (quote names with spaces): " + ", ".join(PROVIDERS)
                         + f"; on a Hopper GPU also {', '.join(map(repr, HOPPER_PROVIDERS))} "
-                        f"(lengths that are multiples of 128); with --backward also {ONE_LOOP!r}"
-                        f" and, on a Hopper GPU, {DETERMINISTIC!r}")
+                        "(lengths that are multiples of 128, of 256 for the wide form at "
+                        f"D = 64); with --backward also {ONE_LOOP!r} and, on a Hopper GPU, "
+                        f"{DETERMINISTIC!r}")
     parser.add_argument("--kv-heads", nargs="+", type=positive_int, default=None, metavar="H_KV",
                         help="time each problem with these numbers of key/value heads "
                         f"(grouped-query attention; divisors of the {HEADS} query heads)")

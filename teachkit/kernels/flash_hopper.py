@@ -24,10 +24,10 @@ and splits its warps into partitions that run different code (``gl.warp_speciali
   runs the softmax of block ``j + 1`` (its ``ex2``) while ``p_j v_j`` still runs on the tensor
   cores, and only then waits for it. With ``OVERLAP=False`` the same kernel waits for each
   product where it is issued, Triton's schedule, for comparison.
-* **Wider key blocks without the overlap.** With the overlap a warpgroup holds two blocks'
-  scores at once, so at head dim 64 the key block stays at 128. Without it one block's scores
-  fit in 256 keys (128 float32 registers a thread): half the steps, half the handovers, a
-  longer product each step. At head dim 64 from 4096 keys on that form is the faster
+* **Wider key blocks without the overlap.** With the overlap a warpgroup holds the next block's
+  scores while the current block's weights still feed ``p v``, so the key block stays at 128.
+  Without it one block is live at a time, and its scores may take 256 keys (128 float32
+  registers a thread): half the steps, half the handovers, a longer product each step. At head dim 64 from 4096 keys on that form is the faster
   (:data:`HOPPER_PREFERRED`, measured by ``python -m teachkit.bench attention``).
 * **Registers where the data is.** The scores come out of ``wgmma`` in its accumulator layout
   (``NVMMADistributedLayout``); the row maxima and sums are reductions in that layout, and the

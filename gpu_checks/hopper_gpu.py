@@ -4,9 +4,10 @@ from the repository root on an sm_90 GPU with `python gpu_checks/hopper_gpu.py`.
 1. `flash_attention_hopper` against float64 attention: float16 and bfloat16, causal and not,
    head dims 64 and 128, grouped-query heads, L != S, a negative scale, the lse; bit for bit
    the same output with and without the overlap; at D = 64 the 256-key blocks too;
-2. `flash_attention` at D = 128, and at D = 64 from 4096 keys: the Gluon kernel's output bit for
-   bit where `hopper_preferred` sends the inputs to it (and the Triton kernel's below 4096 keys
-   at D = 64), and its gradients against float64 autograd (grouped heads, L != S).
+2. `flash_attention` at D = 128, and at D = 64 from 4096 keys a query tile reads (S, or
+   min(L, S) with the causal mask): the Gluon kernel's output bit for bit where
+   `hopper_preferred` sends the inputs to it (and the Triton kernel's below that at D = 64), and
+   its gradients against float64 autograd (grouped heads, L != S).
 
 Its speed is timed by `python -m teachkit.bench attention`, where the providers `teachkit triton`,
 `teachkit hopper`, `teachkit hopper, no overlap` and `teachkit hopper, wide, no overlap` appear on
@@ -64,8 +65,8 @@ def check_correctness() -> bool:
 def check_dispatch() -> bool:
     """``flash_attention`` at D = 128 and 64: the Gluon kernel's output bit for bit where
     ``hopper_preferred`` says so (in the form ``HOPPER_PREFERRED`` gives), the Triton kernel's
-    where it does not (D = 64 below 4096 keys), and gradients (the Triton backward from the
-    forward's lse) against float64 autograd."""
+    where it does not (D = 64 below 4096 keys a query tile reads), and gradients (the Triton
+    backward from the forward's lse) against float64 autograd."""
     import torch
 
     from teachkit.compare import attention_reference, relative_error
@@ -78,16 +79,17 @@ def check_dispatch() -> bool:
     )
 
     ok = True
-    for B, H, H_kv, L, S, D, expect in [
-            (2, 8, 8, 1024, 1024, 128, True), (1, 8, 2, 384, 640, 128, True),
-            (1, 4, 4, 2048, 512, 128, True), (1, 4, 2, 512, 4096, 64, True),
-            (1, 4, 4, 4096, 4096, 64, True), (2, 8, 8, 1024, 1024, 64, False)]:
+    for B, H, H_kv, L, S, D in [
+            (2, 8, 8, 1024, 1024, 128), (1, 8, 2, 384, 640, 128), (1, 4, 4, 2048, 512, 128),
+            (1, 4, 2, 512, 4096, 64), (1, 4, 4, 4096, 4096, 64), (2, 8, 8, 1024, 1024, 64)]:
         for dtype in (torch.float16, torch.bfloat16):
             for causal in (False, True):
+                # the Gluon kernel at D = 128; at D = 64 where a query tile reads 4096 keys
+                expect = D == 128 or (min(L, S) if causal else S) >= 4096
                 q = torch.randn(B, H, L, D, device="cuda", dtype=dtype)
                 k, v = (torch.randn(B, H_kv, S, D, device="cuda", dtype=dtype)
                         for _ in range(2))
-                preferred = hopper_preferred(q, k, v)
+                preferred = hopper_preferred(q, k, v, causal)
                 if expect:
                     form = HOPPER_PREFERRED[D]
                     kernel_out = flash_attention_hopper(q, k, v, causal, overlap=form.overlap,

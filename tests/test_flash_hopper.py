@@ -106,20 +106,41 @@ def test_flash_attention_prefers_the_gluon_kernel_only_where_it_takes_the_inputs
     assert fh.hopper_preferred(q64, keys(4096), keys(4096)) == ON_HOPPER
     for n in (3840, 4224):  # too few keys; not whole 256-key blocks
         assert not fh.hopper_preferred(q64, keys(n), keys(n))
+    # with the causal mask 128 queries read at most 128 keys, whatever S
+    assert not fh.hopper_preferred(q64, keys(4096), keys(4096), causal=True)
+
+
+def test_the_form_follows_the_keys_a_query_tile_reads():
+    wide = fh.HOPPER_PREFERRED[64]
+    assert wide.block_n == 256 and not wide.overlap
+    for L, S, causal, expect in [(4096, 4096, False, wide), (4096, 4096, True, wide),
+                                 (128, 4096, False, wide), (128, 4096, True, None),
+                                 (8192, 4096, True, wide), (4096, 3840, False, None),
+                                 (2048, 16384, True, None)]:
+        assert fh.hopper_form(64, L, S, causal) == expect, (L, S, causal)
+    assert fh.hopper_form(128, 128, 128, True) == fh.HOPPER_PREFERRED[128]
+    assert fh.hopper_form(32, 4096, 4096, False) is None
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_runs_the_wide_form_at_head_dim_64_from_4096_keys(causal):
+    """From 4096 keys a query tile reads (S; min(L, S) with the mask) flash_attention's forward
+    is the wide form's, bit for bit; with the mask and 256 queries, the Triton kernel's."""
     gen = torch.Generator("cuda").manual_seed(2)
-    q = torch.randn(1, 4, 256, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (torch.randn(1, 2, 4096, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
-    out = flash_attention(q, k, v, causal=causal)
-    assert torch.equal(out, fh.flash_attention_hopper(q, k, v, causal, overlap=False,
-                                                      block_n=256))
-    want, _ = attention_reference(q, k, v, causal)
-    assert relative_error(out, want) < 1e-2
+    for L in (256, 4096):
+        q = torch.randn(1, 4, L, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
+        out = flash_attention(q, k, v, causal=causal)
+        if causal and L < 4096:
+            kernel = flash_attention(q, k, v, causal=causal,
+                                     config=flash.table_config(q, causal))
+        else:
+            kernel = fh.flash_attention_hopper(q, k, v, causal, overlap=False, block_n=256)
+        assert torch.equal(out, kernel), L
+        want, _ = attention_reference(q, k, v, causal)
+        assert relative_error(out, want) < 1e-2
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")

@@ -388,7 +388,8 @@ def flash_attention(
 
     On a Hopper GPU (compute capability 9.x), float16/bfloat16 inputs that are contiguous,
     with ``L`` a multiple of 128, at head dim 128 (``S`` a multiple of 128) or at head dim 64
-    with ``S`` a multiple of 256 from 4096 on, run their forward pass with the Gluon kernel of
+    with ``S`` a multiple of 256 from 4096 keys a query reads on (``S``; ``min(L, S)`` with the
+    causal mask), run their forward pass with the Gluon kernel of
     :mod:`teachkit.kernels.flash_hopper` (FlashAttention-3's warp specialisation), in the form
     :data:`~teachkit.kernels.flash_hopper.HOPPER_PREFERRED` gives the head dim, unless
     ``config`` or ``autotune`` asks for this module's kernel
@@ -454,7 +455,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
             (B, H, L), dtype=torch.float32, device=q.device), q.device)
     if out.numel() > 0:
         if (config is None and not autotune and hopper_preferred is not None
-                and hopper_preferred(q, k, v)):
+                and hopper_preferred(q, k, v, causal)):
             form = HOPPER_PREFERRED[q.shape[-1]]  # FlashAttention-3's structure
             launch_hopper(q, k, v, out, lse, causal, scale, form.overlap, form.block_n)
             return out, lse

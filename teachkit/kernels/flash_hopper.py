@@ -27,7 +27,8 @@ and splits its warps into partitions that run different code (``gl.warp_speciali
 * **Wider key blocks without the overlap.** With the overlap a warpgroup holds the next block's
   scores while the current block's weights still feed ``p v``, so the key block stays at 128.
   Without it one block is live at a time, and its scores may take 256 keys (128 float32
-  registers a thread): half the steps, half the handovers, a longer product each step. At head dim 64 from 4096 keys on that form is the faster
+  registers a thread): half the steps, half the handovers, a longer product each step. At
+  head dim 64, where a query tile reads 4096 keys or more, that form is the faster
   (:data:`HOPPER_PREFERRED`, measured by ``python -m teachkit.bench attention``).
 * **Registers where the data is.** The scores come out of ``wgmma`` in its accumulator layout
   (``NVMMADistributedLayout``); the row maxima and sums are reductions in that layout, and the
@@ -72,7 +73,7 @@ from .launch_cache import cached_launch
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED",
            "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
-           "TMA_STORE", "attend_rows",
+           "TMA_STORE", "attend_rows", "hopper_form",
            "flash_attention_hopper", "flash_fwd_hopper_kernel", "handover_barriers",
            "hopper_descriptors", "hopper_device", "hopper_preferred", "hopper_ready",
            "launch_hopper", "load_key_blocks", "softmax_block", "tile_descriptor", "tile_layout"]
@@ -101,8 +102,8 @@ At head dim 128 three stages of 256-key blocks would not fit in shared memory.""
 
 class HopperForm(NamedTuple):
     """How :func:`~teachkit.kernels.flash.flash_attention` runs this kernel at one head dim:
-    from ``min_keys`` keys on (``S``), with key blocks of ``block_n`` and the overlap on or
-    off."""
+    where a query tile reads up to ``min_keys`` keys or more (:func:`hopper_form`), with key
+    blocks of ``block_n`` and the overlap on or off."""
 
     min_keys: int
     block_n: int
@@ -115,9 +116,33 @@ forward pass with this kernel, wherever :func:`hopper_preferred` accepts the inp
 was faster than the Triton kernel (``python -m teachkit.bench attention``, providers
 ``teachkit hopper`` and ``teachkit triton``). At head dim 128 always, as the H100 record shows.
 At head dim 64 from 4096 keys, in 256-key blocks without the overlap; below that the Triton
-kernel was as fast or faster on an H200 (``attention_d64_nvidia_h200``)."""
+kernel was as fast or faster on an H200 (``attention_d64_nvidia_h200``). With the causal mask
+the keys counted are those a query tile reads at most, ``min(L, S)``: where few queries meet
+many keys (L = 128 to 1024 against S = 4096 to 32768 on the H200, one run each) the wide form
+took 1.25 to 9.1 times the Triton kernel's time with the mask, and 0.67 to 0.92 of it without."""
 HOPPER_PREFERRED_HEAD_DIMS = tuple(HOPPER_PREFERRED)
 """The head dims of :data:`HOPPER_PREFERRED`."""
+
+
+def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | None:
+    """The form of :data:`HOPPER_PREFERRED` in which
+    :func:`~teachkit.kernels.flash.flash_attention` runs a problem of these sizes with this
+    kernel, or ``None`` where it runs the Triton kernel: the head dim has a form, and a query
+    tile reads at least its ``min_keys`` keys: ``S``, or with the causal mask ``min(L, S)``.
+    Sizes only; :func:`hopper_preferred` checks the tensors too.
+
+    Examples
+    --------
+    >>> hopper_form(64, 4096, 4096, causal=True).block_n
+    256
+    >>> hopper_form(64, 512, 8192, causal=False).block_n, hopper_form(64, 512, 8192, causal=True)
+    (256, None)
+    >>> hopper_form(128, 128, 128, causal=True).overlap
+    True
+    """
+    form = HOPPER_PREFERRED.get(head_dim)
+    keys = min(L, S) if causal else S
+    return form if form is not None and keys >= form.min_keys else None
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.
 The partitions then move them (``setmaxnreg``): 232 for each consumer warpgroup, 40 for the
@@ -335,12 +360,12 @@ def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _not_ready_reason(q, k, v, block_n) is None
 
 
-def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     causal: bool = False) -> bool:
     """Whether :func:`~teachkit.kernels.flash.flash_attention` runs these (checked) inputs'
-    forward pass with this kernel: the head dim is one of :data:`HOPPER_PREFERRED`, with at
-    least its ``min_keys`` keys, :func:`hopper_ready` accepts them with its ``block_n``, and
-    ``q``, ``k`` and ``v`` are contiguous (the Triton kernel reads any strides without a
-    copy).
+    forward pass (``causal`` or not) with this kernel: :func:`hopper_form` gives the sizes a
+    form, :func:`hopper_ready` accepts them with its ``block_n``, and ``q``, ``k`` and ``v`` are
+    contiguous (the Triton kernel reads any strides without a copy).
 
     Examples
     --------
@@ -348,8 +373,8 @@ def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     >>> hopper_preferred(q, q, q)
     False
     """
-    form = HOPPER_PREFERRED.get(q.shape[-1])
-    return (form is not None and k.shape[-2] >= form.min_keys and q.is_contiguous()
+    form = hopper_form(q.shape[-1], q.shape[-2], k.shape[-2], causal)
+    return (form is not None and q.is_contiguous()
             and k.is_contiguous() and v.is_contiguous()
             and _not_ready_reason(q, k, v, form.block_n) is None)
 

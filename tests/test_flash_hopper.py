@@ -30,6 +30,8 @@ def test_the_tiles_fit_an_sm90_program():
             assert tiles + 1024 <= SHARED_MEMORY_LIMIT[90], (d, block_n)
     for d, form in fh.HOPPER_PREFERRED.items():
         assert form.block_n in fh.HOPPER_KEY_BLOCKS[d]
+    for d, (block_n, _) in fh.HOPPER_TILES.items():  # the default key block, written twice
+        assert fh.HOPPER_KEY_BLOCKS[d][0] == block_n
 
 
 @pytest.mark.skipif(ON_HOPPER, reason="checks the refusal off Hopper")

@@ -95,15 +95,16 @@ the query tile and three stages of key and value blocks take 224 KiB of the 227 
 may use on an H100."""
 HOPPER_HEAD_DIMS = tuple(HOPPER_TILES)
 HOPPER_KEY_BLOCKS = {64: (128, 256), 128: (128,)}
-"""Head dim -> the key blocks the kernel takes (``block_n``), its default first. 256 keys are
-for the form without the overlap: with it, two blocks' scores would not fit in the registers.
-At head dim 128 three stages of 256-key blocks would not fit in shared memory."""
+"""Head dim -> the key blocks the kernel takes (``block_n``), its default first (that of
+:data:`HOPPER_TILES`). 256 keys are for the form without the overlap: with it, the next block's
+scores and the current block's weights would not fit in the registers together. At head dim 128
+three stages of 256-key blocks would not fit in shared memory."""
 
 
 class HopperForm(NamedTuple):
     """How :func:`~teachkit.kernels.flash.flash_attention` runs this kernel at one head dim:
-    where a query tile reads up to ``min_keys`` keys or more (:func:`hopper_form`), with key
-    blocks of ``block_n`` and the overlap on or off."""
+    where a query tile reads at least ``min_keys`` keys (:func:`hopper_form`), with key blocks
+    of ``block_n`` and the overlap on or off."""
 
     min_keys: int
     block_n: int
@@ -123,26 +124,6 @@ took 1.25 to 9.1 times the Triton kernel's time with the mask, and 0.67 to 0.92 
 HOPPER_PREFERRED_HEAD_DIMS = tuple(HOPPER_PREFERRED)
 """The head dims of :data:`HOPPER_PREFERRED`."""
 
-
-def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | None:
-    """The form of :data:`HOPPER_PREFERRED` in which
-    :func:`~teachkit.kernels.flash.flash_attention` runs a problem of these sizes with this
-    kernel, or ``None`` where it runs the Triton kernel: the head dim has a form, and a query
-    tile reads at least its ``min_keys`` keys: ``S``, or with the causal mask ``min(L, S)``.
-    Sizes only; :func:`hopper_preferred` checks the tensors too.
-
-    Examples
-    --------
-    >>> hopper_form(64, 4096, 4096, causal=True).block_n
-    256
-    >>> hopper_form(64, 512, 8192, causal=False).block_n, hopper_form(64, 512, 8192, causal=True)
-    (256, None)
-    >>> hopper_form(128, 128, 128, causal=True).overlap
-    True
-    """
-    form = HOPPER_PREFERRED.get(head_dim)
-    keys = min(L, S) if causal else S
-    return form if form is not None and keys >= form.min_keys else None
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.
 The partitions then move them (``setmaxnreg``): 232 for each consumer warpgroup, 40 for the
@@ -360,6 +341,28 @@ def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _not_ready_reason(q, k, v, block_n) is None
 
 
+
+def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | None:
+    """The form of :data:`HOPPER_PREFERRED` in which
+    :func:`~teachkit.kernels.flash.flash_attention` runs a problem of these sizes with this
+    kernel, or ``None`` where it runs the Triton kernel: the head dim has a form, and a query
+    tile reads at least its ``min_keys`` keys: ``S``, or with the causal mask ``min(L, S)``.
+    Sizes only; :func:`hopper_preferred` checks the tensors too.
+
+    Examples
+    --------
+    >>> hopper_form(64, 4096, 4096, causal=True).block_n
+    256
+    >>> hopper_form(64, 512, 8192, causal=False).block_n, hopper_form(64, 512, 8192, causal=True)
+    (256, None)
+    >>> hopper_form(128, 128, 128, causal=True).overlap
+    True
+    """
+    form = HOPPER_PREFERRED.get(head_dim)
+    keys = min(L, S) if causal else S
+    return form if form is not None and keys >= form.min_keys else None
+
+
 def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      causal: bool = False) -> bool:
     """Whether :func:`~teachkit.kernels.flash.flash_attention` runs these (checked) inputs'
@@ -407,19 +410,21 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Raises
     ------
-    ValueError
-        For inputs :func:`hopper_ready` rejects (the message says which condition fails).
+    TypeError, ValueError
+        For a ``block_n`` that is not one of the head dim's; for inputs :func:`hopper_ready`
+        rejects (the message says which condition fails).
     """
     check_inputs(q, k, v)
     causal = require_bool(causal, "causal")
     require_bool(return_lse, "return_lse")
     overlap = require_bool(overlap, "overlap")
     D = q.shape[-1]
+    blocks = HOPPER_KEY_BLOCKS.get(D)  # None for a head dim refused below
     if block_n is not None and (type(block_n) is not int
-                                or block_n not in HOPPER_KEY_BLOCKS.get(D, (block_n,))):
-        raise (TypeError if type(block_n) is not int else ValueError)(
-            f"block_n must be one of {HOPPER_KEY_BLOCKS.get(D, (128,))} at head dim {D} "
-            f"(keys per block), or None for the default; got {block_n!r}")
+                                or (blocks is not None and block_n not in blocks)):
+        error = TypeError if type(block_n) is not int else ValueError
+        raise error(f"block_n must be one of {blocks or HOPPER_KEY_BLOCKS} at head dim {D} "
+                    f"(keys per block), or None for the default; got {block_n!r}")
     reason = _not_ready_reason(q, k, v, block_n)
     if reason is not None:
         raise ValueError(reason)
@@ -468,9 +473,10 @@ def tile_descriptor(t: torch.Tensor, rows: int, columns: int | None = None) -> T
     (swizzle) ``warpgroup_mma`` reads: how the Gluon kernels of the course see their tensors.
 
     Built without ``TensorDescriptor``'s own checks (16-byte aligned start and row stride, a
-    last stride of 1, positive sizes), about 5 µs a descriptor on the host: the callers hold
-    tensors that meet them (:func:`hopper_ready` and the backward's ``dkdv_hopper_ready`` check
-    the inputs; the outputs are fresh contiguous tensors), and a call builds four to seven.
+    last stride of 1, positive sizes), which took about 3 of the 5 µs a descriptor cost on the
+    host: the callers hold tensors that meet them (:func:`hopper_ready` and the backward's
+    ``dkdv_hopper_ready`` check the inputs; the outputs are fresh contiguous tensors), and a
+    call builds four to seven.
 
     Examples
     --------

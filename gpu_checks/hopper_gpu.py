@@ -3,15 +3,15 @@ from the repository root on an sm_90 GPU with `python gpu_checks/hopper_gpu.py`.
 
 1. `flash_attention_hopper` against float64 attention: float16 and bfloat16, causal and not,
    head dims 64 and 128, grouped-query heads, L != S, a negative scale, the lse; bit for bit
-   the same output with and without the overlap; at D = 64 the 256-key blocks too;
-2. `flash_attention` at D = 128, and at D = 64 from 4096 keys a query tile reads (S, or
+   the same output with and without the overlap, and on a persistent grid; at D = 64 the
+   256-key blocks too;
+2. `flash_attention` at D = 128, and at D = 64 from 1024 keys a query tile reads (S, or
    min(L, S) with the causal mask): the Gluon kernel's output bit for bit where
    `hopper_preferred` sends the inputs to it (and the Triton kernel's below that at D = 64), and
    its gradients against float64 autograd (grouped heads, L != S).
 
-Its speed is timed by `python -m teachkit.bench attention`, where the providers `teachkit triton`,
-`teachkit hopper`, `teachkit hopper, no overlap` and `teachkit hopper, wide, no overlap` appear on
-an sm_90 GPU.
+Its speed is timed by `python -m teachkit.bench attention`, where the providers `teachkit triton`
+and the `teachkit hopper` ones (no overlap, wide, persistent) appear on an sm_90 GPU.
 Exits 1 on any failed check, 2 without an sm_90 GPU."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def check_correctness() -> bool:
 
     ok = True
     cases = [(2, 4, 4, 256, 256, 64), (1, 8, 2, 384, 640, 128), (1, 4, 4, 512, 256, 128),
-             (2, 4, 1, 128, 1024, 64)]
+             (2, 4, 1, 128, 1024, 64), (4, 16, 8, 1152, 1280, 128), (4, 16, 16, 896, 1024, 64)]
     for B, H, H_kv, L, S, D in cases:
         for dtype in (torch.float16, torch.bfloat16):
             for causal in (False, True):
@@ -41,10 +41,11 @@ def check_correctness() -> bool:
                             for _ in range(2))
                     out, lse = flash_attention_hopper(q, k, v, causal, scale, return_lse=True)
                     plain = flash_attention_hopper(q, k, v, causal, scale, overlap=False)
+                    walked = flash_attention_hopper(q, k, v, causal, scale, persistent=True)
                     want, want_lse = attention_reference(q, k, v, causal, scale)
                     err = relative_error(out, want)
                     lse_err = (lse.double() - want_lse).abs().max().item()
-                    same = torch.equal(out, plain)
+                    same = torch.equal(out, plain) and torch.equal(out, walked)
                     tolerance = 1e-2 if dtype == torch.bfloat16 else 2e-3
                     good = err < tolerance and lse_err < 1e-3
                     good &= same
@@ -58,40 +59,38 @@ def check_correctness() -> bool:
                     ok &= good
                     print(f"{'ok  ' if good else 'FAIL'} B={B} H={H}/{H_kv} L={L} S={S} D={D} "
                           f"{str(dtype)[6:]:8} causal={causal!s:5} scale={scale} out {err:.1e} "
-                          f"lse {lse_err:.1e} overlap off same bits: {same}", flush=True)
+                          f"lse {lse_err:.1e} overlap off, persistent same bits: {same}",
+                          flush=True)
     return ok
 
 
 def check_dispatch() -> bool:
     """``flash_attention`` at D = 128 and 64: the Gluon kernel's output bit for bit where
-    ``hopper_preferred`` says so (in the form ``HOPPER_PREFERRED`` gives), the Triton kernel's
-    where it does not (D = 64 below 4096 keys a query tile reads), and gradients (the Triton
+    ``hopper_preferred`` says so (in the form ``hopper_form`` gives), the Triton kernel's
+    where it does not (D = 64 below 1024 keys a query tile reads), and gradients (the Triton
     backward from the forward's lse) against float64 autograd."""
     import torch
 
     from teachkit.compare import attention_reference, relative_error
     from teachkit.kernels import flash_attention
     from teachkit.kernels.flash import table_config
-    from teachkit.kernels.flash_hopper import (
-        HOPPER_PREFERRED,
-        flash_attention_hopper,
-        hopper_preferred,
-    )
+    from teachkit.kernels.flash_hopper import flash_attention_hopper, hopper_form, hopper_preferred
 
     ok = True
     for B, H, H_kv, L, S, D in [
             (2, 8, 8, 1024, 1024, 128), (1, 8, 2, 384, 640, 128), (1, 4, 4, 2048, 512, 128),
-            (1, 4, 2, 512, 4096, 64), (1, 4, 4, 4096, 4096, 64), (2, 8, 8, 1024, 1024, 64)]:
+            (1, 4, 2, 512, 4096, 64), (1, 4, 4, 4096, 4096, 64), (2, 8, 8, 1024, 1024, 64),
+            (2, 8, 8, 512, 512, 64)]:
         for dtype in (torch.float16, torch.bfloat16):
             for causal in (False, True):
-                # the Gluon kernel at D = 128; at D = 64 where a query tile reads 4096 keys
-                expect = D == 128 or (min(L, S) if causal else S) >= 4096
+                # the Gluon kernel at D = 128; at D = 64 where a query tile reads 1024 keys
+                expect = D == 128 or (min(L, S) if causal else S) >= 1024
                 q = torch.randn(B, H, L, D, device="cuda", dtype=dtype)
                 k, v = (torch.randn(B, H_kv, S, D, device="cuda", dtype=dtype)
                         for _ in range(2))
                 preferred = hopper_preferred(q, k, v, causal)
                 if expect:
-                    form = HOPPER_PREFERRED[D]
+                    form = hopper_form(D, L, S, causal)
                     kernel_out = flash_attention_hopper(q, k, v, causal, overlap=form.overlap,
                                                         block_n=form.block_n)
                 else:

@@ -25,11 +25,14 @@ ON_HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
 def test_the_tiles_fit_an_sm90_program():
     """Queries, STAGES key and value blocks and the barriers fit in sm_90's shared memory."""
     for d, (_, stages) in fh.HOPPER_TILES.items():
+        queries = fh.HOPPER_QUERY_BUFFERS[d] * fh.HOPPER_ROWS * d
         for block_n in fh.HOPPER_KEY_BLOCKS[d]:
-            tiles = 2 * (fh.HOPPER_ROWS * d + 2 * stages * block_n * d)
+            tiles = 2 * (queries + 2 * stages * block_n * d)
             assert tiles + 1024 <= SHARED_MEMORY_LIMIT[90], (d, block_n)
-    for d, form in fh.HOPPER_PREFERRED.items():
-        assert form.block_n in fh.HOPPER_KEY_BLOCKS[d]
+    for d in fh.HOPPER_PREFERRED_HEAD_DIMS:
+        for causal in (False, True):
+            form = fh.hopper_form(d, 4096, 4096, causal)
+            assert form.block_n in fh.HOPPER_KEY_BLOCKS[d], (d, causal)
     for d, (block_n, _) in fh.HOPPER_TILES.items():  # the default key block, written twice
         assert fh.HOPPER_KEY_BLOCKS[d][0] == block_n
 
@@ -48,6 +51,8 @@ def test_bad_arguments_are_named():
         fh.flash_attention_hopper("q", q, q)
     with pytest.raises(TypeError, match="overlap"):
         fh.flash_attention_hopper(q, q, q, overlap="yes")
+    with pytest.raises(TypeError, match="persistent"):
+        fh.flash_attention_hopper(q, q, q, persistent=None)
     with pytest.raises(TypeError, match="causal"):
         fh.flash_attention_hopper(q, q, q, causal=1.5)
     with pytest.raises(TypeError, match="block_n must be one of"):
@@ -78,11 +83,31 @@ def test_matches_the_triton_kernel_and_float64(shape, causal, dtype):
     assert relative_error(out, ref) < tolerance
     assert (lse - ref_lse).abs().max().item() < 1e-3
     assert torch.equal(out, fh.flash_attention_hopper(q, k, v, causal, overlap=False))
+    assert torch.equal(out, fh.flash_attention_hopper(q, k, v, causal, persistent=True))
     if D == 64:  # 256 keys a block, without the overlap: other sums, same answer
         wide, wide_lse = fh.flash_attention_hopper(q, k, v, causal, return_lse=True,
                                                    overlap=False, block_n=256)
         assert relative_error(wide, want) < tolerance
         assert (wide_lse - ref_lse).abs().max().item() < 1e-3
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", [(64, 256, False), (64, 128, True), (128, 128, True)])
+def test_a_persistent_grid_computes_the_same_bits(form, causal):
+    """More units than SMs, an odd number of query tiles (9) and grouped heads: each program of
+    the persistent grid walks many tiles (and pairs, with the mask), and every row comes out as
+    one program per unit computes it, lse included."""
+    D, block_n, overlap = form
+    gen = torch.Generator("cuda").manual_seed(3)
+    q = torch.randn(2, 16, 1152, D, device="cuda", dtype=torch.float16, generator=gen)
+    k, v = (torch.randn(2, 8, 1280, D, device="cuda", dtype=torch.float16, generator=gen)
+            for _ in range(2))
+    runs = [fh.flash_attention_hopper(q, k, v, causal, return_lse=True, overlap=overlap,
+                                      block_n=block_n, persistent=p) for p in (False, True)]
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+    want, _ = attention_reference(q[:1, :2], k[:1, :1], v[:1, :1], causal)
+    assert relative_error(runs[1][0][:1, :2], want) < 2e-3
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
@@ -105,37 +130,70 @@ def test_flash_attention_prefers_the_gluon_kernel_only_where_it_takes_the_inputs
     def keys(n):
         return torch.zeros(1, 2, n, 64, dtype=torch.float16, device=teachkit.DEVICE)
 
-    assert fh.hopper_preferred(q64, keys(4096), keys(4096)) == ON_HOPPER
-    for n in (3840, 4224):  # too few keys; not whole 256-key blocks
+    assert fh.hopper_preferred(q64, keys(1024), keys(1024)) == ON_HOPPER
+    for n in (768, 1152):  # too few keys; not whole 256-key blocks
         assert not fh.hopper_preferred(q64, keys(n), keys(n))
     # with the causal mask 128 queries read at most 128 keys, whatever S
     assert not fh.hopper_preferred(q64, keys(4096), keys(4096), causal=True)
 
 
 def test_the_form_follows_the_keys_a_query_tile_reads():
-    wide = fh.HOPPER_PREFERRED[64]
-    assert wide.block_n == 256 and not wide.overlap
-    for L, S, causal, expect in [(4096, 4096, False, wide), (4096, 4096, True, wide),
-                                 (128, 4096, False, wide), (128, 4096, True, None),
-                                 (8192, 4096, True, wide), (4096, 3840, False, None),
-                                 (2048, 16384, True, None)]:
+    def wide(persistent):
+        return fh.HopperForm(256, False, persistent)
+
+    for L, S, causal, expect in [(4096, 4096, False, wide(False)), (4096, 4096, True, wide(True)),
+                                 (1024, 1024, False, wide(True)), (1024, 1024, True, wide(True)),
+                                 (128, 4096, False, wide(False)), (128, 4096, True, None),
+                                 (8192, 4096, True, wide(True)), (4096, 3840, False, wide(True)),
+                                 (512, 768, False, None), (2048, 16384, True, wide(True)),
+                                 (768, 16384, True, None)]:
         assert fh.hopper_form(64, L, S, causal) == expect, (L, S, causal)
-    assert fh.hopper_form(128, 128, 128, True) == fh.HOPPER_PREFERRED[128]
+    assert fh.hopper_form(128, 128, 128, True) == fh.HopperForm(128, True, True)
+    assert fh.hopper_form(128, 128, 8192, False) == fh.HopperForm(128, True, False)
     assert fh.hopper_form(32, 4096, 4096, False) is None
+
+
+def test_the_unit_walk_covers_every_tile_once():
+    """The kernel's walk (unit_count, unit_tiles, tile_at, next_tile, program_tiles), restated
+    in Python: for any number of programs every tile is visited once, and with the causal mask
+    a unit's tiles read n_m + 1 key blocks together (the middle tile alone when n_m is odd)."""
+    for n_m in (1, 2, 3, 8):
+        for BH in (1, 3):
+            for causal in (False, True):
+                U = (n_m + 1) // 2 if causal else n_m
+                for G in (1, 2, 5, 64):
+                    seen = []
+                    for pid in range(min(G, U * BH)):
+                        u, half = pid, 0
+                        count = sum(1 if not causal or 2 * (w % U) == n_m - 1 else 2
+                                    for w in range(pid, U * BH, G))
+                        for _ in range(count):
+                            j = u % U
+                            m = j + (1 - half) * (n_m - 1 - 2 * j) if causal else j
+                            seen.append((u // U, m))
+                            tiles = 1 if not causal or 2 * j == n_m - 1 else 2
+                            last = half + 1 >= tiles
+                            u, half = (u + G, 0) if last else (u, half + 1)
+                    assert sorted(seen) == [(bh, m) for bh in range(BH) for m in range(n_m)]
+                if causal:  # the blocks a unit reads, in tiles of 128 queries and 128 keys
+                    for j in range(U):
+                        pair = {n_m - 1 - j, j}
+                        assert sum(m + 1 for m in pair) == (n_m + 1 if len(pair) == 2
+                                                           else (n_m + 1) // 2)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_runs_the_wide_form_at_head_dim_64_from_4096_keys(causal):
-    """From 4096 keys a query tile reads (S; min(L, S) with the mask) flash_attention's forward
+def test_flash_attention_runs_the_wide_form_at_head_dim_64_from_1024_keys(causal):
+    """From 1024 keys a query tile reads (S; min(L, S) with the mask) flash_attention's forward
     is the wide form's, bit for bit; with the mask and 256 queries, the Triton kernel's."""
     gen = torch.Generator("cuda").manual_seed(2)
     k, v = (torch.randn(1, 2, 4096, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
-    for L in (256, 4096):
+    for L in (256, 1024, 4096):
         q = torch.randn(1, 4, L, 64, device="cuda", dtype=torch.bfloat16, generator=gen)
         out = flash_attention(q, k, v, causal=causal)
-        if causal and L < 4096:
+        if causal and L < 1024:
             kernel = flash_attention(q, k, v, causal=causal,
                                      config=flash.table_config(q, causal))
         else:

@@ -94,13 +94,15 @@ def _random_qkv(B: int, heads: int, L: int, D: int, dtype: str, kv_heads: int | 
 PROVIDERS = (*(f"sdpa {name}" for name in SDPA_BACKENDS), "teachkit flash")
 """The names of :func:`attention_providers` on every machine, in order."""
 HOPPER_PROVIDERS = (TRITON_ONLY, "teachkit hopper", "teachkit hopper, no overlap",
-                    "teachkit hopper, wide, no overlap")
+                    "teachkit hopper, wide, no overlap", "teachkit hopper, persistent",
+                    "teachkit hopper, wide, persistent")
 """On an sm_90 GPU only, where ``teachkit flash`` (``flash_attention``) runs the Gluon kernel
 of :mod:`teachkit.kernels.flash_hopper` for the inputs it prefers: the Triton kernel of
 :mod:`teachkit.kernels.flash` on its own (its table's tiles), and the Gluon kernel on its own with
 the softmax under the products and without, in 128-key blocks, and without it in the widest key
 block of the head dim (:data:`~teachkit.kernels.flash_hopper.HOPPER_KEY_BLOCKS`: 256 at head dim
-64, 128 at 128). The Gluon kernel takes lengths that are multiples of its key block."""
+64, 128 at 128), each with one program per unit of work; then the first and the wide form on a
+persistent grid. The Gluon kernel takes lengths that are multiples of its key block."""
 
 
 def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
@@ -120,13 +122,18 @@ def attention_providers() -> dict[str, Callable[..., torch.Tensor]]:
     from ..kernels.flash_hopper import HOPPER_KEY_BLOCKS, flash_attention_hopper, hopper_device
 
     if hopper_device():
-        triton_name, overlapped, waited, wide = HOPPER_PROVIDERS
+        triton_name, overlapped, waited, wide, walked, wide_walked = HOPPER_PROVIDERS
         table[triton_name] = triton_kernel
         table[overlapped] = lambda q, k, v, causal: flash_attention_hopper(q, k, v, causal)
         table[waited] = lambda q, k, v, causal: flash_attention_hopper(q, k, v, causal,
                                                                        overlap=False)
         table[wide] = lambda q, k, v, causal: flash_attention_hopper(
             q, k, v, causal, overlap=False, block_n=max(HOPPER_KEY_BLOCKS[q.shape[-1]]))
+        table[walked] = lambda q, k, v, causal: flash_attention_hopper(q, k, v, causal,
+                                                                       persistent=True)
+        table[wide_walked] = lambda q, k, v, causal: flash_attention_hopper(
+            q, k, v, causal, overlap=False, block_n=max(HOPPER_KEY_BLOCKS[q.shape[-1]]),
+            persistent=True)
     return table
 
 

@@ -759,9 +759,10 @@ def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = Fal
     return _gluon_compile(
         fh.flash_fwd_hopper_kernel,
         dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), descriptors, strict=True)),
-        {"LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
+        {"LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32", "BH": "i32",
          "qk_scale": "fp32"},
-        {"CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages}, fh.HOPPER_MAX_REGISTERS)
+        {"CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages,
+         "Q_BUFS": fh.HOPPER_QUERY_BUFFERS[head_dim]}, fh.HOPPER_MAX_REGISTERS)
 
 
 def hopper_dkdv_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,

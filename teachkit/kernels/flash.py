@@ -49,10 +49,9 @@ from .launch_cache import cached_launch
 from .scratch import contiguous_like, stream_scratch
 
 try:  # Gluon is experimental: a Triton whose Gluon differs keeps flash_attention on this kernel
-    from .flash_hopper import HOPPER_PREFERRED, hopper_preferred, launch_hopper
+    from .flash_hopper import hopper_form, hopper_preferred, launch_hopper
 except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
-    HOPPER_PREFERRED = {}
-    hopper_preferred = launch_hopper = None
+    hopper_form = hopper_preferred = launch_hopper = None
 
 __all__ = [
     "HEAD_DIMS",
@@ -388,10 +387,10 @@ def flash_attention(
 
     On a Hopper GPU (compute capability 9.x), float16/bfloat16 inputs that are contiguous,
     with ``L`` a multiple of 128, at head dim 128 (``S`` a multiple of 128) or at head dim 64
-    with ``S`` a multiple of 256 from 4096 keys a query reads on (``S``; ``min(L, S)`` with the
+    with ``S`` a multiple of 256 from 1024 keys a query reads on (``S``; ``min(L, S)`` with the
     causal mask), run their forward pass with the Gluon kernel of
     :mod:`teachkit.kernels.flash_hopper` (FlashAttention-3's warp specialisation), in the form
-    :data:`~teachkit.kernels.flash_hopper.HOPPER_PREFERRED` gives the head dim, unless
+    :func:`~teachkit.kernels.flash_hopper.hopper_form` gives the sizes, unless
     ``config`` or ``autotune`` asks for this module's kernel
     (:func:`~teachkit.kernels.flash_hopper.hopper_preferred` decides). Both compute the same
     numbers the same way; the backward pass is the same.
@@ -456,8 +455,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     if out.numel() > 0:
         if (config is None and not autotune and hopper_preferred is not None
                 and hopper_preferred(q, k, v, causal)):
-            form = HOPPER_PREFERRED[q.shape[-1]]  # FlashAttention-3's structure
-            launch_hopper(q, k, v, out, lse, causal, scale, form.overlap, form.block_n)
+            form = hopper_form(D, L, S, causal)  # FlashAttention-3's structure
+            launch_hopper(q, k, v, out, lse, causal, scale, form.overlap, form.block_n,
+                          form.persistent)
             return out, lse
         if config is None and autotune:
             config = tuned_config(q, k, v, causal, scale)

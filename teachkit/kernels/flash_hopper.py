@@ -12,7 +12,7 @@ and splits its warps into partitions that run different code (``gl.warp_speciali
 
 :func:`flash_fwd_hopper_kernel` uses that to write FlashAttention-3's structure:
 
-* **Warp specialisation.** A program owns ``2 * 64`` query rows of one (batch, head). One *loader*
+* **Warp specialisation.** A tile is ``2 * 64`` query rows of one (batch, head). One *loader*
   warp (:func:`load_key_blocks`) copies key and value blocks with TMA into a ring of ``STAGES``
   shared-memory buffers; two *consumer* warpgroups (:func:`attend_rows`, four warps each) each
   take 64 of the rows and walk the key blocks. A buffer is handed over through two barriers: the
@@ -28,8 +28,13 @@ and splits its warps into partitions that run different code (``gl.warp_speciali
   scores while the current block's weights still feed ``p v``, so the key block stays at 128.
   Without it one block is live at a time, and its scores may take 256 keys (128 float32
   registers a thread): half the steps, half the handovers, a longer product each step. At
-  head dim 64, where a query tile reads 4096 keys or more, that form is the faster
-  (:data:`HOPPER_PREFERRED`, measured by ``python -m teachkit.bench attention``).
+  head dim 64 that form is the faster (:func:`hopper_form`, measured by
+  ``python -m teachkit.bench attention``).
+* **A persistent grid.** A program walks a list of units of work (:func:`unit_count`): one per
+  unit, or one per SM walking many. Persistent, the loader copies the next tile's first key
+  blocks and a consumer the next tile's queries while the last tile finishes, instead of a new
+  program starting cold. With the causal mask a unit is a pair of tiles, the ``j``-th from the
+  end of the sequence with the ``j``-th from its start, so that every unit reads as many keys.
 * **Registers where the data is.** The scores come out of ``wgmma`` in its accumulator layout
   (``NVMMADistributedLayout``); the row maxima and sums are reductions in that layout, and the
   weights ``p`` go back into the next product from registers (``DotOperandLayout``): no round
@@ -66,17 +71,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from ..device import INTERPRETED, compute_capability, on_other_gpu
+from ..device import INTERPRETED, compute_capability, multiprocessors, on_other_gpu
 from ..validation import require_bool, resolve_scale
 from .attention_inputs import check_inputs
 from .launch_cache import cached_launch
 
-__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_PREFERRED",
-           "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
-           "TMA_STORE", "attend_rows", "hopper_form",
+__all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_MIN_KEYS",
+           "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_QUERY_BUFFERS", "HOPPER_RESIDENT_KEYS",
+           "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD", "TMA_STORE", "attend_rows",
            "flash_attention_hopper", "flash_fwd_hopper_kernel", "handover_barriers",
-           "hopper_descriptors", "hopper_device", "hopper_preferred", "hopper_ready",
-           "launch_hopper", "load_key_blocks", "softmax_block", "tile_descriptor", "tile_layout"]
+           "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
+           "hopper_ready", "launch_hopper", "load_key_blocks", "next_tile", "program_tiles",
+           "query_row", "softmax_block", "tile_at", "tile_blocks", "tile_descriptor",
+           "tile_layout", "unit_count", "unit_tiles"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -101,28 +108,37 @@ scores and the current block's weights would not fit in the registers together. 
 three stages of 256-key blocks would not fit in shared memory."""
 
 
-class HopperForm(NamedTuple):
-    """How :func:`~teachkit.kernels.flash.flash_attention` runs this kernel at one head dim:
-    where a query tile reads at least ``min_keys`` keys (:func:`hopper_form`), with key blocks
-    of ``block_n`` and the overlap on or off."""
+HOPPER_QUERY_BUFFERS = {64: 2, 128: 1}
+"""Head dim -> query buffers per consumer warpgroup: with two, a program copies its next tile's
+queries while it works on this one. At head dim 64 two buffers and three stages of 256-key blocks
+take 224 KiB; at 128 a second buffer would not fit beside three stages of key and value blocks,
+and the query copy waits for the last tile's output to leave its buffer."""
 
-    min_keys: int
+
+class HopperForm(NamedTuple):
+    """How :func:`~teachkit.kernels.flash.flash_attention` runs this kernel
+    (:func:`hopper_form`): key blocks of ``block_n``, the overlap on or off, and a persistent
+    grid (one program per SM walking many tiles) or one program per unit of work."""
+
     block_n: int
     overlap: bool
+    persistent: bool
 
 
-HOPPER_PREFERRED = {64: HopperForm(4096, 256, False), 128: HopperForm(0, 128, True)}
-"""Head dim -> the form in which :func:`~teachkit.kernels.flash.flash_attention` runs its
-forward pass with this kernel, wherever :func:`hopper_preferred` accepts the inputs; where it
-was faster than the Triton kernel (``python -m teachkit.bench attention``, providers
-``teachkit hopper`` and ``teachkit triton``). At head dim 128 always, as the H100 record shows.
-At head dim 64 from 4096 keys, in 256-key blocks without the overlap; below that the Triton
-kernel was as fast or faster on an H200 (``attention_d64_nvidia_h200``). With the causal mask
-the keys counted are those a query tile reads at most, ``min(L, S)``: where few queries meet
-many keys (L = 128 to 1024 against S = 4096 to 32768 on the H200, one run each) the wide form
-took 1.25 to 9.1 times the Triton kernel's time with the mask, and 0.67 to 0.92 of it without."""
-HOPPER_PREFERRED_HEAD_DIMS = tuple(HOPPER_PREFERRED)
-"""The head dims of :data:`HOPPER_PREFERRED`."""
+HOPPER_PREFERRED_HEAD_DIMS = (64, 128)
+"""The head dims at which :func:`~teachkit.kernels.flash.flash_attention` runs this kernel
+where :func:`hopper_preferred` accepts the inputs (:func:`hopper_form` says in which form)."""
+HOPPER_MIN_KEYS = {64: 1024}
+"""Head dim -> the fewest keys a query tile must read (``S``, or ``min(L, S)`` with the causal
+mask) for :func:`~teachkit.kernels.flash.flash_attention` to run this kernel; below, the Triton
+kernel. At head dim 64 and L = S = 1024 the persistent wide form ran at 1.02x cuDNN without the
+mask and 0.85x with it, the Triton kernel at 0.89x and 0.84x (H200); shorter problems were not
+timed. Head dim 128 has no minimum: the Gluon kernel was as fast or faster on every shape timed,
+few queries against many keys included."""
+HOPPER_RESIDENT_KEYS = 4096
+"""At head dim 64 without the mask, from this many keys ``flash_attention`` launches one
+program per tile instead of a persistent grid: at L = S = 4096 and 16384 that was 1.03x and 1.05x
+cuDNN against 0.98x and 0.97x persistent (H200)."""
 
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.
@@ -149,48 +165,134 @@ def softmax_block(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, first_row, first_
 
 
 @gluon.jit
-def handover_barriers(STAGES: gl.constexpr):
+def handover_barriers(STAGES: gl.constexpr, OWN: gl.constexpr = 2):
     """The barriers of a kernel with one loader and two consumer warpgroups: ``ready`` and
     ``empty`` for each of the ``STAGES`` buffers of the ring (the copy completes ``ready[i]``;
-    ``empty[i]`` is released once both consumers have arrived), and one barrier per consumer
-    for the tile it loads for itself once."""
+    ``empty[i]`` is released once both consumers have arrived), and ``OWN`` barriers for the
+    tiles the consumers load for themselves (one each by default)."""
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    own = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    own = gl.allocate_shared_memory(gl.int64, [OWN, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # released once both consumers are done
-    for i in gl.static_range(2):
+    for i in gl.static_range(OWN):
         mbarrier.init(own.index(i), count=1)
     return ready, empty, own
 
 
 @gluon.jit
-def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks,
-                    STAGES: gl.constexpr):
-    """The loader partition (one warp): key and value blocks ``0 .. n_blocks - 1`` of rows
-    ``kv_row ..`` into the ring, each once both consumers have released its buffer. A fresh
-    barrier counts as having completed the phase before its first, so the first round of waits
-    on ``empty`` passes at once."""
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    for j in range(n_blocks):
-        stage = j % STAGES
-        mbarrier.wait(empty.index(stage), ((j // STAGES) & 1) ^ 1)
-        mbarrier.expect(ready.index(stage), 2 * k_desc.block_type.nbytes)
-        TMA_LOAD(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), k_smem.index(stage))
-        TMA_LOAD(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), v_smem.index(stage))
+def unit_count(n_m, CAUSAL: gl.constexpr):
+    """Units of work in one (batch, head) of ``n_m`` query tiles: each tile, or with the causal
+    mask pairs of tiles, the ``j``-th from the end with the ``j``-th from the start (their key
+    blocks add up to the same count for every pair), the middle tile alone when ``n_m`` is odd."""
+    if CAUSAL:
+        return (n_m + 1) // 2
+    else:
+        return n_m
 
 
 @gluon.jit
-def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars, q_row,
-                start_m, n_blocks, masked_from, qk_scale, STAGES: gl.constexpr,
-                OVERLAP: gl.constexpr):
-    """A consumer partition (one warpgroup): query rows ``start_m + 64 * wg ..`` of the
-    program's tile against every key block, then their output and lse. Blocks from
-    ``masked_from`` on cross the causal diagonal."""
+def unit_tiles(u, U, n_m, CAUSAL: gl.constexpr):
+    """How many tiles unit ``u`` holds, of ``U`` units a (batch, head): 1, or 2 for a pair."""
+    if CAUSAL:
+        return 2 - (2 * (u % U) == n_m - 1).to(gl.int32)
+    else:
+        return 1
+
+
+@gluon.jit
+def tile_at(u, half, U, n_m, CAUSAL: gl.constexpr):
+    """The query tile index and the ``b * H + h`` of tile ``half`` of unit ``u``: of a pair, the
+    one that reads more keys first. Arithmetic, not ``gl.where``: the index feeds every shared
+    memory address, which should stay in uniform registers."""
+    j = u % U
+    if CAUSAL:
+        m = j + (1 - half) * (n_m - 1 - 2 * j)
+    else:
+        m = j
+    return m, u // U
+
+
+@gluon.jit
+def next_tile(u, half, U, n_m, CAUSAL: gl.constexpr):
+    """The tile after tile ``half`` of unit ``u`` in this program's walk (units ``pid, pid + G,
+    pid + 2G, ...`` for ``G`` programs)."""
+    last = (half + 1 >= unit_tiles(u, U, n_m, CAUSAL)).to(gl.int32)
+    return u + last * gl.num_programs(0), (half + 1) * (1 - last)
+
+
+@gluon.jit
+def program_tiles(n_units, U, n_m, CAUSAL: gl.constexpr):
+    """How many tiles this program walks."""
+    count = 0
+    for u in range(gl.program_id(0), n_units, gl.num_programs(0)):
+        count += unit_tiles(u, U, n_m, CAUSAL)
+    return count
+
+
+@gluon.jit
+def tile_blocks(start_m, S, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The key blocks the query tile at ``start_m`` reads, and the first that crosses the causal
+    diagonal (``n_blocks`` without the mask): keys after the tile's last query are never read."""
+    if CAUSAL:
+        n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), S // BLOCK_N)
+        masked_from = start_m // BLOCK_N
+    else:
+        n_blocks = S // BLOCK_N
+        masked_from = n_blocks
+    return n_blocks, masked_from
+
+
+@gluon.jit
+def query_row(u, half, U, n_m, L, wg, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
+    """The first row, in the flattened ``(B * H * L, D)``, of warpgroup ``wg``'s 64 queries in
+    tile ``half`` of unit ``u``."""
+    m, bh = tile_at(u, half, U, n_m, CAUSAL)
+    return bh * L + m * BLOCK_M + wg * (BLOCK_M // 2)
+
+
+@gluon.jit
+def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H, H_KV,
+                    CAUSAL: gl.constexpr, STAGES: gl.constexpr, BLOCK_M: gl.constexpr):
+    """The loader partition (one warp): for each tile of this program's walk, its key and value
+    blocks into the ring, each once both consumers have released its buffer. The ring runs on
+    from tile to tile (``it`` counts every block loaded), so the next tile's first blocks are
+    copied while the consumers finish the last one's. A fresh barrier counts as having completed
+    the phase before its first, so the first round of waits on ``empty`` passes at once."""
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    U = unit_count(n_m, CAUSAL)
+    u = gl.program_id(0)
+    half = 0
+    it = 0
+    for _ in range(program_tiles(U * BH, U, n_m, CAUSAL)):
+        m, bh = tile_at(u, half, U, n_m, CAUSAL)
+        u, half = next_tile(u, half, U, n_m, CAUSAL)
+        kv_row = ((bh // H) * H_KV + (bh % H) // (H // H_KV)) * S
+        n_blocks, masked_from = tile_blocks(m * BLOCK_M, S, CAUSAL, BLOCK_M, BLOCK_N)
+        for j in range(n_blocks):
+            stage = it % STAGES
+            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(stage), 2 * k_desc.block_type.nbytes)
+            TMA_LOAD(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), k_smem.index(stage))
+            TMA_LOAD(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), v_smem.index(stage))
+            it += 1
+
+
+@gluon.jit
+def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars, BH, n_m,
+                L, S, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                OVERLAP: gl.constexpr, Q_BUFS: gl.constexpr):
+    """A consumer partition (one warpgroup): for each tile of this program's walk, its 64 query
+    rows ``wg`` against every key block the tile reads, then their output and lse. The queries
+    of the next tile are copied ahead: with ``Q_BUFS = 2`` into the warpgroup's other buffer
+    while this tile runs, with 1 into the same buffer once this tile's output has left it (the
+    output is staged in the query buffer, free by then). The copy is predicated, not branched
+    around, so that the ring's indices stay in uniform registers."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    BLOCK_M: gl.constexpr = 2 * ROWS
     dtype: gl.constexpr = q_desc.dtype
     # wgmma's accumulator layouts for the scores (ROWS x BLOCK_N) and the output (ROWS x D),
     # and the register operand layout in which p feeds the second product
@@ -199,115 +301,128 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-
-    q_buf = q_smem.index(wg)
-    q_bar = q_bars.index(wg)
-    row0 = q_row + wg * ROWS          # this warpgroup's first row in the flattened (B*H*L, D)
-    first_row = start_m + wg * ROWS   # and its position in the sequence
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    TMA_LOAD(q_desc, [row0, 0], q_bar, q_buf)
-
-    m_i = gl.full([ROWS], -1.0e38, gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
 
-    # block 0: its scores, waited for, and its softmax
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(ready.index(0), 0)
-    s = warpgroup_mma(q_buf, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                      is_async=True)
-    s = warpgroup_mma_wait(0, deps=[s])
-    if masked_from <= 0:
-        p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row, 0,
-                                           ROWS, BLOCK_N, s_layout)
-    else:
-        p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row, 0,
-                                           ROWS, BLOCK_N, s_layout)
+    U = unit_count(n_m, CAUSAL)
+    count = program_tiles(U * BH, U, n_m, CAUSAL)
+    u = gl.program_id(0)
+    half = 0
+    mbarrier.expect(q_bars.index(wg * Q_BUFS), q_desc.block_type.nbytes)
+    TMA_LOAD(q_desc, [query_row(u, half, U, n_m, L, wg, CAUSAL, BLOCK_M), 0],
+             q_bars.index(wg * Q_BUFS), q_smem.index(wg * Q_BUFS))
+    it = 0  # key blocks consumed so far: the ring's position
+    for t in range(count):
+        m, bh = tile_at(u, half, U, n_m, CAUSAL)
+        u, half = next_tile(u, half, U, n_m, CAUSAL)
+        more = t + 1 < count
+        first_row = m * BLOCK_M + wg * ROWS  # this warpgroup's first query in the sequence
+        row0 = bh * L + first_row            # and in the flattened (B*H*L, D)
+        n_blocks, masked_from = tile_blocks(m * BLOCK_M, S, CAUSAL, BLOCK_M, BLOCK_N)
+        buf = wg * Q_BUFS + t % Q_BUFS
+        q_buf = q_smem.index(buf)
+        if Q_BUFS == 2:  # the next tile's queries into the other buffer, once its output left
+            other = wg * Q_BUFS + (t + 1) % Q_BUFS
+            tma.store_wait(0)
+            mbarrier.expect(q_bars.index(other), q_desc.block_type.nbytes, pred=more)
+            TMA_LOAD(q_desc, [query_row(u, half, U, n_m, L, wg, CAUSAL, BLOCK_M), 0],
+                     q_bars.index(other), q_smem.index(other), pred=more)
 
-    # step j: p_j v_j, and block j + 1's scores and softmax
-    for j in range(n_blocks - 1):
-        stage = j % STAGES
-        nxt = j + 1
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-        mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
-        k_next = k_smem.index(nxt % STAGES).permute((1, 0))
-        if OVERLAP:  # both products in flight; wait for the scores only
-            s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
-            acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
-            s = warpgroup_mma_wait(1, deps=[s])
-        else:  # each product waited for where it is issued
-            acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=[s])
-        # block j + 1's softmax: with OVERLAP it runs while p_j v_j is on the tensor cores
-        if nxt >= masked_from:
-            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row,
-                                               nxt * BLOCK_N, ROWS, BLOCK_N, s_layout)
+        m_i = gl.full([ROWS], -1.0e38, gl.float32, layout=gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+
+        # block 0: its scores, waited for, and its softmax
+        mbarrier.wait(q_bars.index(buf), (t // Q_BUFS) & 1)
+        mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
+        s = warpgroup_mma(q_buf, k_smem.index(it % STAGES).permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+        if masked_from <= 0:
+            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row, 0,
+                                               ROWS, BLOCK_N, s_layout)
         else:
-            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row,
-                                               nxt * BLOCK_N, ROWS, BLOCK_N, s_layout)
+            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row, 0,
+                                               ROWS, BLOCK_N, s_layout)
+
+        # step j: p_j v_j, and block j + 1's scores and softmax
+        for j in range(n_blocks - 1):
+            stage = (it + j) % STAGES
+            nxt = it + j + 1
+            p16 = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+            k_next = k_smem.index(nxt % STAGES).permute((1, 0))
+            if OVERLAP:  # both products in flight; wait for the scores only
+                s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
+                acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
+                s = warpgroup_mma_wait(1, deps=[s])
+            else:  # each product waited for where it is issued
+                acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
+                s = warpgroup_mma_wait(0, deps=[s])
+            # block j + 1's softmax: with OVERLAP it runs while p_j v_j is on the tensor cores
+            if j + 1 >= masked_from:
+                p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row,
+                                                   (j + 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
+            else:
+                p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row,
+                                                   (j + 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(empty.index(stage), count=1)  # done with block j's buffers
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+
+        last = (it + n_blocks - 1) % STAGES
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(empty.index(stage), count=1)  # done with block j's buffers
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        mbarrier.arrive(empty.index(last), count=1)
+        it += n_blocks
 
-    last = (n_blocks - 1) % STAGES
-    p16 = gl.convert_layout(p.to(dtype), p_layout)
-    acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(empty.index(last), count=1)
-
-    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
-    gl.store(LSE + row0 + rows, (m_i + gl.log2(l_i)) * LN2)  # natural-log units
-    q_buf.store(out.to(dtype))  # the queries are no longer needed: stage the output there
-    fence_async_shared()
-    TMA_STORE(o_desc, [row0, 0], q_buf)
+        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+        rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+        gl.store(LSE + row0 + rows, (m_i + gl.log2(l_i)) * LN2)  # natural-log units
+        q_buf.store(out.to(dtype))  # this tile's queries are no longer needed: stage it there
+        fence_async_shared()
+        TMA_STORE(o_desc, [row0, 0], q_buf)
+        if Q_BUFS == 1:  # the next tile's queries, once this output has left the buffer
+            tma.store_wait(0)
+            mbarrier.expect(q_bars.index(buf), q_desc.block_type.nbytes, pred=more)
+            TMA_LOAD(q_desc, [query_row(u, half, U, n_m, L, wg, CAUSAL, BLOCK_M), 0],
+                     q_bars.index(buf), q_buf, pred=more)
     tma.store_wait(0)
 
 
 @cached_launch
 @gluon.jit
-def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, qk_scale,
-                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, STAGES: gl.constexpr):
-    """Program ``(query tile, b * H + h)``: 128 rows of ``out`` and ``lse``. The descriptors
-    view ``q``/``out`` as ``(B * H * L, D)`` in tiles of 64 rows and ``k``/``v`` as
-    ``(B * H_KV * S, D)`` in tiles of ``BLOCK_N``; ``LSE`` is ``(B * H * L,)`` float32.
-    Causal: the tiles that see the most keys start first."""
+def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, BH, qk_scale,
+                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, STAGES: gl.constexpr,
+                            Q_BUFS: gl.constexpr):
+    """A program walks units of work (:func:`unit_count`): units ``pid, pid + G, ...`` of the
+    ``BH * U`` of the problem, ``G`` the number of programs; a tile is 128 rows of ``out`` and
+    ``lse`` of one ``b * H + h`` (``BH = B * H``). Launched with one program per unit, each
+    program does one; launched with one per SM it is *persistent*, and the ring and the query
+    buffers run on from tile to tile. The descriptors view ``q``/``out`` as ``(B * H * L, D)``
+    in tiles of 64 rows and ``k``/``v`` as ``(B * H_KV * S, D)`` in tiles of ``BLOCK_N``;
+    ``LSE`` is ``(B * H * L,)`` float32. ``Q_BUFS`` query buffers per consumer (1 or 2)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     BLOCK_M: gl.constexpr = 2 * ROWS
     dtype: gl.constexpr = q_desc.dtype
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    bh = gl.program_id(1)
-    b = bh // H
-    h = bh % H
-    start_m = pid_m * BLOCK_M
-    q_row = bh * L + start_m
-    kv_row = (b * H_KV + h // (H // H_KV)) * S
-    if CAUSAL:  # keys after the tile's last query are never read
-        n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), S // BLOCK_N)
-        masked_from = start_m // BLOCK_N
-    else:
-        n_blocks = S // BLOCK_N
-        masked_from = n_blocks
+    n_m = L // BLOCK_M
 
-    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFS, ROWS, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    ready, empty, q_bars = handover_barriers(STAGES)
+    ready, empty, q_bars = handover_barriers(STAGES, 2 * Q_BUFS)
     gl.warp_specialize([
         # the default partition (the kernel's own 4 warps) and a second one: 64 rows each
         (attend_rows, (0, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
-                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
+                       BH, n_m, L, S, qk_scale, CAUSAL, STAGES, OVERLAP, Q_BUFS)),
         (attend_rows, (1, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
-                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
-        (load_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks,
-                           STAGES)),
+                       BH, n_m, L, S, qk_scale, CAUSAL, STAGES, OVERLAP, Q_BUFS)),
+        (load_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H, H_KV,
+                           CAUSAL, STAGES, BLOCK_M)),
     ], [4, 1], [232, 40])
 
 
@@ -343,24 +458,35 @@ def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | None:
-    """The form of :data:`HOPPER_PREFERRED` in which
-    :func:`~teachkit.kernels.flash.flash_attention` runs a problem of these sizes with this
-    kernel, or ``None`` where it runs the Triton kernel: the head dim has a form, and a query
-    tile reads at least its ``min_keys`` keys: ``S``, or with the causal mask ``min(L, S)``.
-    Sizes only; :func:`hopper_preferred` checks the tensors too.
+    """The form in which :func:`~teachkit.kernels.flash.flash_attention` runs a problem of these
+    sizes with this kernel, or ``None`` where it runs the Triton kernel. Sizes only;
+    :func:`hopper_preferred` checks the tensors too. Measured on an H200
+    (``python -m teachkit.bench attention``, the ``teachkit hopper`` providers):
+
+    * head dim 128: 128-key blocks with the overlap; persistent with the causal mask, where the
+      pairs of tiles even out the work (0.95x cuDNN at L = 1024 against 0.91x), one program per
+      tile without it (1.05x against 1.01x at L = 4096);
+    * head dim 64: 256-key blocks without the overlap, once a query tile reads
+      :data:`HOPPER_MIN_KEYS` keys; persistent with the mask or below
+      :data:`HOPPER_RESIDENT_KEYS` keys.
 
     Examples
     --------
-    >>> hopper_form(64, 4096, 4096, causal=True).block_n
-    256
+    >>> hopper_form(128, 1024, 1024, causal=True)
+    HopperForm(block_n=128, overlap=True, persistent=True)
+    >>> hopper_form(64, 1024, 1024, causal=False).persistent, hopper_form(64, 512, 512, False)
+    (True, None)
     >>> hopper_form(64, 512, 8192, causal=False).block_n, hopper_form(64, 512, 8192, causal=True)
     (256, None)
-    >>> hopper_form(128, 128, 128, causal=True).overlap
-    True
     """
-    form = HOPPER_PREFERRED.get(head_dim)
+    if head_dim not in HOPPER_PREFERRED_HEAD_DIMS:
+        return None
     keys = min(L, S) if causal else S
-    return form if form is not None and keys >= form.min_keys else None
+    if keys < HOPPER_MIN_KEYS.get(head_dim, 0):
+        return None
+    if head_dim == 128:
+        return HopperForm(128, True, persistent=causal)
+    return HopperForm(256, False, persistent=causal or S < HOPPER_RESIDENT_KEYS)
 
 
 def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -385,7 +511,7 @@ def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            causal: bool = False, scale: float | None = None,
                            return_lse: bool = False, *, overlap: bool = True,
-                           block_n: int | None = None,
+                           block_n: int | None = None, persistent: bool = False,
                            ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The forward pass of :func:`~teachkit.kernels.flash.flash_attention` by
     :func:`flash_fwd_hopper_kernel`, for inputs :func:`hopper_ready` accepts.
@@ -418,6 +544,7 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     causal = require_bool(causal, "causal")
     require_bool(return_lse, "return_lse")
     overlap = require_bool(overlap, "overlap")
+    persistent = require_bool(persistent, "persistent")
     D = q.shape[-1]
     blocks = HOPPER_KEY_BLOCKS.get(D)  # None for a head dim refused below
     if block_n is not None and (type(block_n) is not int
@@ -434,27 +561,31 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     q, k, v = (t.contiguous() for t in (q, k, v))
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-    launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n)
+    launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n, persistent)
     return (out, lse) if return_lse else out
 
 
 def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, causal: bool, scale: float, overlap: bool = True,
-                  block_n: int | None = None) -> None:
+                  block_n: int | None = None, persistent: bool = False) -> None:
     """Launch :func:`flash_fwd_hopper_kernel` on checked, contiguous inputs that
     :func:`hopper_ready` accepts (with ``block_n`` keys a block, default the head dim's
-    :data:`HOPPER_TILES`), with ``scale >= 0``, writing the contiguous ``out`` and ``lse``. No
+    :data:`HOPPER_TILES`), with ``scale >= 0``, writing the contiguous ``out`` and ``lse``: one
+    program per unit of work, or ``persistent``, no more programs than the GPU has SMs. No
     checks: :func:`flash_attention_hopper` is the entry point, and
     :func:`~teachkit.kernels.flash.flash_attention` calls this where it picks the kernel."""
     if on_other_gpu(q):
         with torch.cuda.device(q.device):
-            return launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n)
+            return launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n, persistent)
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
-    flash_fwd_hopper_kernel[(L // HOPPER_ROWS, B * H)](
-        *hopper_descriptors(q, k, v, out, block_n), lse, L, S, H, H_kv, scale * LOG2E,
-        CAUSAL=causal, OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], num_warps=4,
-        maxnreg=HOPPER_MAX_REGISTERS)
+    tiles = L // HOPPER_ROWS
+    units = ((tiles + 1) // 2 if causal else tiles) * B * H
+    programs = min(units, multiprocessors(q.device)) if persistent else units
+    flash_fwd_hopper_kernel[(programs,)](
+        *hopper_descriptors(q, k, v, out, block_n), lse, L, S, H, H_kv, B * H, scale * LOG2E,
+        CAUSAL=causal, OVERLAP=overlap, STAGES=HOPPER_TILES[D][1],
+        Q_BUFS=HOPPER_QUERY_BUFFERS[D], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
 
 
 @functools.cache

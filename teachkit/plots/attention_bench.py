@@ -14,6 +14,8 @@ __all__ = ["plot_attention_tflops", "plot_steps"]
 _TEACHKIT_LINES = {"teachkit flash": "-", "teachkit triton": "--", "teachkit hopper": ":",
                    "teachkit hopper, no overlap": "-.",
                    "teachkit hopper, wide, no overlap": (0, (5, 1)),
+                   "teachkit hopper, persistent": (0, (1, 2)),
+                   "teachkit hopper, wide, persistent": (0, (8, 2)),
                    "teachkit flash, atomic dQ": (0, (3, 1, 1, 1, 1, 1)),
                    "teachkit flash, deterministic": ":"}
 """Line style of each of the course's providers (others dashed)."""

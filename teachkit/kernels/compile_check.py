@@ -744,25 +744,28 @@ def loop_overlap(ptx: str) -> dict[str, object]:
 
 
 def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
-                    overlap: bool = True, block_n: int | None = None) -> object:
-    """The Gluon forward kernel (:mod:`teachkit.kernels.flash_hopper`) compiled for sm_90 with
-    its launch's tiles, without a GPU: ``triton.compile`` of its Gluon source, the types of its
-    tensor descriptors those of :func:`~teachkit.kernels.flash_hopper.hopper_descriptors` over
-    empty tensors, in key blocks of ``block_n`` (default the head dim's). Needs
-    ``TRITON_INTERPRET=0``, as :func:`wgmma_overlap`."""
+                    overlap: bool = True, block_n: int | None = None,
+                    persistent: bool = False) -> object:
+    """The Gluon forward kernel (:mod:`teachkit.kernels.flash_hopper`; with ``persistent`` its
+    persistent form) compiled for sm_90 with its launch's tiles, without a GPU:
+    ``triton.compile`` of its Gluon source, the types of its tensor descriptors those of
+    :func:`~teachkit.kernels.flash_hopper.hopper_descriptors` over empty tensors, in key blocks
+    of ``block_n`` (default the head dim's). Needs ``TRITON_INTERPRET=0``, as
+    :func:`wgmma_overlap`."""
     from . import flash_hopper as fh
 
     default_block, stages = fh.HOPPER_TILES[head_dim]
     block_n = default_block if block_n is None else block_n
     rows, keys = (_empty_rows(n, head_dim, dtype) for n in (fh.HOPPER_ROWS, block_n))
     descriptors = fh.hopper_descriptors(rows, keys, keys, rows, block_n)
+    scalars = {"LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32",
+               **({"BH": "i32"} if persistent else {}), "qk_scale": "fp32"}
+    constexprs = {"CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages,
+                  **({"Q_BUFS": fh.HOPPER_QUERY_BUFFERS[head_dim]} if persistent else {})}
+    kernel = fh.flash_fwd_hopper_persistent_kernel if persistent else fh.flash_fwd_hopper_kernel
     return _gluon_compile(
-        fh.flash_fwd_hopper_kernel,
-        dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), descriptors, strict=True)),
-        {"LSE": "*fp32", "L": "i32", "S": "i32", "H": "i32", "H_KV": "i32", "BH": "i32",
-         "qk_scale": "fp32"},
-        {"CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages,
-         "Q_BUFS": fh.HOPPER_QUERY_BUFFERS[head_dim]}, fh.HOPPER_MAX_REGISTERS)
+        kernel, dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), descriptors, strict=True)),
+        scalars, constexprs, fh.HOPPER_MAX_REGISTERS)
 
 
 def hopper_dkdv_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,

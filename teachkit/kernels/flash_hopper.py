@@ -79,11 +79,12 @@ from .launch_cache import cached_launch
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_MIN_KEYS",
            "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_QUERY_BUFFERS", "HOPPER_RESIDENT_KEYS",
            "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD", "TMA_STORE", "attend_rows",
-           "flash_attention_hopper", "flash_fwd_hopper_kernel", "handover_barriers",
+           "flash_attention_hopper", "flash_fwd_hopper_kernel",
+           "flash_fwd_hopper_persistent_kernel", "handover_barriers",
            "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
            "hopper_ready", "launch_hopper", "load_key_blocks", "next_tile", "program_tiles",
            "query_row", "softmax_block", "tile_at", "tile_blocks", "tile_descriptor",
-           "tile_layout", "unit_count", "unit_tiles"]
+           "tile_layout", "unit_count", "unit_tiles", "walk_key_blocks", "walk_rows"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -182,6 +183,183 @@ def handover_barriers(STAGES: gl.constexpr, OWN: gl.constexpr = 2):
 
 
 @gluon.jit
+def tile_blocks(start_m, S, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The key blocks the query tile at ``start_m`` reads, and the first that crosses the causal
+    diagonal (``n_blocks`` without the mask): keys after the tile's last query are never read."""
+    if CAUSAL:
+        n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), S // BLOCK_N)
+        masked_from = start_m // BLOCK_N
+    else:
+        n_blocks = S // BLOCK_N
+        masked_from = n_blocks
+    return n_blocks, masked_from
+
+
+@gluon.jit
+def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks, it,
+                    STAGES: gl.constexpr):
+    """The loader's work for one tile: key and value blocks ``0 .. n_blocks - 1`` of rows
+    ``kv_row ..`` into the ring, from its position ``it`` on (stage ``it % STAGES``), each once
+    both consumers have released its buffer. A fresh barrier counts as having completed the
+    phase before its first, so the first round of waits on ``empty`` passes at once."""
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    for j in range(n_blocks):
+        stage = (it + j) % STAGES
+        mbarrier.wait(empty.index(stage), (((it + j) // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(stage), 2 * k_desc.block_type.nbytes)
+        TMA_LOAD(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), k_smem.index(stage))
+        TMA_LOAD(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), v_smem.index(stage))
+
+
+@gluon.jit
+def attend_tile(q_buf, q_bar, q_phase, k_smem, v_smem, ready, empty, it, first_row, n_blocks,
+                masked_from, qk_scale, STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+    """One consumer warpgroup's query rows ``first_row ..`` (in ``q_buf``, whose copy completes
+    ``q_bar``'s phase ``q_phase``) against ``n_blocks`` key blocks, the ring's blocks ``it ..``
+    (its position: stage ``it % STAGES``); blocks from ``masked_from`` on cross the causal
+    diagonal. Returns the unnormalised output ``acc`` and the running maximum and sum (log2
+    units); each block's buffers are released as soon as its last product is done."""
+    ROWS: gl.constexpr = q_buf.type.shape[0]
+    HEAD_DIM: gl.constexpr = q_buf.type.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    dtype: gl.constexpr = q_buf.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    m_i = gl.full([ROWS], -1.0e38, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+
+    # block 0: its scores, waited for, and its softmax
+    mbarrier.wait(q_bar, q_phase)
+    mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
+    s = warpgroup_mma(q_buf, k_smem.index(it % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                      is_async=True)
+    s = warpgroup_mma_wait(0, deps=[s])
+    if masked_from <= 0:
+        p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row, 0,
+                                           ROWS, BLOCK_N, s_layout)
+    else:
+        p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row, 0,
+                                           ROWS, BLOCK_N, s_layout)
+
+    # step j: p_j v_j, and block j + 1's scores and softmax
+    for j in range(n_blocks - 1):
+        stage = (it + j) % STAGES
+        nxt = it + j + 1
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+        k_next = k_smem.index(nxt % STAGES).permute((1, 0))
+        if OVERLAP:  # both products in flight; wait for the scores only
+            s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
+            acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=[s])
+        else:  # each product waited for where it is issued
+            acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+        # block j + 1's softmax: with OVERLAP it runs while p_j v_j is on the tensor cores
+        if j + 1 >= masked_from:
+            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row,
+                                               (j + 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
+        else:
+            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row,
+                                               (j + 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(empty.index(stage), count=1)  # done with block j's buffers
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+
+    last = (it + n_blocks - 1) % STAGES
+    p16 = gl.convert_layout(p.to(dtype), p_layout)
+    acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(empty.index(last), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def write_rows(acc, m_i, l_i, q_buf, o_desc, LSE, row0, BLOCK_N: gl.constexpr):
+    """A consumer's output ``acc / l`` and lse (natural-log units) for rows ``row0 ..`` of the
+    flattened ``(B * H * L, D)``: the output is staged in the query buffer, whose queries are no
+    longer needed, and written with one TMA copy (not waited for)."""
+    ROWS: gl.constexpr = q_buf.type.shape[0]
+    HEAD_DIM: gl.constexpr = q_buf.type.shape[1]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+    gl.store(LSE + row0 + rows, (m_i + gl.log2(l_i)) * LN2)
+    q_buf.store(out.to(q_buf.dtype))
+    fence_async_shared()
+    TMA_STORE(o_desc, [row0, 0], q_buf)
+
+
+@gluon.jit
+def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars, q_row,
+                start_m, n_blocks, masked_from, qk_scale, STAGES: gl.constexpr,
+                OVERLAP: gl.constexpr):
+    """A consumer partition (one warpgroup): query rows ``start_m + 64 * wg ..`` of the
+    program's tile against every key block (:func:`attend_tile`), then their output and lse
+    (:func:`write_rows`)."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    q_buf = q_smem.index(wg)
+    q_bar = q_bars.index(wg)
+    row0 = q_row + wg * ROWS          # this warpgroup's first row in the flattened (B*H*L, D)
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    TMA_LOAD(q_desc, [row0, 0], q_bar, q_buf)
+    acc, m_i, l_i = attend_tile(q_buf, q_bar, 0, k_smem, v_smem, ready, empty, 0,
+                                start_m + wg * ROWS, n_blocks, masked_from, qk_scale, STAGES,
+                                OVERLAP)
+    write_rows(acc, m_i, l_i, q_buf, o_desc, LSE, row0, k_smem.type.shape[1])
+    tma.store_wait(0)
+
+
+@cached_launch
+@gluon.jit
+def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, qk_scale,
+                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, STAGES: gl.constexpr):
+    """Program ``(query tile, b * H + h)``: 128 rows of ``out`` and ``lse``. The descriptors
+    view ``q``/``out`` as ``(B * H * L, D)`` in tiles of 64 rows and ``k``/``v`` as
+    ``(B * H_KV * S, D)`` in tiles of ``BLOCK_N``; ``LSE`` is ``(B * H * L,)`` float32.
+    Causal: the tiles that see the most keys start first."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    BLOCK_M: gl.constexpr = 2 * ROWS
+    dtype: gl.constexpr = q_desc.dtype
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    bh = gl.program_id(1)
+    b = bh // H
+    h = bh % H
+    start_m = pid_m * BLOCK_M
+    q_row = bh * L + start_m
+    kv_row = (b * H_KV + h // (H // H_KV)) * S
+    n_blocks, masked_from = tile_blocks(start_m, S, CAUSAL, BLOCK_M, BLOCK_N)
+
+    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    ready, empty, q_bars = handover_barriers(STAGES)
+    gl.warp_specialize([
+        # the default partition (the kernel's own 4 warps) and a second one: 64 rows each
+        (attend_rows, (0, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
+                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
+        (attend_rows, (1, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
+                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
+        (load_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks, 0,
+                           STAGES)),
+    ], [4, 1], [232, 40])
+
+
+@gluon.jit
 def unit_count(n_m, CAUSAL: gl.constexpr):
     """Units of work in one (batch, head) of ``n_m`` query tiles: each tile, or with the causal
     mask pairs of tiles, the ``j``-th from the end with the ``j``-th from the start (their key
@@ -232,19 +410,6 @@ def program_tiles(n_units, U, n_m, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def tile_blocks(start_m, S, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """The key blocks the query tile at ``start_m`` reads, and the first that crosses the causal
-    diagonal (``n_blocks`` without the mask): keys after the tile's last query are never read."""
-    if CAUSAL:
-        n_blocks = gl.minimum(gl.cdiv(start_m + BLOCK_M, BLOCK_N), S // BLOCK_N)
-        masked_from = start_m // BLOCK_N
-    else:
-        n_blocks = S // BLOCK_N
-        masked_from = n_blocks
-    return n_blocks, masked_from
-
-
-@gluon.jit
 def query_row(u, half, U, n_m, L, wg, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr):
     """The first row, in the flattened ``(B * H * L, D)``, of warpgroup ``wg``'s 64 queries in
     tile ``half`` of unit ``u``."""
@@ -253,13 +418,12 @@ def query_row(u, half, U, n_m, L, wg, CAUSAL: gl.constexpr, BLOCK_M: gl.constexp
 
 
 @gluon.jit
-def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H, H_KV,
+def walk_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H, H_KV,
                     CAUSAL: gl.constexpr, STAGES: gl.constexpr, BLOCK_M: gl.constexpr):
-    """The loader partition (one warp): for each tile of this program's walk, its key and value
-    blocks into the ring, each once both consumers have released its buffer. The ring runs on
-    from tile to tile (``it`` counts every block loaded), so the next tile's first blocks are
-    copied while the consumers finish the last one's. A fresh barrier counts as having completed
-    the phase before its first, so the first round of waits on ``empty`` passes at once."""
+    """The loader partition of the persistent kernel (one warp): for each tile of this program's
+    walk, its key and value blocks (:func:`load_key_blocks`). The ring runs on from tile to tile
+    (``it`` counts every block loaded), so the next tile's first blocks are copied while the
+    consumers finish the last one's."""
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     U = unit_count(n_m, CAUSAL)
     u = gl.program_id(0)
@@ -270,39 +434,25 @@ def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H,
         u, half = next_tile(u, half, U, n_m, CAUSAL)
         kv_row = ((bh // H) * H_KV + (bh % H) // (H // H_KV)) * S
         n_blocks, masked_from = tile_blocks(m * BLOCK_M, S, CAUSAL, BLOCK_M, BLOCK_N)
-        for j in range(n_blocks):
-            stage = it % STAGES
-            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(stage), 2 * k_desc.block_type.nbytes)
-            TMA_LOAD(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), k_smem.index(stage))
-            TMA_LOAD(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), v_smem.index(stage))
-            it += 1
+        load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks, it,
+                        STAGES)
+        it += n_blocks
 
 
 @gluon.jit
-def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars, BH, n_m,
-                L, S, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                OVERLAP: gl.constexpr, Q_BUFS: gl.constexpr):
-    """A consumer partition (one warpgroup): for each tile of this program's walk, its 64 query
-    rows ``wg`` against every key block the tile reads, then their output and lse. The queries
-    of the next tile are copied ahead: with ``Q_BUFS = 2`` into the warpgroup's other buffer
-    while this tile runs, with 1 into the same buffer once this tile's output has left it (the
-    output is staged in the query buffer, free by then). The copy is predicated, not branched
-    around, so that the ring's indices stay in uniform registers."""
+def walk_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars, BH, n_m,
+              L, S, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+              OVERLAP: gl.constexpr, Q_BUFS: gl.constexpr):
+    """A consumer partition of the persistent kernel (one warpgroup): for each tile of this
+    program's walk, its 64 query rows ``wg`` against every key block the tile reads
+    (:func:`attend_tile`, from where the ring stands), then their output and lse
+    (:func:`write_rows`). The queries of the next tile are copied ahead: with ``Q_BUFS = 2``
+    into the warpgroup's other buffer while this tile runs, with 1 into the same buffer once
+    this tile's output has left it. The copy is predicated, not branched around, so that the
+    ring's indices stay in uniform registers."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
     BLOCK_M: gl.constexpr = 2 * ROWS
-    dtype: gl.constexpr = q_desc.dtype
-    # wgmma's accumulator layouts for the scores (ROWS x BLOCK_N) and the output (ROWS x D),
-    # and the register operand layout in which p feeds the second product
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-
     U = unit_count(n_m, CAUSAL)
     count = program_tiles(U * BH, U, n_m, CAUSAL)
     u = gl.program_id(0)
@@ -316,7 +466,6 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
         u, half = next_tile(u, half, U, n_m, CAUSAL)
         more = t + 1 < count
         first_row = m * BLOCK_M + wg * ROWS  # this warpgroup's first query in the sequence
-        row0 = bh * L + first_row            # and in the flattened (B*H*L, D)
         n_blocks, masked_from = tile_blocks(m * BLOCK_M, S, CAUSAL, BLOCK_M, BLOCK_N)
         buf = wg * Q_BUFS + t % Q_BUFS
         q_buf = q_smem.index(buf)
@@ -326,64 +475,11 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
             mbarrier.expect(q_bars.index(other), q_desc.block_type.nbytes, pred=more)
             TMA_LOAD(q_desc, [query_row(u, half, U, n_m, L, wg, CAUSAL, BLOCK_M), 0],
                      q_bars.index(other), q_smem.index(other), pred=more)
-
-        m_i = gl.full([ROWS], -1.0e38, gl.float32, layout=gl.SliceLayout(1, s_layout))
-        l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-
-        # block 0: its scores, waited for, and its softmax
-        mbarrier.wait(q_bars.index(buf), (t // Q_BUFS) & 1)
-        mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
-        s = warpgroup_mma(q_buf, k_smem.index(it % STAGES).permute((1, 0)), s_zero,
-                          use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(0, deps=[s])
-        if masked_from <= 0:
-            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row, 0,
-                                               ROWS, BLOCK_N, s_layout)
-        else:
-            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row, 0,
-                                               ROWS, BLOCK_N, s_layout)
-
-        # step j: p_j v_j, and block j + 1's scores and softmax
-        for j in range(n_blocks - 1):
-            stage = (it + j) % STAGES
-            nxt = it + j + 1
-            p16 = gl.convert_layout(p.to(dtype), p_layout)
-            mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
-            k_next = k_smem.index(nxt % STAGES).permute((1, 0))
-            if OVERLAP:  # both products in flight; wait for the scores only
-                s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
-                acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
-                s = warpgroup_mma_wait(1, deps=[s])
-            else:  # each product waited for where it is issued
-                acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=[acc])
-                s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma_wait(0, deps=[s])
-            # block j + 1's softmax: with OVERLAP it runs while p_j v_j is on the tensor cores
-            if j + 1 >= masked_from:
-                p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row,
-                                                   (j + 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
-            else:
-                p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row,
-                                                   (j + 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(empty.index(stage), count=1)  # done with block j's buffers
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-
-        last = (it + n_blocks - 1) % STAGES
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-        acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(empty.index(last), count=1)
+        acc, m_i, l_i = attend_tile(q_buf, q_bars.index(buf), (t // Q_BUFS) & 1, k_smem,
+                                    v_smem, ready, empty, it, first_row, n_blocks, masked_from,
+                                    qk_scale, STAGES, OVERLAP)
         it += n_blocks
-
-        out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-        rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
-        gl.store(LSE + row0 + rows, (m_i + gl.log2(l_i)) * LN2)  # natural-log units
-        q_buf.store(out.to(dtype))  # this tile's queries are no longer needed: stage it there
-        fence_async_shared()
-        TMA_STORE(o_desc, [row0, 0], q_buf)
+        write_rows(acc, m_i, l_i, q_buf, o_desc, LSE, bh * L + first_row, BLOCK_N)
         if Q_BUFS == 1:  # the next tile's queries, once this output has left the buffer
             tma.store_wait(0)
             mbarrier.expect(q_bars.index(buf), q_desc.block_type.nbytes, pred=more)
@@ -394,16 +490,15 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
 
 @cached_launch
 @gluon.jit
-def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, BH, qk_scale,
-                            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, STAGES: gl.constexpr,
-                            Q_BUFS: gl.constexpr):
-    """A program walks units of work (:func:`unit_count`): units ``pid, pid + G, ...`` of the
-    ``BH * U`` of the problem, ``G`` the number of programs; a tile is 128 rows of ``out`` and
-    ``lse`` of one ``b * H + h`` (``BH = B * H``). Launched with one program per unit, each
-    program does one; launched with one per SM it is *persistent*, and the ring and the query
-    buffers run on from tile to tile. The descriptors view ``q``/``out`` as ``(B * H * L, D)``
-    in tiles of 64 rows and ``k``/``v`` as ``(B * H_KV * S, D)`` in tiles of ``BLOCK_N``;
-    ``LSE`` is ``(B * H * L,)`` float32. ``Q_BUFS`` query buffers per consumer (1 or 2)."""
+def flash_fwd_hopper_persistent_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, BH,
+                                       qk_scale, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+                                       STAGES: gl.constexpr, Q_BUFS: gl.constexpr):
+    """:func:`flash_fwd_hopper_kernel`'s work on a persistent grid, one program per SM (fewer
+    where the problem has fewer units): a program walks units of work (:func:`unit_count`),
+    ``pid, pid + G, ...`` of the ``BH * U`` of the problem for ``G`` programs, and its ring and
+    query buffers run on from tile to tile. A tile is 128 rows of ``out`` and ``lse`` of one
+    ``b * H + h`` (``BH = B * H``), read through the same descriptors; ``Q_BUFS`` query buffers
+    per consumer (1 or 2)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -417,11 +512,11 @@ def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, 
     ready, empty, q_bars = handover_barriers(STAGES, 2 * Q_BUFS)
     gl.warp_specialize([
         # the default partition (the kernel's own 4 warps) and a second one: 64 rows each
-        (attend_rows, (0, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
+        (walk_rows, (0, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
                        BH, n_m, L, S, qk_scale, CAUSAL, STAGES, OVERLAP, Q_BUFS)),
-        (attend_rows, (1, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
+        (walk_rows, (1, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
                        BH, n_m, L, S, qk_scale, CAUSAL, STAGES, OVERLAP, Q_BUFS)),
-        (load_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H, H_KV,
+        (walk_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H, H_KV,
                            CAUSAL, STAGES, BLOCK_M)),
     ], [4, 1], [232, 40])
 
@@ -568,10 +663,11 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, causal: bool, scale: float, overlap: bool = True,
                   block_n: int | None = None, persistent: bool = False) -> None:
-    """Launch :func:`flash_fwd_hopper_kernel` on checked, contiguous inputs that
-    :func:`hopper_ready` accepts (with ``block_n`` keys a block, default the head dim's
-    :data:`HOPPER_TILES`), with ``scale >= 0``, writing the contiguous ``out`` and ``lse``: one
-    program per unit of work, or ``persistent``, no more programs than the GPU has SMs. No
+    """Launch :func:`flash_fwd_hopper_kernel` (one program per tile), or with ``persistent``
+    :func:`flash_fwd_hopper_persistent_kernel` (no more programs than the GPU has SMs), on
+    checked, contiguous inputs that :func:`hopper_ready` accepts (with ``block_n`` keys a block,
+    default the head dim's :data:`HOPPER_TILES`), with ``scale >= 0``, writing the contiguous
+    ``out`` and ``lse``. No
     checks: :func:`flash_attention_hopper` is the entry point, and
     :func:`~teachkit.kernels.flash.flash_attention` calls this where it picks the kernel."""
     if on_other_gpu(q):
@@ -579,13 +675,19 @@ def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
             return launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n, persistent)
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
+    descriptors = hopper_descriptors(q, k, v, out, block_n)
+    if not persistent:
+        flash_fwd_hopper_kernel[(L // HOPPER_ROWS, B * H)](
+            *descriptors, lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal, OVERLAP=overlap,
+            STAGES=HOPPER_TILES[D][1], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
+        return None
     tiles = L // HOPPER_ROWS
     units = ((tiles + 1) // 2 if causal else tiles) * B * H
-    programs = min(units, multiprocessors(q.device)) if persistent else units
-    flash_fwd_hopper_kernel[(programs,)](
-        *hopper_descriptors(q, k, v, out, block_n), lse, L, S, H, H_kv, B * H, scale * LOG2E,
-        CAUSAL=causal, OVERLAP=overlap, STAGES=HOPPER_TILES[D][1],
-        Q_BUFS=HOPPER_QUERY_BUFFERS[D], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
+    flash_fwd_hopper_persistent_kernel[(min(units, multiprocessors(q.device)),)](
+        *descriptors, lse, L, S, H, H_kv, B * H, scale * LOG2E, CAUSAL=causal,
+        OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], Q_BUFS=HOPPER_QUERY_BUFFERS[D], num_warps=4,
+        maxnreg=HOPPER_MAX_REGISTERS)
+    return None
 
 
 @functools.cache

@@ -154,32 +154,34 @@ def test_the_form_follows_the_keys_a_query_tile_reads():
 
 
 def test_the_unit_walk_covers_every_tile_once():
-    """The kernel's walk (unit_count, unit_tiles, tile_at, next_tile, program_tiles), restated
-    in Python: for any number of programs every tile is visited once, and with the causal mask
-    a unit's tiles read n_m + 1 key blocks together (the middle tile alone when n_m is odd)."""
+    """The kernel's walk, step by step as its Gluon helpers take it (unit_tiles, tile_at,
+    next_tile from each program's first unit, program_tiles' count), gives walk_schedule's
+    tiles; for any number of programs every tile is visited once, and with the causal mask a
+    unit's tiles read n_m + 1 key blocks of 128 together, so with n_m even the programs' work
+    differs by one unit at most (with n_m odd the middle tile is a unit of half that)."""
     for n_m in (1, 2, 3, 8):
         for BH in (1, 3):
             for causal in (False, True):
                 U = (n_m + 1) // 2 if causal else n_m
                 for G in (1, 2, 5, 64):
-                    seen = []
-                    for pid in range(min(G, U * BH)):
-                        u, half = pid, 0
+                    walks = fh.walk_schedule(n_m, BH, G, causal)
+                    for pid, walk in enumerate(walks):
+                        u, half, stepped = pid, 0, []
                         count = sum(1 if not causal or 2 * (w % U) == n_m - 1 else 2
                                     for w in range(pid, U * BH, G))
                         for _ in range(count):
                             j = u % U
                             m = j + (1 - half) * (n_m - 1 - 2 * j) if causal else j
-                            seen.append((u // U, m))
+                            stepped.append((u // U, m))
                             tiles = 1 if not causal or 2 * j == n_m - 1 else 2
-                            last = half + 1 >= tiles
-                            u, half = (u + G, 0) if last else (u, half + 1)
-                    assert sorted(seen) == [(bh, m) for bh in range(BH) for m in range(n_m)]
-                if causal:  # the blocks a unit reads, in tiles of 128 queries and 128 keys
-                    for j in range(U):
-                        pair = {n_m - 1 - j, j}
-                        assert sum(m + 1 for m in pair) == (n_m + 1 if len(pair) == 2
-                                                           else (n_m + 1) // 2)
+                            last = int(half + 1 >= tiles)
+                            u, half = u + last * G, (half + 1) * (1 - last)
+                        assert stepped == walk, (n_m, BH, causal, G, pid)
+                    seen = sorted(t for walk in walks for t in walk)
+                    assert seen == [(bh, m) for bh in range(BH) for m in range(n_m)]
+                    if causal and n_m % 2 == 0:
+                        blocks = [sum(m + 1 for _, m in walk) for walk in walks]
+                        assert max(blocks) - min(blocks) <= n_m + 1, blocks
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon kernel compiles for sm_90 only")

@@ -84,7 +84,8 @@ __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOP
            "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
            "hopper_ready", "launch_hopper", "load_key_blocks", "next_tile", "program_tiles",
            "query_row", "softmax_block", "tile_at", "tile_blocks", "tile_descriptor",
-           "tile_layout", "unit_count", "unit_tiles", "walk_key_blocks", "walk_rows"]
+           "tile_layout", "unit_count", "unit_tiles", "walk_key_blocks", "walk_rows",
+           "walk_schedule"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -519,6 +520,31 @@ def flash_fwd_hopper_persistent_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S
         (walk_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H, H_KV,
                            CAUSAL, STAGES, BLOCK_M)),
     ], [4, 1], [232, 40])
+
+
+def walk_schedule(n_m: int, BH: int, programs: int, causal: bool) -> list[list[tuple[int, int]]]:
+    """The tiles each program of :func:`flash_fwd_hopper_persistent_kernel` walks, in order:
+    for each of ``programs`` programs, ``(b * H + h, query tile)`` pairs, for ``n_m`` query
+    tiles a sequence and ``BH`` sequences. The kernel's own arithmetic (:func:`unit_count`,
+    :func:`unit_tiles`, :func:`tile_at`, :func:`next_tile`) in Python, to read or plot.
+
+    Examples
+    --------
+    >>> walk_schedule(4, 1, 2, causal=True)  # pairs: tiles 3 and 0, then 2 and 1
+    [[(0, 3), (0, 0)], [(0, 2), (0, 1)]]
+    >>> walk_schedule(3, 2, 4, causal=False)[0]  # units 0 and 4 of six
+    [(0, 0), (1, 1)]
+    """
+    units_per_seq = (n_m + 1) // 2 if causal else n_m
+    walks = []
+    for pid in range(programs):
+        walk = []
+        for u in range(pid, units_per_seq * BH, programs):
+            j = u % units_per_seq
+            pair = (n_m - 1 - j, j) if causal and 2 * j != n_m - 1 else (j,)
+            walk += [(u // units_per_seq, m) for m in pair]
+        walks.append(walk)
+    return walks
 
 
 def hopper_device() -> bool:

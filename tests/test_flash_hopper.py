@@ -125,7 +125,7 @@ def test_flash_attention_prefers_the_gluon_kernel_only_where_it_takes_the_inputs
     assert fh.hopper_preferred(q, q, q) == ON_HOPPER
     for other in (q.float(), q[..., :64].contiguous(), q.transpose(2, 3), q[:, :, :100]):
         assert not fh.hopper_preferred(other, other, other)
-    # head dim 64: from 4096 keys on, in whole 256-key blocks
+    # head dim 64: from 1024 keys on, in whole 256-key blocks
     q64 = torch.zeros(1, 2, 128, 64, dtype=torch.float16, device=teachkit.DEVICE)
     def keys(n):
         return torch.zeros(1, 2, n, 64, dtype=torch.float16, device=teachkit.DEVICE)

@@ -97,7 +97,7 @@ its former name ``async_copy_global_to_shared`` in 3.6 (same arguments)."""
 TMA_STORE = getattr(tma, "async_store", tma.async_copy_shared_to_global)
 """TMA copy of a tile from shared into global memory (``async_copy_shared_to_global`` in 3.6)."""
 HOPPER_ROWS = 128
-"""Query rows per program: two consumer warpgroups of 64."""
+"""Query rows per tile: two consumer warpgroups of 64."""
 HOPPER_TILES = {64: (128, 3), 128: (128, 3)}
 """Head dim -> ``(BLOCK_N, STAGES)``: keys per block and buffers in the ring. At ``D = 128``
 the query tile and three stages of key and value blocks take 224 KiB of the 227 KiB a program
@@ -120,7 +120,8 @@ and the query copy waits for the last tile's output to leave its buffer."""
 class HopperForm(NamedTuple):
     """How :func:`~teachkit.kernels.flash.flash_attention` runs this kernel
     (:func:`hopper_form`): key blocks of ``block_n``, the overlap on or off, and a persistent
-    grid (one program per SM walking many tiles) or one program per unit of work."""
+    grid (:func:`flash_fwd_hopper_persistent_kernel`, one program per SM walking many tiles) or
+    one program per tile (:func:`flash_fwd_hopper_kernel`)."""
 
     block_n: int
     overlap: bool
@@ -133,14 +134,15 @@ where :func:`hopper_preferred` accepts the inputs (:func:`hopper_form` says in w
 HOPPER_MIN_KEYS = {64: 1024}
 """Head dim -> the fewest keys a query tile must read (``S``, or ``min(L, S)`` with the causal
 mask) for :func:`~teachkit.kernels.flash.flash_attention` to run this kernel; below, the Triton
-kernel. At head dim 64 and L = S = 1024 the persistent wide form ran at 1.02x cuDNN without the
-mask and 0.85x with it, the Triton kernel at 0.89x and 0.84x (H200); shorter problems were not
-timed. Head dim 128 has no minimum: the Gluon kernel was as fast or faster on every shape timed,
-few queries against many keys included."""
+kernel. At head dim 64 and L = S = 1024 the persistent wide form ran at 0.99x cuDNN without the
+mask and 0.88x with it, the Triton kernel at 0.89x and 0.84x (``attention_persistent_nvidia_h200``);
+shorter problems were not timed. Head dim 128 has no minimum: the per-tile Gluon kernel was as
+fast as the Triton kernel or faster on every shape timed, few queries against many keys
+included (CUDA-graph replays on an H200, L = 128 to 2048 against S = 2048 to 32768)."""
 HOPPER_RESIDENT_KEYS = 4096
 """At head dim 64 without the mask, from this many keys ``flash_attention`` launches one
 program per tile instead of a persistent grid: at L = S = 4096 and 16384 that was 1.03x and 1.05x
-cuDNN against 0.98x and 0.97x persistent (H200)."""
+cuDNN against 0.98x and 0.97x persistent (interleaved in one run on an H200)."""
 
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.

@@ -9,7 +9,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from teachkit.plots.attention import plot_attention_memory, plot_tile_schedule  # noqa: E402
+from teachkit.plots.attention import (  # noqa: E402
+    plot_attention_memory,
+    plot_tile_schedule,
+    plot_walk,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,3 +47,17 @@ def test_attention_memory_figure():
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert "1 GiB" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_walk_figure_has_one_patch_per_tile_and_one_bar_per_program():
+    from teachkit.kernels.flash_hopper import walk_schedule
+
+    walks = walk_schedule(8, 3, 4, causal=True)
+    fig = plot_walk(walks, 8, 3)
+    tiles, bars = fig.axes
+    assert len(tiles.patches) == 8 * 3
+    assert [round(p.get_height()) for p in bars.patches] == [
+        sum(m + 1 for _, m in w) for w in walks]
+    labels = {t.get_text() for t in tiles.texts}
+    assert "p0.0" in labels and "p3.1" in labels
+

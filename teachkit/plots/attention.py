@@ -1,9 +1,11 @@
-"""Pictures of blocked attention: the causal tile schedule and the memory of the score matrix.
+"""Pictures of blocked attention: the causal tile schedule, the memory of the score matrix, and
+the walk of a persistent kernel.
 
 :func:`plot_tile_schedule` draws the ``L x S`` score matrix cut into tiles, coloured by what a
 blocked kernel does with each (skip, compute in full, compute with a mask), with the causal
 diagonal on top. :func:`plot_attention_memory` draws bytes against sequence length on log-log
-axes, with an optional memory budget (a GPU's memory) as a horizontal line.
+axes, with an optional memory budget (a GPU's memory) as a horizontal line. :func:`plot_walk`
+draws which program of a persistent grid computes each query tile, and in which order.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from matplotlib.patches import Patch, Rectangle
 from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, tile_bounds, tile_schedule
 from .figures import new_axes
 
-__all__ = ["TILE_COLORS", "plot_tile_schedule", "plot_attention_memory"]
+__all__ = ["TILE_COLORS", "plot_tile_schedule", "plot_attention_memory", "plot_walk"]
 
 TILE_COLORS: dict[int, str] = {SKIP: "#eeeeee", FULL: "#4c9be8", MASKED: "#f5a142"}
 """Fill colour of each tile code."""
@@ -135,3 +137,51 @@ def plot_attention_memory(
     ax.legend(fontsize=8, loc="upper left")
     ax.set_title(title, fontsize=10)
     return fig
+
+
+def plot_walk(walks: Sequence[Sequence[tuple[int, int]]], n_tiles: int, sequences: int,
+              title: str | None = None) -> plt.Figure:
+    """Draw the query tiles of ``sequences`` sequences (rows) of ``n_tiles`` tiles (columns),
+    each coloured by the program that computes it and labelled with its step in that program's
+    walk, beside a bar per program of the key blocks it reads (tile ``m`` reads ``m + 1`` with
+    the causal mask, for key blocks as tall as the query tiles).
+
+    Parameters
+    ----------
+    walks : sequence of sequences of (int, int)
+        For each program, its tiles in order as ``(sequence, tile)``, as
+        :func:`teachkit.kernels.flash_hopper.walk_schedule` gives them.
+    n_tiles, sequences : int
+        The grid of tiles the walks cover.
+    title : str, optional
+        Figure title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(10, 0.6 + 0.45 * max(sequences, 3)),
+                                   gridspec_kw={"width_ratios": [max(n_tiles, 1), 3]})
+    cmap = plt.get_cmap("tab10" if len(walks) <= 10 else "tab20")
+    for pid, walk in enumerate(walks):
+        for step, (seq, tile) in enumerate(walk):
+            ax.add_patch(Rectangle((tile, seq), 1, 1, facecolor=cmap(pid % cmap.N),
+                                   edgecolor="white", lw=1.5))
+            ax.text(tile + 0.5, seq + 0.5, f"p{pid}.{step}", ha="center", va="center",
+                    fontsize=7, color="white")
+    ax.set_xlim(0, n_tiles)
+    ax.set_ylim(sequences, 0)
+    ax.set_xticks([t + 0.5 for t in range(n_tiles)], [str(t) for t in range(n_tiles)])
+    ax.set_yticks([s + 0.5 for s in range(sequences)], [str(s) for s in range(sequences)])
+    ax.set_xlabel("query tile (its key blocks with the mask: tile + 1)")
+    ax.set_ylabel("sequence (b * H + h)")
+    work = [sum(tile + 1 for _, tile in walk) for walk in walks]
+    bars.bar(range(len(walks)), work, color=[cmap(p % cmap.N) for p in range(len(walks))])
+    bars.set_xticks(range(len(walks)), [f"p{p}" for p in range(len(walks))], fontsize=7)
+    bars.set_ylabel("key blocks read")
+    bars.set_title("work per program", fontsize=9)
+    fig.suptitle(title or f"{len(walks)} programs walk {sequences} x {n_tiles} tiles",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+

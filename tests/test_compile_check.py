@@ -415,15 +415,14 @@ def test_the_gluon_dkdv_kernel_spills_little():
 @pytest.mark.skipif(not triton.__version__.startswith("3.6."),
                     reason="the spill figures are Triton 3.6's")
 def test_the_persistent_gluon_forward_fits_and_does_not_spill():
-    """The persistent Gluon forward compiled for sm_90 (no GPU), in every form ``flash_attention``
-    runs: two query buffers per consumer at D = 64 and three stages still fit in an sm_90
+    """The persistent Gluon forward compiled for sm_90 (no GPU), in the forms ``flash_attention``
+    walks (the wide form at D = 64, 128-key blocks with the overlap at D = 128, with the mask and
+    without): two query buffers per consumer at D = 64 and three stages still fit in an sm_90
     program's shared memory, 168 registers at launch, and no spills but 8 bytes in the wide
-    causal form; the per-tile kernel fits too, and spills a few hundred bytes at most (at
-    D = 128: the persistent kernel's consumers hold the same scores and output)."""
+    causal form."""
     code = ("from teachkit.kernels import compile_check as cc; "
-            "ks = [cc.hopper_compiled(d, 'fp16', c, o, b, persistent=p) "
-            "for d, o, b in ((64, False, 256), (128, True, None)) for c in (False, True) "
-            "for p in (False, True)]; "
+            "ks = [cc.hopper_compiled(d, 'fp16', c, o, b, persistent=True) "
+            "for d, o, b in ((64, False, 256), (128, True, None)) for c in (False, True)]; "
             "print([(k.metadata.shared, cc.assembled_resources(k.asm['ptx'], 90)) for k in ks])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=600, env=dict(os.environ, TRITON_INTERPRET="0"))
@@ -433,9 +432,7 @@ def test_the_persistent_gluon_forward_fits_and_does_not_spill():
 
     assert all(shared <= SHARED_MEMORY_LIMIT[90] for shared, _ in found), found
     assert all(r["registers"] == 168 for _, r in found), found
-    per_tile, persistent = found[::2], found[1::2]
-    assert all(r["spill_stores"] + r["spill_loads"] <= 16 for _, r in persistent), found
-    assert all(r["spill_stores"] + r["spill_loads"] < 512 for _, r in per_tile), found
+    assert all(r["spill_stores"] + r["spill_loads"] <= 16 for _, r in found), found
 
 
 def test_scores_one_block_ahead_still_wait_before_the_softmax():

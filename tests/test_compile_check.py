@@ -416,9 +416,9 @@ def test_the_gluon_dkdv_kernel_spills_little():
                     reason="the spill figures are Triton 3.6's")
 def test_the_persistent_gluon_forward_fits_and_does_not_spill():
     """The persistent Gluon forward compiled for sm_90 (no GPU): the wide form at D = 64 and
-    128-key blocks with the overlap at D = 128, with the mask and without. Two query buffers per consumer at D = 64 and three stages still fit in an sm_90
-    program's shared memory, 168 registers at launch, and no spills but 8 bytes in the wide
-    causal form."""
+    128-key blocks with the overlap at D = 128, with the mask and without. Two query buffers per
+    consumer at D = 64 and three stages still fit in an sm_90 program's shared memory, 168
+    registers at launch, and no spills but 8 bytes in the wide causal form."""
     code = ("from teachkit.kernels import compile_check as cc; "
             "ks = [cc.hopper_compiled(d, 'fp16', c, o, b, persistent=True) "
             "for d, o, b in ((64, False, 256), (128, True, None)) for c in (False, True)]; "

@@ -97,7 +97,11 @@ def test_merge_partials_with_empty_and_far_apart_parts(gen):
     a = at.blockwise_attention(q, k2[:, :10], v[:, :10])
     b = at.blockwise_attention(q, k2[:, 10:], v[:, 10:])
     out, _ = at.merge_partials(*a, *b)
-    assert relative_error(out, sdpa64(q, k2, v)) < 1e-5
+    # scores in the hundreds: float32 holds them to |s| * 2^-24, and the weights exp(s - m)
+    # inherit that relative error (2.5e-5 at worst over 3000 seeds, where a fixed 1e-5 failed
+    # 15 times); the bound allows a few such roundings
+    s_max = (q @ k2.transpose(-1, -2)).abs().max().item() * q.shape[-1] ** -0.5
+    assert relative_error(out, sdpa64(q, k2, v)) < 1e-5 + 4 * s_max * 2.0**-24
     # lse near 1000: float32 rounds each lse to about 6e-5; the merge adds no more than that.
     big = [(o, lse + 1000.0) for o, lse in (a, b)]
     out_big, _ = at.merge_partials(*big[0], *big[1])

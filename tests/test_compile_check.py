@@ -20,6 +20,18 @@ from teachkit.progress import run_command
 triton = pytest.importorskip("triton")
 
 
+def compiled_facts(code: str, timeout: int = 300):
+    """Run ``code`` in a fresh Python with Triton's compiler (``TRITON_INTERPRET=0``: compiling
+    for a GPU needs no GPU, but this process may run the interpreter) and return the Python
+    literal it prints. ``code`` finds ``teachkit.kernels.compile_check`` as ``cc``."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from teachkit.kernels import compile_check as cc; " + code],
+        capture_output=True, text=True, timeout=timeout,
+        env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return ast.literal_eval(done.stdout)
+
+
 def test_every_config_compiles_and_fits_t4_a100_l4_h100():
     """``python -m teachkit.kernels``: every configuration for sm_75, 80, 89 and 90, or for the
     capabilities ``TEACHKIT_COMPILE_CAPABILITIES`` names (``"90"``): ``.ci/run`` checks the H100
@@ -255,14 +267,10 @@ def test_layout_evidence_flash_reduces_rows_in_quads_blog_across_the_block():
 def test_register_sweep_reads_ptxas():
     """The fused kernel with 512 threads: no spill up to 16384 columns on every GPU class, and
     spills at 65536 (65536 registers / 512 threads caps a thread at 128)."""
-    code = ("from teachkit.kernels import compile_check as cc; "
-            "s = cc.fused_register_sweep(columns=(16384, 65536)); "
+    code = ("s = cc.fused_register_sweep(columns=(16384, 65536)); "
             "print([(c, n, r['registers'], r['spill_stores'])"
             " for c in s for n, r in s[c].items()])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    found = ast.literal_eval(done.stdout)
+    found = compiled_facts(code)
     for cap, n, registers, spilled in found:
         assert registers <= 128, (cap, n)
         assert (spilled > 0) == (n == 65536), (cap, n, spilled)
@@ -274,14 +282,10 @@ def test_backward_registers_the_table_s_dkdv_spills_and_a_16_query_step_does_not
     """``--backward-registers`` as notebook 12 and the README read it (Triton 3.6, Colab's): on
     sm_90 at D = 128 the table's dK/dV tiles spill, the dQ kernel's do not, and of the smaller
     dK/dV steps the 16-query one does not."""
-    code = ("from teachkit.kernels import compile_check as cc; "
-            "print([(r['kernel'], r['tiles'], r['note'], r['spill_stores'])"
+    code = ("print([(r['kernel'], r['tiles'], r['note'], r['spill_stores'])"
             " for r in cc.backward_registers()])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
-    assert done.returncode == 0, done.stdout + done.stderr
     found = {(kernel, tiles): (note, spilled)
-             for kernel, tiles, note, spilled in ast.literal_eval(done.stdout)}
+             for kernel, tiles, note, spilled in compiled_facts(code)}
     assert found["dkdv", (64, 128, 8, 3)][0] == "the table's" and found["dkdv", (64, 128, 8, 3)][1]
     assert found["dq", (128, 64, 8, 3)] == ("the table's", 0)
     assert found["dkdv", (16, 128, 8, 2)] == ("", 0)
@@ -400,13 +404,9 @@ def test_the_gluon_dkdv_kernel_spills_little():
     """The Gluon dK/dV kernel compiled for sm_90 (no GPU): 168 registers at launch, and a few
     hundred bytes of spills a thread at most at D = 128 (none at D = 64), with dQ fused in or
     not, where the Triton kernel with the table's 8-warp tiles spills more than a kilobyte."""
-    code = ("from teachkit.kernels import compile_check as cc; "
-            "print([cc.hopper_dkdv_registers(d, c, f) for d in (128, 64) for c in (False, True) "
+    code = ("print([cc.hopper_dkdv_registers(d, c, f) for d in (128, 64) for c in (False, True) "
             "for f in (False, True)])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="0"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    found = ast.literal_eval(done.stdout)
+    found = compiled_facts(code)
     assert all(r["registers"] == 168 for r in found), found
     assert all(r["spill_stores"] + r["spill_loads"] < 512 for r in found[:4]), found
     assert all(r["spill_stores"] + r["spill_loads"] == 0 for r in found[4:]), found
@@ -419,14 +419,10 @@ def test_the_persistent_gluon_forward_fits_and_does_not_spill():
     128-key blocks with the overlap at D = 128, with the mask and without. Two query buffers per
     consumer at D = 64 and three stages still fit in an sm_90 program's shared memory, 168
     registers at launch, and no spills but 8 bytes in the wide causal form."""
-    code = ("from teachkit.kernels import compile_check as cc; "
-            "ks = [cc.hopper_compiled(d, 'fp16', c, o, b, persistent=True) "
+    code = ("ks = [cc.hopper_compiled(d, 'fp16', c, o, b, persistent=True) "
             "for d, o, b in ((64, False, 256), (128, True, None)) for c in (False, True)]; "
             "print([(k.metadata.shared, cc.assembled_resources(k.asm['ptx'], 90)) for k in ks])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, TRITON_INTERPRET="0"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    found = ast.literal_eval(done.stdout)
+    found = compiled_facts(code, timeout=600)
     from teachkit.gpus import SHARED_MEMORY_LIMIT
 
     assert all(shared <= SHARED_MEMORY_LIMIT[90] for shared, _ in found), found

@@ -62,10 +62,10 @@ def test_torch_semantics_for_masks_inf_nan_and_huge(name, gen):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_dims_strides_and_shapes(name, gen):
     f = VARIANTS[name]
-    x = randn(3, 40, 9, gen=gen).to(DEV)
+    x = randn(3, 10, 6, gen=gen).to(DEV)  # 60 rows along dim 0, a program each
     for dim in (0, 1, -1):
         assert relative_error(f(x, dim=dim), ref(x, dim)) < RTOL[torch.float32]
-    t = randn(70, 33, gen=gen).to(DEV).t()  # non-contiguous rows
+    t = randn(70, 9, gen=gen).to(DEV).t()  # non-contiguous rows
     assert relative_error(f(t), ref(t)) < RTOL[torch.float32]
     s = x[:, ::3, 2]  # strided both ways
     assert relative_error(f(s), ref(s)) < RTOL[torch.float32]

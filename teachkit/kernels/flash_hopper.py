@@ -436,7 +436,7 @@ def walk_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H,
         m, bh = tile_at(u, half, U, n_m, CAUSAL)
         u, half = next_tile(u, half, U, n_m, CAUSAL)
         kv_row = ((bh // H) * H_KV + (bh % H) // (H // H_KV)) * S
-        n_blocks, masked_from = tile_blocks(m * BLOCK_M, S, CAUSAL, BLOCK_M, BLOCK_N)
+        n_blocks, _ = tile_blocks(m * BLOCK_M, S, CAUSAL, BLOCK_M, BLOCK_N)
         load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks, it,
                         STAGES)
         it += n_blocks

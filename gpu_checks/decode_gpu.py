@@ -12,7 +12,9 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 3. a small sweep of BLOCK_N / warps / stages and of num_splits for split-KV (and paged), to tune
    decode_config / choose_num_splits;
 4. with --graph-sweep, the merge (one launch or the merge kernel) and tiles of split calls on
-   CUDA-graph replays beside cuDNN, to set decode_config's captured=True.
+   CUDA-graph replays beside cuDNN, to set decode_config's captured=True;
+5. with --paged-sweep, a paged cache's tiles and splits against the contiguous default on
+   CUDA-graph replays, batches 1 to 16, saved as a record (decode_config's paged tiles).
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ def main() -> int:
     parser.add_argument("--graph-sweep", action="store_true",
                         help="only the merge and tiles of split calls on CUDA-graph replays, "
                              "beside cuDNN (decode_config's captured=True)")
+    parser.add_argument("--paged-sweep", action="store_true",
+                        help="only the paged tiles and splits against the contiguous default, "
+                             "saved as teachkit/benchmarks/decode_paged_<device>.json (or "
+                             "--json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -85,6 +91,18 @@ def main() -> int:
     if args.graph_sweep:
         graph_sweep()
         return 0
+    if args.paged_sweep:
+        from teachkit.bench.core import device_slug, record_path, save_results, timing_description
+
+        copy = copy_bandwidth()
+        rows = paged_sweep(copy)
+        slug = device_slug(teachkit.device.device_name())
+        path = args.json or record_path(f"decode_paged_{slug}", exists=False)
+        timing = timing_description(graph=True)
+        say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
+        for failure in FAILURES:
+            say(f"FAILED: {failure}")
+        return 1 if FAILURES else 0
     if args.splits_only:
         from teachkit.bench.core import (
             device_slug,
@@ -361,6 +379,60 @@ def split_table(B: int, S: int, copy: float) -> list:
                                         split_params(n, bn)))
             cells.append(f"{n}:{out[-1].value:.0f}/{p:.0f}")
         say(f"  BLOCK_N={bn} splits:graph/plain GB/s  " + " ".join(cells))
+    return out
+
+
+PAGED_TILES = {"64 KB x 3, 2 an SM": (128, 3, 2), "64 KB x 2, 2 an SM": (128, 2, 2),
+               "32 KB x 2, 2 an SM": (64, 2, 2), "32 KB x 2, 4 an SM": (64, 2, 4)}
+"""The paged sweep's tiles: name -> (BLOCK_N at D = 128 fp16, stages, programs per SM that a
+split call aims for)."""
+
+
+def paged_sweep(copy: float) -> list:
+    """GB/s of a paged cache (pages of 16, shuffled) on CUDA-graph replays, by the default
+    (``teachkit paged``) and by each of :data:`PAGED_TILES` (``paged <name>``, a captured
+    call's merge kernel where it splits), beside the contiguous default (``teachkit split-KV,
+    default``), for batches 1 to 16 and caches of 1k to 64k tokens; interleaved, best of two."""
+    from teachkit.bench import core
+    from teachkit.bench.decode import decode_params, decode_problem
+    from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
+    from teachkit.paging import paged_from_contiguous
+
+    out = []
+    for B in (1, 2, 4, 8, 16):
+        for S in (1024, 2048, 4096, 16384, 65536):
+            if B * S > 16 * 16384:
+                continue
+            q, k, v, nbytes = decoding_inputs(B, S)
+            lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
+            kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
+                                                  gen=torch.Generator().manual_seed(B + S))
+            runs = {"teachkit split-KV, default": functools.partial(
+                        decode_attention, q, k, v, check_values=False),
+                    "teachkit paged": functools.partial(
+                        decode_attention, q, kp, vp, lens, table, check_values=False)}
+            for name, (bn, stages, waves) in PAGED_TILES.items():
+                splits = choose_num_splits(B * 32, -(-S // bn), sm_count(), waves)
+                runs[f"paged {name}"] = functools.partial(
+                    decode_attention, q, kp, vp, lens, table, check_values=False,
+                    num_splits=splits, config=DecodeConfig(bn, 4, stages, one_launch=False))
+            want = runs["teachkit split-KV, default"]().float()
+            for name, run in runs.items():
+                err = (run().float() - want).abs().max().item()
+                if not err < 1e-2:
+                    FAILURES.append(f"paged sweep B={B} S={S} {name}: error {err:.3g}")
+            best: dict[str, float] = {}
+            for _ in range(2):
+                for name, run in runs.items():
+                    best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=True))
+            base = best["teachkit split-KV, default"]
+            for name, ms in best.items():
+                out.append(core.Measurement(decode_problem(B, S), "fp16", name, ms,
+                                            nbytes / ms / 1e6, "GB/s", decode_params(B, S)))
+            say(f"B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; paged "
+                + ", ".join(f"{n.removeprefix('paged ')} {base / ms:.0%}"
+                            for n, ms in best.items() if n != "teachkit split-KV, default"))
+            del k, v, kp, vp
     return out
 
 

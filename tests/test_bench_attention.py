@@ -92,6 +92,26 @@ def test_backward_cli_runs_on_a_cpu(tmp_path):
     assert out.exists()
 
 
+def test_given_tokens_and_heads_label_each_problem(tmp_path, capsys):
+    import json
+
+    import pytest
+
+    from teachkit.bench.attention import main
+
+    out = tmp_path / "small.json"
+    assert main(["--lengths", "16", "--head-dims", "16", "--causal", "yes", "--tokens", "32",
+                 "--heads", "3", "--providers", "teachkit flash", "--allow-cpu",
+                 "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["problem"] == "D=16 L=16 causal B=2 H=3"
+    assert (row["params"]["B"], row["params"]["H"]) == (2, 3)
+    assert main(["--steps", "--tokens", "32", "--allow-cpu"]) == 2
+    assert "--tokens applies to the forward benchmark alone" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--heads", "0", "--allow-cpu"])
+
+
 def test_grouped_query_problems_are_labelled_and_checked():
     import pytest
 

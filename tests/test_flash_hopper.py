@@ -153,6 +153,21 @@ def test_the_form_follows_the_keys_a_query_tile_reads():
     assert fh.hopper_form(32, 4096, 4096, False) is None
 
 
+def test_small_problems_run_one_program_per_tile():
+    """Below HOPPER_MIN_UNITS_PER_SM units a SM the form is the same but not persistent; without
+    the sequences and the SMs the problem counts as large. L = 1024: 8 tiles, 4 causal pairs."""
+    sms = 132
+    for D, causal, sequences, persistent in [(128, True, 16, False), (128, True, 17, True),
+                                             (64, True, 16, False), (64, True, 17, True),
+                                             (64, False, 65, False), (64, False, 66, True),
+                                             (128, False, 1000, False)]:
+        form = fh.hopper_form(D, 1024, 1024, causal, sequences, sms)
+        assert form == fh.hopper_form(D, 1024, 1024, causal)._replace(persistent=persistent), (
+            D, causal, sequences)
+    assert fh.hopper_units(1024, 16, True) == 64 and fh.hopper_units(1152, 1, True) == 5
+    assert fh.hopper_form(64, 512, 512, False, 1, sms) is None  # the Triton kernel's, as before
+
+
 def test_the_unit_walk_covers_every_tile_once():
     """The kernel's walk, step by step as its Gluon helpers take it (unit_tiles, tile_at,
     next_tile from each program's first unit, program_tiles' count), gives walk_schedule's

@@ -149,6 +149,7 @@ def bench_attention(
     show_progress: bool = True,
     graph: bool = False,
     kv_heads: Iterable[int] | None = None,
+    name_sizes: bool = False,
 ) -> list[Measurement]:
     """Time every provider on every (L = S, D, causal); TFLOP/s per :func:`attention_flops`.
 
@@ -163,6 +164,8 @@ def bench_attention(
     ``graph`` times CUDA-graph replays. ``kv_heads`` runs every problem once per number of key
     and value heads (grouped-query attention, each dividing ``heads``; SDPA gets
     ``enable_gqa=True``), labelled ``H_kv=...``: the same flops over fewer key/value bytes.
+    ``name_sizes`` adds each problem's ``B`` and ``H`` to its label and parameters (for runs
+    given their own ``tokens`` or ``heads``: small problems, where the launch shape matters).
     """
     table = attention_providers()
     names = require_names(providers, table, "providers")
@@ -177,11 +180,12 @@ def bench_attention(
     with progress_bar(len(problems) * len(groups) * len(names), show_progress) as bar:
         for B, L, D, c in problems:
             for hk in groups:
-                run_problem(bar, len(names), f"{problem_name(D, L, c, hk)} {dtype}",
+                sizes = (B, heads) if name_sizes else None
+                run_problem(bar, len(names), f"{problem_name(D, L, c, hk, sizes)} {dtype}",
                             attention_bytes(B, heads, L, D, dtype),
-                            lambda B=B, L=L, D=D, c=c, hk=hk: _attention_problem(
+                            lambda B=B, L=L, D=D, c=c, hk=hk, sizes=sizes: _attention_problem(
                                 table, names, *_random_qkv(B, heads, L, D, dtype, hk), c,
-                                dtype, math_max_length, results, bar, graph, hk))
+                                dtype, math_max_length, results, bar, graph, hk, sizes))
         bar.set_description("done")
     return results
 
@@ -189,12 +193,13 @@ def bench_attention(
 def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: list[str],
                        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: bool, dtype: str,
                        math_max_length: int, results: list[Measurement], bar: object,
-                       graph: bool = False, kv_heads: int | None = None) -> None:
+                       graph: bool = False, kv_heads: int | None = None,
+                       sizes: tuple[int, int] | None = None) -> None:
     """Check and time every provider on one problem, appending to ``results``."""
     from ..compare import relative_error
 
     B, H, L, D = q.shape
-    problem = problem_name(D, L, c, kv_heads)
+    problem = problem_name(D, L, c, kv_heads, sizes)
     ref = None
     for name in each_job(bar, names, lambda n: f"{problem} {n}"):
         if name == "sdpa math" and (L > math_max_length or not fits_or_skip(
@@ -225,7 +230,7 @@ def _attention_problem(table: dict[str, Callable[..., torch.Tensor]], names: lis
             ms = time_ms(lambda fn=fn: fn(q, k, v, c), settle_ms=SETTLE_MS, graph=graph)
             tflops = attention_flops(B, H, L, L, D, c) / ms / 1e9
             results.append(Measurement(problem, dtype, name, ms, tflops, "TFLOP/s",
-                                       attention_params(D, L, c, dtype, kv_heads)))
+                                       attention_params(D, L, c, dtype, kv_heads, sizes)))
 
 
 def step_providers() -> dict[str, Callable[..., torch.Tensor]]:
@@ -444,7 +449,13 @@ def main(argv: list[str] | None = None) -> int:
                         f"{DETERMINISTIC!r}")
     parser.add_argument("--kv-heads", nargs="+", type=positive_int, default=None, metavar="H_KV",
                         help="time each problem with these numbers of key/value heads "
-                        f"(grouped-query attention; divisors of the {HEADS} query heads)")
+                        "(grouped-query attention; divisors of the query heads)")
+    parser.add_argument("--tokens", type=positive_int, default=None,
+                        help=f"B x L tokens per problem (default {TOKENS}; B = tokens // L, at "
+                        "least 1); labels each problem with its B and H")
+    parser.add_argument("--heads", type=positive_int, default=None,
+                        help=f"query heads (default {HEADS}); labels each problem with its B "
+                        "and H")
     parser.add_argument("--memory", action="store_true", help="also measure peak memory")
     parser.add_argument("--sweep", action="store_true",
                         help="time every candidate tile configuration instead")
@@ -457,9 +468,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
     if not start(args):
         return 2
-    if (args.sweep or args.backward or args.steps) and args.kv_heads:
-        print("--kv-heads applies to the forward benchmark alone", file=sys.stderr)
-        return 2
+    for flag in ("kv_heads", "tokens", "heads"):
+        if (args.sweep or args.backward or args.steps) and getattr(args, flag):
+            print(f"--{flag.replace('_', '-')} applies to the forward benchmark alone",
+                  file=sys.stderr)
+            return 2
     if (args.sweep or args.backward) and args.graph:  # plain launches only
         print("--graph does not apply to --sweep or --backward: they time plain launches",
               file=sys.stderr)
@@ -487,8 +500,11 @@ def main(argv: list[str] | None = None) -> int:
                               causal, args.dtype, **kwargs, graph=args.graph)
         print(format_table(results, ceiling=flops, baseline=("simple",)))
     else:
+        sized = {name: value for name, value in (("tokens", args.tokens), ("heads", args.heads))
+                 if value is not None}
         results = bench_attention(lengths, args.head_dims, causal, args.dtype, args.providers,
-                                  **kwargs, graph=args.graph, kv_heads=args.kv_heads)
+                                  **{**kwargs, **sized}, graph=args.graph,
+                                  kv_heads=args.kv_heads, name_sizes=bool(sized))
         print(format_table(results, ceiling=flops, baseline=("sdpa flash", "sdpa cudnn"),
                            subject="teachkit flash"))
     extra = {}

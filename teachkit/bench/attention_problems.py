@@ -81,28 +81,36 @@ def attention_flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> flo
     return 4 * B * H * L * S * D * (0.5 if causal else 1.0)
 
 
-def problem_name(D: int, L: int, causal: bool, kv_heads: int | None = None) -> str:
+def problem_name(D: int, L: int, causal: bool, kv_heads: int | None = None,
+                 sizes: tuple[int, int] | None = None) -> str:
     """How the benchmark labels a problem in tables, e.g. ``"D=64 L=4096 causal"``, or with
-    ``kv_heads`` (grouped-query attention) ``"D=64 L=4096 H_kv=8"``; its parameters are
-    :func:`attention_params`."""
+    ``kv_heads`` (grouped-query attention) ``"D=64 L=4096 H_kv=8"``, or with ``sizes``
+    ``(B, H)`` (where the benchmark was given its tokens or heads) ``"D=64 L=4096 B=1 H=8"``;
+    its parameters are :func:`attention_params`."""
     return (f"D={D} L={L}" + (" causal" if causal else "")
-            + (f" H_kv={kv_heads}" if kv_heads is not None else ""))
+            + (f" H_kv={kv_heads}" if kv_heads is not None else "")
+            + (f" B={sizes[0]} H={sizes[1]}" if sizes is not None else ""))
 
 
 def attention_params(D: int, L: int, causal: bool, dtype: str, kv_heads: int | None = None,
-                     ) -> dict[str, int | bool | str]:
+                     sizes: tuple[int, int] | None = None) -> dict[str, int | bool | str]:
     """The parameters of one attention problem (``L = S``), as its :class:`Measurement` keeps
-    them; ``kv_heads`` only where the benchmark was asked for grouped-query heads.
+    them; ``kv_heads`` only where the benchmark was asked for grouped-query heads, ``B`` and
+    ``H`` only where it was given its tokens or heads (``sizes``).
 
     Examples
     --------
     >>> attention_params(64, 4096, True, "fp16")
     {'D': 64, 'L': 4096, 'S': 4096, 'causal': True, 'dtype': 'float16'}
+    >>> attention_params(64, 1024, False, "fp16", sizes=(1, 8))["B"]
+    1
     """
     params: dict[str, int | bool | str] = {"D": D, "L": L, "S": L, "causal": causal,
                                            "dtype": dtype_name(DTYPES[dtype])}
     if kv_heads is not None:
         params["kv_heads"] = kv_heads
+    if sizes is not None:
+        params["B"], params["H"] = sizes
     return params
 
 

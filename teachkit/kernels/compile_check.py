@@ -454,16 +454,22 @@ def decode_launch_configs() -> list[KernelConfig]:
                        "LSE_OUT": "*fp32", "qk_scale": "fp32"}
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
-                # (page size, BLOCK_M, merge inside the split kernel, captured into a graph)
-                variants = [(p, m, False, False) for p, m in _decode_variants(ty, d)]
+                # (page size, BLOCK_M, merge inside the split kernel, captured into a graph,
+                # programs of the unsplit grid per SM)
+                variants = [(p, m, False, False, None) for p, m in _decode_variants(ty, d)]
                 if d == 128:  # the merge inside the split kernel: contiguous, one query row
-                    variants.append((0, 16, True, False))
+                    variants.append((0, 16, True, False, None))
                 if (decode.decode_config(d, dtype, capability, captured=True)[:3]
                         != decode.decode_config(d, dtype, capability)[:3]):
-                    variants.append((0, 16, False, True))  # a captured call's own tiles
-                for page_size, block_m, merge, captured in variants:
+                    variants.append((0, 16, False, True, None))  # a captured call's own tiles
+                wide = decode.decode_config(d, dtype, capability, paged=True, programs_per_sm=2)
+                if wide != decode.decode_config(d, dtype, capability, paged=True):
+                    # a paged unsplit grid of one or two programs an SM: its own tiles
+                    variants += [(p, m, False, False, 2) for p, m in _decode_variants(ty, d)
+                                 if p]
+                for page_size, block_m, merge, captured, per_sm in variants:
                     cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
-                                               captured=captured)
+                                               captured=captured, programs_per_sm=per_sm)
                     configs.append(_config(
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                         f"page={page_size or 'none'} warps={cfg.num_warps} "

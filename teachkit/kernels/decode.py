@@ -383,17 +383,30 @@ cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 276
 two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
-_PAGED_TILES = {90: (64 * 1024, 3)}
-"""Bytes of K and V one iteration loads from a paged cache, and pipeline stages, where measured. A
-paged key's row is known only after its page is read from the block table, so every load waits
-on one more load; more bytes per iteration and a deeper pipeline keep more in flight across that
-wait. On an H100 (pages of 16 tokens shuffled over the pool, D = 128 fp16), 3 stages of 64 KB
-(128 keys) read pages at 96.7-97.6 % of the contiguous rate at batch 8 and 99.0 % at batch 16,
-where the contiguous tiles (2 stages of 32 KB) read them at 94.4-94.6 % and 98.2 %
-(``gpu_checks/decode_gpu.py --sweep-at B S`` times both); the decoding record has 96-99 % of
-the contiguous default from 4k tokens launched plainly (95-100 % on graph replays, where the
-contiguous default has its own larger tiles). Three 64 KB stages fit an H100's shared memory,
-not an L4's or a T4's."""
+_PAGED_TILES = {90: (64 * 1024, 2)}
+"""Bytes of K and V one iteration loads from a paged cache, and pipeline stages, where measured,
+for an unsplit grid of :data:`_PAGED_WIDE_PROGRAMS` programs per SM; elsewhere a paged cache
+takes the contiguous tiles. A paged key's row is known only after its page is read from the
+block table, so every load waits on one more load; where an SM holds one or two programs,
+larger iterations keep more bytes in flight across that wait, and where it holds more, the
+programs themselves do. On an H200 (132 SMs; pages of 16 tokens shuffled over the pool, H = 32,
+D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run), against the contiguous default:
+at batch 8 (256 programs) 64 KB in 2 stages (128 keys) read at 98-103 % where the contiguous
+tiles read at 89-92 % and 3 stages of 64 KB at 95-103 %; at batch 16 (512 programs) the
+contiguous tiles read at 98-99 %, 64 KB in 2 stages at 86-87 % and in 3 stages at 93-98 %
+(``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``)."""
+
+_PAGED_WIDE_PROGRAMS = (1, 3)
+"""Programs of the unsplit grid per SM, from (inclusive) and to (exclusive), for which a paged
+cache takes :data:`_PAGED_TILES`."""
+
+_PAGED_SPLIT_WAVES = {90: 4}
+"""Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
+``waves``), where measured; elsewhere 2, as contiguous. More programs in flight hide the
+table's extra wait: on an H200 at batches 1, 2 and 4 (the sweep of :data:`_PAGED_TILES`), the
+contiguous tiles with 4 programs an SM read pages at 97-99 % of the contiguous default from
+2k tokens on (90 % at batch 1 and 1k tokens, a 16 µs call), against 91-98 % for 3 stages of
+64 KB with 2."""
 
 _CAPTURED_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
@@ -413,12 +426,13 @@ SM room for one, where the unsplit grid wants three."""
 
 def decode_config(head_dim: int, dtype: torch.dtype,
                   capability: tuple[int, int] | None = None, paged: bool = False,
-                  captured: bool = False) -> DecodeConfig:
+                  captured: bool = False, programs_per_sm: float | None = None,
+                  ) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75; from a
-    paged cache on sm_90, 64 KB in 3 stages; for a split call captured into a CUDA graph on
-    sm_90, 64 KB in 2 stages), between 16 and 128 keys. The split kernel merges by itself
+    paged cache on sm_90 with one or two programs an SM, 64 KB; for a split call captured into
+    a CUDA graph on sm_90, 64 KB), between 16 and 128 keys. The split kernel merges by itself
     (``one_launch``) unless the call is being captured into a CUDA graph: a replay launches
     without the host, so the launch that one-launch merging saves costs nothing there, and the
     merge kernel is the faster of the two (:data:`_CAPTURED_TILES`).
@@ -436,12 +450,15 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     captured : bool
         Whether the call splits the keys and is being captured into a CUDA graph
         (:data:`_CAPTURED_TILES`; a paged cache keeps its own tiles).
+    programs_per_sm : float, optional
+        Programs of the unsplit grid per SM, which picks a paged cache's tiles
+        (:data:`_PAGED_WIDE_PROGRAMS`); ``None``: the contiguous tiles.
 
     Examples
     --------
     >>> decode_config(128, torch.float16, (9, 0))
     DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=True)
-    >>> decode_config(128, torch.float16, (9, 0), paged=True).block_n
+    >>> decode_config(128, torch.float16, (9, 0), paged=True, programs_per_sm=2).block_n
     128
     >>> decode_config(128, torch.float16, (9, 0), captured=True)
     DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=False)
@@ -453,7 +470,9 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     stage_bytes = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     stages = _STAGES[cls]
     if paged:
-        stage_bytes, stages = _PAGED_TILES.get(cls, (stage_bytes, stages))
+        low, high = _PAGED_WIDE_PROGRAMS
+        if programs_per_sm is not None and low <= programs_per_sm < high:
+            stage_bytes, stages = _PAGED_TILES.get(cls, (stage_bytes, stages))
     elif captured:
         stage_bytes, stages = _CAPTURED_TILES.get(cls, (stage_bytes, stages))
     block_n = max(16, min(128, stage_bytes // (2 * head_dim * size)))
@@ -927,33 +946,44 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     chosen again for its key blocks. Worked out once per kind of call (a decoding loop makes
     the same call every step)."""
     capability = None if INTERPRETED else compute_capability(device)
+    per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
+    waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if paged and capability else 2
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits,
-                     config or decode_config(D, dtype, capability, paged))
+                     config or decode_config(D, dtype, capability, paged,
+                                             programs_per_sm=per_sm), waves)
     if config is None and captured and plan.num_splits > 1:
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits,
-                         decode_config(D, dtype, capability, paged, captured=True))
+                         decode_config(D, dtype, capability, paged, captured=True,
+                                       programs_per_sm=per_sm), waves)
     return plan
 
 
 def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
               device: torch.device, capacity: int, num_splits: int | None,
-              config: DecodeConfig) -> _DecodePlan:
-    """:func:`_launch_plan` for a given ``config``."""
+              config: DecodeConfig, waves: int = 2) -> _DecodePlan:
+    """:func:`_launch_plan` for a given ``config``, with splits chosen for ``waves`` programs
+    per SM (:func:`choose_num_splits`) unless given."""
     group = H // H_kv
-    block_m = max(16, min(max_rows(D, dtype), next_power_of_2(group * Lq)))
-    row_blocks = cdiv(group * Lq, block_m)
+    block_m, row_blocks = _row_blocks(group * Lq, D, dtype)
     if row_blocks > _MAX_GRID_YZ:
         raise ValueError(f"(H / H_kv) * Lq = {group * Lq} query rows per cache head is too many; "
                          "split q into several calls")
     if num_splits is None:
         num_splits = choose_num_splits(B * H_kv * row_blocks,
-                                       cdiv(capacity, config.block_n), sm_count(device))
+                                       cdiv(capacity, config.block_n), sm_count(device), waves)
     one_launch = config.one_launch and num_splits > 1
     counters = B * H_kv * row_blocks  # one per (sequence, cache head, row block) for the merge
     buffers = (f"decode buffers: out {B}x{H}x{Lq}x{D}, {num_splits} splits, "
                f"{counters if one_launch else 0} counters")
     return _DecodePlan((B, H, Lq, D), config, block_m, row_blocks, num_splits, one_launch,
                        counters, buffers)
+
+
+def _row_blocks(rows: int, D: int, dtype: torch.dtype) -> tuple[int, int]:
+    """``BLOCK_M`` and the row blocks for ``rows`` query rows (``(H / H_kv) * Lq``) a cache
+    head: a power of two from 16 to :func:`max_rows`."""
+    block_m = max(16, min(max_rows(D, dtype), next_power_of_2(rows)))
+    return block_m, cdiv(rows, block_m)
 
 
 def _decode_buffers(plan: _DecodePlan, return_lse: bool, device: torch.device,

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ..device import INTERPRETED, compute_capability, on_other_gpu
+from ..device import INTERPRETED, compute_capability, multiprocessors, on_other_gpu
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
 from ..validation import require_bool, resolve_scale
 from .attention_inputs import HEAD_DIMS, check_inputs
@@ -455,7 +455,8 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     if out.numel() > 0:
         if (config is None and not autotune and hopper_preferred is not None
                 and hopper_preferred(q, k, v, causal)):
-            form = hopper_form(D, L, S, causal)  # FlashAttention-3's structure
+            # FlashAttention-3's structure, in the form for these sizes on this GPU
+            form = hopper_form(D, L, S, causal, B * H, multiprocessors(q.device))
             launch_hopper(q, k, v, out, lse, causal, scale, form.overlap, form.block_n,
                           form.persistent)
             return out, lse

@@ -77,15 +77,14 @@ from .attention_inputs import check_inputs
 from .launch_cache import cached_launch
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_MIN_KEYS",
-           "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_QUERY_BUFFERS", "HOPPER_RESIDENT_KEYS",
-           "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD", "TMA_STORE", "attend_rows",
-           "flash_attention_hopper", "flash_fwd_hopper_kernel",
-           "flash_fwd_hopper_persistent_kernel", "handover_barriers",
-           "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
-           "hopper_ready", "launch_hopper", "load_key_blocks", "next_tile", "program_tiles",
-           "query_row", "softmax_block", "tile_at", "tile_blocks", "tile_descriptor",
-           "tile_layout", "unit_count", "unit_tiles", "walk_key_blocks", "walk_rows",
-           "walk_schedule"]
+           "HOPPER_MIN_UNITS_PER_SM", "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_QUERY_BUFFERS",
+           "HOPPER_RESIDENT_KEYS", "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
+           "TMA_STORE", "attend_rows", "flash_attention_hopper", "flash_fwd_hopper_kernel",
+           "flash_fwd_hopper_persistent_kernel", "handover_barriers", "hopper_descriptors",
+           "hopper_device", "hopper_form", "hopper_preferred", "hopper_ready", "hopper_units",
+           "launch_hopper", "load_key_blocks", "next_tile", "program_tiles", "query_row",
+           "softmax_block", "tile_at", "tile_blocks", "tile_descriptor", "tile_layout",
+           "unit_count", "unit_tiles", "walk_key_blocks", "walk_rows", "walk_schedule"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -143,6 +142,18 @@ HOPPER_RESIDENT_KEYS = 4096
 """At head dim 64 without the mask, from this many keys ``flash_attention`` launches one
 program per tile instead of a persistent grid: at L = S = 4096 and 16384 that was 1.03x and 1.05x
 cuDNN against 0.98x and 0.97x persistent (interleaved in one run on an H200)."""
+
+HOPPER_MIN_UNITS_PER_SM = {True: 0.5, False: 4.0}
+"""Causal or not -> the fewest units of work (:func:`hopper_units`) per SM for which
+``flash_attention`` launches the persistent grid where :func:`hopper_form` would; a smaller
+problem gets one program per tile. With fewer units than SMs a persistent program walks one
+unit, the slower way to run one (the walk's extra code), and with the causal mask below half
+as many units as SMs the pairs only halve the programs. Timed on an H200 (132 SMs, CUDA-graph
+replays, one run): with the mask, one program per tile was 1.08-1.31x faster at 8 to 64 units
+and the persistent grid 1.05-1.37x faster from 128 units on (head dims 64 and 128, B * H = 8 to
+128, L = 256 to 2048); without it at head dim 64, one program per tile was 1.03-1.14x faster
+at 1 to 256 units but one (0.97x at 256), level at 512 units (0.99x), and 0.90x against 0.99x
+cuDNN at L = 1024 with 4096 units (``attention_persistent_nvidia_h200``)."""
 
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.
@@ -537,7 +548,7 @@ def walk_schedule(n_m: int, BH: int, programs: int, causal: bool) -> list[list[t
     >>> walk_schedule(3, 2, 4, causal=False)[0]  # units 0 and 4 of six
     [(0, 0), (1, 1)]
     """
-    units_per_seq = (n_m + 1) // 2 if causal else n_m
+    units_per_seq = hopper_units(n_m * HOPPER_ROWS, 1, causal)
     walks = []
     for pid in range(programs):
         walk = []
@@ -580,7 +591,22 @@ def hopper_ready(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 
-def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | None:
+def hopper_units(L: int, sequences: int, causal: bool) -> int:
+    """Units of work of a problem of ``sequences`` (``B * H``) sequences of ``L`` queries (a
+    multiple of :data:`HOPPER_ROWS`): its query tiles, or with the causal mask its pairs of
+    tiles (:func:`unit_count`, the middle tile alone when a sequence has an odd number).
+
+    Examples
+    --------
+    >>> hopper_units(1024, 32, causal=False), hopper_units(1024, 32, causal=True)
+    (256, 128)
+    """
+    tiles = L // HOPPER_ROWS
+    return ((tiles + 1) // 2 if causal else tiles) * sequences
+
+
+def hopper_form(head_dim: int, L: int, S: int, causal: bool, sequences: int | None = None,
+                sms: int | None = None) -> HopperForm | None:
     """The form in which :func:`~teachkit.kernels.flash.flash_attention` runs a problem of these
     sizes with this kernel, or ``None`` where it runs the Triton kernel. Sizes only;
     :func:`hopper_preferred` checks the tensors too. Measured on an H200
@@ -593,6 +619,10 @@ def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | Non
       :data:`HOPPER_MIN_KEYS` keys; persistent with the mask or below
       :data:`HOPPER_RESIDENT_KEYS` keys.
 
+    Given ``sequences`` (``B * H``) and the GPU's ``sms``, a problem with fewer units of work
+    (:func:`hopper_units`) per SM than :data:`HOPPER_MIN_UNITS_PER_SM` runs one program per
+    tile instead of persistent; without them the problem is taken to be large.
+
     Examples
     --------
     >>> hopper_form(128, 1024, 1024, causal=True)
@@ -601,6 +631,8 @@ def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | Non
     (True, None)
     >>> hopper_form(64, 512, 8192, causal=False).block_n, hopper_form(64, 512, 8192, causal=True)
     (256, None)
+    >>> hopper_form(128, 1024, 1024, True, sequences=8, sms=132).persistent  # 32 units
+    False
     """
     if head_dim not in HOPPER_PREFERRED_HEAD_DIMS:
         return None
@@ -608,8 +640,13 @@ def hopper_form(head_dim: int, L: int, S: int, causal: bool) -> HopperForm | Non
     if keys < HOPPER_MIN_KEYS.get(head_dim, 0):
         return None
     if head_dim == 128:
-        return HopperForm(128, True, persistent=causal)
-    return HopperForm(256, False, persistent=causal or S < HOPPER_RESIDENT_KEYS)
+        form = HopperForm(128, True, persistent=causal)
+    else:
+        form = HopperForm(256, False, persistent=causal or S < HOPPER_RESIDENT_KEYS)
+    if form.persistent and sequences is not None and sms is not None and (
+            hopper_units(L, sequences, causal) < HOPPER_MIN_UNITS_PER_SM[causal] * sms):
+        form = form._replace(persistent=False)
+    return form
 
 
 def hopper_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -709,8 +746,7 @@ def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
             *descriptors, lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal, OVERLAP=overlap,
             STAGES=HOPPER_TILES[D][1], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
         return None
-    tiles = L // HOPPER_ROWS
-    units = ((tiles + 1) // 2 if causal else tiles) * B * H
+    units = hopper_units(L, B * H, causal)
     flash_fwd_hopper_persistent_kernel[(min(units, multiprocessors(q.device)),)](
         *descriptors, lse, L, S, H, H_kv, B * H, scale * LOG2E, CAUSAL=causal,
         OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], Q_BUFS=HOPPER_QUERY_BUFFERS[D], num_warps=4,

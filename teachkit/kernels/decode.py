@@ -392,8 +392,8 @@ larger iterations keep more bytes in flight across that wait, and where it holds
 programs themselves do. On an H200 (132 SMs; pages of 16 tokens shuffled over the pool, H = 32,
 D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run), against the contiguous default:
 at batch 8 (256 programs) 64 KB in 2 stages (128 keys) read at 98-103 % where the contiguous
-tiles read at 89-92 % and 3 stages of 64 KB at 95-103 %; at batch 16 (512 programs) the
-contiguous tiles read at 98-99 %, 64 KB in 2 stages at 86-87 % and in 3 stages at 93-98 %
+tiles read at 90-93 % and 3 stages of 64 KB at 95-103 %; at batch 16 (512 programs) the
+contiguous tiles read at 98-99 %, 64 KB in 2 stages at 86-88 % and in 3 stages at 93-98 %
 (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``)."""
 
 _PAGED_WIDE_PROGRAMS = (1, 3)
@@ -404,9 +404,9 @@ _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
 ``waves``), where measured; elsewhere 2, as contiguous. More programs in flight hide the
 table's extra wait: on an H200 at batches 1, 2 and 4 (the sweep of :data:`_PAGED_TILES`), the
-contiguous tiles with 4 programs an SM read pages at 97-99 % of the contiguous default from
-2k tokens on (90 % at batch 1 and 1k tokens, a 16 µs call), against 91-98 % for 3 stages of
-64 KB with 2."""
+contiguous tiles with 4 programs an SM read pages at 96-99 % of the contiguous default from
+2k tokens on (89-90 % at batch 1 and 1k tokens, a 16 µs call), against 89-98 % for 3 stages
+of 64 KB with 2."""
 
 _CAPTURED_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys

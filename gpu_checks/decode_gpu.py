@@ -14,7 +14,9 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 4. with --graph-sweep, the merge (one launch or the merge kernel) and tiles of split calls on
    CUDA-graph replays beside cuDNN, to set decode_config's captured=True;
 5. with --paged-sweep, a paged cache's tiles and splits against the contiguous default on
-   CUDA-graph replays, batches 1 to 16, saved as a record (decode_config's paged tiles).
+   CUDA-graph replays, batches 1 to 16, saved as a record (decode_config's paged tiles);
+6. with --contiguous-sweep, the tiles of unsplit contiguous calls (batches 5 to 32) beside
+   cuDNN on CUDA-graph replays, saved as a record (decode_config's wide tiles).
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def main() -> int:
                         help="only the paged tiles and splits against the contiguous default, "
                              "saved as teachkit/benchmarks/decode_paged_<device>.json (or "
                              "--json)")
+    parser.add_argument("--contiguous-sweep", action="store_true",
+                        help="only the tiles of unsplit contiguous calls beside cuDNN, saved as "
+                             "teachkit/benchmarks/decode_contiguous_<device>.json (or --json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -91,13 +96,14 @@ def main() -> int:
     if args.graph_sweep:
         graph_sweep()
         return 0
-    if args.paged_sweep:
+    if args.paged_sweep or args.contiguous_sweep:
         from teachkit.bench.core import device_slug, record_path, save_results, timing_description
 
         copy = copy_bandwidth()
-        rows = paged_sweep(copy)
+        rows = paged_sweep(copy) if args.paged_sweep else contiguous_sweep()
         slug = device_slug(teachkit.device.device_name())
-        path = args.json or record_path(f"decode_paged_{slug}", exists=False)
+        kind = "paged" if args.paged_sweep else "contiguous"
+        path = args.json or record_path(f"decode_{kind}_{slug}", exists=False)
         timing = timing_description(graph=True)
         say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
         for failure in FAILURES:
@@ -433,6 +439,59 @@ def paged_sweep(copy: float) -> list:
                 + ", ".join(f"{n.removeprefix('paged ')} {base / ms:.0%}"
                             for n, ms in best.items() if n != "teachkit split-KV, default"))
             del k, v, kp, vp
+    return out
+
+
+CONTIGUOUS_TILES = {"32 KB x 2": (64, 2), "64 KB x 2": (128, 2), "64 KB x 3": (128, 3),
+                    "32 KB x 3": (64, 3)}
+"""The contiguous sweep's tiles: name -> (BLOCK_N at D = 128 fp16, stages)."""
+
+
+def contiguous_sweep() -> list:
+    """GB/s of unsplit contiguous calls on CUDA-graph replays by the default
+    (``teachkit split-KV, default``), by each of :data:`CONTIGUOUS_TILES` (``contiguous
+    <name>``) and by cuDNN (``SDPA cuDNN``), for batches 5 to 32 (1.2 to 7.8 programs an SM on
+    132 SMs) and caches of 1k to 64k tokens; interleaved, best of two."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from teachkit.bench import core
+    from teachkit.bench.decode import decode_params, decode_problem
+    from teachkit.kernels.decode import DecodeConfig, decode_attention
+
+    def cudnn(q, k, v):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    out = []
+    for B in (5, 8, 12, 16, 24, 32):
+        for S in (1024, 4096, 16384, 65536):
+            if B * S > 32 * 16384:
+                continue
+            q, k, v, nbytes = decoding_inputs(B, S)
+            runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                    "teachkit split-KV, default": functools.partial(
+                        decode_attention, q, k, v, check_values=False)}
+            for name, (bn, stages) in CONTIGUOUS_TILES.items():
+                runs[f"contiguous {name}"] = functools.partial(
+                    decode_attention, q, k, v, check_values=False, num_splits=1,
+                    config=DecodeConfig(bn, 4, stages))
+            want = runs["SDPA cuDNN"]().float()
+            for name, run in runs.items():
+                err = (run().float() - want).abs().max().item()
+                if not err < 1e-2:
+                    FAILURES.append(f"contiguous sweep B={B} S={S} {name}: error {err:.3g}")
+            best: dict[str, float] = {}
+            for _ in range(2):
+                for name, run in runs.items():
+                    best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=True))
+            base = best["SDPA cuDNN"]
+            for name, ms in best.items():
+                out.append(core.Measurement(decode_problem(B, S), "fp16", name, ms,
+                                            nbytes / ms / 1e6, "GB/s", decode_params(B, S)))
+            say(f"B={B} S={S // 1024}k: cuDNN {nbytes / base / 1e6:.0f} GB/s; x cuDNN: "
+                + ", ".join(f"{n} {base / ms:.2f}" for n, ms in best.items()
+                            if n != "SDPA cuDNN"))
+            del k, v
     return out
 
 

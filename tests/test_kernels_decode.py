@@ -356,11 +356,13 @@ def test_configs_and_launch_list():
     cfg = decode.decode_config(128, torch.float16, (9, 0))
     assert 2 * cfg.block_n * 128 * 2 == 32 * 1024
     assert decode.decode_config(16, torch.float16, (8, 0)).block_n == 128
-    # a paged cache takes 64 KB iterations where measured (sm_90) for one or two programs an
-    # SM, the usual ones elsewhere and otherwise
-    for per_sm, block_n in ((None, 64), (0.25, 64), (1, 128), (2.9, 128), (3, 64), (8, 64)):
-        cfg = decode.decode_config(128, torch.float16, (9, 0), paged=True, programs_per_sm=per_sm)
-        assert (cfg.block_n, cfg.num_stages) == (block_n, 2), per_sm
+    # an unsplit grid of one or two programs an SM takes 64 KB iterations where measured
+    # (sm_90), paged or not; the usual ones elsewhere and otherwise
+    for paged in (False, True):
+        for per_sm, block_n in ((None, 64), (0.25, 64), (1, 128), (2, 128), (2.9, 64), (8, 64)):
+            cfg = decode.decode_config(128, torch.float16, (9, 0), paged=paged,
+                                       programs_per_sm=per_sm)
+            assert (cfg.block_n, cfg.num_stages) == (block_n, 2), (paged, per_sm)
     assert decode.decode_config(128, torch.float16, (8, 9), paged=True, programs_per_sm=2) == \
         decode.decode_config(128, torch.float16, (8, 9))
     assert decode.decode_config(256, torch.float32, (7, 5)).block_n == 16
@@ -510,8 +512,8 @@ def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
 
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     """On sm_90 a paged split call aims for 4 programs an SM, a contiguous one for 2; an unsplit
-    paged grid of one or two programs an SM takes 128-key tiles (planned for an H100's 132 SMs;
-    the plan is pure Python)."""
+    grid of one or two programs an SM takes 128-key tiles, paged or not (planned for an H100's
+    132 SMs; the plan is pure Python)."""
     from unittest import mock
 
     dev = torch.device(DEV)
@@ -527,7 +529,8 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
             assert (plan(1, False).num_splits, plan(1, True).num_splits) == (8, 16)
             assert plan(1, True).config.block_n == 64
             assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (1, 128)
-            assert plan(8, False).config.block_n == 64
+            assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
+            assert plan(16, False).config.block_n == 64
             assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (1, 64)
         finally:
             decode._launch_plan.cache_clear()

@@ -462,14 +462,17 @@ def decode_launch_configs() -> list[KernelConfig]:
                 if (decode.decode_config(d, dtype, capability, captured=True)[:3]
                         != decode.decode_config(d, dtype, capability)[:3]):
                     variants.append((0, 16, False, True, None))  # a captured call's own tiles
-                wide = decode.decode_config(d, dtype, capability, paged=True, programs_per_sm=2)
-                if wide != decode.decode_config(d, dtype, capability, paged=True):
-                    # a paged unsplit grid of one or two programs an SM: its own tiles
-                    variants += [(p, m, False, False, 2) for p, m in _decode_variants(ty, d)
-                                 if p]
+                wide = decode.decode_config(d, dtype, capability, programs_per_sm=2)
+                if wide != decode.decode_config(d, dtype, capability):
+                    # an unsplit grid of one or two programs an SM: its own tiles
+                    variants += [(p, m, False, False, 2) for p, m in _decode_variants(ty, d)]
+                compiled = set()  # (page size, BLOCK_M, merge, tiles): one compile each
                 for page_size, block_m, merge, captured, per_sm in variants:
                     cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
                                                captured=captured, programs_per_sm=per_sm)
+                    if (page_size, block_m, merge, cfg[:3]) in compiled:
+                        continue
+                    compiled.add((page_size, block_m, merge, cfg[:3]))
                     configs.append(_config(
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                         f"page={page_size or 'none'} warps={cfg.num_warps} "

@@ -383,27 +383,30 @@ cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 276
 two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
-_PAGED_TILES = {90: (64 * 1024, 2)}
-"""Bytes of K and V one iteration loads from a paged cache, and pipeline stages, where measured,
-for an unsplit grid of :data:`_PAGED_WIDE_PROGRAMS` programs per SM; elsewhere a paged cache
-takes the contiguous tiles. A paged key's row is known only after its page is read from the
-block table, so every load waits on one more load; where an SM holds one or two programs,
-larger iterations keep more bytes in flight across that wait, and where it holds more, the
-programs themselves do. On an H200 (132 SMs; pages of 16 tokens shuffled over the pool, H = 32,
-D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run), against the contiguous default:
-at batch 8 (256 programs) 64 KB in 2 stages (128 keys) read at 98-103 % where the contiguous
-tiles read at 90-93 % and 3 stages of 64 KB at 95-103 %; at batch 16 (512 programs) the
-contiguous tiles read at 98-99 %, 64 KB in 2 stages at 86-88 % and in 3 stages at 93-98 %
-(``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``)."""
+_WIDE_TILES = {90: (64 * 1024, 2)}
+"""Bytes of K and V one iteration loads, and pipeline stages, for an unsplit grid of one or two
+programs an SM (:data:`_WIDE_PROGRAMS`), where measured. With so few programs an SM, each must
+keep more bytes in flight to keep the memory busy; with more, the programs themselves do. On an
+H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run each):
 
-_PAGED_WIDE_PROGRAMS = (1, 3)
-"""Programs of the unsplit grid per SM, from (inclusive) and to (exclusive), for which a paged
-cache takes :data:`_PAGED_TILES`."""
+* contiguous caches against cuDNN (``gpu_checks/decode_gpu.py --contiguous-sweep``, record
+  ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.93-0.96x at batch 5
+  and 0.98-1.00x at batch 8, where the contiguous tiles (32 KB, 2 stages) read at 0.72-0.82x
+  and 0.93-0.97x; at batch 12 (2.9 programs an SM) the contiguous tiles were the faster;
+* paged caches (the block table adds a wait to every load) against the contiguous default
+  (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
+  64 KB in 2 stages read at 98-103 % where the contiguous tiles read at 90-93 % and 3 stages of
+  64 KB at 95-103 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 98-99 %,
+  64 KB in 2 stages at 86-88 % and in 3 stages at 93-98 %."""
+
+_WIDE_PROGRAMS = (1, 2)
+"""Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
+:data:`_WIDE_TILES`: fewer than one means the call splits the keys."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
 ``waves``), where measured; elsewhere 2, as contiguous. More programs in flight hide the
-table's extra wait: on an H200 at batches 1, 2 and 4 (the sweep of :data:`_PAGED_TILES`), the
+table's extra wait: on an H200 at batches 1, 2 and 4 (the paged sweep of :data:`_WIDE_TILES`), the
 contiguous tiles with 4 programs an SM read pages at 96-99 % of the contiguous default from
 2k tokens on (89-90 % at batch 1 and 1k tokens, a 16 µs call), against 89-98 % for 3 stages
 of 64 KB with 2."""
@@ -430,9 +433,9 @@ def decode_config(head_dim: int, dtype: torch.dtype,
                   ) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.
 
-    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75; from a
-    paged cache on sm_90 with one or two programs an SM, 64 KB; for a split call captured into
-    a CUDA graph on sm_90, 64 KB), between 16 and 128 keys. The split kernel merges by itself
+    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75; on
+    sm_90 for an unsplit grid of one or two programs an SM, or for a split call captured into a
+    CUDA graph, 64 KB), between 16 and 128 keys. The split kernel merges by itself
     (``one_launch``) unless the call is being captured into a CUDA graph: a replay launches
     without the host, so the launch that one-launch merging saves costs nothing there, and the
     merge kernel is the faster of the two (:data:`_CAPTURED_TILES`).
@@ -446,19 +449,19 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     capability : tuple of int, optional
         ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
     paged : bool
-        Whether the keys come through a block table (:data:`_PAGED_TILES`).
+        Whether the keys come through a block table.
     captured : bool
         Whether the call splits the keys and is being captured into a CUDA graph
-        (:data:`_CAPTURED_TILES`; a paged cache keeps its own tiles).
+        (:data:`_CAPTURED_TILES`; a paged cache keeps the plain tiles).
     programs_per_sm : float, optional
-        Programs of the unsplit grid per SM, which picks a paged cache's tiles
-        (:data:`_PAGED_WIDE_PROGRAMS`); ``None``: the contiguous tiles.
+        Programs of the unsplit grid per SM (:data:`_WIDE_PROGRAMS` picks
+        :data:`_WIDE_TILES`); ``None``: as for many.
 
     Examples
     --------
     >>> decode_config(128, torch.float16, (9, 0))
     DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=True)
-    >>> decode_config(128, torch.float16, (9, 0), paged=True, programs_per_sm=2).block_n
+    >>> decode_config(128, torch.float16, (9, 0), programs_per_sm=1.9).block_n
     128
     >>> decode_config(128, torch.float16, (9, 0), captured=True)
     DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=False)
@@ -469,11 +472,10 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     size = 4 if dtype == torch.float32 else 2
     stage_bytes = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     stages = _STAGES[cls]
-    if paged:
-        low, high = _PAGED_WIDE_PROGRAMS
-        if programs_per_sm is not None and low <= programs_per_sm < high:
-            stage_bytes, stages = _PAGED_TILES.get(cls, (stage_bytes, stages))
-    elif captured:
+    low, high = _WIDE_PROGRAMS
+    if programs_per_sm is not None and low <= programs_per_sm <= high:
+        stage_bytes, stages = _WIDE_TILES.get(cls, (stage_bytes, stages))
+    elif captured and not paged:
         stage_bytes, stages = _CAPTURED_TILES.get(cls, (stage_bytes, stages))
     block_n = max(16, min(128, stage_bytes // (2 * head_dim * size)))
     return DecodeConfig(block_n, 4, stages, one_launch=not captured)

@@ -388,6 +388,29 @@ def split_table(B: int, S: int, copy: float) -> list:
     return out
 
 
+def checked_best_times(runs: dict, reference: str, sweep: str, B: int, S: int, nbytes: int,
+                       out: list) -> dict[str, float]:
+    """One problem of a sweep: every run checked against ``runs[reference]`` (a failure is
+    recorded in :data:`FAILURES`), then all timed on CUDA-graph replays, interleaved, best of
+    two; appends a GB/s Measurement per run to ``out`` and returns the ms per run."""
+    from teachkit.bench import core
+    from teachkit.bench.decode import decode_params, decode_problem
+
+    want = runs[reference]().float()
+    for name, run in runs.items():
+        err = (run().float() - want).abs().max().item()
+        if not err < 1e-2:
+            FAILURES.append(f"{sweep} B={B} S={S} {name}: error {err:.3g}")
+    best: dict[str, float] = {}
+    for _ in range(2):
+        for name, run in runs.items():
+            best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=True))
+    for name, ms in best.items():
+        out.append(core.Measurement(decode_problem(B, S), "fp16", name, ms, nbytes / ms / 1e6,
+                                    "GB/s", decode_params(B, S)))
+    return best
+
+
 PAGED_TILES = {"64 KB x 3, 2 an SM": (128, 3, 2), "64 KB x 2, 2 an SM": (128, 2, 2),
                "32 KB x 2, 2 an SM": (64, 2, 2), "32 KB x 2, 4 an SM": (64, 2, 4)}
 """The paged sweep's tiles: name -> (BLOCK_N at D = 128 fp16, stages, programs per SM that a
@@ -399,8 +422,6 @@ def paged_sweep(copy: float) -> list:
     (``teachkit paged``) and by each of :data:`PAGED_TILES` (``paged <name>``, a captured
     call's merge kernel where it splits), beside the contiguous default (``teachkit split-KV,
     default``), for batches 1 to 16 and caches of 1k to 64k tokens; interleaved, best of two."""
-    from teachkit.bench import core
-    from teachkit.bench.decode import decode_params, decode_problem
     from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
     from teachkit.paging import paged_from_contiguous
 
@@ -422,19 +443,9 @@ def paged_sweep(copy: float) -> list:
                 runs[f"paged {name}"] = functools.partial(
                     decode_attention, q, kp, vp, lens, table, check_values=False,
                     num_splits=splits, config=DecodeConfig(bn, 4, stages, one_launch=False))
-            want = runs["teachkit split-KV, default"]().float()
-            for name, run in runs.items():
-                err = (run().float() - want).abs().max().item()
-                if not err < 1e-2:
-                    FAILURES.append(f"paged sweep B={B} S={S} {name}: error {err:.3g}")
-            best: dict[str, float] = {}
-            for _ in range(2):
-                for name, run in runs.items():
-                    best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=True))
+            best = checked_best_times(runs, "teachkit split-KV, default", "paged sweep", B, S,
+                                      nbytes, out)
             base = best["teachkit split-KV, default"]
-            for name, ms in best.items():
-                out.append(core.Measurement(decode_problem(B, S), "fp16", name, ms,
-                                            nbytes / ms / 1e6, "GB/s", decode_params(B, S)))
             say(f"B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; paged "
                 + ", ".join(f"{n.removeprefix('paged ')} {base / ms:.0%}"
                             for n, ms in best.items() if n != "teachkit split-KV, default"))
@@ -454,8 +465,6 @@ def contiguous_sweep() -> list:
     132 SMs) and caches of 1k to 64k tokens; interleaved, best of two."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from teachkit.bench import core
-    from teachkit.bench.decode import decode_params, decode_problem
     from teachkit.kernels.decode import DecodeConfig, decode_attention
 
     def cudnn(q, k, v):
@@ -475,19 +484,8 @@ def contiguous_sweep() -> list:
                 runs[f"contiguous {name}"] = functools.partial(
                     decode_attention, q, k, v, check_values=False, num_splits=1,
                     config=DecodeConfig(bn, 4, stages))
-            want = runs["SDPA cuDNN"]().float()
-            for name, run in runs.items():
-                err = (run().float() - want).abs().max().item()
-                if not err < 1e-2:
-                    FAILURES.append(f"contiguous sweep B={B} S={S} {name}: error {err:.3g}")
-            best: dict[str, float] = {}
-            for _ in range(2):
-                for name, run in runs.items():
-                    best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=True))
+            best = checked_best_times(runs, "SDPA cuDNN", "contiguous sweep", B, S, nbytes, out)
             base = best["SDPA cuDNN"]
-            for name, ms in best.items():
-                out.append(core.Measurement(decode_problem(B, S), "fp16", name, ms,
-                                            nbytes / ms / 1e6, "GB/s", decode_params(B, S)))
             say(f"B={B} S={S // 1024}k: cuDNN {nbytes / base / 1e6:.0f} GB/s; x cuDNN: "
                 + ", ".join(f"{n} {base / ms:.2f}" for n, ms in best.items()
                             if n != "SDPA cuDNN"))

@@ -11,8 +11,9 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    GB/s of K and V and % of the copy bandwidth;
 3. a small sweep of BLOCK_N / warps / stages and of num_splits for split-KV (and paged), to tune
    decode_config / choose_num_splits;
-4. with --graph-sweep, the merge (one launch or the merge kernel) and tiles of split calls on
-   CUDA-graph replays beside cuDNN, to set decode_config's captured=True;
+4. with --split-sweep, the merge (one launch or the merge kernel) and tiles of split calls
+   beside cuDNN, plain and on CUDA-graph replays, saved as records (decode_config's captured
+   and keys_per_split);
 5. with --paged-sweep, a paged cache's tiles and splits against the contiguous default on
    CUDA-graph replays, batches 1 to 16, saved as a record (decode_config's paged tiles);
 6. with --contiguous-sweep, the tiles of unsplit contiguous calls (batches 5 to 32) beside
@@ -55,9 +56,10 @@ def main() -> int:
                         help="only the host-time profile of decode_attention (cProfile)")
     parser.add_argument("--sweep-at", nargs=2, type=int, metavar=("B", "S"), default=None,
                         help="only the config and num_splits sweep at batch B, cache length S")
-    parser.add_argument("--graph-sweep", action="store_true",
-                        help="only the merge and tiles of split calls on CUDA-graph replays, "
-                             "beside cuDNN (decode_config's captured=True)")
+    parser.add_argument("--split-sweep", action="store_true",
+                        help="only the merge and tiles of split calls beside cuDNN, plain and on "
+                             "CUDA-graph replays, saved as teachkit/benchmarks/"
+                             "decode_split_<device>.json and ..._cudagraph.json")
     parser.add_argument("--paged-sweep", action="store_true",
                         help="only the paged tiles and splits against the contiguous default, "
                              "saved as teachkit/benchmarks/decode_paged_<device>.json (or "
@@ -93,9 +95,19 @@ def main() -> int:
     if args.sweep_at:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
-    if args.graph_sweep:
-        graph_sweep()
-        return 0
+    if args.split_sweep:
+        from teachkit.bench.core import device_slug, record_path, save_results, timing_description
+
+        copy = copy_bandwidth()
+        slug = device_slug(teachkit.device.device_name())
+        for rows, graph in zip(split_sweep(), (False, True), strict=True):
+            path = record_path(f"decode_split_{slug}" + ("_cudagraph" if graph else ""),
+                               exists=False)
+            timing = timing_description(graph=graph)
+            say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
+        for failure in FAILURES:
+            say(f"FAILED: {failure}")
+        return 1 if FAILURES else 0
     if args.paged_sweep or args.contiguous_sweep:
         from teachkit.bench.core import device_slug, record_path, save_results, timing_description
 
@@ -289,20 +301,31 @@ def sweep(B: int, S: int, copy: float) -> None:
     say(f"B={B} S={S // 1024}k num_splits sweep (heuristic {base}): " + ", ".join(cells))
 
 
-def graph_sweep() -> None:
-    """GB/s on CUDA-graph replays of split calls, as a ratio to cuDNN in the same run: one launch
-    and the merge kernel, with 32 KB and 64 KB of K and V per iteration (64 and 128 keys), each
-    at the heuristic's splits (best of three interleaved rounds); and what ``decode_attention``
-    picks without a config when captured.
+SPLIT_TILES = {"32 KB x 2": 64, "64 KB x 2": 128}
+"""The split sweep's tiles: name -> BLOCK_N at D = 128 fp16 (2 stages)."""
+PAGED_SPLIT_TILES = {"32 KB x 2, 4 an SM": (64, 4), "64 KB x 2, 2 an SM": (128, 2)}
+"""The split sweep's paged tiles: name -> (BLOCK_N at D = 128 fp16, programs per SM that the
+splits aim for)."""
 
-    One more way: one launch with its merge counters zeroed before the capture. A captured call
-    makes its counters fresh (``merge_counters``), so the graph holds their zero-fill and every
-    replay repeats it; this way shows what that fill costs."""
+
+def split_sweep() -> tuple[list, list]:
+    """GB/s of calls that split the keys (batches 1, 2 and 4, caches of 1k to 64k tokens) beside
+    cuDNN, launched plainly and on CUDA-graph replays: the default (``teachkit split-KV,
+    default``) and each of :data:`SPLIT_TILES` in one launch and with the merge kernel (``split
+    <tiles>, one launch`` and ``, merge kernel``), at the splits ``choose_num_splits`` picks for
+    those tiles; on replays also one launch with its merge counters zeroed before the capture
+    (``..., counters zeroed before the capture``). A captured call makes its counters fresh
+    (``merge_counters``), so the graph holds their zero-fill and every replay repeats it; that
+    way shows what the fill costs. Beside them the same cache in shuffled pages of 16: the
+    default (``teachkit paged``) and each of :data:`PAGED_SPLIT_TILES` (``paged <tiles>``),
+    merging as the default does for that timing (in one launch when launched plainly, with the
+    merge kernel on replays). Interleaved, best of three. Returns the plain and the graph
+    Measurements."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from teachkit.bench.core import time_ms
     from teachkit.kernels import decode
-    from teachkit.kernels.decode import DecodeConfig, decode_attention
+    from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
+    from teachkit.paging import paged_from_contiguous
 
     zeroed = torch.zeros(1 << 16, dtype=torch.int32, device=teachkit.DEVICE)  # before any capture
 
@@ -316,29 +339,51 @@ def graph_sweep() -> None:
                 decode.merge_counters = own
         return call
 
-    for B, S in ((1, 1024), (1, 4096), (1, 16384), (1, 65536), (2, 4096), (4, 1024)):
-        q, k, v, nbytes = decoding_inputs(B, S)
+    def cudnn(q, k, v):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
-        def cudnn(q=q, k=k, v=v):
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-
-        calls = {"cuDNN": cudnn,
-                 "default": functools.partial(decode_attention, q, k, v, check_values=False)}
-        for one_launch in (True, False):
-            for block_n in (64, 128):
-                name = f"{'one launch' if one_launch else 'merge kernel'}, BLOCK_N={block_n}"
-                calls[name] = functools.partial(
-                    decode_attention, q, k, v, check_values=False,
-                    config=DecodeConfig(block_n, 4, 2, one_launch))
-        calls["one launch, BLOCK_N=64, counters zeroed before the capture"] = (
-            counters_zeroed_before(calls["one launch, BLOCK_N=64"]))
-        best = dict.fromkeys(calls, 0.0)
-        for _ in range(3):
-            for name, fn in calls.items():
-                best[name] = max(best[name], nbytes / time_ms(fn, rep=40, graph=True) / 1e6)
-        say(f"B={B} S={S // 1024}k, graph replays, GB/s (/ cuDNN): " + "; ".join(
-            f"{name} {gbps:.0f} ({gbps / best['cuDNN']:.2f})" for name, gbps in best.items()))
+    plain, graph = [], []
+    for B in (1, 2, 4):
+        for S in (1024, 2048, 4096, 16384, 65536):
+            q, k, v, nbytes = decoding_inputs(B, S)
+            lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
+            kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
+                                                  gen=torch.Generator().manual_seed(B + S))
+            paged = functools.partial(decode_attention, q, kp, vp, lens, table,
+                                      check_values=False)
+            runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                    "teachkit split-KV, default": functools.partial(
+                        decode_attention, q, k, v, check_values=False),
+                    "teachkit paged": paged}
+            for name, block_n in SPLIT_TILES.items():
+                splits = choose_num_splits(B * 32, -(-S // block_n), sm_count())
+                for one_launch in (True, False):
+                    merge = "one launch" if one_launch else "merge kernel"
+                    runs[f"split {name}, {merge}"] = functools.partial(
+                        decode_attention, q, k, v, check_values=False, num_splits=splits,
+                        config=DecodeConfig(block_n, 4, 2, one_launch))
+            ratios = {}
+            for timing, out in (("plain", plain), ("graph", graph)):
+                for name, (block_n, waves) in PAGED_SPLIT_TILES.items():
+                    runs[f"paged {name}"] = functools.partial(
+                        paged, num_splits=choose_num_splits(B * 32, -(-S // block_n), sm_count(),
+                                                            waves),
+                        config=DecodeConfig(block_n, 4, 2, one_launch=timing == "plain"))
+                if timing == "graph":
+                    for name in SPLIT_TILES:
+                        runs[f"split {name}, one launch, counters zeroed before the capture"] = (
+                            counters_zeroed_before(runs[f"split {name}, one launch"]))
+                best = checked_best_times(runs, "SDPA cuDNN", "split sweep", B, S, nbytes, out,
+                                          graph=timing == "graph", rounds=3)
+                ratios[timing] = {n: best["SDPA cuDNN"] / ms for n, ms in best.items()
+                                  if n != "SDPA cuDNN"}
+            say(f"B={B} S={S // 1024}k, x cuDNN plain / graph: " + "; ".join(
+                f"{n.removeprefix('split ')} "
+                + " / ".join(f"{r[n]:.2f}" if n in r else "-" for r in ratios.values())
+                for n in ratios["graph"]))
+            del k, v, kp, vp
+    return plain, graph
 
 
 SPLIT_COUNTS = (1, 2, 4, 6, 8, 9, 12, 16, 20, 24, 32, 48, 64, 96, 128)
@@ -389,10 +434,11 @@ def split_table(B: int, S: int, copy: float) -> list:
 
 
 def checked_best_times(runs: dict, reference: str, sweep: str, B: int, S: int, nbytes: int,
-                       out: list) -> dict[str, float]:
+                       out: list, graph: bool = True, rounds: int = 2) -> dict[str, float]:
     """One problem of a sweep: every run checked against ``runs[reference]`` (a failure is
-    recorded in :data:`FAILURES`), then all timed on CUDA-graph replays, interleaved, best of
-    two; appends a GB/s Measurement per run to ``out`` and returns the ms per run."""
+    recorded in :data:`FAILURES`), then all timed on CUDA-graph replays (or, without ``graph``,
+    launched plainly), interleaved, best of ``rounds``; appends a GB/s Measurement per run to
+    ``out`` and returns the ms per run."""
     from teachkit.bench import core
     from teachkit.bench.decode import decode_params, decode_problem
 
@@ -402,9 +448,9 @@ def checked_best_times(runs: dict, reference: str, sweep: str, B: int, S: int, n
         if not err < 1e-2:
             FAILURES.append(f"{sweep} B={B} S={S} {name}: error {err:.3g}")
     best: dict[str, float] = {}
-    for _ in range(2):
+    for _ in range(rounds):
         for name, run in runs.items():
-            best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=True))
+            best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=graph))
     for name, ms in best.items():
         out.append(core.Measurement(decode_problem(B, S), "fp16", name, ms, nbytes / ms / 1e6,
                                     "GB/s", decode_params(B, S)))

@@ -511,9 +511,10 @@ def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
 
 
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
-    """On sm_90 a paged split call aims for 4 programs an SM, a contiguous one for 2; an unsplit
-    grid of one or two programs an SM takes 128-key tiles, paged or not (planned for an H100's
-    132 SMs; the plan is pure Python)."""
+    """On sm_90 a split call whose ranges hold four 128-key tiles takes them, contiguous (plain
+    or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call with
+    64-key tiles aims for 4. An unsplit grid of one or two programs an SM takes 128-key tiles,
+    paged or not (planned for an H100's 132 SMs; the plan is pure Python)."""
     from unittest import mock
 
     dev = torch.device(DEV)
@@ -522,12 +523,22 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
             mock.patch.object(decode, "sm_count", lambda device=None: 132):
         decode._launch_plan.cache_clear()
         try:
-            def plan(B, paged):
-                return decode._launch_plan(B, 32, 1, 128, 32, torch.float16, dev, 16384, None,
-                                           None, paged)
+            def plan(B, paged, S=16384, captured=False):
+                return decode._launch_plan(B, 32, 1, 128, 32, torch.float16, dev, S, None,
+                                           None, paged, captured)
 
-            assert (plan(1, False).num_splits, plan(1, True).num_splits) == (8, 16)
-            assert plan(1, True).config.block_n == 64
+            # 8 ranges of 2048 keys, 128 at a time, plain or captured, paged in one launch
+            assert plan(1, False).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
+            assert plan(1, False, captured=True).config == decode.DecodeConfig(128, 4, 2, False)
+            assert plan(1, False).num_splits == plan(1, True).num_splits == 8
+            assert plan(1, True).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
+            # paged and captured: 64 keys at a time, 16 ranges (4 programs an SM)
+            paged_captured = plan(1, True, captured=True)
+            assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
+            assert plan(1, True, 1024).num_splits == 16  # ranges of 64 keys
+            for B, splits, block_n in ((1, 8, 64), (4, 2, 128)):
+                short = plan(B, False, 1024)
+                assert (short.num_splits, short.config.block_n) == (splits, block_n)
             assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (1, 128)
             assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
             assert plan(16, False).config.block_n == 64
@@ -538,8 +549,8 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
 
 def test_a_captured_split_call_plans_the_merge_kernel():
     """Planned as if captured into a CUDA graph: a call that splits the keys takes
-    decode_config(..., captured=True), the merge kernel, with its splits chosen for those tiles;
-    a call that does not split, or that gives its own config, keeps its plan."""
+    decode_config(..., captured=True), the merge kernel, with the tiles for its ranges; a call
+    that does not split, or that gives its own config, keeps its plan."""
     dev = torch.device(DEV)
     capability = None if not teachkit.ON_GPU else torch.cuda.get_device_capability()
     plain = decode._launch_plan(1, 4, 1, 128, 1, torch.float16, dev, 4096, None, None, False)
@@ -547,8 +558,10 @@ def test_a_captured_split_call_plans_the_merge_kernel():
                                    True)
     assert plain.num_splits > 1 and plain.one_launch
     assert captured.num_splits > 1 and not captured.one_launch
-    assert captured.config == decode.decode_config(128, torch.float16, capability,
-                                                   captured=True)
+    assert captured.config == decode.decode_config(
+        128, torch.float16, capability, captured=True,
+        keys_per_split=-(-4096 // captured.num_splits))
+    assert captured.config._replace(one_launch=True) == plain.config
     many = 64 * decode.sm_count(dev)  # programs enough that nothing splits
     assert (decode._launch_plan(many, 1, 1, 128, 1, torch.float16, dev, 4096, None, None, False,
                                 True)

@@ -84,7 +84,8 @@ ONE_LAUNCH = "teachkit split-KV, one launch"
 """Split-KV whose last split merges (``DecodeConfig.one_launch``): no second kernel."""
 DEFAULT = "teachkit split-KV, default"
 """Split-KV as ``decode_attention`` runs it without a config: one launch from Python, the merge
-kernel with larger tiles when captured into a CUDA graph (``decode_config(captured=True)``)."""
+kernel when captured into a CUDA graph (``decode_config(captured=True)``), each with the tiles
+``decode_config`` picks for its ranges."""
 
 
 def decode_problem(batch: int, length: int) -> str:

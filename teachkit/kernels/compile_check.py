@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-260
+263
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -61,6 +61,7 @@ __all__ = [
     "DOT_INSTRUCTIONS",
     "UNIT_HEAD_DIM_STRIDES",
     "KernelConfig",
+    "LONG_RANGE",
     "alignment_hints",
     "all_launch_configs",
     "backward_kernel_config",
@@ -437,13 +438,20 @@ def decode_simple_launch_configs() -> list[KernelConfig]:
     return configs
 
 
+LONG_RANGE = 1 << 20
+"""Keys per split range that take :func:`~teachkit.kernels.decode.decode_config`'s tiles for
+long ranges wherever it has them."""
+
+
 def decode_launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`~teachkit.kernels.decode.decode_attention` may launch on a GPU.
 
     The split kernel per (GPU class, head dim, element size) in the variants of
     :func:`_decode_variants`, with its own merge (``ONE_LAUNCH``) at ``D = 128``, and with the
-    tiles of a call captured into a CUDA graph where they differ (``decode_config(...,
-    captured=True)``, one query row); the merge kernel for 2 and
+    tiles of a split call with long ranges where they differ (``decode_config(...,
+    keys_per_split=LONG_RANGE)``, one query row, merging either way at ``D = 128``, and paged
+    in one launch at ``D = 128`` in bf16), and of an unsplit grid of few programs an SM; the
+    merge kernel for 2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
@@ -454,22 +462,26 @@ def decode_launch_configs() -> list[KernelConfig]:
                        "LSE_OUT": "*fp32", "qk_scale": "fp32"}
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
-                # (page size, BLOCK_M, merge inside the split kernel, captured into a graph,
+                # (page size, BLOCK_M, merge inside the split kernel, keys per split range,
                 # programs of the unsplit grid per SM)
-                variants = [(p, m, False, False, None) for p, m in _decode_variants(ty, d)]
+                variants = [(p, m, False, None, None) for p, m in _decode_variants(ty, d)]
                 if d == 128:  # the merge inside the split kernel: contiguous, one query row
-                    variants.append((0, 16, True, False, None))
-                if (decode.decode_config(d, dtype, capability, captured=True)[:3]
-                        != decode.decode_config(d, dtype, capability)[:3]):
-                    variants.append((0, 16, False, True, None))  # a captured call's own tiles
+                    variants.append((0, 16, True, None, None))
+                split = decode.decode_config(d, dtype, capability, keys_per_split=LONG_RANGE)
+                if split != decode.decode_config(d, dtype, capability):
+                    # a split call with long ranges: its own tiles, merging either way, and
+                    # paged merging in one launch
+                    variants += [(0, 16, merge, LONG_RANGE, None) for merge in (False, d == 128)]
+                    if ty == "bf16" and d == 128:
+                        variants.append((16, 16, True, LONG_RANGE, None))
                 wide = decode.decode_config(d, dtype, capability, programs_per_sm=2)
                 if wide != decode.decode_config(d, dtype, capability):
                     # an unsplit grid of one or two programs an SM: its own tiles
-                    variants += [(p, m, False, False, 2) for p, m in _decode_variants(ty, d)]
+                    variants += [(p, m, False, None, 2) for p, m in _decode_variants(ty, d)]
                 compiled = set()  # (page size, BLOCK_M, merge, tiles): one compile each
-                for page_size, block_m, merge, captured, per_sm in variants:
+                for page_size, block_m, merge, split_keys, per_sm in variants:
                     cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
-                                               captured=captured, programs_per_sm=per_sm)
+                                               programs_per_sm=per_sm, keys_per_split=split_keys)
                     if (page_size, block_m, merge, cfg[:3]) in compiled:
                         continue
                     compiled.add((page_size, block_m, merge, cfg[:3]))
@@ -477,7 +489,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                         f"page={page_size or 'none'} warps={cfg.num_warps} "
                         f"stages={cfg.num_stages}{' one launch' if merge else ''}"
-                        f"{' captured' if captured else ''} (for sm_{cls}-class GPUs)",
+                        f"{' split tiles' if split_keys else ''} (for sm_{cls}-class GPUs)",
                         decode.decode_split_kernel, split_types,
                         {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
                          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,

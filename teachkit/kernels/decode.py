@@ -407,40 +407,58 @@ _WIDE_PROGRAMS = (1, 2)
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
-``waves``), where measured; elsewhere 2, as contiguous. More programs in flight hide the
-table's extra wait: on an H200 at batches 1, 2 and 4 (the paged sweep of :data:`_WIDE_TILES`), the
-contiguous tiles with 4 programs an SM read pages at 96-99 % of the contiguous default from
-2k tokens on (89-90 % at batch 1 and 1k tokens, a 16 µs call), against 89-98 % for 3 stages
-of 64 KB with 2."""
+``waves``) where it keeps the 32 KB tiles, where measured; elsewhere 2, as contiguous. More
+programs in flight hide the table's extra wait: on an H200 at batches 1, 2 and 4 (CUDA-graph
+replays, the merge kernel; the paged sweep of :data:`_WIDE_TILES`), the contiguous tiles with 4
+programs an SM read pages at 96-99 % of the contiguous default from 2k tokens on (89-90 % at
+batch 1 and 1k tokens, a 16 µs call), against 89-98 % for 3 stages of 64 KB with 2."""
 
-_CAPTURED_TILES = {90: (64 * 1024, 2)}
+_SPLIT_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
-while it is being captured into a CUDA graph, where measured; such a call also takes the merge
-kernel (``one_launch=False``). On graph replays the launch costs the host nothing, while one
-launch costs the GPU more: a captured call makes its counters fresh, so every replay repeats
-their zero-fill, and every split fences its stores and counts on an atomic before the last one
-reads the partials back. On an H100 (one or two sequences, H = 32, D = 128 fp16, 1k-64k
-tokens, each replay after the L2 cache is cleared) one launch read at 0.83-0.99x cuDNN, the
-merge kernel at 0.94-1.00x with 32 KB tiles (64 keys) and at 0.94-1.00x with 2 stages of 64 KB
-(128 keys), the best of the four, or level with the best, from 4k tokens on; one launch with
-its counters zeroed before the capture read at 0.89-1.00x (``gpu_checks/decode_gpu.py
---graph-sweep``, one run).
-Calls that do not split (8 sequences or more) keep the plain tiles: a 128 KB program leaves an
-SM room for one, where the unsplit grid wants three."""
+into ranges of at least :data:`_SPLIT_MIN_BLOCKS` such iterations, where measured: contiguous,
+or paged and merging in one launch (such a call then aims for two programs an SM, as a
+contiguous one does). On an H200 (one, two or four sequences, H = 32, D = 128 fp16, 1k-64k
+tokens, each call after the L2 cache is cleared, three interleaved rounds,
+``gpu_checks/decode_gpu.py --split-sweep``, records ``decode_split_nvidia_h200`` and
+``..._cudagraph``):
 
+* contiguous, where the ranges are that long (from 512 keys): 64 KB in 2 stages read at
+  1.00-1.06x the 32 KB tiles launched plainly (one launch) and at 1.01-1.07x on graph replays
+  (the merge kernel), the most at 64k tokens; where the ranges are shorter the pipeline has
+  too little to overlap, and 64 KB read at 0.95x and 0.98-0.99x (one sequence of 2k tokens and
+  two of 1k, ranges of 256 keys);
+* paged (pages of 16), merging in one launch: 64 KB with two programs an SM read at
+  0.99-1.02x the 32 KB tiles with four (the last split of a row reads every partial of the row,
+  twice as many with twice the splits); on graph replays, with the merge kernel, at
+  0.97-1.00x, so a captured paged call keeps the 32 KB tiles.
+
+Calls that do not split (8 sequences or more) keep the tiles for their programs an SM
+(:data:`_WIDE_TILES`)."""
+
+_SPLIT_MIN_BLOCKS = 4
+"""The fewest iterations of :data:`_SPLIT_TILES` each range of a split call must hold for the
+call to take those tiles."""
 
 def decode_config(head_dim: int, dtype: torch.dtype,
                   capability: tuple[int, int] | None = None, paged: bool = False,
                   captured: bool = False, programs_per_sm: float | None = None,
-                  ) -> DecodeConfig:
+                  keys_per_split: int | None = None) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.
 
-    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75; on
-    sm_90 for an unsplit grid of one or two programs an SM, or for a split call captured into a
-    CUDA graph, 64 KB), between 16 and 128 keys. The split kernel merges by itself
-    (``one_launch``) unless the call is being captured into a CUDA graph: a replay launches
-    without the host, so the launch that one-launch merging saves costs nothing there, and the
-    merge kernel is the faster of the two (:data:`_CAPTURED_TILES`).
+    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75), between
+    16 and 128 keys. On sm_90 two kinds of call load 64 KB: an unsplit grid of one or two programs
+    an SM (:data:`_WIDE_TILES`), and a call whose split ranges hold at least
+    :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is paged and captured
+    (:data:`_SPLIT_TILES`).
+
+    The split kernel merges by itself (``one_launch``) unless the call is being captured into a
+    CUDA graph. A replay launches without the host, so the launch that one-launch merging saves
+    costs nothing there, while one launch costs the GPU more: a captured call makes its counters
+    fresh, so every replay repeats their zero-fill, and every split fences its stores and counts
+    on an atomic before the last one reads the partials back. On an H200's replays (one, two or
+    four sequences, H = 32, D = 128 fp16, 1k-64k tokens, 32 KB tiles, ``gpu_checks/decode_gpu.py
+    --split-sweep``) one launch read at 0.90-1.00x the merge kernel, the least at one sequence
+    of 1k tokens, and at 0.97-1.02x with its counters zeroed before the capture.
 
     Parameters
     ----------
@@ -453,11 +471,14 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     paged : bool
         Whether the keys come through a block table.
     captured : bool
-        Whether the call splits the keys and is being captured into a CUDA graph
-        (:data:`_CAPTURED_TILES`; a paged cache keeps the plain tiles).
+        Whether the call splits the keys and is being captured into a CUDA graph (the merge
+        kernel).
     programs_per_sm : float, optional
         Programs of the unsplit grid per SM (:data:`_WIDE_PROGRAMS` picks
         :data:`_WIDE_TILES`); ``None``: as for many.
+    keys_per_split : int, optional
+        Keys in each range of a call that splits them (:data:`_SPLIT_MIN_BLOCKS` picks
+        :data:`_SPLIT_TILES`); ``None``: the call does not split.
 
     Examples
     --------
@@ -465,8 +486,10 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=True)
     >>> decode_config(128, torch.float16, (9, 0), programs_per_sm=1.9).block_n
     128
-    >>> decode_config(128, torch.float16, (9, 0), captured=True)
-    DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=False)
+    >>> decode_config(128, torch.float16, (9, 0), keys_per_split=512)  # 4 x 128 keys
+    DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=True)
+    >>> decode_config(128, torch.float16, (9, 0), captured=True, keys_per_split=128)
+    DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=False)
     """
     if capability is None:
         return _INTERPRETER_CONFIG._replace(one_launch=not captured)
@@ -477,10 +500,17 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     low, high = _WIDE_PROGRAMS
     if programs_per_sm is not None and low <= programs_per_sm <= high:
         stage_bytes, stages = _WIDE_TILES.get(cls, (stage_bytes, stages))
-    elif captured and not paged:
-        stage_bytes, stages = _CAPTURED_TILES.get(cls, (stage_bytes, stages))
-    block_n = max(16, min(128, stage_bytes // (2 * head_dim * size)))
-    return DecodeConfig(block_n, 4, stages, one_launch=not captured)
+    elif keys_per_split is not None and not (paged and captured) and cls in _SPLIT_TILES:
+        split_bytes, split_stages = _SPLIT_TILES[cls]
+        if keys_per_split >= _SPLIT_MIN_BLOCKS * _keys_per_block(split_bytes, head_dim, size):
+            stage_bytes, stages = split_bytes, split_stages
+    return DecodeConfig(_keys_per_block(stage_bytes, head_dim, size), 4, stages,
+                        one_launch=not captured)
+
+
+def _keys_per_block(stage_bytes: int, head_dim: int, size: int) -> int:
+    """``BLOCK_N`` for iterations of ``stage_bytes`` of K and V: 16 to 128 keys."""
+    return max(16, min(128, stage_bytes // (2 * head_dim * size)))
 
 
 def max_rows(head_dim: int, dtype: torch.dtype) -> int:
@@ -521,7 +551,7 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) 
     Rounding down matters: a grid a little larger than a wave leaves a second, nearly empty
     wave, and the whole call waits for it. On an H100 (132 SMs, two programs per SM) at B = 1,
     H = 32, S = 16k, 8 splits (256 programs) read the cache at 2513 GB/s and 9 splits (288
-    programs) at 2262, timed on CUDA-graph replays with a captured call's tiles (record
+    programs) at 2262, timed on CUDA-graph replays with 128-key tiles and the merge kernel (record
     ``decode_splits_nvidia_h100``). Fewer splits, one program per SM, were 1-2 % slower there.
 
     Parameters
@@ -761,8 +791,8 @@ def decode_attention(
     config : DecodeConfig, optional
         Tile size, warps, stages and whether the split kernel merges (``one_launch``) or a merge
         kernel does; default :func:`decode_config` (with ``paged`` when a ``block_table`` is
-        given, and ``captured`` when the call splits the keys while the current CUDA stream is
-        being captured into a graph).
+        given, ``keys_per_split`` when the call splits the keys, and ``captured`` when it does
+        so while the current CUDA stream is being captured into a graph).
     check_values : bool
         Check ``cache_seqlens`` and ``block_table`` values on the host (one synchronisation).
         Pass ``False`` in a decoding loop once they are known to be good: an entry outside the
@@ -790,10 +820,10 @@ def decode_attention(
     between calls (:mod:`teachkit.kernels.scratch`). A decoding loop should capture its step in
     a CUDA graph (``torch.cuda.graph``) and replay it, as serving engines do; pass
     ``check_values=False`` there, since the value checks synchronise with the GPU, which a
-    capture forbids. Without a ``config``, a call being captured takes the merge kernel, with
-    larger tiles on an H100 where it splits the keys (:func:`decode_config` with ``captured``):
-    on replays that reads one sequence's cache at 0.98-1.00x cuDNN, where one launch reads it at
-    0.90-1.00x (record ``decode_nvidia_h100_cudagraph``).
+    capture forbids. Without a ``config``, a call being captured takes the merge kernel where it
+    splits the keys (:func:`decode_config` with ``captured``): on an H100's replays that read one
+    sequence's cache at 0.98-1.00x cuDNN, where one launch read it at 0.90-1.00x (record
+    ``decode_nvidia_h100_cudagraph``).
 
     Examples
     --------
@@ -945,20 +975,23 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                  config: DecodeConfig | None, paged: bool, captured: bool = False,
                  ) -> _DecodePlan:
     """The :class:`_DecodePlan` of a call, with the defaults of :func:`decode_config` and
-    :func:`choose_num_splits` where not given. A call being ``captured`` into a CUDA graph gets
-    :func:`decode_config`'s configuration for replays when it splits the keys, with the splits
-    chosen again for its key blocks. Worked out once per kind of call (a decoding loop makes
-    the same call every step)."""
+    :func:`choose_num_splits` where not given. A call that splits the keys gets
+    :func:`decode_config`'s tiles for ranges of that many keys (``keys_per_split``) and, being
+    ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
+    tiles. Worked out once per kind of call (a decoding loop makes the same call every step)."""
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
-    waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if paged and capability else 2
-    plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits,
-                     config or decode_config(D, dtype, capability, paged,
-                                             programs_per_sm=per_sm), waves)
-    if config is None and captured and plan.num_splits > 1:
-        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits,
-                         decode_config(D, dtype, capability, paged, captured=True,
-                                       programs_per_sm=per_sm), waves)
+    paged_waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
+    if config is not None:
+        return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
+                         paged_waves if paged else 2)
+    base = decode_config(D, dtype, capability, paged, programs_per_sm=per_sm)
+    plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base)
+    if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
+        split = decode_config(D, dtype, capability, paged, captured, per_sm,
+                              keys_per_split=cdiv(capacity, plan.num_splits))
+        waves = paged_waves if paged and split.block_n == base.block_n else 2
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, split, waves)
     return plan
 
 

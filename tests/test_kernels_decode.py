@@ -533,6 +533,8 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
             assert plan(1, False).num_splits == plan(1, True).num_splits == 8
             assert plan(1, True).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
             # paged and captured: 64 keys at a time, 16 ranges (4 programs an SM)
+            assert decode.default_config(1, 32, 128, 16384, torch.float16, dev,
+                                         captured=True) == plan(1, False, captured=True).config
             paged_captured = plan(1, True, captured=True)
             assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
             assert plan(1, True, 1024).num_splits == 16  # ranges of 64 keys
@@ -545,6 +547,24 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
             assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (1, 64)
         finally:
             decode._launch_plan.cache_clear()
+
+
+def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes():
+    dev = torch.device(DEV)
+    got = decode.default_config(2, 8, 64, 1000, torch.float16, dev, kv_heads=4)
+    assert got == decode._launch_plan(2, 8, 1, 64, 4, torch.float16, dev, 1000, None, None,
+                                      False).config
+    assert decode.default_config(2, 8, 64, 1000, torch.float16, dev, captured=True) == (
+        decode._launch_plan(2, 8, 1, 64, 8, torch.float16, dev, 1000, None, None, False,
+                            True).config)
+    with pytest.raises(ValueError, match="kv_heads = 3"):
+        decode.default_config(1, 8, 64, 100, torch.float16, dev, kv_heads=3)
+    with pytest.raises(ValueError, match="head_dim = 48"):
+        decode.default_config(1, 8, 48, 100, torch.float16, dev)
+    with pytest.raises(TypeError, match="dtype"):
+        decode.default_config(1, 8, 64, 100, torch.int32, dev)
+    with pytest.raises(ValueError, match="capacity"):
+        decode.default_config(1, 8, 64, 0, torch.float16, dev)
 
 
 def test_a_captured_split_call_plans_the_merge_kernel():

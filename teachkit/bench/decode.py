@@ -32,7 +32,6 @@ import torch
 from ..device import (
     DEVICE,
     ON_GPU,
-    compute_capability,
     device_name,
     fits_or_skip,
     is_out_of_memory,
@@ -319,12 +318,13 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
         return _check_and_time(name, label, lambda: decode_attention(
             q, k_pool, v_pool, lens_dev, table, **kw), ref, graph)
     if name in (SPLIT, ONE_LAUNCH):
-        from ..kernels.decode import decode_config
+        from ..kernels.decode import default_config
 
         # decode_attention's own tiles when no config is forced; the merge forced into the
         # split kernel (one launch) or into the merge kernel (two), whatever the default
-        base = config or decode_config(q.shape[-1], q.dtype,
-                                       compute_capability(q.device) if ON_GPU else None)
+        base = config or default_config(q.shape[0], q.shape[1], q.shape[-1], k.shape[2],
+                                        q.dtype, q.device, kv_heads=k.shape[1],
+                                        captured=graph)
         kw["config"] = base._replace(one_launch=name == ONE_LAUNCH)
     splits = 1 if name == UNSPLIT else num_splits
     return _check_and_time(name, label, lambda: decode_attention(

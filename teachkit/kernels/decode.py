@@ -93,6 +93,7 @@ __all__ = [
     "decode_attention",
     "decode_config",
     "decode_mask",
+    "default_config",
     "decode_merge_kernel",
     "decode_split_kernel",
     "fold_key_block",
@@ -511,6 +512,39 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 def _keys_per_block(stage_bytes: int, head_dim: int, size: int) -> int:
     """``BLOCK_N`` for iterations of ``stage_bytes`` of K and V: 16 to 128 keys."""
     return max(16, min(128, stage_bytes // (2 * head_dim * size)))
+
+
+def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+                   device: torch.device | str | None = None, *, kv_heads: int | None = None,
+                   q_len: int = 1, paged: bool = False, captured: bool = False,
+                   ) -> DecodeConfig:
+    """The configuration :func:`decode_attention` launches without a ``config`` for ``batch``
+    sequences of ``q_len`` queries in ``heads`` heads of ``head_dim``, against caches of
+    ``capacity`` keys (``block_table.shape[1] * page_size`` where ``paged``) in ``kv_heads``
+    heads (default ``heads``), on ``device`` (default the current one): :func:`decode_config`'s
+    tiles for the programs an SM and, where the call splits the keys, for its ranges, merging
+    in one launch unless ``captured``. Pass it with ``one_launch`` replaced to time the other
+    merge with the same tiles.
+
+    Examples
+    --------
+    >>> default_config(1, 32, 128, 4096, torch.float16, "cpu")  # the interpreter's
+    DecodeConfig(block_n=16, num_warps=4, num_stages=1, one_launch=True)
+    """
+    device = torch.device(_DEVICE_TYPE if device is None else device)
+    kv_heads = heads if kv_heads is None else kv_heads
+    for name, value in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
+                        ("capacity", capacity), ("kv_heads", kv_heads), ("q_len", q_len)):
+        require_positive_int(value, name)
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads = {kv_heads} does not divide heads = {heads}; pass a divisor")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"head_dim = {head_dim} is not one the kernels take; pass one of "
+                         f"{HEAD_DIMS}")
+    if dtype not in KERNEL_DTYPES:
+        raise TypeError(f"dtype must be one of {KERNEL_DTYPES}, got {dtype}")
+    return _launch_plan(batch, heads, q_len, head_dim, kv_heads, dtype, device, capacity, None,
+                        None, paged, captured).config
 
 
 def max_rows(head_dim: int, dtype: torch.dtype) -> int:

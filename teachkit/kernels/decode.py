@@ -398,9 +398,9 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.01x;
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
-  64 KB in 2 stages read at 98-103 % where the contiguous tiles read at 90-93 % and 3 stages of
-  64 KB at 95-103 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 98-99 %,
-  64 KB in 2 stages at 86-88 % and in 3 stages at 93-98 %."""
+  64 KB in 2 stages read at 97-99 % where the contiguous tiles read at 86-92 % and 3 stages of
+  64 KB at 94-99 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 99-100 %,
+  64 KB in 2 stages at 89 % and in 3 stages at 95-101 %."""
 
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
@@ -410,9 +410,10 @@ _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
 ``waves``) where it keeps the 32 KB tiles, where measured; elsewhere 2, as contiguous. More
 programs in flight hide the table's extra wait: on an H200 at batches 1, 2 and 4 (CUDA-graph
-replays, the merge kernel; the paged sweep of :data:`_WIDE_TILES`), the contiguous tiles with 4
-programs an SM read pages at 96-99 % of the contiguous default from 2k tokens on (89-90 % at
-batch 1 and 1k tokens, a 16 µs call), against 89-98 % for 3 stages of 64 KB with 2."""
+replays, the merge kernel; ``gpu_checks/decode_gpu.py --paged-sweep``, record
+``decode_paged_nvidia_h200``), the contiguous tiles with 4 programs an SM read pages at
+95-99 % of the contiguous default from 2k tokens on (87 % at batch 1 and 1k tokens, a 15 µs
+call), against 91-100 % for 3 stages of 64 KB with 2 (87-94 % at 1k tokens)."""
 
 _SPLIT_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys

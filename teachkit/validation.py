@@ -24,6 +24,7 @@ __all__ = [
     "require_power_of_two",
     "normalize_dim",
     "require_positive_int",
+    "require_kv_heads",
     "require_bool",
     "require_broadcastable",
     "require_attention_inputs",
@@ -83,6 +84,16 @@ def require_positive_int(value: object, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} must be a positive int, got {value}; pass 1 or more")
     return value
+
+
+def require_kv_heads(kv_heads: object, heads: int) -> int:
+    """Return ``kv_heads`` if it is a positive ``int`` that divides ``heads`` (grouped-query
+    heads: each cache head serves ``heads // kv_heads`` query heads), else raise
+    ``TypeError``/``ValueError`` naming it."""
+    require_positive_int(kv_heads, "kv_heads")
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads = {kv_heads} does not divide heads = {heads}; pass a divisor")
+    return kv_heads
 
 
 def require_bool(value: object, name: str) -> bool:

@@ -23,7 +23,7 @@ from ..device import (
     is_out_of_memory,
     skip_if_out_of_memory,
 )
-from ..validation import require_positive_int
+from ..validation import require_kv_heads, require_positive_int
 from .attention_backward import DETERMINISTIC, ONE_LOOP, bench_backward, training_memory
 from .attention_problems import (
     ATTENTION_LENGTHS,
@@ -172,10 +172,7 @@ def bench_attention(
     problems = attention_problems(lengths, head_dims, causal, dtype, tokens, heads)
     groups: list[int | None] = [None]
     if kv_heads is not None:
-        groups = list(require_sizes(kv_heads, "kv_heads"))
-        for h in groups:
-            if heads % h:
-                raise ValueError(f"kv_heads = {h} does not divide heads = {heads}; pass divisors")
+        groups = [require_kv_heads(h, heads) for h in require_sizes(kv_heads, "kv_heads")]
     results: list[Measurement] = []
     with progress_bar(len(problems) * len(groups) * len(names), show_progress) as bar:
         for B, L, D, c in problems:

@@ -37,7 +37,7 @@ from ..device import (
     is_out_of_memory,
     skip_if_out_of_memory,
 )
-from ..validation import require_positive_int
+from ..validation import require_kv_heads, require_positive_int
 from .core import (
     DTYPES,
     TIMING_BYTES,
@@ -221,11 +221,9 @@ def bench_decode(
         was forced (``num_splits``; ``block_n``, ``num_warps``, ``num_stages`` of ``config``).
     """
     kv_heads = heads if kv_heads is None else kv_heads
-    for name, value in (("heads", heads), ("kv_heads", kv_heads), ("head_dim", head_dim),
-                        ("page_size", page_size)):
+    for name, value in (("heads", heads), ("head_dim", head_dim), ("page_size", page_size)):
         require_positive_int(value, name)
-    if heads % kv_heads:
-        raise ValueError(f"kv_heads = {kv_heads} does not divide heads = {heads}; pass a divisor")
+    require_kv_heads(kv_heads, heads)
     batches, lengths = require_sizes(batches, "batches"), require_sizes(lengths, "lengths")
     require_dtype_name(dtype)
     sdpa_backends = require_names(sdpa_backends, SDPA_BACKENDS, "sdpa_backends", allow_empty=True)

@@ -471,7 +471,8 @@ def decode_launch_configs() -> list[KernelConfig]:
                 if split != decode.decode_config(d, dtype, capability):
                     # a split call with long ranges: its own tiles, merging either way, and
                     # paged merging in one launch
-                    variants += [(0, 16, merge, LONG_RANGE, None) for merge in (False, d == 128)]
+                    merges = (False, True) if d == 128 else (False,)
+                    variants += [(0, 16, merge, LONG_RANGE, None) for merge in merges]
                     if ty == "bf16" and d == 128:
                         variants.append((16, 16, True, LONG_RANGE, None))
                 wide = decode.decode_config(d, dtype, capability, programs_per_sm=2)

@@ -75,6 +75,7 @@ from ..validation import (
     require_bool,
     require_float_tensor,
     require_kernel_world,
+    require_kv_heads,
     require_no_grad,
     require_positive_int,
     require_power_of_two,
@@ -535,10 +536,9 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
     device = torch.device(_DEVICE_TYPE if device is None else device)
     kv_heads = heads if kv_heads is None else kv_heads
     for name, value in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
-                        ("capacity", capacity), ("kv_heads", kv_heads), ("q_len", q_len)):
+                        ("capacity", capacity), ("q_len", q_len)):
         require_positive_int(value, name)
-    if heads % kv_heads:
-        raise ValueError(f"kv_heads = {kv_heads} does not divide heads = {heads}; pass a divisor")
+    require_kv_heads(kv_heads, heads)
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim = {head_dim} is not one the kernels take; pass one of "
                          f"{HEAD_DIMS}")

@@ -512,9 +512,11 @@ def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
 
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     """On sm_90 a split call whose ranges hold four 128-key tiles takes them, contiguous (plain
-    or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call with
-    64-key tiles aims for 4. An unsplit grid of one or two programs an SM takes 128-key tiles,
-    paged or not (planned for an H100's 132 SMs; the plan is pure Python)."""
+    or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call that
+    merges with the merge kernel aims for 4, and halves its tiles where a range would hold only
+    one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
+    two programs an SM takes 128-key tiles, paged or not (planned for an H100's 132 SMs; the
+    plan is pure Python)."""
     from unittest import mock
 
     dev = torch.device(DEV)
@@ -537,7 +539,12 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
                                          captured=True) == plan(1, False, captured=True).config
             paged_captured = plan(1, True, captured=True)
             assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
-            assert plan(1, True, 1024).num_splits == 16  # ranges of 64 keys
+            # one launch: 2 programs an SM, as contiguous: 8 ranges of 128 keys
+            assert (plan(1, True, 1024).num_splits, plan(1, True, 1024).config.block_n) == (8, 64)
+            # captured: 16 ranges of 64 keys, each two iterations of 32
+            short_captured = plan(1, True, 1024, captured=True)
+            assert (short_captured.num_splits, short_captured.config.block_n) == (16, 32)
+            assert plan(2, True, 1024, captured=True).config.block_n == 64  # 128 keys a range
             for B, splits, block_n in ((1, 8, 64), (4, 2, 128)):
                 short = plan(B, False, 1024)
                 assert (short.num_splits, short.config.block_n) == (splits, block_n)
@@ -553,10 +560,10 @@ def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes
     dev = torch.device(DEV)
     got = decode.default_config(2, 8, 64, 1000, torch.float16, dev, kv_heads=4)
     assert got == decode._launch_plan(2, 8, 1, 64, 4, torch.float16, dev, 1000, None, None,
-                                      False).config
+                                      False).config._replace(one_launch=True)
     assert decode.default_config(2, 8, 64, 1000, torch.float16, dev, captured=True) == (
         decode._launch_plan(2, 8, 1, 64, 8, torch.float16, dev, 1000, None, None, False,
-                            True).config)
+                            True).config._replace(one_launch=False))
     with pytest.raises(ValueError, match="kv_heads = 3"):
         decode.default_config(1, 8, 64, 100, torch.float16, dev, kv_heads=3)
     with pytest.raises(ValueError, match="head_dim = 48"):

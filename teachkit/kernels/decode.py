@@ -409,12 +409,22 @@ _WIDE_PROGRAMS = (1, 2)
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
-``waves``) where it keeps the 32 KB tiles, where measured; elsewhere 2, as contiguous. More
-programs in flight hide the table's extra wait: on an H200 at batches 1, 2 and 4 (CUDA-graph
-replays, the merge kernel; ``gpu_checks/decode_gpu.py --paged-sweep``, record
-``decode_paged_nvidia_h200``), the contiguous tiles with 4 programs an SM read pages at
-95-99 % of the contiguous default from 2k tokens on (87 % at batch 1 and 1k tokens, a 15 µs
-call), against 91-100 % for 3 stages of 64 KB with 2 (87-94 % at 1k tokens)."""
+``waves``) where it merges with the merge kernel (a call captured into a CUDA graph), where
+measured; elsewhere 2, as contiguous. More programs in flight hide the table's extra wait: on an
+H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel;
+``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``), the
+contiguous tiles with 4 programs an SM read pages at 95-99 % of the contiguous default from 2k
+tokens on, against 91-100 % for 3 stages of 64 KB with 2. A call that merges in one launch
+aims for 2, as contiguous: its last split of a row reads every partial of the row, twice as
+many with twice the splits (``--split-sweep``, record ``decode_split_nvidia_h200``)."""
+
+_PAGED_MIN_BLOCKS = 2
+"""The fewest iterations each range of a paged call that merges with the merge kernel should
+hold: where its ranges would hold one, its tiles take half the keys (at least 16), with the
+same splits. With one iteration a range nothing overlaps the table's wait and the loads; at
+batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
+pages at 96 % of the contiguous default where 64-key tiles read at 92 % (record
+``decode_paged_nvidia_h200``)."""
 
 _SPLIT_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
@@ -530,8 +540,10 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
 
     Examples
     --------
-    >>> default_config(1, 32, 128, 4096, torch.float16, "cpu")  # the interpreter's
-    DecodeConfig(block_n=16, num_warps=4, num_stages=1, one_launch=True)
+    >>> default_config(1, 32, 128, 4096, torch.float16).one_launch
+    True
+    >>> default_config(1, 32, 128, 4096, torch.float16, captured=True).one_launch  # a graph's
+    False
     """
     device = torch.device(_DEVICE_TYPE if device is None else device)
     kv_heads = heads if kv_heads is None else kv_heads
@@ -544,8 +556,9 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
                          f"{HEAD_DIMS}")
     if dtype not in KERNEL_DTYPES:
         raise TypeError(f"dtype must be one of {KERNEL_DTYPES}, got {dtype}")
-    return _launch_plan(batch, heads, q_len, head_dim, kv_heads, dtype, device, capacity, None,
-                        None, paged, captured).config
+    plan = _launch_plan(batch, heads, q_len, head_dim, kv_heads, dtype, device, capacity, None,
+                        None, paged, captured)
+    return plan.config._replace(one_launch=not captured)  # what a split of such a call does
 
 
 def max_rows(head_dim: int, dtype: torch.dtype) -> int:
@@ -1019,14 +1032,21 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     paged_waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
     if config is not None:
         return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
-                         paged_waves if paged else 2)
+                         paged_waves if paged and not config.one_launch else 2)
     base = decode_config(D, dtype, capability, paged, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,
                               keys_per_split=cdiv(capacity, plan.num_splits))
-        waves = paged_waves if paged and split.block_n == base.block_n else 2
+        merge_kernel_paged = paged and not split.one_launch
+        waves = paged_waves if merge_kernel_paged else 2
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, split, waves)
+        keys = cdiv(capacity, plan.num_splits)
+        if (merge_kernel_paged and capability is not None
+                and keys < _PAGED_MIN_BLOCKS * split.block_n and split.block_n >= 32):
+            narrow = split._replace(block_n=split.block_n // 2)  # two iterations a range
+            plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
+                             narrow)
     return plan
 
 

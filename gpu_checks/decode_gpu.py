@@ -303,7 +303,8 @@ def sweep(B: int, S: int, copy: float) -> None:
 
 SPLIT_TILES = {"32 KB x 2": 64, "64 KB x 2": 128}
 """The split sweep's tiles: name -> BLOCK_N at D = 128 fp16 (2 stages)."""
-PAGED_SPLIT_TILES = {"32 KB x 2, 4 an SM": (64, 4), "64 KB x 2, 2 an SM": (128, 2)}
+PAGED_SPLIT_TILES = {"32 KB x 2, 4 an SM": (64, 4), "32 KB x 2, 2 an SM": (64, 2),
+                     "64 KB x 2, 2 an SM": (128, 2)}
 """The split sweep's paged tiles: name -> (BLOCK_N at D = 128 fp16, programs per SM that the
 splits aim for)."""
 
@@ -319,7 +320,9 @@ def split_sweep() -> tuple[list, list]:
     way shows what the fill costs. Beside them the same cache in shuffled pages of 16: the
     default (``teachkit paged``) and each of :data:`PAGED_SPLIT_TILES` (``paged <tiles>``),
     merging as the default does for that timing (in one launch when launched plainly, with the
-    merge kernel on replays). Interleaved, best of three. Returns the plain and the graph
+    merge kernel on replays), and on replays each of those in one launch too (``paged <tiles>,
+    one launch``: the GPU's time of what a plain call runs, where a plain launch of a short call
+    also times the host). Interleaved, best of three. Returns the plain and the graph
     Measurements."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -374,6 +377,10 @@ def split_sweep() -> tuple[list, list]:
                     for name in SPLIT_TILES:
                         runs[f"split {name}, one launch, counters zeroed before the capture"] = (
                             counters_zeroed_before(runs[f"split {name}, one launch"]))
+                    for name in PAGED_SPLIT_TILES:  # the GPU's time of the plain merge
+                        one = runs[f"paged {name}"]
+                        runs[f"paged {name}, one launch"] = functools.partial(
+                            one, config=one.keywords["config"]._replace(one_launch=True))
                 best = checked_best_times(runs, "SDPA cuDNN", "split sweep", B, S, nbytes, out,
                                           graph=timing == "graph", rounds=3)
                 ratios[timing] = {n: best["SDPA cuDNN"] / ms for n, ms in best.items()

@@ -399,9 +399,9 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.01x;
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
-  64 KB in 2 stages read at 97-99 % where the contiguous tiles read at 86-92 % and 3 stages of
-  64 KB at 94-99 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 99-100 %,
-  64 KB in 2 stages at 89 % and in 3 stages at 95-101 %."""
+  64 KB in 2 stages read at 97-98 % where the contiguous tiles read at 83-91 % and 3 stages of
+  64 KB at 94-97 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 98-99 %,
+  64 KB in 2 stages at 86-87 % and in 3 stages at 93-98 %."""
 
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
@@ -414,17 +414,21 @@ measured; elsewhere 2, as contiguous. More programs in flight hide the table's e
 H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel;
 ``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``), the
 contiguous tiles with 4 programs an SM read pages at 95-99 % of the contiguous default from 2k
-tokens on, against 91-100 % for 3 stages of 64 KB with 2. A call that merges in one launch
+tokens on, against 91-98 % for 3 stages of 64 KB with 2. A call that merges in one launch
 aims for 2, as contiguous: its last split of a row reads every partial of the row, twice as
-many with twice the splits (``--split-sweep``, record ``decode_split_nvidia_h200``)."""
+many with twice the splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k
+tokens, two of 1k), the GPU's time of that launch on graph replays read at 81 / 84 / 88 % of
+the contiguous default with 2 programs an SM, against 74 / 82 / 87 % with 4
+(``--split-sweep``, record ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one
+launch``)."""
 
 _PAGED_MIN_BLOCKS = 2
 """The fewest iterations each range of a paged call that merges with the merge kernel should
 hold: where its ranges would hold one, its tiles take half the keys (at least 16), with the
 same splits. With one iteration a range nothing overlaps the table's wait and the loads; at
 batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
-pages at 96 % of the contiguous default where 64-key tiles read at 92 % (record
-``decode_paged_nvidia_h200``)."""
+pages at 92 % and 95 % of the contiguous default where 64-key tiles read at 88 % and 91 %
+(records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
 
 _SPLIT_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
@@ -436,12 +440,12 @@ tokens, each call after the L2 cache is cleared, three interleaved rounds,
 ``..._cudagraph``):
 
 * contiguous, where the ranges are that long (from 512 keys): 64 KB in 2 stages read at
-  1.00-1.06x the 32 KB tiles launched plainly (one launch) and at 1.01-1.07x on graph replays
-  (the merge kernel), the most at 64k tokens; where the ranges are shorter the pipeline has
-  too little to overlap, and 64 KB read at 0.95x and 0.98-0.99x (one sequence of 2k tokens and
-  two of 1k, ranges of 256 keys);
+  1.01-1.07x the 32 KB tiles launched plainly (one launch) and on graph replays (the merge
+  kernel), the most at 64k tokens; where the ranges are shorter the pipeline has too little to
+  overlap, and 64 KB read at 0.95-0.97x and 0.97-1.01x (one sequence of 1k or 2k tokens and
+  two of 1k, ranges of 128-256 keys);
 * paged (pages of 16), merging in one launch: 64 KB with two programs an SM read at
-  0.99-1.02x the 32 KB tiles with four (the last split of a row reads every partial of the row,
+  0.99-1.04x the 32 KB tiles with four (the last split of a row reads every partial of the row,
   twice as many with twice the splits); on graph replays, with the merge kernel, at
   0.97-1.00x, so a captured paged call keeps the 32 KB tiles.
 
@@ -462,7 +466,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     16 and 128 keys. On sm_90 two kinds of call load 64 KB: an unsplit grid of one or two programs
     an SM (:data:`_WIDE_TILES`), and a call whose split ranges hold at least
     :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is paged and captured
-    (:data:`_SPLIT_TILES`).
+    (:data:`_SPLIT_TILES`). :func:`decode_attention` also narrows the tiles of a captured paged
+    call whose ranges would hold a single iteration (:data:`_PAGED_MIN_BLOCKS`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
     CUDA graph. A replay launches without the host, so the launch that one-launch merging saves
@@ -471,7 +476,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     on an atomic before the last one reads the partials back. On an H200's replays (one, two or
     four sequences, H = 32, D = 128 fp16, 1k-64k tokens, 32 KB tiles, ``gpu_checks/decode_gpu.py
     --split-sweep``) one launch read at 0.90-1.00x the merge kernel, the least at one sequence
-    of 1k tokens, and at 0.97-1.02x with its counters zeroed before the capture.
+    of 1k tokens, and at 0.96-1.03x with its counters zeroed before the capture.
 
     Parameters
     ----------

@@ -556,6 +556,25 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
             decode._launch_plan.cache_clear()
 
 
+def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
+    """The halving (``_PAGED_MIN_BLOCKS``) is measured on sm_90 only; an sm_80 GPU keeps its
+    tiles for a captured paged call of one sequence of 1k tokens."""
+    from unittest import mock
+
+    dev = torch.device(DEV)
+    for capability, block_n in (((9, 0), 32), ((8, 0), 64)):
+        with mock.patch.object(decode, "INTERPRETED", False), \
+                mock.patch.object(decode, "compute_capability", lambda device, c=capability: c), \
+                mock.patch.object(decode, "sm_count", lambda device=None: 132):
+            decode._launch_plan.cache_clear()
+            try:
+                plan = decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 1024, None,
+                                           None, True, True)
+                assert plan.config.block_n == block_n, capability
+            finally:
+                decode._launch_plan.cache_clear()
+
+
 def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes():
     dev = torch.device(DEV)
     got = decode.default_config(2, 8, 64, 1000, torch.float16, dev, kv_heads=4)

@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-263
+264
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -450,8 +450,9 @@ def decode_launch_configs() -> list[KernelConfig]:
     :func:`_decode_variants`, with its own merge (``ONE_LAUNCH``) at ``D = 128``, and with the
     tiles of a split call with long ranges where they differ (``decode_config(...,
     keys_per_split=LONG_RANGE)``, one query row, merging either way at ``D = 128``, and paged
-    in one launch at ``D = 128`` in bf16), and of an unsplit grid of few programs an SM; the
-    merge kernel for 2 and
+    in one launch at ``D = 128`` in bf16), of an unsplit grid of few programs an SM, and, where
+    ``decode._PAGED_MIN_BLOCKS`` has the GPU class, the halved tiles of a captured paged call
+    (``D = 128``, bf16, pages of 16); the merge kernel for 2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
@@ -463,26 +464,32 @@ def decode_launch_configs() -> list[KernelConfig]:
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
                 # (page size, BLOCK_M, merge inside the split kernel, keys per split range,
-                # programs of the unsplit grid per SM)
-                variants = [(p, m, False, None, None) for p, m in _decode_variants(ty, d)]
+                # programs of the unsplit grid per SM, tiles halved)
+                variants = [(p, m, False, None, None, False) for p, m in _decode_variants(ty, d)]
                 if d == 128:  # the merge inside the split kernel: contiguous, one query row
-                    variants.append((0, 16, True, None, None))
+                    variants.append((0, 16, True, None, None, False))
+                if ty == "bf16" and d == 128 and cls in decode._PAGED_MIN_BLOCKS:
+                    # captured and paged, ranges of one iteration: half the keys a tile
+                    variants.append((16, 16, False, None, None, True))
                 split = decode.decode_config(d, dtype, capability, keys_per_split=LONG_RANGE)
                 if split != decode.decode_config(d, dtype, capability):
                     # a split call with long ranges: its own tiles, merging either way, and
                     # paged merging in one launch
                     merges = (False, True) if d == 128 else (False,)
-                    variants += [(0, 16, merge, LONG_RANGE, None) for merge in merges]
+                    variants += [(0, 16, merge, LONG_RANGE, None, False) for merge in merges]
                     if ty == "bf16" and d == 128:
-                        variants.append((16, 16, True, LONG_RANGE, None))
+                        variants.append((16, 16, True, LONG_RANGE, None, False))
                 wide = decode.decode_config(d, dtype, capability, programs_per_sm=2)
                 if wide != decode.decode_config(d, dtype, capability):
                     # an unsplit grid of one or two programs an SM: its own tiles
-                    variants += [(p, m, False, None, 2) for p, m in _decode_variants(ty, d)]
+                    variants += [(p, m, False, None, 2, False)
+                                 for p, m in _decode_variants(ty, d)]
                 compiled = set()  # (page size, BLOCK_M, merge, tiles): one compile each
-                for page_size, block_m, merge, split_keys, per_sm in variants:
+                for page_size, block_m, merge, split_keys, per_sm, halved in variants:
                     cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
                                                programs_per_sm=per_sm, keys_per_split=split_keys)
+                    if halved:
+                        cfg = cfg._replace(block_n=cfg.block_n // 2)
                     if (page_size, block_m, merge, cfg[:3]) in compiled:
                         continue
                     compiled.add((page_size, block_m, merge, cfg[:3]))

@@ -422,11 +422,11 @@ the contiguous default with 2 programs an SM, against 74 / 82 / 87 % with 4
 (``--split-sweep``, record ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one
 launch``)."""
 
-_PAGED_MIN_BLOCKS = 2
+_PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
-hold: where its ranges would hold one, its tiles take half the keys (at least 16), with the
-same splits. With one iteration a range nothing overlaps the table's wait and the loads; at
-batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
+hold, where measured: where its ranges would hold fewer, its tiles take half the keys (at least
+16), with the same splits. With one iteration a range nothing overlaps the table's wait and the
+loads; at batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
 pages at 92 % and 95 % of the contiguous default where 64-key tiles read at 88 % and 91 %
 (records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
 
@@ -1047,8 +1047,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         waves = paged_waves if merge_kernel_paged else 2
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, split, waves)
         keys = cdiv(capacity, plan.num_splits)
-        if (merge_kernel_paged and capability is not None
-                and keys < _PAGED_MIN_BLOCKS * split.block_n and split.block_n >= 32):
+        min_blocks = _PAGED_MIN_BLOCKS.get(gpu_class(capability)) if capability else None
+        if (merge_kernel_paged and min_blocks and keys < min_blocks * split.block_n
+                and split.block_n >= 32):
             narrow = split._replace(block_n=split.block_n // 2)  # two iterations a range
             plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
                              narrow)

@@ -8,7 +8,9 @@
 #
 # Arguments after GIB replace the default `notebooks` (notebook paths and pytest options).
 # Run from the repository root with jupyter's kernel stack and nbval installed. Exits with
-# pytest's status; the IPython folder it makes is removed on every exit path.
+# pytest's status; the IPython folder it makes is removed on every exit path. Kernels may take
+# up to five minutes to start: with pytest-xdist (-n 12) a dozen start at once, each importing
+# torch and initialising CUDA, and nbval's default wait of a minute failed a notebook's cells.
 set -euo pipefail
 gib=${1:?usage: notebooks_capped.sh GIB [notebooks and pytest options...]}
 shift
@@ -25,4 +27,4 @@ if torch.cuda.is_available():
 EOF
 export IPYTHONDIR="$ipython_dir"
 if [[ $# -eq 0 ]]; then set -- notebooks; fi
-python3 -m pytest -q --nbval-lax -p no:cacheprovider "$@"
+python3 -m pytest -q --nbval-lax --nbval-kernel-startup-timeout=300 -p no:cacheprovider "$@"

@@ -10,7 +10,8 @@
 # Run from the repository root with jupyter's kernel stack and nbval installed. Exits with
 # pytest's status; the IPython folder it makes is removed on every exit path. Kernels may take
 # up to five minutes to start: with pytest-xdist (-n 12) a dozen start at once, each importing
-# torch and initialising CUDA, and nbval's default wait of a minute failed a notebook's cells.
+# torch and initialising CUDA, and with nbval's default wait of a minute every cell of one
+# notebook errored in setup.
 set -euo pipefail
 gib=${1:?usage: notebooks_capped.sh GIB [notebooks and pytest options...]}
 shift

@@ -1031,7 +1031,10 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     :func:`choose_num_splits` where not given. A call that splits the keys gets
     :func:`decode_config`'s tiles for ranges of that many keys (``keys_per_split``) and, being
     ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
-    tiles. Worked out once per kind of call (a decoding loop makes the same call every step)."""
+    tiles. A paged call that merges with the merge kernel aims for :data:`_PAGED_SPLIT_WAVES`
+    programs an SM, and halves its tiles where its ranges would hold fewer than
+    :data:`_PAGED_MIN_BLOCKS` iterations. Worked out once per kind of call (a decoding loop
+    makes the same call every step)."""
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
     paged_waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
@@ -1050,7 +1053,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         min_blocks = _PAGED_MIN_BLOCKS.get(gpu_class(capability)) if capability else None
         if (merge_kernel_paged and min_blocks and keys < min_blocks * split.block_n
                 and split.block_n >= 32):
-            narrow = split._replace(block_n=split.block_n // 2)  # two iterations a range
+            narrow = split._replace(block_n=split.block_n // 2)  # more iterations a range
             plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
                              narrow)
     return plan

@@ -8,6 +8,8 @@ sequence's length hold NaN in the kernel's inputs: reading one would show.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -510,6 +512,22 @@ def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
     assert relative_error(out, want) < 1e-3
 
 
+@contextlib.contextmanager
+def planned_on(capability: tuple[int, int], sms: int = 132):
+    """``decode._launch_plan`` as on a compiled GPU of ``capability`` with ``sms`` SMs (the
+    plan is pure Python), its cache cleared before and after."""
+    from unittest import mock
+
+    with mock.patch.object(decode, "INTERPRETED", False), \
+            mock.patch.object(decode, "compute_capability", lambda device: capability), \
+            mock.patch.object(decode, "sm_count", lambda device=None: sms):
+        decode._launch_plan.cache_clear()
+        try:
+            yield
+        finally:
+            decode._launch_plan.cache_clear()
+
+
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     """On sm_90 a split call whose ranges hold four 128-key tiles takes them, contiguous (plain
     or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call that
@@ -517,62 +535,46 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
     two programs an SM takes 128-key tiles, paged or not (planned for an H100's 132 SMs; the
     plan is pure Python)."""
-    from unittest import mock
-
     dev = torch.device(DEV)
-    with mock.patch.object(decode, "INTERPRETED", False), \
-            mock.patch.object(decode, "compute_capability", lambda device: (9, 0)), \
-            mock.patch.object(decode, "sm_count", lambda device=None: 132):
-        decode._launch_plan.cache_clear()
-        try:
-            def plan(B, paged, S=16384, captured=False):
-                return decode._launch_plan(B, 32, 1, 128, 32, torch.float16, dev, S, None,
-                                           None, paged, captured)
+    with planned_on((9, 0)):
+        def plan(B, paged, S=16384, captured=False):
+            return decode._launch_plan(B, 32, 1, 128, 32, torch.float16, dev, S, None,
+                                       None, paged, captured)
 
-            # 8 ranges of 2048 keys, 128 at a time, plain or captured, paged in one launch
-            assert plan(1, False).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
-            assert plan(1, False, captured=True).config == decode.DecodeConfig(128, 4, 2, False)
-            assert plan(1, False).num_splits == plan(1, True).num_splits == 8
-            assert plan(1, True).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
-            # paged and captured: 64 keys at a time, 16 ranges (4 programs an SM)
-            assert decode.default_config(1, 32, 128, 16384, torch.float16, dev,
-                                         captured=True) == plan(1, False, captured=True).config
-            paged_captured = plan(1, True, captured=True)
-            assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
-            # one launch: 2 programs an SM, as contiguous: 8 ranges of 128 keys
-            assert (plan(1, True, 1024).num_splits, plan(1, True, 1024).config.block_n) == (8, 64)
-            # captured: 16 ranges of 64 keys, each two iterations of 32
-            short_captured = plan(1, True, 1024, captured=True)
-            assert (short_captured.num_splits, short_captured.config.block_n) == (16, 32)
-            assert plan(2, True, 1024, captured=True).config.block_n == 64  # 128 keys a range
-            for B, splits, block_n in ((1, 8, 64), (4, 2, 128)):
-                short = plan(B, False, 1024)
-                assert (short.num_splits, short.config.block_n) == (splits, block_n)
-            assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (1, 128)
-            assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
-            assert plan(16, False).config.block_n == 64
-            assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (1, 64)
-        finally:
-            decode._launch_plan.cache_clear()
+        # 8 ranges of 2048 keys, 128 at a time, plain or captured, paged in one launch
+        assert plan(1, False).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
+        assert plan(1, False, captured=True).config == decode.DecodeConfig(128, 4, 2, False)
+        assert plan(1, False).num_splits == plan(1, True).num_splits == 8
+        assert plan(1, True).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
+        # paged and captured: 64 keys at a time, 16 ranges (4 programs an SM)
+        assert decode.default_config(1, 32, 128, 16384, torch.float16, dev,
+                                     captured=True) == plan(1, False, captured=True).config
+        paged_captured = plan(1, True, captured=True)
+        assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
+        # one launch: 2 programs an SM, as contiguous: 8 ranges of 128 keys
+        assert (plan(1, True, 1024).num_splits, plan(1, True, 1024).config.block_n) == (8, 64)
+        # captured: 16 ranges of 64 keys, each two iterations of 32
+        short_captured = plan(1, True, 1024, captured=True)
+        assert (short_captured.num_splits, short_captured.config.block_n) == (16, 32)
+        assert plan(2, True, 1024, captured=True).config.block_n == 64  # 128 keys a range
+        for B, splits, block_n in ((1, 8, 64), (4, 2, 128)):
+            short = plan(B, False, 1024)
+            assert (short.num_splits, short.config.block_n) == (splits, block_n)
+        assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (1, 128)
+        assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
+        assert plan(16, False).config.block_n == 64
+        assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (1, 64)
 
 
 def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
-    """The halving (``_PAGED_MIN_BLOCKS``) is measured on sm_90 only; an sm_80 GPU keeps its
+    """The halving (``paged_range_tiles``) is measured on sm_90 only; an sm_80 GPU keeps its
     tiles for a captured paged call of one sequence of 1k tokens."""
-    from unittest import mock
-
     dev = torch.device(DEV)
     for capability, block_n in (((9, 0), 32), ((8, 0), 64)):
-        with mock.patch.object(decode, "INTERPRETED", False), \
-                mock.patch.object(decode, "compute_capability", lambda device, c=capability: c), \
-                mock.patch.object(decode, "sm_count", lambda device=None: 132):
-            decode._launch_plan.cache_clear()
-            try:
-                plan = decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 1024, None,
-                                           None, True, True)
-                assert plan.config.block_n == block_n, capability
-            finally:
-                decode._launch_plan.cache_clear()
+        with planned_on(capability):
+            plan = decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 1024, None,
+                                       None, True, True)
+            assert plan.config.block_n == block_n, capability
 
 
 def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes():

@@ -450,9 +450,10 @@ def decode_launch_configs() -> list[KernelConfig]:
     :func:`_decode_variants`, with its own merge (``ONE_LAUNCH``) at ``D = 128``, and with the
     tiles of a split call with long ranges where they differ (``decode_config(...,
     keys_per_split=LONG_RANGE)``, one query row, merging either way at ``D = 128``, and paged
-    in one launch at ``D = 128`` in bf16), of an unsplit grid of few programs an SM, and, where
-    ``decode._PAGED_MIN_BLOCKS`` has the GPU class, the halved tiles of a captured paged call
-    (``D = 128``, bf16, pages of 16); the merge kernel for 2 and
+    in one launch at ``D = 128`` in bf16), of an unsplit grid of few programs an SM, and
+    :func:`~teachkit.kernels.decode.paged_range_tiles` of a captured paged call whose ranges
+    hold one iteration where they differ (``D = 128``, bf16, pages of 16); the merge kernel for
+    2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
@@ -468,8 +469,12 @@ def decode_launch_configs() -> list[KernelConfig]:
                 variants = [(p, m, False, None, None, False) for p, m in _decode_variants(ty, d)]
                 if d == 128:  # the merge inside the split kernel: contiguous, one query row
                     variants.append((0, 16, True, None, None, False))
-                if ty == "bf16" and d == 128 and cls in decode._PAGED_MIN_BLOCKS:
-                    # captured and paged, ranges of one iteration: half the keys a tile
+                paged_captured = decode.decode_config(d, dtype, capability, paged=True,
+                                                      captured=True)
+                if (ty == "bf16" and d == 128
+                        and decode.paged_range_tiles(paged_captured, 1, capability)
+                        != paged_captured):
+                    # captured and paged, ranges of one iteration: their own tiles
                     variants.append((16, 16, False, None, None, True))
                 split = decode.decode_config(d, dtype, capability, keys_per_split=LONG_RANGE)
                 if split != decode.decode_config(d, dtype, capability):
@@ -489,7 +494,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                     cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
                                                programs_per_sm=per_sm, keys_per_split=split_keys)
                     if halved:
-                        cfg = cfg._replace(block_n=cfg.block_n // 2)
+                        cfg = decode.paged_range_tiles(cfg, 1, capability)
                     if (page_size, block_m, merge, cfg[:3]) in compiled:
                         continue
                     compiled.add((page_size, block_m, merge, cfg[:3]))

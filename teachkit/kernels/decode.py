@@ -95,6 +95,7 @@ __all__ = [
     "decode_config",
     "decode_mask",
     "default_config",
+    "paged_range_tiles",
     "decode_merge_kernel",
     "decode_split_kernel",
     "fold_key_block",
@@ -467,7 +468,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     an SM (:data:`_WIDE_TILES`), and a call whose split ranges hold at least
     :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is paged and captured
     (:data:`_SPLIT_TILES`). :func:`decode_attention` also narrows the tiles of a captured paged
-    call whose ranges would hold a single iteration (:data:`_PAGED_MIN_BLOCKS`).
+    call whose ranges would hold a single iteration (:func:`paged_range_tiles`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
     CUDA graph. A replay launches without the host, so the launch that one-launch merging saves
@@ -529,6 +530,26 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 def _keys_per_block(stage_bytes: int, head_dim: int, size: int) -> int:
     """``BLOCK_N`` for iterations of ``stage_bytes`` of K and V: 16 to 128 keys."""
     return max(16, min(128, stage_bytes // (2 * head_dim * size)))
+
+
+def paged_range_tiles(config: DecodeConfig, keys_per_split: int,
+                      capability: tuple[int, int] | None) -> DecodeConfig:
+    """``config`` for a paged call that merges with the merge kernel and whose ranges hold
+    ``keys_per_split`` keys: with half the keys a tile (at least 16) where a range would hold
+    fewer than :data:`_PAGED_MIN_BLOCKS` iterations on a GPU class measured, else unchanged.
+
+    Examples
+    --------
+    >>> config = DecodeConfig(64, 4, 2, one_launch=False)
+    >>> paged_range_tiles(config, 64, (9, 0)).block_n  # one sequence of 1k tokens, 16 ranges
+    32
+    >>> paged_range_tiles(config, 128, (9, 0)).block_n, paged_range_tiles(config, 64, (8, 0))[0]
+    (64, 64)
+    """
+    min_blocks = _PAGED_MIN_BLOCKS.get(gpu_class(capability)) if capability else None
+    if min_blocks and keys_per_split < min_blocks * config.block_n and config.block_n >= 32:
+        return config._replace(block_n=config.block_n // 2)
+    return config
 
 
 def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
@@ -1032,8 +1053,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     :func:`decode_config`'s tiles for ranges of that many keys (``keys_per_split``) and, being
     ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
     tiles. A paged call that merges with the merge kernel aims for :data:`_PAGED_SPLIT_WAVES`
-    programs an SM, and halves its tiles where its ranges would hold fewer than
-    :data:`_PAGED_MIN_BLOCKS` iterations. Worked out once per kind of call (a decoding loop
+    programs an SM, and halves its tiles where its ranges would hold too few iterations
+    (:func:`paged_range_tiles`). Worked out once per kind of call (a decoding loop
     makes the same call every step)."""
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
@@ -1049,13 +1070,11 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         merge_kernel_paged = paged and not split.one_launch
         waves = paged_waves if merge_kernel_paged else 2
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, split, waves)
-        keys = cdiv(capacity, plan.num_splits)
-        min_blocks = _PAGED_MIN_BLOCKS.get(gpu_class(capability)) if capability else None
-        if (merge_kernel_paged and min_blocks and keys < min_blocks * split.block_n
-                and split.block_n >= 32):
-            narrow = split._replace(block_n=split.block_n // 2)  # more iterations a range
-            plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
-                             narrow)
+        if merge_kernel_paged:  # the ranges those programs leave: enough iterations each?
+            short = paged_range_tiles(split, cdiv(capacity, plan.num_splits), capability)
+            if short != split:
+                plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
+                                 short)
     return plan
 
 

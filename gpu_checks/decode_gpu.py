@@ -301,6 +301,14 @@ def sweep(B: int, S: int, copy: float) -> None:
     say(f"B={B} S={S // 1024}k num_splits sweep (heuristic {base}): " + ", ".join(cells))
 
 
+def cudnn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``scaled_dot_product_attention`` on SDPA's cuDNN backend: the sweeps' reference rate."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
 SPLIT_TILES = {"32 KB x 2": 64, "64 KB x 2": 128}
 """The split sweep's tiles: name -> BLOCK_N at D = 128 fp16 (2 stages)."""
 PAGED_SPLIT_TILES = {"32 KB x 2, 4 an SM": (64, 4), "32 KB x 2, 2 an SM": (64, 2),
@@ -324,8 +332,6 @@ def split_sweep() -> tuple[list, list]:
     one launch``: the GPU's time of what a plain call runs, where a plain launch of a short call
     also times the host). Interleaved, best of three. Returns the plain and the graph
     Measurements."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     from teachkit.kernels import decode
     from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
     from teachkit.paging import paged_from_contiguous
@@ -341,10 +347,6 @@ def split_sweep() -> tuple[list, list]:
             finally:
                 decode.merge_counters = own
         return call
-
-    def cudnn(q, k, v):
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
     plain, graph = [], []
     for B in (1, 2, 4):
@@ -517,13 +519,7 @@ def contiguous_sweep() -> list:
     (``teachkit split-KV, default``), by each of :data:`CONTIGUOUS_TILES` (``contiguous
     <name>``) and by cuDNN (``SDPA cuDNN``), for batches 5 to 32 (1.2 to 7.8 programs an SM on
     132 SMs) and caches of 1k to 64k tokens; interleaved, best of two."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     from teachkit.kernels.decode import DecodeConfig, decode_attention
-
-    def cudnn(q, k, v):
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
     out = []
     for B in (5, 8, 12, 16, 24, 32):

@@ -16,7 +16,7 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    and keys_per_split);
 5. with --paged-sweep, a paged cache's tiles and splits against the contiguous default on
    CUDA-graph replays, batches 1 to 16, saved as a record (decode_config's paged tiles);
-6. with --contiguous-sweep, the tiles of unsplit contiguous calls (batches 5 to 32) beside
+6. with --contiguous-sweep, the tiles of unsplit contiguous calls (batches 2 to 32) beside
    cuDNN on CUDA-graph replays, saved as a record (decode_config's wide tiles).
 """
 
@@ -517,12 +517,13 @@ CONTIGUOUS_TILES = {"32 KB x 2": (64, 2), "64 KB x 2": (128, 2), "64 KB x 3": (1
 def contiguous_sweep() -> list:
     """GB/s of unsplit contiguous calls on CUDA-graph replays by the default
     (``teachkit split-KV, default``), by each of :data:`CONTIGUOUS_TILES` (``contiguous
-    <name>``) and by cuDNN (``SDPA cuDNN``), for batches 5 to 32 (1.2 to 7.8 programs an SM on
-    132 SMs) and caches of 1k to 64k tokens; interleaved, best of two."""
-    from teachkit.kernels.decode import DecodeConfig, decode_attention
+    <name>``) and by cuDNN (``SDPA cuDNN``), for batches 2 to 32 (0.48 to 7.8 programs an SM on
+    132 SMs) and caches of 1k to 64k tokens; interleaved, best of two. Below one program an SM
+    the default splits the keys unless the grid is nearly full (``decode.unsplit_from``)."""
+    from teachkit.kernels.decode import DecodeConfig, decode_attention, sm_count
 
     out = []
-    for B in (5, 8, 12, 16, 24, 32):
+    for B in (2, 3, 4, 5, 8, 12, 16, 24, 32):
         for S in (1024, 4096, 16384, 65536):
             if B * S > 32 * 16384:
                 continue
@@ -530,6 +531,9 @@ def contiguous_sweep() -> list:
             runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
                     "teachkit split-KV, default": functools.partial(
                         decode_attention, q, k, v, check_values=False)}
+            if B * 32 < sm_count():  # what the default did before unsplit_from: 2 splits
+                runs["teachkit split-KV, 2 splits"] = functools.partial(
+                    decode_attention, q, k, v, check_values=False, num_splits=2)
             for name, (bn, stages) in CONTIGUOUS_TILES.items():
                 runs[f"contiguous {name}"] = functools.partial(
                     decode_attention, q, k, v, check_values=False, num_splits=1,

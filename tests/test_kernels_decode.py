@@ -557,7 +557,7 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         short_captured = plan(1, True, 1024, captured=True)
         assert (short_captured.num_splits, short_captured.config.block_n) == (16, 32)
         assert plan(2, True, 1024, captured=True).config.block_n == 64  # 128 keys a range
-        for B, splits, block_n in ((1, 8, 64), (4, 2, 128)):
+        for B, splits, block_n in ((1, 8, 64), (2, 4, 64), (4, 1, 128)):
             short = plan(B, False, 1024)
             assert (short.num_splits, short.config.block_n) == (splits, block_n)
         assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (1, 128)
@@ -575,6 +575,32 @@ def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
             plan = decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 1024, None,
                                        None, True, True)
             assert plan.config.block_n == block_n, capability
+
+
+def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
+    """From ``unsplit_from`` (0.7) programs an SM, a contiguous 16-bit call on sm_90 runs
+    unsplit with three 64 KB stages, plain or captured; below, or paged, or float32, or on
+    another GPU class, it splits as before; a given ``num_splits`` is kept, with the tiles
+    of its ranges (132 SMs: batches 3 and 4 of 32 heads are 0.73 and 0.97 programs an SM)."""
+    dev = torch.device(DEV)
+
+    def plan(B, dtype=torch.float16, paged=False, captured=False, num_splits=None, H_kv=32):
+        return decode._launch_plan(B, 32, 1, 128, H_kv, dtype, dev, 4096, num_splits, None,
+                                   paged, captured)
+
+    with planned_on((9, 0)):
+        for B, dtype, captured in ((3, torch.float16, False), (4, torch.bfloat16, True)):
+            got = plan(B, dtype, captured=captured)
+            assert (got.num_splits, got.config[:3]) == (1, (128, 4, 3)), (B, dtype)
+        assert plan(12, H_kv=8).num_splits == 1  # grouped-query heads: 96 programs
+        assert plan(2).num_splits == 4  # 0.48 an SM: splits
+        assert plan(4, paged=True).num_splits > 1
+        assert plan(4, torch.float32).num_splits > 1
+        given = plan(4, num_splits=2)
+        assert (given.num_splits, given.config.num_stages) == (2, 2)
+        assert decode.default_config(4, 32, 128, 4096, torch.float16, dev).num_stages == 3
+    with planned_on((8, 0)):
+        assert plan(4).num_splits == 2
 
 
 def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes():

@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-264
+274
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -450,7 +450,8 @@ def decode_launch_configs() -> list[KernelConfig]:
     :func:`_decode_variants`, with its own merge (``ONE_LAUNCH``) at ``D = 128``, and with the
     tiles of a split call with long ranges where they differ (``decode_config(...,
     keys_per_split=LONG_RANGE)``, one query row, merging either way at ``D = 128``, and paged
-    in one launch at ``D = 128`` in bf16), of an unsplit grid of few programs an SM, and
+    in one launch at ``D = 128`` in bf16), of an unsplit grid of few programs an SM (and,
+    contiguous, of one nearly one an SM: :func:`~teachkit.kernels.decode.unsplit_from`), and
     :func:`~teachkit.kernels.decode.paged_range_tiles` of a captured paged call whose ranges
     hold one iteration where they differ (``D = 128``, bf16, pages of 16); the merge kernel for
     2 and
@@ -489,6 +490,11 @@ def decode_launch_configs() -> list[KernelConfig]:
                     # an unsplit grid of one or two programs an SM: its own tiles
                     variants += [(p, m, False, None, 2, False)
                                  for p, m in _decode_variants(ty, d)]
+                nearly_full = decode.unsplit_from(capability, dtype)
+                if nearly_full < 1:
+                    # a contiguous grid nearly one program an SM, unsplit: its own tiles
+                    variants += [(p, m, False, None, nearly_full, False)
+                                 for p, m in _decode_variants(ty, d) if p == 0]
                 compiled = set()  # (page size, BLOCK_M, merge, tiles): one compile each
                 for page_size, block_m, merge, split_keys, per_sm, halved in variants:
                     cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,

@@ -96,6 +96,7 @@ __all__ = [
     "decode_mask",
     "default_config",
     "paged_range_tiles",
+    "unsplit_from",
     "decode_merge_kernel",
     "decode_split_kernel",
     "fold_key_block",
@@ -393,11 +394,11 @@ keep more bytes in flight to keep the memory busy; with more, the programs thems
 H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run each):
 
 * contiguous caches against cuDNN (``gpu_checks/decode_gpu.py --contiguous-sweep``, record
-  ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.92-0.96x at batch
-  5 and 0.98-0.99x at batch 8 (1.2 and 1.9 programs an SM), where the usual tiles (32 KB,
-  2 stages) read at 0.72-0.81x and 0.93-0.97x. With more programs the record is mixed: at batch
+  ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.93-0.96x at batch
+  5 and 0.99-1.00x at batch 8 (1.2 and 1.9 programs an SM), where the usual tiles (32 KB,
+  2 stages) read at 0.72-0.82x and 0.93-0.97x. With more programs the record is mixed: at batch
   12 (2.9 an SM) the usual tiles read at 1.04-1.06x and the wide ones at 0.95-0.97x, at batch 24
-  (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.01x;
+  (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.02x;
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
   64 KB in 2 stages read at 97-98 % where the contiguous tiles read at 83-91 % and 3 stages of
@@ -406,7 +407,23 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
 
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
-:data:`_WIDE_TILES`: fewer than one means the call splits the keys."""
+:data:`_WIDE_TILES`: fewer than one means the call splits the keys (but see
+:data:`_NEARLY_FULL_GRID`)."""
+
+_NEARLY_FULL_GRID = {90: (0.7, 64 * 1024, 3)}
+"""Where measured: the fewest programs an SM (below one) from which an unsplit grid of a
+contiguous float16 or bfloat16 call is full enough not to split the keys, and the bytes of K and
+V one iteration then loads and its pipeline stages (:func:`unsplit_from`). Splitting such a grid
+in two fills every SM twice, but every program writes a partial result and a second launch (or
+the last split) merges them; one program an SM with three 64 KB stages in flight keeps the
+memory as busy without that. On an H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens,
+CUDA-graph replays, ``gpu_checks/decode_gpu.py --contiguous-sweep``, record
+``decode_contiguous_nvidia_h200``), batches 3 and 4 (0.73 and 0.97 programs an SM) unsplit with
+these tiles read at 0.96-1.02x cuDNN where two splits read at 0.90-1.00x, the least at 1k
+tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and reads at
+0.71-0.98x, the least on the longest caches, where the default's four splits read at
+0.97-1.00x. Paged calls keep splitting: with one program an SM nothing hides the table's wait.
+So do float32 calls, which their ieee products bound rather than the memory."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
@@ -464,11 +481,13 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     """The launch configuration :func:`decode_attention` uses unless given one.
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75), between
-    16 and 128 keys. On sm_90 two kinds of call load 64 KB: an unsplit grid of one or two programs
-    an SM (:data:`_WIDE_TILES`), and a call whose split ranges hold at least
-    :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is paged and captured
-    (:data:`_SPLIT_TILES`). :func:`decode_attention` also narrows the tiles of a captured paged
-    call whose ranges would hold a single iteration (:func:`paged_range_tiles`).
+    16 and 128 keys. On sm_90 three kinds of call load 64 KB: an unsplit grid of one or two
+    programs an SM (:data:`_WIDE_TILES`), a contiguous float16 or bfloat16 grid nearly that full,
+    which then does not split the keys, in 3 stages (:data:`_NEARLY_FULL_GRID`), and a call
+    whose split ranges hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is
+    paged and captured (:data:`_SPLIT_TILES`). :func:`decode_attention` also narrows the tiles
+    of a captured paged call whose ranges would hold a single iteration
+    (:func:`paged_range_tiles`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
     CUDA graph. A replay launches without the host, so the launch that one-launch merging saves
@@ -494,7 +513,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
         kernel).
     programs_per_sm : float, optional
         Programs of the unsplit grid per SM (:data:`_WIDE_PROGRAMS` picks
-        :data:`_WIDE_TILES`); ``None``: as for many.
+        :data:`_WIDE_TILES`, from :func:`unsplit_from` to one :data:`_NEARLY_FULL_GRID`'s
+        tiles where the call does not split); ``None``: as for many.
     keys_per_split : int, optional
         Keys in each range of a call that splits them (:data:`_SPLIT_MIN_BLOCKS` picks
         :data:`_SPLIT_TILES`); ``None``: the call does not split.
@@ -505,6 +525,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     DecodeConfig(block_n=64, num_warps=4, num_stages=2, one_launch=True)
     >>> decode_config(128, torch.float16, (9, 0), programs_per_sm=1.9).block_n
     128
+    >>> decode_config(128, torch.float16, (9, 0), programs_per_sm=0.97)  # 4 sequences, unsplit
+    DecodeConfig(block_n=128, num_warps=4, num_stages=3, one_launch=True)
     >>> decode_config(128, torch.float16, (9, 0), keys_per_split=512)  # 4 x 128 keys
     DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=True)
     >>> decode_config(128, torch.float16, (9, 0), captured=True, keys_per_split=128)
@@ -517,7 +539,10 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     stage_bytes = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     stages = _STAGES[cls]
     low, high = _WIDE_PROGRAMS
-    if programs_per_sm is not None and low <= programs_per_sm <= high:
+    if (programs_per_sm is not None and keys_per_split is None
+            and unsplit_from(capability, dtype, paged) <= programs_per_sm < low):
+        _, stage_bytes, stages = _NEARLY_FULL_GRID[cls]
+    elif programs_per_sm is not None and low <= programs_per_sm <= high:
         stage_bytes, stages = _WIDE_TILES.get(cls, (stage_bytes, stages))
     elif keys_per_split is not None and not (paged and captured) and cls in _SPLIT_TILES:
         split_bytes, split_stages = _SPLIT_TILES[cls]
@@ -530,6 +555,26 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 def _keys_per_block(stage_bytes: int, head_dim: int, size: int) -> int:
     """``BLOCK_N`` for iterations of ``stage_bytes`` of K and V: 16 to 128 keys."""
     return max(16, min(128, stage_bytes // (2 * head_dim * size)))
+
+
+def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype,
+                 paged: bool = False) -> float:
+    """Programs of the unsplit grid per SM from which :func:`decode_attention` does not split the
+    keys by default: below one for contiguous float16 and bfloat16 calls on a GPU class in
+    :data:`_NEARLY_FULL_GRID` (which then load bigger tiles, :func:`decode_config`), else one
+    (:func:`choose_num_splits`: every SM has a program).
+
+    Examples
+    --------
+    >>> unsplit_from((9, 0), torch.float16), unsplit_from((9, 0), torch.float16, paged=True)
+    (0.7, 1.0)
+    >>> unsplit_from((8, 0), torch.bfloat16), unsplit_from((9, 0), torch.float32)
+    (1.0, 1.0)
+    """
+    nearly_full = _NEARLY_FULL_GRID.get(gpu_class(capability)) if capability else None
+    if nearly_full is None or paged or dtype == torch.float32:
+        return 1.0
+    return nearly_full[0]
 
 
 def paged_range_tiles(config: DecodeConfig, keys_per_split: int,
@@ -858,7 +903,8 @@ def decode_attention(
     scale : float, optional
         Multiplies the scores; defaults to ``1/sqrt(D)``.
     num_splits : int, optional
-        Ranges to cut every sequence's keys into; default :func:`choose_num_splits` for this GPU.
+        Ranges to cut every sequence's keys into; default :func:`choose_num_splits` for this GPU
+        (1 from :func:`unsplit_from` programs an SM).
         1 runs the split kernel alone, writing the final output (the unsplit forward pass).
     return_lse : bool
         Also return the log-sum-exp of every query's scaled scores.
@@ -1063,6 +1109,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
                          paged_waves if paged and not config.one_launch else 2)
     base = decode_config(D, dtype, capability, paged, programs_per_sm=per_sm)
+    if num_splits is None and per_sm >= unsplit_from(capability, dtype, paged):
+        num_splits = 1  # full enough: unsplit (choose_num_splits says so from one an SM)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,

@@ -1049,8 +1049,8 @@ def decode_attention(
     if not one_launch:
         counters = seqlens  # not read: any int32 tensor
     if paged:  # pool strides: page, head, slot, dim (the kernel's "batch" axis is the page)
-        k_strides = (k_cache.stride(0), k_cache.stride(2), k_cache.stride(1), k_cache.stride(3))
-        v_strides = (v_cache.stride(0), v_cache.stride(2), v_cache.stride(1), v_cache.stride(3))
+        (kp, ks, kh, kd), (vp, vs, vh, vd) = k_cache.stride(), v_cache.stride()
+        k_strides, v_strides = (kp, kh, ks, kd), (vp, vh, vs, vd)
         table, stride_tb = block_table, block_table.stride(0)
     else:
         k_strides, v_strides = k_cache.stride(), v_cache.stride()

@@ -435,8 +435,8 @@ contiguous tiles with 4 programs an SM read pages at 95-99 % of the contiguous d
 tokens on, against 91-98 % for 3 stages of 64 KB with 2. A call that merges in one launch
 aims for 2, as contiguous: its last split of a row reads every partial of the row, twice as
 many with twice the splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k
-tokens, two of 1k), the GPU's time of that launch on graph replays read at 81 / 84 / 88 % of
-the contiguous default with 2 programs an SM, against 74 / 82 / 87 % with 4
+tokens, two of 1k), the GPU's time of that launch on graph replays read at 83 / 84 / 88 % of
+the contiguous default with 2 programs an SM, against 74 / 82 / 88 % with 4
 (``--split-sweep``, record ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one
 launch``)."""
 
@@ -445,7 +445,7 @@ _PAGED_MIN_BLOCKS = {90: 2}
 hold, where measured: where its ranges would hold fewer, its tiles take half the keys (at least
 16), with the same splits. With one iteration a range nothing overlaps the table's wait and the
 loads; at batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
-pages at 92 % and 95 % of the contiguous default where 64-key tiles read at 88 % and 91 %
+pages at 92 % and 96 % of the contiguous default where 64-key tiles read at 88 % and 91 %
 (records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
 
 _SPLIT_TILES = {90: (64 * 1024, 2)}
@@ -458,14 +458,19 @@ tokens, each call after the L2 cache is cleared, three interleaved rounds,
 ``..._cudagraph``):
 
 * contiguous, where the ranges are that long (from 512 keys): 64 KB in 2 stages read at
-  1.01-1.07x the 32 KB tiles launched plainly (one launch) and on graph replays (the merge
-  kernel), the most at 64k tokens; where the ranges are shorter the pipeline has too little to
-  overlap, and 64 KB read at 0.95-0.97x and 0.97-1.01x (one sequence of 1k or 2k tokens and
-  two of 1k, ranges of 128-256 keys);
+  1.01-1.07x the 32 KB tiles on graph replays (the merge kernel) and at 0.97-1.06x launched
+  plainly (one launch), the most at 64k tokens, the least at four sequences of 1k tokens
+  launched plainly; where the ranges are shorter the pipeline has too little to overlap, and
+  64 KB read at 0.98-1.01x replayed and 0.97x plainly (one sequence of 1k or 2k tokens and two
+  of 1k, ranges of 128-256 keys);
 * paged (pages of 16), merging in one launch: 64 KB with two programs an SM read at
-  0.99-1.04x the 32 KB tiles with four (the last split of a row reads every partial of the row,
+  0.99-1.14x the 32 KB tiles with four (the last split of a row reads every partial of the row,
   twice as many with twice the splits); on graph replays, with the merge kernel, at
-  0.97-1.00x, so a captured paged call keeps the 32 KB tiles.
+  0.96-1.02x, so a captured paged call keeps the 32 KB tiles.
+
+The plain figures leave out three problems of the fifteen (one sequence of 2k and 4k tokens,
+four of 2k) where cuDNN's plain time was over 1.3x its replayed one: there the host's time
+showed in that run, as notebook 09 prints.
 
 Calls that do not split (8 sequences or more) keep the tiles for their programs an SM
 (:data:`_WIDE_TILES`)."""
@@ -496,7 +501,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     on an atomic before the last one reads the partials back. On an H200's replays (one, two or
     four sequences, H = 32, D = 128 fp16, 1k-64k tokens, 32 KB tiles, ``gpu_checks/decode_gpu.py
     --split-sweep``) one launch read at 0.90-1.00x the merge kernel, the least at one sequence
-    of 1k tokens, and at 0.96-1.03x with its counters zeroed before the capture.
+    of 1k tokens, and at 0.97-1.03x with its counters zeroed before the capture.
 
     Parameters
     ----------

@@ -579,9 +579,10 @@ def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
 
 def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
     """From ``unsplit_from`` (0.7) programs an SM, a contiguous 16-bit call on sm_90 runs
-    unsplit with three 64 KB stages, plain or captured; below, or paged, or float32, or on
-    another GPU class, it splits as before; a given ``num_splits`` is kept, with the tiles
-    of its ranges (132 SMs: batches 3 and 4 of 32 heads are 0.73 and 0.97 programs an SM)."""
+    unsplit with three 64 KB stages at D = 128, plain or captured; below, or paged, or float32,
+    or at another head dim, or on another GPU class, it splits as before; a given
+    ``num_splits`` is kept, with the tiles of its ranges (132 SMs: batches 3 and 4 of 32 heads
+    are 0.73 and 0.97 programs an SM)."""
     dev = torch.device(DEV)
 
     def plan(B, dtype=torch.float16, paged=False, captured=False, num_splits=None, H_kv=32):
@@ -596,6 +597,8 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
         assert plan(2).num_splits == 4  # 0.48 an SM: splits
         assert plan(4, paged=True).num_splits > 1
         assert plan(4, torch.float32).num_splits > 1
+        assert decode._launch_plan(4, 32, 1, 64, 32, torch.float16, dev, 4096, None, None,
+                                   False).num_splits == 2  # D = 64: not measured
         given = plan(4, num_splits=2)
         assert (given.num_splits, given.config.num_stages) == (2, 2)
         assert decode.default_config(4, 32, 128, 4096, torch.float16, dev).num_stages == 3

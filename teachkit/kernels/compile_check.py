@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-274
+266
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -490,7 +490,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                     # an unsplit grid of one or two programs an SM: its own tiles
                     variants += [(p, m, False, None, 2, False)
                                  for p, m in _decode_variants(ty, d)]
-                nearly_full = decode.unsplit_from(capability, dtype)
+                nearly_full = decode.unsplit_from(capability, dtype, d)
                 if nearly_full < 1:
                     # a contiguous grid nearly one program an SM, unsplit: its own tiles
                     variants += [(p, m, False, None, nearly_full, False)

@@ -423,7 +423,13 @@ these tiles read at 0.96-1.02x cuDNN where two splits read at 0.90-1.00x, the le
 tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and reads at
 0.71-0.98x, the least on the longest caches, where the default's four splits read at
 0.97-1.00x. Paged calls keep splitting: with one program an SM nothing hides the table's wait.
-So do float32 calls, which their ieee products bound rather than the memory."""
+So do float32 calls, which their ieee products bound rather than the memory, and head dims
+other than :data:`_NEARLY_FULL_HEAD_DIMS`."""
+
+_NEARLY_FULL_HEAD_DIMS = (128,)
+"""The head dims at which :data:`_NEARLY_FULL_GRID` was measured. At ``D = 64`` the 128-key cap of
+a tile (:func:`decode_config`) leaves 32 KB a stage, a different pipeline; ``D = 256`` has not
+been timed."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
@@ -487,11 +493,11 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75), between
     16 and 128 keys. On sm_90 three kinds of call load 64 KB: an unsplit grid of one or two
-    programs an SM (:data:`_WIDE_TILES`), a contiguous float16 or bfloat16 grid nearly that full,
-    which then does not split the keys, in 3 stages (:data:`_NEARLY_FULL_GRID`), and a call
-    whose split ranges hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is
-    paged and captured (:data:`_SPLIT_TILES`). :func:`decode_attention` also narrows the tiles
-    of a captured paged call whose ranges would hold a single iteration
+    programs an SM (:data:`_WIDE_TILES`), a contiguous float16 or bfloat16 grid nearly that full
+    at ``D = 128``, which then does not split the keys, in 3 stages (:data:`_NEARLY_FULL_GRID`),
+    and a call whose split ranges hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations,
+    unless it is paged and captured (:data:`_SPLIT_TILES`). :func:`decode_attention` also
+    narrows the tiles of a captured paged call whose ranges would hold a single iteration
     (:func:`paged_range_tiles`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
@@ -545,7 +551,7 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     stages = _STAGES[cls]
     low, high = _WIDE_PROGRAMS
     if (programs_per_sm is not None and keys_per_split is None
-            and unsplit_from(capability, dtype, paged) <= programs_per_sm < low):
+            and unsplit_from(capability, dtype, head_dim, paged) <= programs_per_sm < low):
         _, stage_bytes, stages = _NEARLY_FULL_GRID[cls]
     elif programs_per_sm is not None and low <= programs_per_sm <= high:
         stage_bytes, stages = _WIDE_TILES.get(cls, (stage_bytes, stages))
@@ -562,22 +568,26 @@ def _keys_per_block(stage_bytes: int, head_dim: int, size: int) -> int:
     return max(16, min(128, stage_bytes // (2 * head_dim * size)))
 
 
-def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype,
+def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_dim: int,
                  paged: bool = False) -> float:
     """Programs of the unsplit grid per SM from which :func:`decode_attention` does not split the
-    keys by default: below one for contiguous float16 and bfloat16 calls on a GPU class in
-    :data:`_NEARLY_FULL_GRID` (which then load bigger tiles, :func:`decode_config`), else one
-    (:func:`choose_num_splits`: every SM has a program).
+    keys by default: below one for contiguous float16 and bfloat16 calls of a head dim in
+    :data:`_NEARLY_FULL_HEAD_DIMS` on a GPU class in :data:`_NEARLY_FULL_GRID` (which then load
+    bigger tiles, :func:`decode_config`), else one (:func:`choose_num_splits`: every SM has a
+    program).
 
     Examples
     --------
-    >>> unsplit_from((9, 0), torch.float16), unsplit_from((9, 0), torch.float16, paged=True)
+    >>> unsplit_from((9, 0), torch.float16, 128), unsplit_from((9, 0), torch.float16, 64)
     (0.7, 1.0)
-    >>> unsplit_from((8, 0), torch.bfloat16), unsplit_from((9, 0), torch.float32)
+    >>> unsplit_from((9, 0), torch.bfloat16, 128, paged=True)
+    1.0
+    >>> unsplit_from((8, 0), torch.bfloat16, 128), unsplit_from((9, 0), torch.float32, 128)
     (1.0, 1.0)
     """
     nearly_full = _NEARLY_FULL_GRID.get(gpu_class(capability)) if capability else None
-    if nearly_full is None or paged or dtype == torch.float32:
+    if (nearly_full is None or paged or dtype == torch.float32
+            or head_dim not in _NEARLY_FULL_HEAD_DIMS):
         return 1.0
     return nearly_full[0]
 
@@ -1114,7 +1124,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
                          paged_waves if paged and not config.one_launch else 2)
     base = decode_config(D, dtype, capability, paged, programs_per_sm=per_sm)
-    if num_splits is None and per_sm >= unsplit_from(capability, dtype, paged):
+    if num_splits is None and per_sm >= unsplit_from(capability, dtype, D, paged):
         num_splits = 1  # full enough: unsplit (choose_num_splits says so from one an SM)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys

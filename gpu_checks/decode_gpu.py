@@ -468,6 +468,7 @@ def checked_best_times(runs: dict, reference: str, sweep: str, B: int, S: int, n
 
 PAGED_TILES = {"64 KB x 3, 2 an SM": (128, 3, 2), "64 KB x 2, 2 an SM": (128, 2, 2),
                "32 KB x 2, 2 an SM": (64, 2, 2), "32 KB x 2, 4 an SM": (64, 2, 4),
+               "32 KB x 3, 4 an SM": (64, 3, 4), "32 KB x 2, 8 an SM": (64, 2, 8),
                "16 KB x 2, 4 an SM": (32, 2, 4)}
 """The paged sweep's tiles: name -> (BLOCK_N at D = 128 fp16, stages, programs per SM that a
 split call aims for)."""

@@ -585,8 +585,9 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
     are 0.73 and 0.97 programs an SM)."""
     dev = torch.device(DEV)
 
-    def plan(B, dtype=torch.float16, paged=False, captured=False, num_splits=None, H_kv=32):
-        return decode._launch_plan(B, 32, 1, 128, H_kv, dtype, dev, 4096, num_splits, None,
+    def plan(B, dtype=torch.float16, paged=False, captured=False, num_splits=None, H_kv=32,
+             D=128):
+        return decode._launch_plan(B, 32, 1, D, H_kv, dtype, dev, 4096, num_splits, None,
                                    paged, captured)
 
     with planned_on((9, 0)):
@@ -597,8 +598,7 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
         assert plan(2).num_splits == 4  # 0.48 an SM: splits
         assert plan(4, paged=True).num_splits > 1
         assert plan(4, torch.float32).num_splits > 1
-        assert decode._launch_plan(4, 32, 1, 64, 32, torch.float16, dev, 4096, None, None,
-                                   False).num_splits == 2  # D = 64: not measured
+        assert plan(4, D=64).num_splits == 2  # not measured at D = 64
         given = plan(4, num_splits=2)
         assert (given.num_splits, given.config.num_stages) == (2, 2)
         assert decode.default_config(4, 32, 128, 4096, torch.float16, dev).num_stages == 3

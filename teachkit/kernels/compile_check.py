@@ -450,8 +450,9 @@ def decode_launch_configs() -> list[KernelConfig]:
     :func:`_decode_variants`, with its own merge (``ONE_LAUNCH``) at ``D = 128``, and with the
     tiles of a split call with long ranges where they differ (``decode_config(...,
     keys_per_split=LONG_RANGE)``, one query row, merging either way at ``D = 128``, and paged
-    in one launch at ``D = 128`` in bf16), of an unsplit grid of few programs an SM (and,
-    contiguous, of one nearly one an SM: :func:`~teachkit.kernels.decode.unsplit_from`), and
+    in one launch at ``D = 128`` in bf16), of an unsplit grid of one or two programs an SM
+    (and, contiguous, of a grid of nearly one an SM that does not split:
+    :func:`~teachkit.kernels.decode.unsplit_from`), and
     :func:`~teachkit.kernels.decode.paged_range_tiles` of a captured paged call whose ranges
     hold one iteration where they differ (``D = 128``, bf16, pages of 16); the merge kernel for
     2 and

@@ -96,48 +96,22 @@ def main() -> int:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
     if args.split_sweep:
-        from teachkit.bench.core import device_slug, record_path, save_results, timing_description
-
         copy = copy_bandwidth()
-        slug = device_slug(teachkit.device.device_name())
         for rows, graph in zip(split_sweep(), (False, True), strict=True):
-            path = record_path(f"decode_split_{slug}" + ("_cudagraph" if graph else ""),
-                               exists=False)
-            timing = timing_description(graph=graph)
-            say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
-        for failure in FAILURES:
-            say(f"FAILED: {failure}")
-        return 1 if FAILURES else 0
+            save_record("split", rows, copy, graph, suffix="_cudagraph" if graph else "")
+        return failures_status()
     if args.paged_sweep or args.contiguous_sweep:
-        from teachkit.bench.core import device_slug, record_path, save_results, timing_description
-
         copy = copy_bandwidth()
         rows = paged_sweep(copy) if args.paged_sweep else contiguous_sweep()
-        slug = device_slug(teachkit.device.device_name())
-        kind = "paged" if args.paged_sweep else "contiguous"
-        path = args.json or record_path(f"decode_{kind}_{slug}", exists=False)
-        timing = timing_description(graph=True)
-        say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
-        for failure in FAILURES:
-            say(f"FAILED: {failure}")
-        return 1 if FAILURES else 0
+        save_record("paged" if args.paged_sweep else "contiguous", rows, copy, path=args.json)
+        return failures_status()
     if args.splits_only:
-        from teachkit.bench.core import (
-            device_slug,
-            record_path,
-            save_results,
-            timing_description,
-        )
-
         host_profile()
         copy = copy_bandwidth()
         say(f"copy bandwidth {copy:.0f} GB/s")
         rows = [m for S in (1024, 4096, 16384, 65536) for m in split_table(1, S, copy)]
         rows += split_table(2, 16384, copy)
-        slug = device_slug(teachkit.device.device_name())
-        path = args.json or record_path(f"decode_splits_{slug}", exists=False)
-        timing = timing_description(graph=True)  # how split_table times its Measurements
-        say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
+        save_record("splits", rows, copy, path=args.json)  # split_table times graph replays
         return 0
 
     # ---------------------------------------------------------------- 1. correctness
@@ -243,6 +217,26 @@ def main() -> int:
 
     say(f"{len(FAILURES)} correctness failure(s)" + (":\n  " + "\n  ".join(FAILURES)
                                                      if FAILURES else ""))
+    return 1 if FAILURES else 0
+
+
+def save_record(kind: str, rows: list, copy: float, graph: bool = True, suffix: str = "",
+                path: str | None = None) -> None:
+    """Save a sweep's Measurements as ``teachkit/benchmarks/decode_<kind>_<device><suffix>.json``
+    (or ``path``), timed on CUDA-graph replays or, without ``graph``, launched plainly, beside
+    the copy bandwidth ``copy``."""
+    from teachkit.bench.core import device_slug, record_path, save_results, timing_description
+
+    slug = device_slug(teachkit.device.device_name())
+    path = path or record_path(f"decode_{kind}_{slug}{suffix}", exists=False)
+    timing = timing_description(graph=graph)
+    say(f"record: {save_results(path, rows, timing=timing, copy_gbps=copy)}")
+
+
+def failures_status() -> int:
+    """Print every check that failed in a sweep (:data:`FAILURES`); 1 if any, else 0."""
+    for failure in FAILURES:
+        say(f"FAILED: {failure}")
     return 1 if FAILURES else 0
 
 
@@ -532,7 +526,7 @@ def contiguous_sweep() -> list:
             runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
                     "teachkit split-KV, default": functools.partial(
                         decode_attention, q, k, v, check_values=False)}
-            if B * 32 < sm_count():  # what the default did before unsplit_from: 2 splits
+            if B * q.shape[1] < sm_count():  # the default before unsplit_from: 2 splits
                 runs["teachkit split-KV, 2 splits"] = functools.partial(
                     decode_attention, q, k, v, check_values=False, num_splits=2)
             for name, (bn, stages) in CONTIGUOUS_TILES.items():

@@ -17,7 +17,10 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 5. with --paged-sweep, a paged cache's tiles and splits against the contiguous default on
    CUDA-graph replays, batches 1 to 16, saved as a record (decode_config's paged tiles);
 6. with --contiguous-sweep, the tiles of unsplit contiguous calls (batches 2 to 32) beside
-   cuDNN on CUDA-graph replays, saved as a record (decode_config's wide tiles).
+   cuDNN on CUDA-graph replays, saved as a record (decode_config's wide tiles);
+7. with --head-dim-sweep, the default, two splits and unsplit and split tiles at D = 64
+   (batches 1 to 16) and D = 256 (batches 2 to 5) beside cuDNN on CUDA-graph replays, saved as
+   a record (decode.unsplit_from's head dims, the keys of a 64 KB tile at D = 64).
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ def main() -> int:
     parser.add_argument("--contiguous-sweep", action="store_true",
                         help="only the tiles of unsplit contiguous calls beside cuDNN, saved as "
                              "teachkit/benchmarks/decode_contiguous_<device>.json (or --json)")
+    parser.add_argument("--head-dim-sweep", action="store_true",
+                        help="only the default and tiles at D = 64 and 256 beside cuDNN, saved "
+                             "as teachkit/benchmarks/decode_head_dims_<device>.json (or --json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -100,10 +106,13 @@ def main() -> int:
         for rows, graph in zip(split_sweep(), (False, True), strict=True):
             save_record("split", rows, copy, graph, suffix="_cudagraph" if graph else "")
         return failures_status()
-    if args.paged_sweep or args.contiguous_sweep:
+    if args.paged_sweep or args.contiguous_sweep or args.head_dim_sweep:
         copy = copy_bandwidth()
-        rows = paged_sweep(copy) if args.paged_sweep else contiguous_sweep()
-        save_record("paged" if args.paged_sweep else "contiguous", rows, copy, path=args.json)
+        kind = ("paged" if args.paged_sweep else "contiguous" if args.contiguous_sweep
+                else "head_dims")
+        sweeps = {"paged": functools.partial(paged_sweep, copy), "contiguous": contiguous_sweep,
+                  "head_dims": head_dim_sweep}
+        save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
         host_profile()
@@ -240,11 +249,12 @@ def failures_status() -> int:
     return 1 if FAILURES else 0
 
 
-def decoding_inputs(B: int, S: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-    """One new fp16 token per sequence against full caches (H = 32, D = 128): ``q, k, v`` and the
-    bytes of K and V, the numerator of every GB/s here."""
-    q = torch.randn(B, 32, 1, 128, device=teachkit.DEVICE, dtype=torch.float16)
-    k = torch.randn(B, 32, S, 128, device=teachkit.DEVICE, dtype=torch.float16)
+def decoding_inputs(B: int, S: int, D: int = 128,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """One new fp16 token per sequence against full caches (H = 32, head dim ``D``): ``q, k, v``
+    and the bytes of K and V, the numerator of every GB/s here."""
+    q = torch.randn(B, 32, 1, D, device=teachkit.DEVICE, dtype=torch.float16)
+    k = torch.randn(B, 32, S, D, device=teachkit.DEVICE, dtype=torch.float16)
     v = torch.randn_like(k)
     return q, k, v, 2 * k.numel() * k.element_size()
 
@@ -437,11 +447,12 @@ def split_table(B: int, S: int, copy: float) -> list:
 
 
 def checked_best_times(runs: dict, reference: str, sweep: str, B: int, S: int, nbytes: int,
-                       out: list, graph: bool = True, rounds: int = 2) -> dict[str, float]:
+                       out: list, graph: bool = True, rounds: int = 2,
+                       head_dim: int = 128) -> dict[str, float]:
     """One problem of a sweep: every run checked against ``runs[reference]`` (a failure is
     recorded in :data:`FAILURES`), then all timed on CUDA-graph replays (or, without ``graph``,
     launched plainly), interleaved, best of ``rounds``; appends a GB/s Measurement per run to
-    ``out`` and returns the ms per run."""
+    ``out`` (labelled with ``D`` where ``head_dim`` is not 128) and returns the ms per run."""
     from teachkit.bench import core
     from teachkit.bench.decode import decode_params, decode_problem
 
@@ -454,9 +465,11 @@ def checked_best_times(runs: dict, reference: str, sweep: str, B: int, S: int, n
     for _ in range(rounds):
         for name, run in runs.items():
             best[name] = min(best.get(name, math.inf), core.time_ms(run, graph=graph))
+    problem, params = decode_problem(B, S), decode_params(B, S)
+    if head_dim != 128:
+        problem, params = f"D={head_dim} {problem}", {**params, "D": head_dim}
     for name, ms in best.items():
-        out.append(core.Measurement(decode_problem(B, S), "fp16", name, ms, nbytes / ms / 1e6,
-                                    "GB/s", decode_params(B, S)))
+        out.append(core.Measurement(problem, "fp16", name, ms, nbytes / ms / 1e6, "GB/s", params))
     return best
 
 
@@ -539,6 +552,61 @@ def contiguous_sweep() -> list:
                 + ", ".join(f"{n} {base / ms:.2f}" for n, ms in best.items()
                             if n != "SDPA cuDNN"))
             del k, v
+    return out
+
+
+HEAD_DIM_SWEEP = {64: ((1, 2, 3, 4, 5, 8, 16),
+                       {"64 KB x 3": (256, 3), "64 KB x 2": (256, 2), "32 KB x 3": (128, 3),
+                        "32 KB x 2": (128, 2)}),
+                  256: ((2, 3, 4, 5), {"64 KB x 3": (64, 3), "32 KB x 3": (32, 3)})}
+"""The head-dim sweep: head dim -> (batches, tiles: name -> (BLOCK_N in fp16, stages))."""
+
+
+def head_dim_sweep() -> list:
+    """GB/s of contiguous calls at ``D`` = 64 and 256 on CUDA-graph replays beside cuDNN (``SDPA
+    cuDNN``), for the batches of :data:`HEAD_DIM_SWEEP` and caches of 1k to 64k tokens: the
+    default (``teachkit split-KV, default``); below one program an SM two splits
+    (``teachkit split-KV, 2 splits``, the default of batches 3 and 4 before
+    ``decode.unsplit_from`` took these head dims); each tile unsplit from two sequences on
+    (``contiguous unsplit <name>``) and, for one and two sequences, split as
+    ``choose_num_splits`` picks for it, merging with the merge kernel as a captured call does
+    (``split <name>, merge kernel``); interleaved, best of two."""
+    from teachkit.kernels.decode import (
+        DecodeConfig,
+        choose_num_splits,
+        decode_attention,
+        sm_count,
+    )
+
+    out = []
+    for D, (batches, tiles) in HEAD_DIM_SWEEP.items():
+        for B in batches:
+            for S in (1024, 4096, 16384, 65536):
+                if B * S > 16 * 16384:
+                    continue
+                q, k, v, nbytes = decoding_inputs(B, S, D)
+                call = functools.partial(decode_attention, q, k, v, check_values=False)
+                runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                        "teachkit split-KV, default": call}
+                if B * q.shape[1] < sm_count():
+                    runs["teachkit split-KV, 2 splits"] = functools.partial(call, num_splits=2)
+                for name, (bn, stages) in tiles.items():
+                    if B >= 2:
+                        runs[f"contiguous unsplit {name}"] = functools.partial(
+                            call, num_splits=1, config=DecodeConfig(bn, 4, stages))
+                    if B <= 2:  # as a captured call merges: with the merge kernel
+                        splits = choose_num_splits(B * 32, -(-S // bn), sm_count())
+                        runs[f"split {name}, merge kernel"] = functools.partial(
+                            call, num_splits=splits,
+                            config=DecodeConfig(bn, 4, stages, one_launch=False))
+                best = checked_best_times(runs, "SDPA cuDNN", "head-dim sweep", B, S, nbytes,
+                                          out, head_dim=D)
+                base = best["SDPA cuDNN"]
+                say(f"D={D} B={B} S={S // 1024}k: cuDNN {nbytes / base / 1e6:.0f} GB/s; "
+                    "x cuDNN: " + ", ".join(f"{n.replace('teachkit split-KV, ', '')} "
+                                            f"{base / ms:.2f}" for n, ms in best.items()
+                                            if n != "SDPA cuDNN"))
+                del k, v
     return out
 
 

@@ -566,6 +566,36 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (1, 64)
 
 
+def test_wide_and_split_tiles_take_three_stages_of_short_rows():
+    """On sm_90 a grid of one or two programs an SM, and a split call with long ranges, load
+    64 KB in 2 stages where a row of K is 256 bytes or more (D = 128 in 16 bits, D = 64 in
+    float32, D = 256), and 128 keys in 3 stages where it is 128 bytes and contiguous (D = 64 in
+    16 bits: 64 KB would be 256 keys); paged, or on sm_80, as before (132 SMs: 5 sequences of 32
+    heads are 1.2 an SM)."""
+    dev = torch.device(DEV)
+
+    def config(D, dtype=torch.float16, paged=False):
+        plan = decode._launch_plan(5, 32, 1, D, 32, dtype, dev, 4096, None, None, paged)
+        assert plan.num_splits == 1
+        return plan.config[:3]
+
+    with planned_on((9, 0)):
+        assert config(128) == (128, 4, 2)
+        assert config(64, torch.float32) == (128, 4, 2)
+        assert config(256, torch.bfloat16) == (64, 4, 2)
+        assert config(64) == config(64, torch.bfloat16) == (128, 4, 3)
+        assert config(64, paged=True) == (128, 4, 2)
+        for D, tiles in ((64, (128, 4, 3)), (128, (128, 4, 2))):
+            for paged, captured in ((False, False), (False, True), (True, False)):
+                got = decode.decode_config(D, torch.float16, (9, 0), paged, captured,
+                                           keys_per_split=4096)[:3]
+                assert got == (tiles if not paged else (128, 4, 2)), (D, paged, captured)
+            short = decode.decode_config(D, torch.float16, (9, 0), keys_per_split=256)
+            assert short.num_stages == 2, D
+    with planned_on((8, 0)):
+        assert config(64) == decode.decode_config(64, torch.float16, (8, 0))[:3]
+
+
 def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
     """The halving (``paged_range_tiles``) is measured on sm_90 only; an sm_80 GPU keeps its
     tiles for a captured paged call of one sequence of 1k tokens."""
@@ -579,10 +609,10 @@ def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
 
 def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
     """From ``unsplit_from`` (0.7) programs an SM, a contiguous 16-bit call on sm_90 runs
-    unsplit with three 64 KB stages at D = 128, plain or captured; below, or paged, or float32,
-    or at another head dim, or on another GPU class, it splits as before; a given
-    ``num_splits`` is kept, with the tiles of its ranges (132 SMs: batches 3 and 4 of 32 heads
-    are 0.73 and 0.97 programs an SM)."""
+    unsplit with three 64 KB stages at D = 64, 128 and 256 (256, 128 and 64 keys), plain or
+    captured; below, or paged, or float32, or at another head dim, or on another GPU class, it
+    splits as before; a given ``num_splits`` is kept, with the tiles of its ranges (132 SMs:
+    batches 3 and 4 of 32 heads are 0.73 and 0.97 programs an SM)."""
     dev = torch.device(DEV)
 
     def plan(B, dtype=torch.float16, paged=False, captured=False, num_splits=None, H_kv=32,
@@ -598,12 +628,27 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
         assert plan(2).num_splits == 4  # 0.48 an SM: splits
         assert plan(4, paged=True).num_splits > 1
         assert plan(4, torch.float32).num_splits > 1
-        assert plan(4, D=64).num_splits == 2  # not measured at D = 64
+        for D, block_n in ((64, 256), (256, 64)):
+            got = plan(3, D=D, captured=True)
+            assert (got.num_splits, got.config[:3]) == (1, (block_n, 4, 3)), D
+        assert plan(4, D=32).num_splits == 2  # not measured at D = 32
         given = plan(4, num_splits=2)
         assert (given.num_splits, given.config.num_stages) == (2, 2)
         assert decode.default_config(4, 32, 128, 4096, torch.float16, dev).num_stages == 3
     with planned_on((8, 0)):
         assert plan(4).num_splits == 2
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
+@pytest.mark.parametrize("D", [64, 128, 256])
+def test_a_nearly_full_grid_unsplit_matches_the_reference(D):
+    """Whatever the GPU plans for a grid of nearly one program an SM (unsplit on sm_90, with up
+    to 256 keys a tile; split elsewhere), the result matches float64 attention, for one query
+    row and for grouped-query heads holding 64 rows a program (Lq = 8, 8 heads a cache head)."""
+    sms, gen = decode.sm_count(), torch.Generator().manual_seed(D)
+    for H_kv, Lq in ((32, 1), (4, 8)):
+        B = max(1, round(0.8 * sms / H_kv))
+        check(*make(B, 32, H_kv, Lq, 1000, D, gen))
 
 
 def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes():

@@ -405,6 +405,21 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   64 KB at 94-97 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 98-99 %,
   64 KB in 2 stages at 86-87 % and in 3 stages at 93-98 %."""
 
+_SHORT_ROW_TILES = {90: (32 * 1024, 3)}
+"""Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
+:data:`_SPLIT_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes
+(``D = 64`` in 16 bits), where measured; paged calls keep those. There 64 KB would be 256 keys,
+past a tile's 128, so those tiles leave 32 KB in 2 stages, the same as many programs take; a
+third stage keeps more in flight instead. On an H200 (H = 32, D = 64 fp16, CUDA-graph replays,
+``gpu_checks/decode_gpu.py --head-dim-sweep``, record ``decode_head_dims_nvidia_h200``):
+
+* unsplit, batches 5 and 8 (1.2 and 1.9 programs an SM, 1k-16k tokens): the default with these
+  tiles reads at 0.93-0.99x cuDNN, where 2 stages read at 0.75-0.94x and 256-key tiles in 2
+  stages at 0.89-0.99x;
+* split into ranges of 512 keys or more (one and two sequences, 4k-64k tokens, the merge
+  kernel): the default with these tiles reads at 0.94-0.98x cuDNN, where 2 stages read at
+  0.92-0.94x and 256-key tiles in 2 stages at 0.90-0.99x."""
+
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
 :data:`_WIDE_TILES`: fewer than one means the call splits the keys (but see
@@ -422,14 +437,24 @@ CUDA-graph replays, ``gpu_checks/decode_gpu.py --contiguous-sweep``, record
 these tiles read at 0.96-1.02x cuDNN where two splits read at 0.90-1.00x, the least at 1k
 tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and reads at
 0.71-0.98x, the least on the longest caches, where the default's four splits read at
-0.97-1.00x. Paged calls keep splitting: with one program an SM nothing hides the table's wait.
-So do float32 calls, which their ieee products bound rather than the memory, and head dims
-other than :data:`_NEARLY_FULL_HEAD_DIMS`."""
+0.97-1.00x. At D = 256 (64 keys a tile) batches 3 and 4 read at 1.12-1.51x cuDNN unsplit, at
+1.00-1.08x the rate of two splits (``--head-dim-sweep``, record
+``decode_head_dims_nvidia_h200``). At D = 64 (256 keys a tile, :data:`_NEARLY_FULL_MOST_KEYS`)
+they read at 0.98-1.21x, at 1.01-1.10x two splits but at batch 3 from 16k tokens, where two
+splits (with :data:`_SHORT_ROW_TILES`) read 1-6 % faster. Paged calls
+keep splitting: with one program an SM nothing hides the table's wait. So do float32 calls,
+which their ieee products bound rather than the memory, and head dims other than
+:data:`_NEARLY_FULL_HEAD_DIMS`."""
 
-_NEARLY_FULL_HEAD_DIMS = (128,)
-"""The head dims at which :data:`_NEARLY_FULL_GRID` was measured. At ``D = 64`` the 128-key cap of
-a tile (:func:`decode_config`) leaves 32 KB a stage, a different pipeline; ``D = 256`` has not
-been timed."""
+_NEARLY_FULL_HEAD_DIMS = (64, 128, 256)
+"""The head dims at which :data:`_NEARLY_FULL_GRID` was measured."""
+
+_NEARLY_FULL_MOST_KEYS = 256
+"""Most keys a tile of :data:`_NEARLY_FULL_GRID` holds (other tiles hold at most 128): at
+``D = 64`` in 16 bits a 64 KB stage is 256 keys. Capped at 128 keys (32 KB a stage), batches
+3 and 4 read at 0.99-1.06x cuDNN where 256 keys read at 0.98-1.21x, the most on the longest
+caches (record ``decode_head_dims_nvidia_h200``, ``contiguous unsplit 32 KB x 3`` and ``64 KB
+x 3``)."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
@@ -493,10 +518,13 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75), between
     16 and 128 keys. On sm_90 three kinds of call load 64 KB: an unsplit grid of one or two
-    programs an SM (:data:`_WIDE_TILES`), a contiguous float16 or bfloat16 grid nearly that full
-    at ``D = 128``, which then does not split the keys, in 3 stages (:data:`_NEARLY_FULL_GRID`),
+    programs an SM (:data:`_WIDE_TILES`), a contiguous float16 or bfloat16 grid nearly that full,
+    which then does not split the keys, in 3 stages (:data:`_NEARLY_FULL_GRID`; up to 256 keys,
+    :data:`_NEARLY_FULL_MOST_KEYS`),
     and a call whose split ranges hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations,
-    unless it is paged and captured (:data:`_SPLIT_TILES`). :func:`decode_attention` also
+    unless it is paged and captured (:data:`_SPLIT_TILES`). Where a contiguous call's rows are
+    128 bytes (``D = 64`` in 16 bits), the first and last of these load 32 KB in 3 stages
+    instead (:data:`_SHORT_ROW_TILES`). :func:`decode_attention` also
     narrows the tiles of a captured paged call whose ranges would hold a single iteration
     (:func:`paged_range_tiles`).
 
@@ -538,6 +566,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     128
     >>> decode_config(128, torch.float16, (9, 0), programs_per_sm=0.97)  # 4 sequences, unsplit
     DecodeConfig(block_n=128, num_warps=4, num_stages=3, one_launch=True)
+    >>> decode_config(64, torch.float16, (9, 0), programs_per_sm=0.97).block_n  # 64 KB at D = 64
+    256
     >>> decode_config(128, torch.float16, (9, 0), keys_per_split=512)  # 4 x 128 keys
     DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=True)
     >>> decode_config(128, torch.float16, (9, 0), captured=True, keys_per_split=128)
@@ -550,22 +580,35 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     stage_bytes = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
     stages = _STAGES[cls]
     low, high = _WIDE_PROGRAMS
+    most_keys = 128
     if (programs_per_sm is not None and keys_per_split is None
             and unsplit_from(capability, dtype, head_dim, paged) <= programs_per_sm < low):
         _, stage_bytes, stages = _NEARLY_FULL_GRID[cls]
+        most_keys = _NEARLY_FULL_MOST_KEYS
     elif programs_per_sm is not None and low <= programs_per_sm <= high:
         stage_bytes, stages = _WIDE_TILES.get(cls, (stage_bytes, stages))
+        stage_bytes, stages = _short_row_tiles(stage_bytes, stages, head_dim, size, paged, cls)
     elif keys_per_split is not None and not (paged and captured) and cls in _SPLIT_TILES:
-        split_bytes, split_stages = _SPLIT_TILES[cls]
+        split_bytes, split_stages = _short_row_tiles(*_SPLIT_TILES[cls], head_dim, size, paged,
+                                                     cls)
         if keys_per_split >= _SPLIT_MIN_BLOCKS * _keys_per_block(split_bytes, head_dim, size):
             stage_bytes, stages = split_bytes, split_stages
-    return DecodeConfig(_keys_per_block(stage_bytes, head_dim, size), 4, stages,
+    return DecodeConfig(_keys_per_block(stage_bytes, head_dim, size, most_keys), 4, stages,
                         one_launch=not captured)
 
 
-def _keys_per_block(stage_bytes: int, head_dim: int, size: int) -> int:
-    """``BLOCK_N`` for iterations of ``stage_bytes`` of K and V: 16 to 128 keys."""
-    return max(16, min(128, stage_bytes // (2 * head_dim * size)))
+def _short_row_tiles(stage_bytes: int, stages: int, head_dim: int, size: int, paged: bool,
+                     cls: int) -> tuple[int, int]:
+    """``(stage_bytes, stages)``, or :data:`_SHORT_ROW_TILES` in their place where they are 64
+    KB and a contiguous call's rows of K and V are 128 bytes on a GPU class measured."""
+    if stage_bytes == 64 * 1024 and head_dim * size == 128 and not paged:
+        return _SHORT_ROW_TILES.get(cls, (stage_bytes, stages))
+    return stage_bytes, stages
+
+
+def _keys_per_block(stage_bytes: int, head_dim: int, size: int, most: int = 128) -> int:
+    """``BLOCK_N`` for iterations of ``stage_bytes`` of K and V: 16 to ``most`` keys."""
+    return max(16, min(most, stage_bytes // (2 * head_dim * size)))
 
 
 def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_dim: int,
@@ -578,7 +621,7 @@ def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_di
 
     Examples
     --------
-    >>> unsplit_from((9, 0), torch.float16, 128), unsplit_from((9, 0), torch.float16, 64)
+    >>> unsplit_from((9, 0), torch.float16, 128), unsplit_from((9, 0), torch.float16, 32)
     (0.7, 1.0)
     >>> unsplit_from((9, 0), torch.bfloat16, 128, paged=True)
     1.0

@@ -30,6 +30,7 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
     "power_settle_": {"D", "L", "S", "causal", "dtype", "from_s", "to_s", "run"},
     "attention_gqa_": {"D", "L", "S", "causal", "dtype", "kv_heads"},
     "attention_": {"D", "L", "S", "causal", "dtype"},
+    "decode_head_dims_": {"B", "S", "dtype", "D"},
     "decode_": {"B", "S", "dtype"},
     "ring_": {"N", "causal", "dtype"},
     "host_": {"op", "dtype"},  # and the op's own sizes

@@ -516,17 +516,16 @@ def decode_config(head_dim: int, dtype: torch.dtype,
                   keys_per_split: int | None = None) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.
 
-    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75), between
-    16 and 128 keys. On sm_90 three kinds of call load 64 KB: an unsplit grid of one or two
-    programs an SM (:data:`_WIDE_TILES`), a contiguous float16 or bfloat16 grid nearly that full,
-    which then does not split the keys, in 3 stages (:data:`_NEARLY_FULL_GRID`; up to 256 keys,
-    :data:`_NEARLY_FULL_MOST_KEYS`),
-    and a call whose split ranges hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations,
-    unless it is paged and captured (:data:`_SPLIT_TILES`). Where a contiguous call's rows are
-    128 bytes (``D = 64`` in 16 bits), the first and last of these load 32 KB in 3 stages
-    instead (:data:`_SHORT_ROW_TILES`). :func:`decode_attention` also
-    narrows the tiles of a captured paged call whose ranges would hold a single iteration
-    (:func:`paged_range_tiles`).
+    ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75),
+    between 16 and 128 keys. On sm_90 three kinds of call load 64 KB: an unsplit grid of one or
+    two programs an SM (:data:`_WIDE_TILES`); a contiguous float16 or bfloat16 grid nearly that
+    full, which then does not split the keys, in 3 stages and up to 256 keys
+    (:data:`_NEARLY_FULL_GRID`, :data:`_NEARLY_FULL_MOST_KEYS`); and a call whose split ranges
+    hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is paged and captured
+    (:data:`_SPLIT_TILES`). Where a contiguous call's rows are 128 bytes (``D = 64`` in 16
+    bits), the first and last of these load 32 KB in 3 stages instead (:data:`_SHORT_ROW_TILES`).
+    :func:`decode_attention` also narrows the tiles of a captured paged call whose ranges would
+    hold a single iteration (:func:`paged_range_tiles`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
     CUDA graph. A replay launches without the host, so the launch that one-launch merging saves
@@ -599,9 +598,12 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 
 def _short_row_tiles(stage_bytes: int, stages: int, head_dim: int, size: int, paged: bool,
                      cls: int) -> tuple[int, int]:
-    """``(stage_bytes, stages)``, or :data:`_SHORT_ROW_TILES` in their place where they are 64
-    KB and a contiguous call's rows of K and V are 128 bytes on a GPU class measured."""
-    if stage_bytes == 64 * 1024 and head_dim * size == 128 and not paged:
+    """``(stage_bytes, stages)``, or :data:`_SHORT_ROW_TILES` in their place where a contiguous
+    call's rows of K and V are 128 bytes and the 128-key cap of a tile would leave it fewer
+    bytes than ``stage_bytes`` (64 KB of such rows is 256 keys), on a GPU class measured."""
+    row_bytes = head_dim * size
+    capped = 2 * row_bytes * _keys_per_block(stage_bytes, head_dim, size) < stage_bytes
+    if capped and row_bytes == 128 and not paged:
         return _SHORT_ROW_TILES.get(cls, (stage_bytes, stages))
     return stage_bytes, stages
 

@@ -585,6 +585,7 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
         assert config(256, torch.bfloat16) == (64, 4, 2)
         assert config(64) == config(64, torch.bfloat16) == (128, 4, 3)
         assert config(64, paged=True) == (128, 4, 2)
+        assert config(32, torch.float32)[2] == 2  # 128-byte rows, but measured in 16 bits only
         for D, tiles in ((64, (128, 4, 3)), (128, (128, 4, 2))):
             for paged, captured in ((False, False), (False, True), (True, False)):
                 got = decode.decode_config(D, torch.float16, (9, 0), paged, captured,

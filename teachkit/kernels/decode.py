@@ -599,11 +599,12 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 def _short_row_tiles(stage_bytes: int, stages: int, head_dim: int, size: int, paged: bool,
                      cls: int) -> tuple[int, int]:
     """``(stage_bytes, stages)``, or :data:`_SHORT_ROW_TILES` in their place where a contiguous
-    call's rows of K and V are 128 bytes and the 128-key cap of a tile would leave it fewer
-    bytes than ``stage_bytes`` (64 KB of such rows is 256 keys), on a GPU class measured."""
+    16-bit call's rows of K and V are 128 bytes and the 128-key cap of a tile would leave it
+    fewer bytes than ``stage_bytes`` (64 KB of such rows is 256 keys), on a GPU class
+    measured."""
     row_bytes = head_dim * size
     capped = 2 * row_bytes * _keys_per_block(stage_bytes, head_dim, size) < stage_bytes
-    if capped and row_bytes == 128 and not paged:
+    if capped and row_bytes == 128 and size == 2 and not paged:
         return _SHORT_ROW_TILES.get(cls, (stage_bytes, stages))
     return stage_bytes, stages
 

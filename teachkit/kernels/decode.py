@@ -719,12 +719,14 @@ def sm_count(device: torch.device | str | None = None) -> int:
     return multiprocessors(device)
 
 
-def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) -> int:
+def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2,
+                      full_from: float = 1.0) -> int:
     """How many ranges to cut every row's keys into, so the grid fills the GPU in one wave.
 
     1 when the unsplit grid already gives every SM a program: splitting then only adds the
     partial results' traffic and a second launch (measured on an H100 at B = 8, H = 32: the
-    unsplit kernel reads the cache at 3022-3116 GB/s, two splits at 2746-2806). Otherwise the
+    unsplit kernel reads the cache at 3022-3116 GB/s, two splits at 2746-2806). Some calls count
+    as full a little earlier (``full_from`` programs an SM, :func:`unsplit_from`). Otherwise the
     most splits whose grid still fits in ``waves`` programs per SM, but no more splits than
     there are key blocks (a split holds at least one block) nor :data:`MAX_SPLITS`.
 
@@ -744,6 +746,10 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) 
         The GPU's SMs (:func:`sm_count`).
     waves : int
         Programs per SM to aim for: more than one hides one program's stalls behind another's.
+    full_from : float
+        Programs of the unsplit grid per SM from which it is full enough not to split: 1, every
+        SM has a program, unless a call's own tiles keep the memory busy with fewer
+        (:func:`unsplit_from`).
 
     Examples
     --------
@@ -753,8 +759,10 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2) 
     1
     >>> choose_num_splits(programs=32, key_blocks=3, sms=132)  # a short cache: 3 blocks
     3
+    >>> choose_num_splits(programs=128, key_blocks=32, sms=132, full_from=0.7)  # B = 4
+    1
     """
-    if programs >= sms:
+    if programs >= full_from * sms:
         return 1
     fit = waves * sms // max(programs, 1)  # the most splits in one wave
     return max(1, min(fit, key_blocks, MAX_SPLITS))
@@ -1169,16 +1177,17 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     if config is not None:
         return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
                          paged_waves if paged and not config.one_launch else 2)
+    full_from = unsplit_from(capability, dtype, D, paged)  # full enough not to split
     base = decode_config(D, dtype, capability, paged, programs_per_sm=per_sm)
-    if num_splits is None and per_sm >= unsplit_from(capability, dtype, D, paged):
-        num_splits = 1  # full enough: unsplit (choose_num_splits says so from one an SM)
-    plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base)
+    plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
+                     full_from=full_from)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,
                               keys_per_split=cdiv(capacity, plan.num_splits))
         merge_kernel_paged = paged and not split.one_launch
         waves = paged_waves if merge_kernel_paged else 2
-        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, split, waves)
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, split, waves,
+                         full_from)
         if merge_kernel_paged:  # the ranges those programs leave: enough iterations each?
             short = paged_range_tiles(split, cdiv(capacity, plan.num_splits), capability)
             if short != split:
@@ -1189,9 +1198,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
 
 def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
               device: torch.device, capacity: int, num_splits: int | None,
-              config: DecodeConfig, waves: int = 2) -> _DecodePlan:
+              config: DecodeConfig, waves: int = 2, full_from: float = 1.0) -> _DecodePlan:
     """:func:`_launch_plan` for a given ``config``, with splits chosen for ``waves`` programs
-    per SM (:func:`choose_num_splits`) unless given."""
+    per SM, unsplit from ``full_from`` (:func:`choose_num_splits`), unless given."""
     group = H // H_kv
     block_m, row_blocks = _row_blocks(group * Lq, D, dtype)
     if row_blocks > _MAX_GRID_YZ:
@@ -1199,7 +1208,8 @@ def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                          "split q into several calls")
     if num_splits is None:
         num_splits = choose_num_splits(B * H_kv * row_blocks,
-                                       cdiv(capacity, config.block_n), sm_count(device), waves)
+                                       cdiv(capacity, config.block_n), sm_count(device), waves,
+                                       full_from)
     one_launch = config.one_launch and num_splits > 1
     counters = B * H_kv * row_blocks  # one per (sequence, cache head, row block) for the merge
     buffers = (f"decode buffers: out {B}x{H}x{Lq}x{D}, {num_splits} splits, "

@@ -595,7 +595,7 @@ def head_dim_sweep() -> list:
                         runs[f"contiguous unsplit {name}"] = functools.partial(
                             call, num_splits=1, config=DecodeConfig(bn, 4, stages))
                     if B <= 2:  # as a captured call merges: with the merge kernel
-                        splits = choose_num_splits(B * 32, -(-S // bn), sm_count())
+                        splits = choose_num_splits(B * q.shape[1], -(-S // bn), sm_count())
                         runs[f"split {name}, merge kernel"] = functools.partial(
                             call, num_splits=splits,
                             config=DecodeConfig(bn, 4, stages, one_launch=False))

@@ -12,7 +12,8 @@ its products, their commits and waits, and its ``ex2`` instructions, in PTX orde
 softmax runs while a product is in flight; with ``--qk-ahead`` it lists the loop of notebook 08's
 ladder kernel at its last step and with the next key block's scores issued before this block's
 softmax (:data:`~teachkit.kernels.flash_ladder.QK_AHEAD`); with ``--gluon``, the loop of the Gluon
-kernel for Hopper (:mod:`teachkit.kernels.flash_hopper`) with its overlap on and off, and with
+kernel for Hopper (:mod:`teachkit.kernels.flash_hopper`) with its overlap on and off (at
+``--head-dim 64`` also its wide form, 256-key blocks without the overlap), and with
 ``--gluon --backward`` the query loop of the backward's Gluon dK/dV kernel
 (:mod:`teachkit.kernels.flash_backward_hopper`).
 
@@ -55,7 +56,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "ex2 of the softmax runs while one is in flight")
     parser.add_argument("--gluon", action="store_true",
                         help="with --wgmma-overlap: the loop of the Gluon kernel for Hopper "
-                             "(teachkit.kernels.flash_hopper), with its overlap on and off")
+                             "(teachkit.kernels.flash_hopper), with its overlap on and off, and "
+                             "at --head-dim 64 its wide form")
     parser.add_argument("--backward", action="store_true",
                         help="with --wgmma-overlap --gluon: the query loop of the backward's "
                              "Gluon dK/dV kernel (teachkit.kernels.flash_backward_hopper)")
@@ -167,11 +169,20 @@ def main(argv: list[str] | None = None) -> int:
                       "... .add instruction(s) in the PTX")
         return 0
     if args.wgmma_overlap and args.gluon:
+        from .flash_hopper import HOPPER_KEY_BLOCKS
+
         head_dim = args.head_dim or 128
-        for overlap in (True, False):
-            found = cc.hopper_overlap(head_dim, args.dtype, args.causal, overlap)
+        if head_dim not in HOPPER_KEY_BLOCKS:
+            print(f"--gluon takes --head-dim {' or '.join(map(str, HOPPER_KEY_BLOCKS))} (the "
+                  f"Gluon kernel's head dims), got {head_dim}", file=sys.stderr)
+            return 2
+        blocks = HOPPER_KEY_BLOCKS[head_dim]
+        forms = [(blocks[0], True), (blocks[0], False)] + [(b, False) for b in blocks[1:]]
+        for block_n, overlap in forms:
+            found = cc.hopper_overlap(head_dim, args.dtype, args.causal, overlap, block_n)
             print(_overlap_line(f"Gluon forward on sm_90, D={head_dim} {args.dtype}, "
-                                f"causal={args.causal}, overlap={overlap}", found))
+                                f"causal={args.causal}, {block_n} keys, overlap={overlap}",
+                                found))
         return 0
     if args.wgmma_overlap:
         head_dim = args.head_dim or 64

@@ -894,10 +894,11 @@ def _gluon_compile(kernel: object, descriptors: dict[str, object], scalars: dict
 
 
 def hopper_overlap(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
-                   overlap: bool = True) -> dict[str, object]:
+                   overlap: bool = True, block_n: int | None = None) -> dict[str, object]:
     """:func:`wgmma_overlap` of the Gluon kernel (:func:`hopper_compiled`): a consumer
-    warpgroup's key loop, with ``overlap`` as the kernel's switch."""
-    return loop_overlap(hopper_compiled(head_dim, dtype, causal, overlap).asm["ptx"])
+    warpgroup's key loop, with ``overlap`` as the kernel's switch, in key blocks of ``block_n``
+    (default the head dim's)."""
+    return loop_overlap(hopper_compiled(head_dim, dtype, causal, overlap, block_n).asm["ptx"])
 
 
 def one_launch_config(capability: int = 90) -> KernelConfig:

@@ -30,6 +30,16 @@ and splits its warps into partitions that run different code (``gl.warp_speciali
   registers a thread): half the steps, half the handovers, a longer product each step. At
   head dim 64 that form is the faster (:func:`hopper_form`, measured by
   ``python -m teachkit.bench attention``).
+* **The diagonal block first, in the wide form.** With the causal mask only a tile's last key
+  block can cross the diagonal (a key block is at least as wide as the query tile). With
+  256-key blocks (:func:`diagonal_first`) the loader copies a tile's blocks from that last one
+  back to the first, a consumer masks the first block it gets before its loop, and every step
+  of the loop is the same unmasked code: no test of the mask inside it, and one copy of the
+  softmax in the loop instead of two (``python -m teachkit.kernels --wgmma-overlap --gluon
+  --head-dim 64`` counts them). That form gained on every problem timed
+  (``attention_diagonal_first_nvidia_h200`` against ``attention_persistent_nvidia_h200``); the
+  128-key form with the overlap read 1-2 % slower without the test in its loop (scratch runs on
+  an H200), so it keeps its blocks in order and the test.
 * **A persistent grid.** A program walks a list of units of work (:func:`unit_count`): one per
   unit, or one per SM walking many. Persistent, the loader copies the next tile's first key
   blocks and a consumer the next tile's queries while the last tile finishes, instead of a new
@@ -79,12 +89,13 @@ from .launch_cache import cached_launch
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_MIN_KEYS",
            "HOPPER_MIN_UNITS_PER_SM", "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_QUERY_BUFFERS",
            "HOPPER_RESIDENT_KEYS", "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
-           "TMA_STORE", "attend_rows", "flash_attention_hopper", "flash_fwd_hopper_kernel",
-           "flash_fwd_hopper_persistent_kernel", "handover_barriers", "hopper_descriptors",
-           "hopper_device", "hopper_form", "hopper_preferred", "hopper_ready", "hopper_units",
-           "launch_hopper", "load_key_blocks", "next_tile", "program_tiles", "query_row",
-           "softmax_block", "tile_at", "tile_blocks", "tile_descriptor", "tile_layout",
-           "unit_count", "unit_tiles", "walk_key_blocks", "walk_rows", "walk_schedule"]
+           "TMA_STORE", "attend_rows", "diagonal_first", "flash_attention_hopper",
+           "flash_fwd_hopper_kernel", "flash_fwd_hopper_persistent_kernel", "handover_barriers",
+           "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
+           "hopper_ready", "hopper_units", "launch_hopper", "load_key_blocks", "next_tile",
+           "program_tiles", "query_row", "softmax_block", "tile_at", "tile_blocks",
+           "tile_descriptor", "tile_layout", "unit_count", "unit_tiles", "walk_key_blocks",
+           "walk_rows", "walk_schedule"]
 
 LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
@@ -133,14 +144,17 @@ where :func:`hopper_preferred` accepts the inputs (:func:`hopper_form` says in w
 HOPPER_MIN_KEYS = {64: 1024}
 """Head dim -> the fewest keys a query tile must read (``S``, or ``min(L, S)`` with the causal
 mask) for :func:`~teachkit.kernels.flash.flash_attention` to run this kernel; below, the Triton
-kernel. At head dim 64 and L = S = 1024 the persistent wide form ran at 0.99x cuDNN without the
-mask and 0.88x with it, the Triton kernel at 0.89x and 0.84x (``attention_persistent_nvidia_h200``);
-shorter problems were not timed. Head dim 128 has no minimum: the per-tile Gluon kernel was as
-fast as the Triton kernel or faster on every shape timed, few queries against many keys
-included (CUDA-graph replays on an H200, L = 128 to 2048 against S = 2048 to 32768)."""
+kernel. At head dim 64 and L = S = 1024 the persistent wide form ran at 1.05x cuDNN without the
+mask and 0.97x with it, the Triton kernel at 0.89x and 0.85x
+(``attention_diagonal_first_nvidia_h200``); shorter problems were not timed. Head dim 128 has
+no minimum: the per-tile Gluon kernel was as fast as the Triton kernel or faster on every shape
+timed, few queries against many keys included (CUDA-graph replays on an H200, L = 128 to 2048
+against S = 2048 to 32768)."""
 HOPPER_RESIDENT_KEYS = 4096
 """At head dim 64 without the mask, from this many keys ``flash_attention`` launches one
-program per tile instead of a persistent grid: at L = S = 4096 and 16384 that was 1.03x and 1.05x
+program per tile instead of a persistent grid (a rule measured with the key blocks in order;
+``attention_diagonal_first_nvidia_h200``, one run, has the walk 1.5-6 % ahead there since the
+diagonal block comes first): at L = S = 4096 and 16384 that was 1.03x and 1.05x
 cuDNN against 0.98x and 0.97x persistent (interleaved in one run on an H200)."""
 
 HOPPER_MIN_UNITS_PER_SM = {True: 0.5, False: 4.0}
@@ -211,33 +225,52 @@ def tile_blocks(start_m, S, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N
     return n_blocks, masked_from
 
 
+@gluon.constexpr_function
+def diagonal_first(block_n, block_m):
+    """Whether the kernel walks a tile's key blocks from its last back to its first (the one the
+    causal mask may cross comes first, and the key loop needs no test of the mask): in the wide
+    form, key blocks wider than the query tile. With 128-key blocks and the overlap the loop
+    with the test read faster, so those blocks come in order."""
+    return block_n > block_m
+
+
 @gluon.jit
 def load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks, it,
-                    STAGES: gl.constexpr):
-    """The loader's work for one tile: key and value blocks ``0 .. n_blocks - 1`` of rows
+                    STAGES: gl.constexpr, BLOCK_M: gl.constexpr):
+    """The loader's work for one tile: its ``n_blocks`` key and value blocks of rows
     ``kv_row ..`` into the ring, from its position ``it`` on (stage ``it % STAGES``), each once
-    both consumers have released its buffer. A fresh barrier counts as having completed the
+    both consumers have released its buffer: block 0 first, or with :func:`diagonal_first`
+    block ``n_blocks - 1`` first and back to 0. A fresh barrier counts as having completed the
     phase before its first, so the first round of waits on ``empty`` passes at once."""
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     for j in range(n_blocks):
         stage = (it + j) % STAGES
+        if diagonal_first(BLOCK_N, BLOCK_M):
+            row = kv_row + (n_blocks - 1 - j) * BLOCK_N
+        else:
+            row = kv_row + j * BLOCK_N
         mbarrier.wait(empty.index(stage), (((it + j) // STAGES) & 1) ^ 1)
         mbarrier.expect(ready.index(stage), 2 * k_desc.block_type.nbytes)
-        TMA_LOAD(k_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), k_smem.index(stage))
-        TMA_LOAD(v_desc, [kv_row + j * BLOCK_N, 0], ready.index(stage), v_smem.index(stage))
+        TMA_LOAD(k_desc, [row, 0], ready.index(stage), k_smem.index(stage))
+        TMA_LOAD(v_desc, [row, 0], ready.index(stage), v_smem.index(stage))
 
 
 @gluon.jit
 def attend_tile(q_buf, q_bar, q_phase, k_smem, v_smem, ready, empty, it, first_row, n_blocks,
-                masked_from, qk_scale, STAGES: gl.constexpr, OVERLAP: gl.constexpr):
+                masked_from, qk_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                OVERLAP: gl.constexpr):
     """One consumer warpgroup's query rows ``first_row ..`` (in ``q_buf``, whose copy completes
     ``q_bar``'s phase ``q_phase``) against ``n_blocks`` key blocks, the ring's blocks ``it ..``
-    (its position: stage ``it % STAGES``); blocks from ``masked_from`` on cross the causal
-    diagonal. Returns the unnormalised output ``acc`` and the running maximum and sum (log2
-    units); each block's buffers are released as soon as its last product is done."""
+    (its position: stage ``it % STAGES``); key blocks from ``masked_from`` on cross the causal
+    diagonal. In block order the loop tests each block for the mask; diagonal first
+    (:func:`diagonal_first`) the ring's first block is the only one that may need it, masked
+    before the loop, and the loop's steps are all alike. Returns the unnormalised output
+    ``acc`` and the running maximum and sum (log2 units); each block's buffers are released as
+    soon as its last product is done."""
     ROWS: gl.constexpr = q_buf.type.shape[0]
     HEAD_DIM: gl.constexpr = q_buf.type.shape[1]
     BLOCK_N: gl.constexpr = k_smem.type.shape[1]
+    DIAGONAL_FIRST: gl.constexpr = diagonal_first(BLOCK_N, 2 * ROWS)
     dtype: gl.constexpr = q_buf.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
@@ -249,20 +282,24 @@ def attend_tile(q_buf, q_bar, q_phase, k_smem, v_smem, ready, empty, it, first_r
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
 
-    # block 0: its scores, waited for, and its softmax
+    # the ring's first block (key block 0, or diagonal first the last): its scores, waited for,
+    # and its softmax
     mbarrier.wait(q_bar, q_phase)
     mbarrier.wait(ready.index(it % STAGES), (it // STAGES) & 1)
     s = warpgroup_mma(q_buf, k_smem.index(it % STAGES).permute((1, 0)), s_zero, use_acc=False,
                       is_async=True)
     s = warpgroup_mma_wait(0, deps=[s])
-    if masked_from <= 0:
+    if DIAGONAL_FIRST:  # the one block the mask may cross
+        p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, CAUSAL, first_row,
+                                           (n_blocks - 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
+    elif masked_from <= 0:
         p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row, 0,
                                            ROWS, BLOCK_N, s_layout)
     else:
         p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row, 0,
                                            ROWS, BLOCK_N, s_layout)
 
-    # step j: p_j v_j, and block j + 1's scores and softmax
+    # step j: p_j v_j, and the scores and softmax of the ring's block j + 1
     for j in range(n_blocks - 1):
         stage = (it + j) % STAGES
         nxt = it + j + 1
@@ -278,8 +315,11 @@ def attend_tile(q_buf, q_bar, q_phase, k_smem, v_smem, ready, empty, it, first_r
             acc = warpgroup_mma_wait(0, deps=[acc])
             s = warpgroup_mma(q_buf, k_next, s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=[s])
-        # block j + 1's softmax: with OVERLAP it runs while p_j v_j is on the tensor cores
-        if j + 1 >= masked_from:
+        # its softmax: with OVERLAP it runs while p_j v_j is on the tensor cores
+        if DIAGONAL_FIRST:  # below the diagonal: no mask, no test
+            p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, False, first_row, 0,
+                                               ROWS, BLOCK_N, s_layout)
+        elif j + 1 >= masked_from:
             p, m_i, l_i, alpha = softmax_block(s, m_i, l_i, qk_scale, True, first_row,
                                                (j + 1) * BLOCK_N, ROWS, BLOCK_N, s_layout)
         else:
@@ -318,8 +358,8 @@ def write_rows(acc, m_i, l_i, q_buf, o_desc, LSE, row0, BLOCK_N: gl.constexpr):
 
 @gluon.jit
 def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars, q_row,
-                start_m, n_blocks, masked_from, qk_scale, STAGES: gl.constexpr,
-                OVERLAP: gl.constexpr):
+                start_m, n_blocks, masked_from, qk_scale, CAUSAL: gl.constexpr,
+                STAGES: gl.constexpr, OVERLAP: gl.constexpr):
     """A consumer partition (one warpgroup): query rows ``start_m + 64 * wg ..`` of the
     program's tile against every key block (:func:`attend_tile`), then their output and lse
     (:func:`write_rows`)."""
@@ -330,8 +370,8 @@ def attend_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     TMA_LOAD(q_desc, [row0, 0], q_bar, q_buf)
     acc, m_i, l_i = attend_tile(q_buf, q_bar, 0, k_smem, v_smem, ready, empty, 0,
-                                start_m + wg * ROWS, n_blocks, masked_from, qk_scale, STAGES,
-                                OVERLAP)
+                                start_m + wg * ROWS, n_blocks, masked_from, qk_scale, CAUSAL,
+                                STAGES, OVERLAP)
     write_rows(acc, m_i, l_i, q_buf, o_desc, LSE, row0, k_smem.type.shape[1])
     tma.store_wait(0)
 
@@ -367,11 +407,13 @@ def flash_fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, L, S, H, H_KV, 
     gl.warp_specialize([
         # the default partition (the kernel's own 4 warps) and a second one: 64 rows each
         (attend_rows, (0, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
-                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
+                       q_row, start_m, n_blocks, masked_from, qk_scale, CAUSAL, STAGES,
+                       OVERLAP)),
         (attend_rows, (1, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_bars,
-                       q_row, start_m, n_blocks, masked_from, qk_scale, STAGES, OVERLAP)),
+                       q_row, start_m, n_blocks, masked_from, qk_scale, CAUSAL, STAGES,
+                       OVERLAP)),
         (load_key_blocks, (k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks, 0,
-                           STAGES)),
+                           STAGES, BLOCK_M)),
     ], [4, 1], [232, 40])
 
 
@@ -451,7 +493,7 @@ def walk_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, BH, n_m, S, H,
         kv_row = ((bh // H) * H_KV + (bh % H) // (H // H_KV)) * S
         n_blocks, _ = tile_blocks(m * BLOCK_M, S, CAUSAL, BLOCK_M, BLOCK_N)
         load_key_blocks(k_desc, v_desc, k_smem, v_smem, ready, empty, kv_row, n_blocks, it,
-                        STAGES)
+                        STAGES, BLOCK_M)
         it += n_blocks
 
 
@@ -493,7 +535,7 @@ def walk_rows(wg, q_desc, o_desc, LSE, q_smem, k_smem, v_smem, ready, empty, q_b
                      q_bars.index(other), q_smem.index(other), pred=more)
         acc, m_i, l_i = attend_tile(q_buf, q_bars.index(buf), (t // Q_BUFS) & 1, k_smem,
                                     v_smem, ready, empty, it, first_row, n_blocks, masked_from,
-                                    qk_scale, STAGES, OVERLAP)
+                                    qk_scale, CAUSAL, STAGES, OVERLAP)
         it += n_blocks
         write_rows(acc, m_i, l_i, q_buf, o_desc, LSE, bh * L + first_row, BLOCK_N)
         if Q_BUFS == 1:  # the next tile's queries, once this output has left the buffer

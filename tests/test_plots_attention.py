@@ -10,7 +10,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from teachkit.plots.attention import (  # noqa: E402
+    TILE_COLORS,
     plot_attention_memory,
+    plot_key_order,
     plot_tile_schedule,
     plot_walk,
 )
@@ -61,3 +63,27 @@ def test_walk_figure_has_one_patch_per_tile_and_one_bar_per_program():
     labels = {t.get_text() for t in tiles.texts}
     assert "p0.0" in labels and "p3.1" in labels
 
+
+
+def test_key_order_figure_labels_each_block_with_its_step_and_marks_the_masked_one():
+    from matplotlib.colors import to_hex
+
+    from teachkit.kernels.flash_hopper import key_block_order
+    from teachkit.tiling import FULL, MASKED
+
+    in_order = [list(range(len(b))) for b in key_block_order(1024, 1024, 256, causal=True)]
+    fig = plot_key_order({"in order": in_order,
+                          "diagonal first": key_block_order(1024, 1024, 256, causal=True)},
+                         256, 1024)
+    first, second = fig.axes
+    assert len(first.patches) == len(second.patches) == 20  # 1+1+2+2+3+3+4+4 blocks
+    colours = [to_hex(p.get_facecolor()) for p in second.patches]
+    assert colours.count(TILE_COLORS[MASKED]) == 8  # one masked block a tile
+    assert colours.count(TILE_COLORS[FULL]) == 12
+    # tile 7 reads blocks 3, 2, 1, 0 diagonal first: the masked block 3 at step 1
+    masked_steps = [t.get_text() for t, p in zip(second.texts, second.patches, strict=True)
+                    if to_hex(p.get_facecolor()) == TILE_COLORS[MASKED]]
+    assert set(masked_steps) == {"1"}
+    masked_steps = [t.get_text() for t, p in zip(first.texts, first.patches, strict=True)
+                    if to_hex(p.get_facecolor()) == TILE_COLORS[MASKED]]
+    assert masked_steps == ["1", "1", "2", "2", "3", "3", "4", "4"]

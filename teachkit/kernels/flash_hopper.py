@@ -92,8 +92,8 @@ __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOP
            "TMA_STORE", "attend_rows", "diagonal_first", "flash_attention_hopper",
            "flash_fwd_hopper_kernel", "flash_fwd_hopper_persistent_kernel", "handover_barriers",
            "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
-           "hopper_ready", "hopper_units", "launch_hopper", "load_key_blocks", "next_tile",
-           "program_tiles", "query_row", "softmax_block", "tile_at", "tile_blocks",
+           "hopper_ready", "hopper_units", "key_block_order", "launch_hopper", "load_key_blocks",
+           "next_tile", "program_tiles", "query_row", "softmax_block", "tile_at", "tile_blocks",
            "tile_descriptor", "tile_layout", "unit_count", "unit_tiles", "walk_key_blocks",
            "walk_rows", "walk_schedule"]
 
@@ -602,6 +602,29 @@ def walk_schedule(n_m: int, BH: int, programs: int, causal: bool) -> list[list[t
             walk += [(u // units_per_seq, m) for m in pair]
         walks.append(walk)
     return walks
+
+
+def key_block_order(L: int, S: int, block_n: int, causal: bool) -> list[list[int]]:
+    """The key blocks each query tile reads, in the order :func:`load_key_blocks` copies them:
+    for each of the ``L // HOPPER_ROWS`` tiles of one sequence, block indices (block ``j``
+    holds keys ``j * block_n ..``), from the last back to 0 where :func:`diagonal_first` says
+    so, else from 0. The kernel's :func:`tile_blocks` and loader in Python, to read or plot.
+
+    Examples
+    --------
+    >>> key_block_order(512, 512, 256, causal=True)  # the wide form: diagonal first
+    [[0], [0], [1, 0], [1, 0]]
+    >>> key_block_order(512, 512, 128, causal=True)[2]  # 128-key blocks: in order
+    [0, 1, 2]
+    """
+    orders = []
+    for start_m in range(0, L, HOPPER_ROWS):
+        n_blocks = S // block_n
+        if causal:
+            n_blocks = min(-(-(start_m + HOPPER_ROWS) // block_n), n_blocks)
+        blocks = list(range(n_blocks))
+        orders.append(blocks[::-1] if diagonal_first(block_n, HOPPER_ROWS) else blocks)
+    return orders
 
 
 def hopper_device() -> bool:

@@ -18,7 +18,8 @@ from matplotlib.patches import Patch, Rectangle
 from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, tile_bounds, tile_schedule
 from .figures import new_axes
 
-__all__ = ["TILE_COLORS", "plot_tile_schedule", "plot_attention_memory", "plot_walk"]
+__all__ = ["TILE_COLORS", "plot_attention_memory", "plot_key_order", "plot_tile_schedule",
+           "plot_walk"]
 
 TILE_COLORS: dict[int, str] = {SKIP: "#eeeeee", FULL: "#4c9be8", MASKED: "#f5a142"}
 """Fill colour of each tile code."""
@@ -185,3 +186,55 @@ def plot_walk(walks: Sequence[Sequence[tuple[int, int]]], n_tiles: int, sequence
     fig.tight_layout()
     return fig
 
+
+
+def plot_key_order(orders: Mapping[str, Sequence[Sequence[int]]], block_n: int, S: int,
+                   block_m: int = 128, title: str | None = None) -> plt.Figure:
+    """Draw, for one causal sequence, the key blocks each query tile reads, one panel per way
+    of ordering them: query tiles as rows of ``block_m`` queries, key blocks of ``block_n``
+    keys, each block labelled with the step at which the tile's loop reads it and coloured by
+    whether the causal mask crosses it (its last key after the tile's first query). The
+    diagonal marks the last key each query may see; what lies right of it inside a block is
+    computed and masked away.
+
+    Parameters
+    ----------
+    orders : mapping of str to sequences of sequences of int
+        Panel title -> for each query tile, its key block indices in the order read, as
+        :func:`teachkit.kernels.flash_hopper.key_block_order` gives them.
+    block_n, S : int
+        Keys per block, and keys of the sequence.
+    block_m : int
+        Queries per tile.
+    title : str, optional
+        Figure title.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes = new_axes(len(orders), width=4.2, height=4.2)
+    axes = list(axes) if len(orders) > 1 else [axes]
+    for ax, (name, tiles) in zip(axes, orders.items(), strict=True):
+        L = len(tiles) * block_m
+        for t, blocks in enumerate(tiles):
+            for step, j in enumerate(blocks):
+                masked = (j + 1) * block_n - 1 > t * block_m
+                ax.add_patch(Rectangle((j * block_n, t * block_m), block_n, block_m,
+                                       facecolor=TILE_COLORS[MASKED if masked else FULL],
+                                       edgecolor="white", lw=1.5))
+                ax.text(j * block_n + block_n / 2, t * block_m + block_m / 2, str(step + 1),
+                        ha="center", va="center", fontsize=8, color="white")
+        ax.plot([0, min(L, S)], [0, min(L, S)], color="black", lw=1)
+        ax.set_xlim(0, S)
+        ax.set_ylim(L, 0)
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        ax.set_title(name, fontsize=9)
+    legend = [Patch(color=TILE_COLORS[MASKED], label="masked (crosses the diagonal)"),
+              Patch(color=TILE_COLORS[FULL], label="unmasked")]
+    axes[-1].legend(handles=legend, loc="upper right", fontsize=7)
+    fig.suptitle(title or f"key blocks of {block_n} read by query tiles of {block_m}",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig

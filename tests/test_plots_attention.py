@@ -64,7 +64,6 @@ def test_walk_figure_has_one_patch_per_tile_and_one_bar_per_program():
     assert "p0.0" in labels and "p3.1" in labels
 
 
-
 def test_key_order_figure_labels_each_block_with_its_step_and_marks_the_masked_one():
     from matplotlib.colors import to_hex
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
-from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, tile_bounds, tile_schedule
+from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, tile_bounds, tile_kind, tile_schedule
 from .figures import new_axes
 
 __all__ = ["TILE_COLORS", "plot_attention_memory", "plot_key_order", "plot_tile_schedule",
@@ -187,13 +187,12 @@ def plot_walk(walks: Sequence[Sequence[tuple[int, int]]], n_tiles: int, sequence
     return fig
 
 
-
 def plot_key_order(orders: Mapping[str, Sequence[Sequence[int]]], block_n: int, S: int,
                    block_m: int = 128, title: str | None = None) -> plt.Figure:
     """Draw, for one causal sequence, the key blocks each query tile reads, one panel per way
     of ordering them: query tiles as rows of ``block_m`` queries, key blocks of ``block_n``
     keys, each block labelled with the step at which the tile's loop reads it and coloured by
-    whether the causal mask crosses it (its last key after the tile's first query). The
+    whether the causal mask crosses it (:func:`teachkit.tiling.tile_kind`). The
     diagonal marks the last key each query may see; what lies right of it inside a block is
     computed and masked away.
 
@@ -219,10 +218,10 @@ def plot_key_order(orders: Mapping[str, Sequence[Sequence[int]]], block_n: int, 
         L = len(tiles) * block_m
         for t, blocks in enumerate(tiles):
             for step, j in enumerate(blocks):
-                masked = (j + 1) * block_n - 1 > t * block_m
+                kind = tile_kind(t * block_m, (t + 1) * block_m, j * block_n,
+                                 (j + 1) * block_n, causal=True)
                 ax.add_patch(Rectangle((j * block_n, t * block_m), block_n, block_m,
-                                       facecolor=TILE_COLORS[MASKED if masked else FULL],
-                                       edgecolor="white", lw=1.5))
+                                       facecolor=TILE_COLORS[kind], edgecolor="white", lw=1.5))
                 ax.text(j * block_n + block_n / 2, t * block_m + block_m / 2, str(step + 1),
                         ha="center", va="center", fontsize=8, color="white")
         ax.plot([0, min(L, S)], [0, min(L, S)], color="black", lw=1)

@@ -88,7 +88,7 @@ from .launch_cache import cached_launch
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_MIN_KEYS",
            "HOPPER_MIN_UNITS_PER_SM", "HOPPER_PREFERRED_HEAD_DIMS", "HOPPER_QUERY_BUFFERS",
-           "HOPPER_RESIDENT_KEYS", "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
+           "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
            "TMA_STORE", "attend_rows", "diagonal_first", "flash_attention_hopper",
            "flash_fwd_hopper_kernel", "flash_fwd_hopper_persistent_kernel", "handover_barriers",
            "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
@@ -150,12 +150,6 @@ mask and 0.97x with it, the Triton kernel at 0.89x and 0.85x
 no minimum: the per-tile Gluon kernel was as fast as the Triton kernel or faster on every shape
 timed, few queries against many keys included (CUDA-graph replays on an H200, L = 128 to 2048
 against S = 2048 to 32768)."""
-HOPPER_RESIDENT_KEYS = 4096
-"""At head dim 64 without the mask, from this many keys ``flash_attention`` launches one
-program per tile instead of a persistent grid (a rule measured with the key blocks in order;
-``attention_diagonal_first_nvidia_h200``, one run, has the walk 1.5-6 % ahead there since the
-diagonal block comes first): at L = S = 4096 and 16384 that was 1.03x and 1.05x
-cuDNN against 0.98x and 0.97x persistent (interleaved in one run on an H200)."""
 
 HOPPER_MIN_UNITS_PER_SM = {True: 0.5, False: 4.0}
 """Causal or not -> the fewest units of work (:func:`hopper_units`) per SM for which
@@ -683,8 +677,10 @@ def hopper_form(head_dim: int, L: int, S: int, causal: bool, sequences: int | No
       pairs of tiles even out the work (0.95x cuDNN at L = 1024 against 0.91x), one program per
       tile without it (1.05x against 1.01x at L = 4096);
     * head dim 64: 256-key blocks without the overlap, once a query tile reads
-      :data:`HOPPER_MIN_KEYS` keys; persistent with the mask or below
-      :data:`HOPPER_RESIDENT_KEYS` keys.
+      :data:`HOPPER_MIN_KEYS` keys; persistent, with the mask or without (without it the walk
+      read 1.00-1.11x one program per tile at L = S = 2048 to 16384,
+      ``attention_d64_walk_nvidia_h200``, and 1.00-1.06x at six shapes with L != S, from
+      L = 512 against S = 16384 to L = 8192 against S = 4096, in an interleaved run).
 
     Given ``sequences`` (``B * H``) and the GPU's ``sms``, a problem with fewer units of work
     (:func:`hopper_units`) per SM than :data:`HOPPER_MIN_UNITS_PER_SM` runs one program per
@@ -709,7 +705,7 @@ def hopper_form(head_dim: int, L: int, S: int, causal: bool, sequences: int | No
     if head_dim == 128:
         form = HopperForm(128, True, persistent=causal)
     else:
-        form = HopperForm(256, False, persistent=causal or S < HOPPER_RESIDENT_KEYS)
+        form = HopperForm(256, False, persistent=True)
     if form.persistent and sequences is not None and sms is not None and (
             hopper_units(L, sequences, causal) < HOPPER_MIN_UNITS_PER_SM[causal] * sms):
         form = form._replace(persistent=False)

@@ -20,7 +20,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    cuDNN on CUDA-graph replays, saved as a record (decode_config's wide tiles);
 7. with --head-dim-sweep, the default, two splits and unsplit and split tiles at D = 64
    (batches 1 to 16) and D = 256 (batches 2 to 5) beside cuDNN on CUDA-graph replays, saved as
-   a record (decode.unsplit_from's head dims, the keys of a 64 KB tile at D = 64).
+   a record (decode.unsplit_from's head dims, the keys of a 64 KB tile at D = 64);
+8. with --held-table-sweep, a paged cache read by the default (each program holding its table
+   row where the table is narrow enough) and by the same call reading the entries as the keys
+   need them, beside the contiguous default on CUDA-graph replays, batches 1 to 8, 1k-4k
+   tokens, D = 64 and 128, saved as a record (decode.HELD_TABLE_PAGES).
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ def main() -> int:
     parser.add_argument("--head-dim-sweep", action="store_true",
                         help="only the default and tiles at D = 64 and 256 beside cuDNN, saved "
                              "as teachkit/benchmarks/decode_head_dims_<device>.json (or --json)")
+    parser.add_argument("--held-table-sweep", action="store_true",
+                        help="only a paged cache with the table row held and read entry by "
+                             "entry, saved as teachkit/benchmarks/decode_held_table_<device>.json "
+                             "(or --json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -106,12 +114,12 @@ def main() -> int:
         for rows, graph in zip(split_sweep(), (False, True), strict=True):
             save_record("split", rows, copy, graph, suffix="_cudagraph" if graph else "")
         return failures_status()
-    if args.paged_sweep or args.contiguous_sweep or args.head_dim_sweep:
+    if args.paged_sweep or args.contiguous_sweep or args.head_dim_sweep or args.held_table_sweep:
         copy = copy_bandwidth()
         kind = ("paged" if args.paged_sweep else "contiguous" if args.contiguous_sweep
-                else "head_dims")
+                else "held_table" if args.held_table_sweep else "head_dims")
         sweeps = {"paged": functools.partial(paged_sweep, copy), "contiguous": contiguous_sweep,
-                  "head_dims": head_dim_sweep}
+                  "head_dims": head_dim_sweep, "held_table": held_table_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
@@ -514,6 +522,52 @@ def paged_sweep(copy: float) -> list:
                 + ", ".join(f"{n.removeprefix('paged ')} {base / ms:.0%}"
                             for n, ms in best.items() if n != "teachkit split-KV, default"))
             del k, v, kp, vp
+    return out
+
+
+def entry_by_entry(call: functools.partial) -> torch.Tensor:
+    """``call()`` with no paged program holding its table row (``decode.HELD_TABLE_PAGES``
+    emptied while it runs: a call captured into a CUDA graph keeps that kernel)."""
+    from teachkit.kernels import decode
+
+    held, decode.HELD_TABLE_PAGES = decode.HELD_TABLE_PAGES, {}
+    try:
+        return call()
+    finally:
+        decode.HELD_TABLE_PAGES = held
+
+
+def held_table_sweep() -> list:
+    """GB/s of a paged cache (pages of 16, shuffled) on CUDA-graph replays by the default
+    (``teachkit paged``: each program holds its table row where the table is narrow enough,
+    ``decode.HELD_TABLE_PAGES``) and by the same call reading the entries as the keys need them
+    (``paged, entry by entry``), beside the contiguous default (``teachkit split-KV, default``),
+    for batches 1 to 8, caches of 1k to 4k tokens and head dims 64 and 128; interleaved, best
+    of three."""
+    from teachkit.kernels.decode import decode_attention
+    from teachkit.paging import paged_from_contiguous
+
+    out = []
+    for D in (128, 64):
+        for B in (1, 2, 4, 8):
+            for S in (1024, 2048, 4096):
+                q, k, v, nbytes = decoding_inputs(B, S, D)
+                lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
+                kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
+                                                      gen=torch.Generator().manual_seed(B + S))
+                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
+                                          check_values=False)
+                runs = {"teachkit split-KV, default": functools.partial(
+                            decode_attention, q, k, v, check_values=False),
+                        "teachkit paged": paged,
+                        "paged, entry by entry": functools.partial(entry_by_entry, paged)}
+                best = checked_best_times(runs, "teachkit split-KV, default", "held table", B,
+                                          S, nbytes, out, rounds=3, head_dim=D)
+                base = best["teachkit split-KV, default"]
+                say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
+                    f"paged {base / best['teachkit paged']:.1%} held, "
+                    f"{base / best['paged, entry by entry']:.1%} entry by entry")
+                del k, v, kp, vp
     return out
 
 

@@ -117,6 +117,33 @@ def test_paged_cache_equals_contiguous(page_size, Lq, gen):
     assert relative_error(paged, flat) < 1e-6 and relative_error(lse_p, lse_f) < 1e-6
 
 
+@pytest.mark.parametrize("page_size,Lq", [(5, 1), (16, 3), (64, 1)])
+def test_a_held_table_row_reads_as_the_entries_do(page_size, Lq, gen, monkeypatch):
+    """A program holding its table row (narrow tables) computes exactly what one reading the
+    entries as its keys need them does: the same keys, the same order. -1 past each sequence's
+    pages, NaN in the pool's unused slots, one empty sequence."""
+    q, k, v, k_ref, v_ref, lens = make(3, 4, 2, Lq, 70, 16, gen, torch.float16,
+                                       lens=[70, 0, 37])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), page_size,
+                                                  num_pages=40, gen=gen, fill=NAN)
+    k_pool, v_pool, table = k_pool.to(DEV), v_pool.to(DEV), table.to(DEV)
+    assert (table == -1).any() and table.shape[1] <= decode.held_table_pages(None)
+    held = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
+    monkeypatch.setattr(decode, "HELD_TABLE_PAGES", {})
+    assert decode.held_table_pages(None) == 0
+    entries = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
+    for a, b in zip(held, entries, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def test_a_table_wider_than_a_program_holds_reads_entry_by_entry(gen):
+    """300 pages of one token: wider than the held row, so the entries are read one by one."""
+    S = decode.held_table_pages(None) + 44
+    q, k, v, k_ref, v_ref, lens = make(2, 2, 1, 1, S, 16, gen, torch.float32, lens=[S, 123])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 1, gen=gen)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV), num_splits=2)
+
+
 def test_paged_with_int64_indices(gen):
     q, _, _, k_ref, v_ref, _ = make(2, 2, 2, 1, 32, 16, gen, torch.float32, lens=[32, 32])
     lens = torch.tensor([32, 19])

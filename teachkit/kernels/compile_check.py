@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-272
+280
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -454,7 +454,10 @@ def decode_launch_configs() -> list[KernelConfig]:
     (and, contiguous, of a grid of nearly one an SM that does not split:
     :func:`~teachkit.kernels.decode.unsplit_from`), and
     :func:`~teachkit.kernels.decode.paged_range_tiles` of a captured paged call whose ranges
-    hold one iteration where they differ (``D = 128``, bf16, pages of 16); the merge kernel for
+    hold one iteration where they differ (``D = 128``, bf16, pages of 16), each paged variant
+    reading its table entry by entry and, on a GPU class of
+    :data:`~teachkit.kernels.decode.HELD_TABLE_PAGES`, holding the widest row it holds; the
+    merge kernel for
     2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
@@ -505,18 +508,24 @@ def decode_launch_configs() -> list[KernelConfig]:
                     if (page_size, block_m, merge, cfg[:3]) in compiled:
                         continue
                     compiled.add((page_size, block_m, merge, cfg[:3]))
-                    configs.append(_config(
-                        f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
-                        f"page={page_size or 'none'} warps={cfg.num_warps} "
-                        f"stages={cfg.num_stages}{' one launch' if merge else ''}"
-                        f"{' split tiles' if split_keys else ''} (for sm_{cls}-class GPUs)",
-                        decode.decode_split_kernel, split_types,
-                        {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
-                         "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
-                         "PRECISION": "ieee" if ty == "fp32" else "tf32", "DOT_FP32": False,
-                         "ONE_LAUNCH": merge, "stride_qd": 1, "stride_kd": 1,
-                         "stride_vd": 1},
-                        cfg.num_warps, cfg.num_stages, (cls,)))
+                    # a paged program holds its table row (the widest it holds) or reads it
+                    held = decode.HELD_TABLE_PAGES.get(cls, 0) if page_size else 0
+                    for table_tile in dict.fromkeys((held, 0)):
+                        configs.append(_config(
+                            f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
+                            f"page={page_size or 'none'}"
+                            f"{f' table held={table_tile}' if table_tile else ''} "
+                            f"warps={cfg.num_warps} stages={cfg.num_stages}"
+                            f"{' one launch' if merge else ''}"
+                            f"{' split tiles' if split_keys else ''} (for sm_{cls}-class GPUs)",
+                            decode.decode_split_kernel, split_types,
+                            {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
+                             "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
+                             "TABLE_TILE": table_tile,
+                             "PRECISION": "ieee" if ty == "fp32" else "tf32", "DOT_FP32": False,
+                             "ONE_LAUNCH": merge, "stride_qd": 1, "stride_kd": 1,
+                             "stride_vd": 1},
+                            cfg.num_warps, cfg.num_stages, (cls,)))
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):
             for splits in (2, decode.MAX_SPLITS):

@@ -88,6 +88,7 @@ from .scratch import contiguous_like, stream_id, stream_scratch
 
 __all__ = [
     "HEAD_DIMS",
+    "HELD_TABLE_PAGES",
     "MAX_SPLITS",
     "DecodeConfig",
     "choose_num_splits",
@@ -100,6 +101,7 @@ __all__ = [
     "decode_merge_kernel",
     "decode_split_kernel",
     "fold_key_block",
+    "held_table_pages",
     "max_rows",
     "merge_counters",
     "merge_splits",
@@ -122,21 +124,28 @@ _MAX_GRID_YZ = 65535
 # The split kernel
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def fold_key_block(acc, l_i, m_i, q, K, V, table_row, start_n, offs_n, offs_d, seqlen, row_pos,
-                   stride_kp, stride_kn, stride_kd, stride_vp, stride_vn, stride_vd, qk_scale,
-                   MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                   PRECISION: tl.constexpr, DOT_FP32: tl.constexpr):
+def fold_key_block(acc, l_i, m_i, q, K, V, table_row, pages, start_n, offs_n, offs_d, seqlen,
+                   row_pos, stride_kp, stride_kn, stride_kd, stride_vp, stride_vn, stride_vd,
+                   qk_scale, MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                   TABLE_TILE: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr):
     """Fold the keys ``start_n .. start_n + BLOCK_N - 1`` into ``(acc, l, m)`` (``m`` in log2
     units). Contiguous cache (``PAGE_SIZE == 0``): key ``j`` is row ``j`` of ``K``. Paged: row
-    ``j % PAGE_SIZE`` of page ``table_row[j // PAGE_SIZE]``. ``MASKED`` blocks drop keys past the
-    sequence and keys later than a query's position ``row_pos``.
+    ``j % PAGE_SIZE`` of page ``table_row[j // PAGE_SIZE]``, taken from ``pages``, the row's
+    first ``TABLE_TILE`` entries the program holds, where ``TABLE_TILE > 0``
+    (:data:`HELD_TABLE_PAGES`). ``MASKED`` blocks drop keys past the sequence and keys later
+    than a query's position ``row_pos``.
 
     Shapes: ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)``, ``l_i``, ``m_i`` and ``row_pos``
     ``(BLOCK_M,)``, ``offs_n`` ``(BLOCK_N,)``, ``offs_d`` ``(HEAD_DIM,)``; the key and value
     tiles are ``(BLOCK_N, HEAD_DIM)``, the scores ``(BLOCK_M, BLOCK_N)``."""
     cols = start_n + offs_n
     in_seq = cols < seqlen
-    if PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0:  # the block lies in one page: one entry
+    if PAGE_SIZE > 0 and TABLE_TILE > 0:  # the table row is held: each key's page from it
+        page = tl.gather(pages, tl.minimum(cols // PAGE_SIZE, TABLE_TILE - 1), 0).to(tl.int64)
+        slot = cols % PAGE_SIZE
+        k_rows = page * stride_kp + slot * stride_kn
+        v_rows = page * stride_vp + slot * stride_vn
+    elif PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0:  # the block lies in one page: one entry
         page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
         slot = (start_n % PAGE_SIZE + offs_n).to(tl.int64)
         k_rows = page * stride_kp + slot * stride_kn
@@ -186,17 +195,19 @@ def decode_split_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_tb,
-    H_KV, Lq, qk_scale,
+    H_KV, Lq, qk_scale, n_pages,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr,
-    ONE_LAUNCH: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, TABLE_TILE: tl.constexpr, PRECISION: tl.constexpr,
+    DOT_FP32: tl.constexpr, ONE_LAUNCH: tl.constexpr,
 ):
     """Program ``(split, b * H_KV + kv_head, row block)``: the rows ``(query head, query token)``
     that share one cache head, against one range of its keys. Writes the rows' output normalised
     over the range (``O``, float32 partials or the final output) and their natural-log lse.
 
     Shapes: ``Q`` ``(B, H, Lq, HEAD_DIM)``; ``K`` and ``V`` ``(B, H_KV, S, HEAD_DIM)``, or page
-    pools ``(num_pages, PAGE_SIZE, H_KV, HEAD_DIM)`` with ``TABLE`` ``(B, max_pages)``;
+    pools ``(num_pages, PAGE_SIZE, H_KV, HEAD_DIM)`` with ``TABLE`` ``(B, n_pages)``, whose
+    row a program reads whole at its start where ``TABLE_TILE`` (a power of two, at least
+    ``n_pages``) is not 0;
     ``SEQLENS`` ``(B,)``; ``O`` ``(num_splits, B, H, Lq, HEAD_DIM)`` and ``LSE``
     ``(num_splits, B, H, Lq)``, contiguous (buffers the call allocated, so their strides follow
     from the sizes and are not passed). The program holds ``BLOCK_M`` rows: ``q`` and ``acc``
@@ -238,10 +249,16 @@ def decode_split_kernel(
         k_base = K + kv_head.to(tl.int64) * stride_kh
         v_base = V + kv_head.to(tl.int64) * stride_vh
         table_row = TABLE + b.to(tl.int64) * stride_tb
+        if TABLE_TILE > 0:  # the whole row, read beside seqlen instead of after it
+            entry = tl.arange(0, TABLE_TILE)
+            pages = tl.load(table_row + entry, mask=entry < n_pages, other=0)
+        else:
+            pages = table_row  # not read
     else:
         k_base = K + b.to(tl.int64) * stride_kb + kv_head.to(tl.int64) * stride_kh
         v_base = V + b.to(tl.int64) * stride_vb + kv_head.to(tl.int64) * stride_vh
         table_row = TABLE
+        pages = TABLE  # not read
     offs_n = tl.arange(0, BLOCK_N)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -252,17 +269,19 @@ def decode_split_kernel(
     last_shared = tl.minimum(end, seqlen - Lq + 1)
     full_end = tl.maximum(start, start + ((last_shared - start) // BLOCK_N) * BLOCK_N)
     for start_n in range(start, full_end, BLOCK_N):
-        acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
-                                       offs_n, offs_d, seqlen, row_pos,
+        acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, pages,
+                                       start_n, offs_n, offs_d, seqlen, row_pos,
                                        stride_kb, stride_kn, stride_kd,
                                        stride_vb, stride_vn, stride_vd, qk_scale,
-                                       False, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
+                                       False, PAGE_SIZE, BLOCK_N, TABLE_TILE, PRECISION,
+                                       DOT_FP32)
     for start_n in range(full_end, end, BLOCK_N):
-        acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, start_n,
-                                       offs_n, offs_d, seqlen, row_pos,
+        acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, pages,
+                                       start_n, offs_n, offs_d, seqlen, row_pos,
                                        stride_kb, stride_kn, stride_kd,
                                        stride_vb, stride_vn, stride_vd, qk_scale,
-                                       True, PAGE_SIZE, BLOCK_N, PRECISION, DOT_FP32)
+                                       True, PAGE_SIZE, BLOCK_N, TABLE_TILE, PRECISION,
+                                       DOT_FP32)
 
     # No key seen (an empty split, or a query before the first key): zeros and lse = -inf.
     # (l == 0, not l > 0: a NaN must reach the merge, as it reaches SDPA's output.)
@@ -478,6 +497,37 @@ hold, where measured: where its ranges would hold fewer, its tiles take half the
 loads; at batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
 pages at 92 % and 96 % of the contiguous default where 64-key tiles read at 88 % and 91 %
 (records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
+
+HELD_TABLE_PAGES = {90: 256}
+"""GPU class -> the widest block table (pages a sequence) whose row each program of a paged call
+reads whole at its start, beside its sequence's length, where measured. Each key's page number
+then comes from the held row (``tl.gather``) instead of a load that waits for the length (which
+places the program's range) and holds the key's own load behind it; a program whose range is
+one or two iterations, as on short caches, has nothing to overlap that wait with. Wider tables,
+and other GPU classes, read the entries as the keys need them: a longer range's pipeline hides
+the wait, a held row costs registers (``HELD_TABLE_PAGES / (32 * num_warps)`` entries a
+thread), and on a T4, whose ``tl.dot`` already spills, ptxas spilled more with it. 256 pages of
+16 tokens are caches of up to 4k tokens. The interpreter holds rows as sm_90 does, so the CPU
+tests run that path. On an H200 (CUDA-graph replays, ``gpu_checks/decode_gpu.py
+--held-table-sweep``, record ``decode_held_table_nvidia_h200``, against the contiguous default
+of the same run), D = 128 read at 97 / 98 % of contiguous at one sequence of 1k / 2k tokens
+held, against 92 / 95 % entry by entry, and two sequences at 99-100 % against 97-99 %; D = 64
+at one or two sequences of 1k-2k tokens at 94-103 % against 90-98 %. At four and eight
+sequences, and at 4k tokens, held read at 0.98-1.01x entry by entry (at four and eight: D = 64
+87-93 % of contiguous, D = 128 95-99 %)."""
+
+
+def held_table_pages(capability: tuple[int, int] | None) -> int:
+    """The widest block table a paged program holds whole on a GPU of ``capability``
+    (:data:`HELD_TABLE_PAGES`, 0 where none is held); ``None``: the interpreter's, sm_90's.
+
+    Examples
+    --------
+    >>> held_table_pages((9, 0)), held_table_pages((7, 5)), held_table_pages(None)
+    (256, 0, 256)
+    """
+    return HELD_TABLE_PAGES.get(gpu_class(capability) if capability else 90, 0)
+
 
 _SPLIT_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
@@ -1121,14 +1171,19 @@ def decode_attention(
         (kp, ks, kh, kd), (vp, vs, vh, vd) = k_cache.stride(), v_cache.stride()
         k_strides, v_strides = (kp, kh, ks, kd), (vp, vh, vs, vd)
         table, stride_tb = block_table, block_table.stride(0)
+        n_pages = block_table.shape[1]  # a program holds its row where it is this narrow
+        held = held_table_pages(None if INTERPRETED else compute_capability(device))
+        table_tile = next_power_of_2(n_pages) if n_pages <= held else 0
     else:
         k_strides, v_strides = k_cache.stride(), v_cache.stride()
         table, stride_tb = seqlens, 0  # not read: any int32 tensor
+        n_pages, table_tile = 0, 0
     decode_split_kernel[(num_splits, B * H_kv, plan.row_blocks)](
         q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
-        *q.stride(), *k_strides, *v_strides, stride_tb, H_kv, Lq, scale,
+        *q.stride(), *k_strides, *v_strides, stride_tb, H_kv, Lq, scale, n_pages,
         GROUP=H // H_kv, HEAD_DIM=D, BLOCK_M=plan.block_m, BLOCK_N=config.block_n,
-        PAGE_SIZE=page_size, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        PAGE_SIZE=page_size, TABLE_TILE=table_tile,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )

@@ -505,10 +505,11 @@ then comes from the held row (``tl.gather``) instead of a load that waits for th
 places the program's range) and holds the key's own load behind it; a program whose range is
 one or two iterations, as on short caches, has nothing to overlap that wait with. Wider tables,
 and other GPU classes, read the entries as the keys need them: a longer range's pipeline hides
-the wait, a held row costs registers (``HELD_TABLE_PAGES / (32 * num_warps)`` entries a
-thread), and on a T4, whose ``tl.dot`` already spills, ptxas spilled more with it. 256 pages of
-16 tokens are caches of up to 4k tokens. The interpreter holds rows as sm_90 does, so the CPU
-tests run that path. On an H200 (CUDA-graph replays, ``gpu_checks/decode_gpu.py
+the wait, and a held row costs registers (its entries shared among ``32 * num_warps`` threads:
+two a thread for 256 entries and 4 warps). Compiled for a T4 (sm_75, Triton 3.6) the paged
+kernel spilled 612 bytes a thread at D = 128 with a held row of 256 entries, and none without.
+256 pages of 16 tokens are caches of up to 4k tokens. The interpreter holds rows as sm_90
+does, so the CPU tests run that path. On an H200 (CUDA-graph replays, ``gpu_checks/decode_gpu.py
 --held-table-sweep``, record ``decode_held_table_nvidia_h200``, against the contiguous default
 of the same run), D = 128 read at 97 / 98 % of contiguous at one sequence of 1k / 2k tokens
 held, against 92 / 95 % entry by entry, and two sequences at 99-100 % against 97-99 %; D = 64

@@ -35,8 +35,9 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
     "ring_": {"N", "causal", "dtype"},
     "host_": {"op", "dtype"},  # and the op's own sizes
 }
-OPTIONAL_KEYS = {  # params a result may add: an attention run given its tokens or heads
-    "attention_": {"B", "H"},
+OPTIONAL_KEYS = {  # params a result may add: an attention run given its tokens or heads, a
+    "attention_": {"B", "H"},  # decoding sweep over head dims its D where it is not 128
+    "decode_held_table_": {"D"},
 }
 
 

@@ -509,7 +509,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                         continue
                     compiled.add((page_size, block_m, merge, cfg[:3]))
                     # a paged program holds its table row (the widest it holds) or reads it
-                    held = decode.HELD_TABLE_PAGES.get(cls, 0) if page_size else 0
+                    held = decode.held_table_pages(capability) if page_size else 0
                     for table_tile in dict.fromkeys((held, 0)):
                         configs.append(_config(
                             f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "

@@ -140,18 +140,15 @@ def fold_key_block(acc, l_i, m_i, q, K, V, table_row, pages, start_n, offs_n, of
     tiles are ``(BLOCK_N, HEAD_DIM)``, the scores ``(BLOCK_M, BLOCK_N)``."""
     cols = start_n + offs_n
     in_seq = cols < seqlen
-    if PAGE_SIZE > 0 and TABLE_TILE > 0:  # the table row is held: each key's page from it
-        page = tl.gather(pages, tl.minimum(cols // PAGE_SIZE, TABLE_TILE - 1), 0).to(tl.int64)
-        slot = cols % PAGE_SIZE
-        k_rows = page * stride_kp + slot * stride_kn
-        v_rows = page * stride_vp + slot * stride_vn
-    elif PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0:  # the block lies in one page: one entry
+    if PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0 and TABLE_TILE == 0:  # one page: one entry
         page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
         slot = (start_n % PAGE_SIZE + offs_n).to(tl.int64)
         k_rows = page * stride_kp + slot * stride_kn
         v_rows = page * stride_vp + slot * stride_vn
-    elif PAGE_SIZE > 0:  # a block may cross pages: one table entry per key
-        if MASKED:
+    elif PAGE_SIZE > 0:  # one entry per key: from the held row, or from the table
+        if TABLE_TILE > 0:
+            page = tl.gather(pages, tl.minimum(cols // PAGE_SIZE, TABLE_TILE - 1), 0)
+        elif MASKED:
             page = tl.load(table_row + cols // PAGE_SIZE, mask=in_seq, other=0)
         else:
             page = tl.load(table_row + cols // PAGE_SIZE)
@@ -1173,8 +1170,7 @@ def decode_attention(
         k_strides, v_strides = (kp, kh, ks, kd), (vp, vh, vs, vd)
         table, stride_tb = block_table, block_table.stride(0)
         n_pages = block_table.shape[1]  # a program holds its row where it is this narrow
-        held = held_table_pages(None if INTERPRETED else compute_capability(device))
-        table_tile = next_power_of_2(n_pages) if n_pages <= held else 0
+        table_tile = next_power_of_2(n_pages) if n_pages <= plan.held_pages else 0
     else:
         k_strides, v_strides = k_cache.stride(), v_cache.stride()
         table, stride_tb = seqlens, 0  # not read: any int32 tensor
@@ -1199,8 +1195,9 @@ def decode_attention(
 class _DecodePlan(NamedTuple):
     """What a call launches with, worked out from its sizes: the output's shape
     ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``, the row blocks, the splits, whether the
-    split kernel merges, its counters, and the key of the buffers the call keeps
-    (:func:`_decode_buffers`). The kernels address the buffers a call allocates (``out``
+    split kernel merges, its counters, the key of the buffers the call keeps
+    (:func:`_decode_buffers`), and for a paged call the widest block table whose row a program
+    holds (:func:`held_table_pages`). The kernels address the buffers a call allocates (``out``
     ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials ``(num_splits, B, H, Lq, D)`` and
     ``(num_splits, B, H, Lq)``) as contiguous, from these sizes."""
 
@@ -1212,6 +1209,7 @@ class _DecodePlan(NamedTuple):
     one_launch: bool
     counters: int
     buffers: str
+    held_pages: int = 0
 
 
 @functools.lru_cache(maxsize=256)
@@ -1225,14 +1223,17 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
     tiles. A paged call that merges with the merge kernel aims for :data:`_PAGED_SPLIT_WAVES`
     programs an SM, and halves its tiles where its ranges would hold too few iterations
-    (:func:`paged_range_tiles`). Worked out once per kind of call (a decoding loop
-    makes the same call every step)."""
+    (:func:`paged_range_tiles`), and holds its table row where the table is narrow enough
+    (:func:`held_table_pages`). Worked out once per kind of call (a decoding loop makes the same
+    call every step)."""
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
     paged_waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
+    held = held_table_pages(capability) if paged else 0
     if config is not None:
         return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
-                         paged_waves if paged and not config.one_launch else 2)
+                         paged_waves if paged and not config.one_launch else 2,
+                         )._replace(held_pages=held)
     full_from = unsplit_from(capability, dtype, D, paged)  # full enough not to split
     base = decode_config(D, dtype, capability, paged, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
@@ -1249,7 +1250,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
             if short != split:
                 plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
                                  short)
-    return plan
+    return plan._replace(held_pages=held)
 
 
 def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,

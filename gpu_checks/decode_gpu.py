@@ -527,14 +527,18 @@ def paged_sweep(copy: float) -> list:
 
 def entry_by_entry(call: functools.partial) -> torch.Tensor:
     """``call()`` with no paged program holding its table row (``decode.HELD_TABLE_PAGES``
-    emptied while it runs: a call captured into a CUDA graph keeps that kernel)."""
+    emptied while it runs, and the launch plans worked out again either side: a call captured
+    into a CUDA graph keeps that kernel). Such a call also splits and takes tiles as a paged
+    call reading entries does."""
     from teachkit.kernels import decode
 
     held, decode.HELD_TABLE_PAGES = decode.HELD_TABLE_PAGES, {}
+    decode._launch_plan.cache_clear()
     try:
         return call()
     finally:
         decode.HELD_TABLE_PAGES = held
+        decode._launch_plan.cache_clear()
 
 
 def held_table_sweep() -> list:
@@ -543,13 +547,14 @@ def held_table_sweep() -> list:
     ``decode.HELD_TABLE_PAGES``) and by the same call reading the entries as the keys need them
     (``paged, entry by entry``), beside the contiguous default (``teachkit split-KV, default``),
     for batches 1 to 8, caches of 1k to 4k tokens and head dims 64 and 128; interleaved, best
-    of three."""
+    of three. Where it does not split, a call holding its row takes the contiguous call's tiles
+    and splits no more than it (``decode._launch_plan``)."""
     from teachkit.kernels.decode import decode_attention
     from teachkit.paging import paged_from_contiguous
 
     out = []
     for D in (128, 64):
-        for B in (1, 2, 4, 8):
+        for B in (1, 2, 3, 4, 5, 8):
             for S in (1024, 2048, 4096):
                 q, k, v, nbytes = decoding_inputs(B, S, D)
                 lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)

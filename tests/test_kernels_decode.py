@@ -128,10 +128,20 @@ def test_a_held_table_row_reads_as_the_entries_do(page_size, Lq, gen, monkeypatc
                                                   num_pages=40, gen=gen, fill=NAN)
     k_pool, v_pool, table = k_pool.to(DEV), v_pool.to(DEV), table.to(DEV)
     assert (table == -1).any() and table.shape[1] <= decode.held_table_pages(None)
+
+    def table_tile():  # the plan of these calls: the held row's width, 0 for none
+        return decode._launch_plan(3, 4, Lq, 16, 2, torch.float16, torch.device(DEV),
+                                   table.shape[1] * page_size, 3, None, page_size).table_tile
+
+    assert table_tile() == 1 << (table.shape[1] - 1).bit_length()  # a power of two
     held = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
     monkeypatch.setattr(decode, "HELD_TABLE_PAGES", {})
-    assert decode.held_table_pages(None) == 0
-    entries = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
+    decode._launch_plan.cache_clear()  # plans hold the row's width: work them out again
+    try:
+        assert decode.held_table_pages(None) == 0 and table_tile() == 0
+        entries = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
+    finally:
+        decode._launch_plan.cache_clear()
     for a, b in zip(held, entries, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
@@ -560,13 +570,13 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call that
     merges with the merge kernel aims for 4, and halves its tiles where a range would hold only
     one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
-    two programs an SM takes 128-key tiles, paged or not (planned for an H100's 132 SMs; the
-    plan is pure Python)."""
+    two programs an SM takes 128-key tiles, paged or not (pages of 16; planned for an H100's
+    132 SMs; the plan is pure Python)."""
     dev = torch.device(DEV)
     with planned_on((9, 0)):
         def plan(B, paged, S=16384, captured=False):
             return decode._launch_plan(B, 32, 1, 128, 32, torch.float16, dev, S, None,
-                                       None, paged, captured)
+                                       None, 16 if paged else 0, captured)
 
         # 8 ranges of 2048 keys, 128 at a time, plain or captured, paged in one launch
         assert plan(1, False).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
@@ -596,13 +606,13 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
 def test_wide_and_split_tiles_take_three_stages_of_short_rows():
     """On sm_90 a grid of one or two programs an SM, and a split call with long ranges, load
     64 KB in 2 stages where a row of K is 256 bytes or more (D = 128 in 16 bits, D = 64 in
-    float32, D = 256), and 128 keys in 3 stages where it is 128 bytes and contiguous (D = 64 in
-    16 bits: 64 KB would be 256 keys); paged, or on sm_80, as before (132 SMs: 5 sequences of 32
-    heads are 1.2 an SM)."""
+    float32, D = 256), and 128 keys in 3 stages where it is 128 bytes and contiguous, or paged
+    with the table row held (D = 64 in 16 bits: 64 KB would be 256 keys); paged reading its
+    entries, or on sm_80, as before (132 SMs: 5 sequences of 32 heads are 1.2 an SM)."""
     dev = torch.device(DEV)
 
-    def config(D, dtype=torch.float16, paged=False):
-        plan = decode._launch_plan(5, 32, 1, D, 32, dtype, dev, 4096, None, None, paged)
+    def config(D, dtype=torch.float16, page_size=0, S=4096):
+        plan = decode._launch_plan(5, 32, 1, D, 32, dtype, dev, S, None, None, page_size)
         assert plan.num_splits == 1
         return plan.config[:3]
 
@@ -611,7 +621,8 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
         assert config(64, torch.float32) == (128, 4, 2)
         assert config(256, torch.bfloat16) == (64, 4, 2)
         assert config(64) == config(64, torch.bfloat16) == (128, 4, 3)
-        assert config(64, paged=True) == (128, 4, 2)
+        assert config(64, page_size=16) == (128, 4, 3)  # 256 pages: the row held
+        assert config(64, page_size=16, S=8192) == (128, 4, 2)  # 512 pages: entries
         assert config(32, torch.float32)[2] == 2  # 128-byte rows, but measured in 16 bits only
         for D, tiles in ((64, (128, 4, 3)), (128, (128, 4, 2))):
             for paged, captured in ((False, False), (False, True), (True, False)):
@@ -631,22 +642,23 @@ def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
     for capability, block_n in (((9, 0), 32), ((8, 0), 64)):
         with planned_on(capability):
             plan = decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 1024, None,
-                                       None, True, True)
+                                       None, 16, True)
             assert plan.config.block_n == block_n, capability
 
 
 def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
     """From ``unsplit_from`` (0.7) programs an SM, a contiguous 16-bit call on sm_90 runs
     unsplit with three 64 KB stages at D = 64, 128 and 256 (256, 128 and 64 keys), plain or
-    captured; below, or paged, or float32, or at another head dim, or on another GPU class, it
-    splits as before; a given ``num_splits`` is kept, with the tiles of its ranges (132 SMs:
+    captured, and so does a paged one whose programs hold their table row; below, or paged
+    with a table too wide to hold, or float32, or at another head dim, or on another GPU class,
+    it splits as before; a given ``num_splits`` is kept, with the tiles of its ranges (132 SMs:
     batches 3 and 4 of 32 heads are 0.73 and 0.97 programs an SM)."""
     dev = torch.device(DEV)
 
-    def plan(B, dtype=torch.float16, paged=False, captured=False, num_splits=None, H_kv=32,
-             D=128):
-        return decode._launch_plan(B, 32, 1, D, H_kv, dtype, dev, 4096, num_splits, None,
-                                   paged, captured)
+    def plan(B, dtype=torch.float16, page_size=0, captured=False, num_splits=None, H_kv=32,
+             D=128, S=4096):
+        return decode._launch_plan(B, 32, 1, D, H_kv, dtype, dev, S, num_splits, None,
+                                   page_size, captured)
 
     with planned_on((9, 0)):
         for B, dtype, captured in ((3, torch.float16, False), (4, torch.bfloat16, True)):
@@ -654,7 +666,12 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
             assert (got.num_splits, got.config[:3]) == (1, (128, 4, 3)), (B, dtype)
         assert plan(12, H_kv=8).num_splits == 1  # grouped-query heads: 96 programs
         assert plan(2).num_splits == 4  # 0.48 an SM: splits
-        assert plan(4, paged=True).num_splits > 1
+        for B, D, block_n in ((3, 128, 128), (4, 64, 256)):  # 256 pages of 16: held
+            held = plan(B, page_size=16, D=D, captured=True)
+            assert (held.num_splits, held.config[:3], held.table_tile) == (
+                1, (block_n, 4, 3), 256), (B, D)
+        assert plan(4, page_size=16, S=8192).num_splits > 1  # 512 pages: entries
+        assert plan(4, page_size=16, S=8192).table_tile == 0
         assert plan(4, torch.float32).num_splits > 1
         for D, block_n in ((64, 256), (256, 64)):
             got = plan(3, D=D, captured=True)
@@ -695,6 +712,15 @@ def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes
         decode.default_config(1, 8, 64, 100, torch.int32, dev)
     with pytest.raises(ValueError, match="capacity"):
         decode.default_config(1, 8, 64, 0, torch.float16, dev)
+    with pytest.raises(ValueError, match="page_size"):
+        decode.default_config(1, 8, 64, 100, torch.float16, dev, page_size=0)
+    with pytest.raises(TypeError, match="page_size"):
+        decode.default_config(1, 8, 64, 100, torch.float16, dev, page_size=True)
+    with pytest.raises(ValueError, match="whole number of pages of 16"):
+        decode.default_config(1, 8, 64, 100, torch.float16, dev, page_size=16)
+    with planned_on((9, 0)):  # four sequences of 256 pages: unsplit, as contiguous
+        paged = decode.default_config(4, 32, 128, 4096, torch.float16, dev, page_size=16)
+        assert paged == decode.default_config(4, 32, 128, 4096, torch.float16, dev)
 
 
 def test_a_captured_split_call_plans_the_merge_kernel():

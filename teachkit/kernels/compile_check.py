@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-280
+286
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -451,14 +451,13 @@ def decode_launch_configs() -> list[KernelConfig]:
     tiles of a split call with long ranges where they differ (``decode_config(...,
     keys_per_split=LONG_RANGE)``, one query row, merging either way at ``D = 128``, and paged
     in one launch at ``D = 128`` in bf16), of an unsplit grid of one or two programs an SM
-    (and, contiguous, of a grid of nearly one an SM that does not split:
+    (and of a grid of nearly one an SM that does not split:
     :func:`~teachkit.kernels.decode.unsplit_from`), and
     :func:`~teachkit.kernels.decode.paged_range_tiles` of a captured paged call whose ranges
     hold one iteration where they differ (``D = 128``, bf16, pages of 16), each paged variant
     reading its table entry by entry and, on a GPU class of
-    :data:`~teachkit.kernels.decode.HELD_TABLE_PAGES`, holding the widest row it holds; the
-    merge kernel for
-    2 and
+    :data:`~teachkit.kernels.decode.HELD_TABLE_PAGES`, holding the widest row it holds (an
+    unsplit grid then takes the contiguous tiles); the merge kernel for 2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
@@ -496,21 +495,25 @@ def decode_launch_configs() -> list[KernelConfig]:
                                  for p, m in _decode_variants(ty, d)]
                 nearly_full = decode.unsplit_from(capability, dtype, d)
                 if nearly_full < 1:
-                    # a contiguous grid nearly one program an SM, unsplit: its own tiles
+                    # a grid nearly one program an SM, unsplit: its own tiles (contiguous, or
+                    # paged with the row held)
                     variants += [(p, m, False, None, nearly_full, False)
-                                 for p, m in _decode_variants(ty, d) if p == 0]
-                compiled = set()  # (page size, BLOCK_M, merge, tiles): one compile each
+                                 for p, m in _decode_variants(ty, d)]
+                compiled = set()  # (page size, row held, BLOCK_M, merge, tiles): one each
                 for page_size, block_m, merge, split_keys, per_sm, halved in variants:
-                    cfg = decode.decode_config(d, dtype, capability, paged=page_size > 0,
-                                               programs_per_sm=per_sm, keys_per_split=split_keys)
-                    if halved:
-                        cfg = decode.paged_range_tiles(cfg, 1, capability)
-                    if (page_size, block_m, merge, cfg[:3]) in compiled:
-                        continue
-                    compiled.add((page_size, block_m, merge, cfg[:3]))
-                    # a paged program holds its table row (the widest it holds) or reads it
+                    # a paged program holds its table row (the widest it holds) or reads it;
+                    # unsplit, a held row takes the contiguous tiles (decode_attention's plan)
                     held = decode.held_table_pages(capability) if page_size else 0
                     for table_tile in dict.fromkeys((held, 0)):
+                        entries = page_size > 0 and not (table_tile and per_sm is not None)
+                        cfg = decode.decode_config(d, dtype, capability, paged=entries,
+                                                   programs_per_sm=per_sm,
+                                                   keys_per_split=split_keys)
+                        if halved:
+                            cfg = decode.paged_range_tiles(cfg, 1, capability)
+                        if (page_size, table_tile, block_m, merge, cfg[:3]) in compiled:
+                            continue
+                        compiled.add((page_size, table_tile, block_m, merge, cfg[:3]))
                         configs.append(_config(
                             f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
                             f"page={page_size or 'none'}"

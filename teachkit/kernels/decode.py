@@ -708,15 +708,16 @@ def paged_range_tiles(config: DecodeConfig, keys_per_split: int,
 
 def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
                    device: torch.device | str | None = None, *, kv_heads: int | None = None,
-                   q_len: int = 1, paged: bool = False, captured: bool = False,
+                   q_len: int = 1, page_size: int | None = None, captured: bool = False,
                    ) -> DecodeConfig:
     """The configuration :func:`decode_attention` launches without a ``config`` for ``batch``
     sequences of ``q_len`` queries in ``heads`` heads of ``head_dim``, against caches of
-    ``capacity`` keys (``block_table.shape[1] * page_size`` where ``paged``) in ``kv_heads``
-    heads (default ``heads``), on ``device`` (default the current one): :func:`decode_config`'s
-    tiles for the programs an SM and, where the call splits the keys, for its ranges, merging
-    in one launch unless ``captured``. Pass it with ``one_launch`` replaced to time the other
-    merge with the same tiles.
+    ``capacity`` keys in ``kv_heads`` heads (default ``heads``), contiguous or, given
+    ``page_size``, paged (``capacity`` is then ``block_table.shape[1] * page_size``), on
+    ``device`` (default the current one): :func:`decode_config`'s tiles for the programs an SM
+    and, where the call splits the keys, for its ranges, merging in one launch unless
+    ``captured``. Pass it with ``one_launch`` replaced to time the other merge with the same
+    tiles.
 
     Examples
     --------
@@ -730,6 +731,11 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
     for name, value in (("batch", batch), ("heads", heads), ("head_dim", head_dim),
                         ("capacity", capacity), ("q_len", q_len)):
         require_positive_int(value, name)
+    if page_size is not None:
+        require_positive_int(page_size, "page_size")
+        if capacity % page_size:
+            raise ValueError(f"capacity = {capacity} is not a whole number of pages of "
+                             f"{page_size} tokens; pass block_table.shape[1] * page_size")
     require_kv_heads(kv_heads, heads)
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim = {head_dim} is not one the kernels take; pass one of "
@@ -737,7 +743,7 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
     if dtype not in KERNEL_DTYPES:
         raise TypeError(f"dtype must be one of {KERNEL_DTYPES}, got {dtype}")
     plan = _launch_plan(batch, heads, q_len, head_dim, kv_heads, dtype, device, capacity, None,
-                        None, paged, captured)
+                        None, page_size or 0, captured)
     return plan.config._replace(one_launch=not captured)  # what a split of such a call does
 
 
@@ -1152,7 +1158,7 @@ def decode_attention(
     # a call captured into a CUDA graph gets the configuration for replays (decode_config)
     capturing = ON_GPU and torch.cuda.is_current_stream_capturing()
     plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config,
-                        paged, config is None and capturing)
+                        page_size, config is None and capturing)
     config, num_splits, one_launch = plan.config, plan.num_splits, plan.one_launch
     # Buffers the caller never sees (the splits' partials, the lse unless asked for, the merge's
     # counters) are kept per CUDA stream from one call to the next (teachkit.kernels.scratch).
@@ -1169,17 +1175,16 @@ def decode_attention(
         (kp, ks, kh, kd), (vp, vs, vh, vd) = k_cache.stride(), v_cache.stride()
         k_strides, v_strides = (kp, kh, ks, kd), (vp, vh, vs, vd)
         table, stride_tb = block_table, block_table.stride(0)
-        n_pages = block_table.shape[1]  # a program holds its row where it is this narrow
-        table_tile = next_power_of_2(n_pages) if n_pages <= plan.held_pages else 0
+        n_pages = block_table.shape[1]
     else:
         k_strides, v_strides = k_cache.stride(), v_cache.stride()
         table, stride_tb = seqlens, 0  # not read: any int32 tensor
-        n_pages, table_tile = 0, 0
+        n_pages = 0
     decode_split_kernel[(num_splits, B * H_kv, plan.row_blocks)](
         q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
         *q.stride(), *k_strides, *v_strides, stride_tb, H_kv, Lq, scale, n_pages,
         GROUP=H // H_kv, HEAD_DIM=D, BLOCK_M=plan.block_m, BLOCK_N=config.block_n,
-        PAGE_SIZE=page_size, TABLE_TILE=table_tile,
+        PAGE_SIZE=page_size, TABLE_TILE=plan.table_tile,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
         num_warps=config.num_warps, num_stages=config.num_stages,
@@ -1196,10 +1201,12 @@ class _DecodePlan(NamedTuple):
     """What a call launches with, worked out from its sizes: the output's shape
     ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``, the row blocks, the splits, whether the
     split kernel merges, its counters, the key of the buffers the call keeps
-    (:func:`_decode_buffers`), and for a paged call the widest block table whose row a program
-    holds (:func:`held_table_pages`). The kernels address the buffers a call allocates (``out``
-    ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials ``(num_splits, B, H, Lq, D)`` and
-    ``(num_splits, B, H, Lq)``) as contiguous, from these sizes."""
+    (:func:`_decode_buffers`), and for a paged call whose programs hold their table row the
+    row's width in the kernel (``TABLE_TILE``, a power of two; 0: the entries are read as the
+    keys need them, :func:`held_table_pages`). The kernels address the buffers a call
+    allocates (``out`` ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials
+    ``(num_splits, B, H, Lq, D)`` and ``(num_splits, B, H, Lq)``) as contiguous, from these
+    sizes."""
 
     out_shape: tuple[int, int, int, int]
     config: DecodeConfig
@@ -1209,13 +1216,13 @@ class _DecodePlan(NamedTuple):
     one_launch: bool
     counters: int
     buffers: str
-    held_pages: int = 0
+    table_tile: int = 0
 
 
 @functools.lru_cache(maxsize=256)
 def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                  device: torch.device, capacity: int, num_splits: int | None,
-                 config: DecodeConfig | None, paged: bool, captured: bool = False,
+                 config: DecodeConfig | None, page_size: int, captured: bool = False,
                  ) -> _DecodePlan:
     """The :class:`_DecodePlan` of a call, with the defaults of :func:`decode_config` and
     :func:`choose_num_splits` where not given. A call that splits the keys gets
@@ -1223,19 +1230,24 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
     tiles. A paged call that merges with the merge kernel aims for :data:`_PAGED_SPLIT_WAVES`
     programs an SM, and halves its tiles where its ranges would hold too few iterations
-    (:func:`paged_range_tiles`), and holds its table row where the table is narrow enough
-    (:func:`held_table_pages`). Worked out once per kind of call (a decoding loop makes the same
-    call every step)."""
+    (:func:`paged_range_tiles`). A paged call (``page_size`` tokens a page; 0: contiguous)
+    holds its table row where the table is narrow enough (:func:`held_table_pages`), and then
+    reads as a contiguous call does: where it does not split the keys it takes the contiguous
+    call's tiles, and splits where that call would. Worked out once per kind of call (a decoding
+    loop makes the same call every step)."""
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
+    paged = page_size > 0
     paged_waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
-    held = held_table_pages(capability) if paged else 0
+    pages = capacity // page_size if paged else 0
+    table_tile = next_power_of_2(pages) if 0 < pages <= held_table_pages(capability) else 0
     if config is not None:
         return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
                          paged_waves if paged and not config.one_launch else 2,
-                         )._replace(held_pages=held)
-    full_from = unsplit_from(capability, dtype, D, paged)  # full enough not to split
-    base = decode_config(D, dtype, capability, paged, programs_per_sm=per_sm)
+                         )._replace(table_tile=table_tile)
+    entries = paged and not table_tile  # every key waits for its table entry
+    full_from = unsplit_from(capability, dtype, D, entries)  # full enough not to split
+    base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
@@ -1250,7 +1262,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
             if short != split:
                 plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
                                  short)
-    return plan._replace(held_pages=held)
+    return plan._replace(table_tile=table_tile)
 
 
 def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,

@@ -417,14 +417,16 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.02x;
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
-  64 KB in 2 stages read at 97-98 % where the contiguous tiles read at 83-91 % and 3 stages of
-  64 KB at 94-97 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 98-99 %,
-  64 KB in 2 stages at 86-87 % and in 3 stages at 93-98 %."""
+  64 KB in 2 stages read at 97-99 % where the contiguous tiles read at 84-95 % and 3 stages of
+  64 KB at 90-97 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 97-99 %,
+  64 KB in 2 stages at 87-89 % and in 3 stages at 87-98 %."""
 
 _SHORT_ROW_TILES = {90: (32 * 1024, 3)}
 """Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
 :data:`_SPLIT_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes
-(``D = 64`` in 16 bits), where measured; paged calls keep those. There 64 KB would be 256 keys,
+(``D = 64`` in 16 bits), where measured; paged calls that read their table entry by entry
+keep those (a paged call whose programs hold the row takes these, :data:`HELD_TABLE_PAGES`).
+There 64 KB would be 256 keys,
 past a tile's 128, so those tiles leave 32 KB in 2 stages, the same as many programs take; a
 third stage keeps more in flight instead. On an H200 (H = 32, D = 64 fp16, CUDA-graph replays,
 ``gpu_checks/decode_gpu.py --head-dim-sweep``, record ``decode_head_dims_nvidia_h200``):
@@ -457,8 +459,10 @@ tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and re
 1.00-1.08x the rate of two splits (``--head-dim-sweep``, record
 ``decode_head_dims_nvidia_h200``). At D = 64 (256 keys a tile, :data:`_NEARLY_FULL_MOST_KEYS`)
 they read at 0.98-1.21x, at 1.01-1.10x two splits but at batch 3 from 16k tokens, where two
-splits (with :data:`_SHORT_ROW_TILES`) read 1-6 % faster. Paged calls
-keep splitting: with one program an SM nothing hides the table's wait. So do float32 calls,
+splits (with :data:`_SHORT_ROW_TILES`) read 1-6 % faster. Paged calls that read
+their table entry by entry keep splitting: with one program an SM nothing hides the wait for
+each entry (a paged call whose programs hold the row does not, :data:`HELD_TABLE_PAGES`). So do
+float32 calls,
 which their ieee products bound rather than the memory, and head dims other than
 :data:`_NEARLY_FULL_HEAD_DIMS`."""
 
@@ -476,23 +480,22 @@ _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
 ``waves``) where it merges with the merge kernel (a call captured into a CUDA graph), where
 measured; elsewhere 2, as contiguous. More programs in flight hide the table's extra wait: on an
-H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel;
-``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``), the
-contiguous tiles with 4 programs an SM read pages at 95-99 % of the contiguous default from 2k
-tokens on, against 91-98 % for 3 stages of 64 KB with 2. A call that merges in one launch
-aims for 2, as contiguous: its last split of a row reads every partial of the row, twice as
-many with twice the splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k
-tokens, two of 1k), the GPU's time of that launch on graph replays read at 83 / 84 / 88 % of
-the contiguous default with 2 programs an SM, against 74 / 82 / 88 % with 4
-(``--split-sweep``, record ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one
-launch``)."""
+H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel; ``gpu_checks/decode_gpu.py
+--paged-sweep``, record ``decode_paged_nvidia_h200``), the contiguous tiles with 4 programs an SM
+read pages at 96-99 % of the contiguous default from 2k tokens on, against 75-98 % for 3 stages of
+64 KB with 2 (the least on the shortest caches). A call that merges in one launch aims for 2, as
+contiguous: its last split of a row reads every partial of the row, twice as many with twice the
+splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k tokens, two of 1k), the
+GPU's time of that launch on graph replays read at 83 / 84 / 88 % of the contiguous default with 2
+programs an SM, against 74 / 82 / 88 % with 4 (``--split-sweep``, record
+``decode_split_nvidia_h200_cudagraph``, ``paged ..., one launch``)."""
 
 _PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
 hold, where measured: where its ranges would hold fewer, its tiles take half the keys (at least
 16), with the same splits. With one iteration a range nothing overlaps the table's wait and the
 loads; at batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
-pages at 92 % and 96 % of the contiguous default where 64-key tiles read at 88 % and 91 %
+pages at 97 % and 96 % of the contiguous default where 64-key tiles read at 92 % and 91 %
 (records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
 
 HELD_TABLE_PAGES = {90: 256}
@@ -506,13 +509,28 @@ the wait, and a held row costs registers (its entries shared among ``32 * num_wa
 two a thread for 256 entries and 4 warps). Compiled for a T4 (sm_75, Triton 3.6) the paged
 kernel spilled 612 bytes a thread at D = 128 with a held row of 256 entries, and none without.
 256 pages of 16 tokens are caches of up to 4k tokens. The interpreter holds rows as sm_90
-does, so the CPU tests run that path. On an H200 (CUDA-graph replays, ``gpu_checks/decode_gpu.py
---held-table-sweep``, record ``decode_held_table_nvidia_h200``, against the contiguous default
-of the same run), D = 128 read at 97 / 98 % of contiguous at one sequence of 1k / 2k tokens
-held, against 92 / 95 % entry by entry, and two sequences at 99-100 % against 97-99 %; D = 64
-at one or two sequences of 1k-2k tokens at 94-103 % against 90-98 %. At four and eight
-sequences, and at 4k tokens, held read at 0.98-1.01x entry by entry (at four and eight: D = 64
-87-93 % of contiguous, D = 128 95-99 %)."""
+does, so the CPU tests run that path.
+
+With its row held a paged call no longer waits on the table inside its loop, so where it does
+not split the keys it is planned as the contiguous call of the same problem (``_launch_plan``):
+from :func:`unsplit_from` programs an SM it runs unsplit with that call's tiles, and at
+``D = 64`` it takes :data:`_SHORT_ROW_TILES`. Split calls keep the paged plan, which read at
+least as fast as the contiguous one there. On an H200 (CUDA-graph replays, pages of 16
+shuffled, ``gpu_checks/decode_gpu.py --held-table-sweep``, record
+``decode_held_table_nvidia_h200``, against the contiguous default of the same run), held
+against entry by entry:
+
+* one and two sequences (split): D = 128 at 97-100 % of contiguous against 92-99 %, the most
+  gained at one sequence of 1k tokens (97 % against 92 %); D = 64 at 94-104 % against
+  90-99 %;
+* three and four sequences (unsplit held, split entry by entry): D = 128 at 98-100 % against
+  91-97 %; D = 64 at 91-97 % against 86-94 %;
+* five and eight sequences (unsplit both ways): D = 64 at 93-97 % against 72-92 % (three
+  stages of 128 keys against two); D = 128 (the same tiles) at 92-99 % against 93-98 %.
+
+Where the row is not held the contiguous plan is slower: in a scratch run at 8k and 16k tokens
+(512 and 1024 pages), three and four sequences unsplit read at 58-75 % of contiguous against
+95-100 % split."""
 
 
 def held_table_pages(capability: tuple[int, int] | None) -> int:
@@ -593,7 +611,9 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     capability : tuple of int, optional
         ``(major, minor)`` of the GPU; ``None`` means the interpreter's small fixed config.
     paged : bool
-        Whether the keys come through a block table.
+        Whether the keys come through a block table whose entries the loop waits for.
+        :func:`decode_attention` passes False for an unsplit paged call whose programs hold
+        their table row (:data:`HELD_TABLE_PAGES`): its keys read as contiguous ones.
     captured : bool
         Whether the call splits the keys and is being captured into a CUDA graph (the merge
         kernel).
@@ -668,7 +688,8 @@ def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_di
     keys by default: below one for contiguous float16 and bfloat16 calls of a head dim in
     :data:`_NEARLY_FULL_HEAD_DIMS` on a GPU class in :data:`_NEARLY_FULL_GRID` (which then load
     bigger tiles, :func:`decode_config`), else one (:func:`choose_num_splits`: every SM has a
-    program).
+    program). ``paged`` means the keys wait for each entry of a block table; a paged call whose
+    programs hold their table row (:data:`HELD_TABLE_PAGES`) is asked as a contiguous one.
 
     Examples
     --------

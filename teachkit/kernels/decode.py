@@ -423,13 +423,13 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
 
 _SHORT_ROW_TILES = {90: (32 * 1024, 3)}
 """Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
-:data:`_SPLIT_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes
-(``D = 64`` in 16 bits), where measured; paged calls that read their table entry by entry
-keep those (a paged call whose programs hold the row takes these, :data:`HELD_TABLE_PAGES`).
-There 64 KB would be 256 keys,
-past a tile's 128, so those tiles leave 32 KB in 2 stages, the same as many programs take; a
-third stage keeps more in flight instead. On an H200 (H = 32, D = 64 fp16, CUDA-graph replays,
-``gpu_checks/decode_gpu.py --head-dim-sweep``, record ``decode_head_dims_nvidia_h200``):
+:data:`_SPLIT_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes (``D
+= 64`` in 16 bits), where measured; paged calls that read their table entry by entry keep those
+(a paged call whose programs hold the row takes these, :data:`HELD_TABLE_PAGES`). There 64 KB
+would be 256 keys, past a tile's 128, so those tiles leave 32 KB in 2 stages, the same as many
+programs take; a third stage keeps more in flight instead. On an H200 (H = 32, D = 64 fp16,
+CUDA-graph replays, ``gpu_checks/decode_gpu.py --head-dim-sweep``, record
+``decode_head_dims_nvidia_h200``):
 
 * unsplit, batches 5 and 8 (1.2 and 1.9 programs an SM, 1k-16k tokens): the default with these
   tiles reads at 0.93-0.99x cuDNN, where 2 stages read at 0.75-0.94x and 256-key tiles in 2
@@ -459,10 +459,9 @@ tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and re
 1.00-1.08x the rate of two splits (``--head-dim-sweep``, record
 ``decode_head_dims_nvidia_h200``). At D = 64 (256 keys a tile, :data:`_NEARLY_FULL_MOST_KEYS`)
 they read at 0.98-1.21x, at 1.01-1.10x two splits but at batch 3 from 16k tokens, where two
-splits (with :data:`_SHORT_ROW_TILES`) read 1-6 % faster. Paged calls that read
-their table entry by entry keep splitting: with one program an SM nothing hides the wait for
-each entry (a paged call whose programs hold the row does not, :data:`HELD_TABLE_PAGES`). So do
-float32 calls,
+splits (with :data:`_SHORT_ROW_TILES`) read 1-6 % faster. Paged calls that read their table
+entry by entry keep splitting: with one program an SM nothing hides the wait for each entry (a
+paged call whose programs hold the row does not, :data:`HELD_TABLE_PAGES`). So do float32 calls,
 which their ieee products bound rather than the memory, and head dims other than
 :data:`_NEARLY_FULL_HEAD_DIMS`."""
 
@@ -515,7 +514,8 @@ With its row held a paged call no longer waits on the table inside its loop, so 
 not split the keys it is planned as the contiguous call of the same problem (``_launch_plan``):
 from :func:`unsplit_from` programs an SM it runs unsplit with that call's tiles, and at
 ``D = 64`` it takes :data:`_SHORT_ROW_TILES`. Split calls keep the paged plan, which read at
-least as fast as the contiguous one there. On an H200 (CUDA-graph replays, pages of 16
+1.00-1.08x the contiguous one there (a scratch run: one and two sequences of 1k-4k tokens,
+D = 64 and 128, graph replays). On an H200 (CUDA-graph replays, pages of 16
 shuffled, ``gpu_checks/decode_gpu.py --held-table-sweep``, record
 ``decode_held_table_nvidia_h200``, against the contiguous default of the same run), held
 against entry by entry:

@@ -423,8 +423,8 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
 
 _SHORT_ROW_TILES = {90: (32 * 1024, 3)}
 """Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
-:data:`_SPLIT_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes (``D
-= 64`` in 16 bits), where measured; paged calls that read their table entry by entry keep those
+:data:`_SPLIT_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes
+(``D = 64`` in 16 bits), where measured; paged calls that read their table entry by entry keep those
 (a paged call whose programs hold the row takes these, :data:`HELD_TABLE_PAGES`). There 64 KB
 would be 256 keys, past a tile's 128, so those tiles leave 32 KB in 2 stages, the same as many
 programs take; a third stage keeps more in flight instead. On an H200 (H = 32, D = 64 fp16,

@@ -28,6 +28,7 @@ from teachkit.kernels.decode import (  # noqa: E402
     decode_attention,
     decode_mask,
 )
+from teachkit.kernels.grid_math import next_power_of_2  # noqa: E402
 
 DEV = teachkit.DEVICE
 RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -133,7 +134,7 @@ def test_a_held_table_row_reads_as_the_entries_do(page_size, Lq, gen, monkeypatc
         return decode._launch_plan(3, 4, Lq, 16, 2, torch.float16, torch.device(DEV),
                                    table.shape[1] * page_size, 3, None, page_size).table_tile
 
-    assert table_tile() == 1 << (table.shape[1] - 1).bit_length()  # a power of two
+    assert table_tile() == next_power_of_2(table.shape[1])
     held = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
     monkeypatch.setattr(decode, "HELD_TABLE_PAGES", {})
     decode._launch_plan.cache_clear()  # plans hold the row's width: work them out again

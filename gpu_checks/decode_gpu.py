@@ -81,6 +81,10 @@ def main() -> int:
                         help="only a paged cache with the table row held and read entry by "
                              "entry, saved as teachkit/benchmarks/decode_held_table_<device>.json "
                              "(or --json)")
+    parser.add_argument("--interleave-sweep", action="store_true",
+                        help="only a paged cache with and without its tiles' pages interleaved, "
+                             "saved as teachkit/benchmarks/decode_interleave_<device>.json "
+                             "(or --json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -114,12 +118,15 @@ def main() -> int:
         for rows, graph in zip(split_sweep(), (False, True), strict=True):
             save_record("split", rows, copy, graph, suffix="_cudagraph" if graph else "")
         return failures_status()
-    if args.paged_sweep or args.contiguous_sweep or args.head_dim_sweep or args.held_table_sweep:
+    kinds = {"paged": args.paged_sweep, "contiguous": args.contiguous_sweep,
+             "head_dims": args.head_dim_sweep, "held_table": args.held_table_sweep,
+             "interleave": args.interleave_sweep}
+    if any(kinds.values()):
         copy = copy_bandwidth()
-        kind = ("paged" if args.paged_sweep else "contiguous" if args.contiguous_sweep
-                else "held_table" if args.held_table_sweep else "head_dims")
+        kind = next(name for name, asked in kinds.items() if asked)
         sweeps = {"paged": functools.partial(paged_sweep, copy), "contiguous": contiguous_sweep,
-                  "head_dims": head_dim_sweep, "held_table": held_table_sweep}
+                  "head_dims": head_dim_sweep, "held_table": held_table_sweep,
+                  "interleave": interleave_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
@@ -525,20 +532,27 @@ def paged_sweep(copy: float) -> list:
     return out
 
 
-def entry_by_entry(call: functools.partial) -> torch.Tensor:
-    """``call()`` with no paged program holding its table row (``decode.HELD_TABLE_PAGES``
-    emptied while it runs, and the launch plans worked out again either side: a call captured
-    into a CUDA graph keeps that kernel). Such a call also splits and takes tiles as a paged
-    call reading entries does."""
+def planned_with(setting: str, value: dict, call: functools.partial) -> torch.Tensor:
+    """``call()`` with the ``decode`` module's per-GPU-class table ``setting`` (such as
+    ``"HELD_TABLE_PAGES"``) replaced by ``value`` while it runs, and the launch plans worked
+    out again either side (a call captured into a CUDA graph keeps its kernel)."""
     from teachkit.kernels import decode
 
-    held, decode.HELD_TABLE_PAGES = decode.HELD_TABLE_PAGES, {}
+    kept = getattr(decode, setting)
+    setattr(decode, setting, value)
     decode._launch_plan.cache_clear()
     try:
         return call()
     finally:
-        decode.HELD_TABLE_PAGES = held
+        setattr(decode, setting, kept)
         decode._launch_plan.cache_clear()
+
+
+def entry_by_entry(call: functools.partial) -> torch.Tensor:
+    """``call()`` with no paged program holding its table row (``decode.HELD_TABLE_PAGES``
+    emptied while it runs). Such a call also splits and takes tiles as a paged call reading
+    entries does."""
+    return planned_with("HELD_TABLE_PAGES", {}, call)
 
 
 def held_table_sweep() -> list:
@@ -572,6 +586,43 @@ def held_table_sweep() -> list:
                 say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
                     f"paged {base / best['teachkit paged']:.1%} held, "
                     f"{base / best['paged, entry by entry']:.1%} entry by entry")
+                del k, v, kp, vp
+    return out
+
+
+def interleave_sweep() -> list:
+    """GB/s of a paged cache (pages of 16, shuffled) on CUDA-graph replays by the default
+    (``teachkit paged``: tiles of several pages interleave them at up to
+    ``decode.INTERLEAVE_PAGES_PER_SM`` programs an SM), never interleaving (``paged, key
+    order``) and always (``paged, interleaved``), beside the contiguous default (``teachkit
+    split-KV, default``), for head dims 64 and 128, batches 1 to 16 and caches of 1k to 16k
+    tokens; interleaved in time, best of three."""
+    from teachkit.kernels.decode import decode_attention
+    from teachkit.paging import paged_from_contiguous
+
+    out = []
+    for D in (64, 128):
+        for B in (1, 2, 3, 4, 5, 8, 16):
+            for S in (1024, 4096, 16384):
+                q, k, v, nbytes = decoding_inputs(B, S, D)
+                lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
+                kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
+                                                      gen=torch.Generator().manual_seed(B + S))
+                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
+                                          check_values=False)
+                runs = {"teachkit split-KV, default": functools.partial(
+                            decode_attention, q, k, v, check_values=False),
+                        "teachkit paged": paged,
+                        "paged, key order": functools.partial(
+                            planned_with, "INTERLEAVE_PAGES_PER_SM", {}, paged),
+                        "paged, interleaved": functools.partial(
+                            planned_with, "INTERLEAVE_PAGES_PER_SM", {90: math.inf}, paged)}
+                best = checked_best_times(runs, "teachkit split-KV, default", "interleave", B,
+                                          S, nbytes, out, rounds=3, head_dim=D)
+                base = best["teachkit split-KV, default"]
+                say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
+                    + ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()
+                                if n != "teachkit split-KV, default"))
                 del k, v, kp, vp
     return out
 

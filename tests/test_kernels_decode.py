@@ -9,6 +9,7 @@ sequence's length hold NaN in the kernel's inputs: reading one would show.
 from __future__ import annotations
 
 import contextlib
+import math
 
 import pytest
 import torch
@@ -145,6 +146,43 @@ def test_a_held_table_row_reads_as_the_entries_do(page_size, Lq, gen, monkeypatc
         decode._launch_plan.cache_clear()
     for a, b in zip(held, entries, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("page_size,Lq,held", [(4, 1, True), (16, 3, True), (8, 2, False),
+                                                (32, 1, False)])
+def test_interleaved_pages_read_as_key_order_does(page_size, Lq, held, gen, monkeypatch):
+    """Tiles of several whole pages interleaved (tile row ``i``: slot ``i // n`` of page
+    ``i % n``) give what key order gives, up to the order of the sums: the same keys, masked by
+    their own positions (queries of a later token see fewer keys, NaN fills the pool's unused
+    slots and lies past each sequence's last page), with the row held or read entry by
+    entry; tiles of 64 keys, 2 to 16 pages."""
+    q, k, v, k_ref, v_ref, lens = make(3, 4, 2, Lq, 90, 16, gen, torch.float16,
+                                       lens=[90, 0, 37])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), page_size,
+                                                  num_pages=40, gen=gen, fill=NAN)
+    k_pool, v_pool, table = k_pool.to(DEV), v_pool.to(DEV), table.to(DEV)
+    if not held:
+        monkeypatch.setattr(decode, "HELD_TABLE_PAGES", {})
+    tiles = decode.DecodeConfig(64, 4, 2, one_launch=False)
+
+    def run(per_sm):
+        monkeypatch.setattr(decode, "INTERLEAVE_PAGES_PER_SM", per_sm)
+        decode._launch_plan.cache_clear()  # plans hold the choice: work them out again
+        try:
+            plan = decode._launch_plan(3, 4, Lq, 16, 2, torch.float16, torch.device(DEV),
+                                       table.shape[1] * page_size, 2, tiles, page_size)
+            assert bool(plan.table_tile) == held
+            got = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=2,
+                        config=tiles)
+            return plan.interleave_pages, got
+        finally:
+            decode._launch_plan.cache_clear()
+
+    interleaved, by_page = run({90: math.inf})
+    in_order, by_key = run({})
+    assert interleaved and not in_order
+    for a, b in zip(by_page, by_key, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3, equal_nan=True)
 
 
 def test_a_table_wider_than_a_program_holds_reads_entry_by_entry(gen):
@@ -683,6 +721,30 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
         assert decode.default_config(4, 32, 128, 4096, torch.float16, dev).num_stages == 3
     with planned_on((8, 0)):
         assert plan(4).num_splits == 2
+
+
+def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
+    """On sm_90 (132 SMs) a paged call whose tiles hold several whole pages interleaves them
+    where its grid has at most two programs an SM (``INTERLEAVE_PAGES_PER_SM``), held row or
+    not: four sequences of 32 heads unsplit (0.97 an SM), five of 16k tokens (1.2); not sixteen
+    (3.9), nor one split 16 ways (3.9), nor pages as large as the tile, nor a contiguous call,
+    nor on another GPU class."""
+    dev = torch.device(DEV)
+
+    def plan(B, D=64, S=4096, page_size=16):
+        return decode._launch_plan(B, 32, 1, D, 32, torch.float16, dev, S, None, None,
+                                   page_size, True)
+
+    with planned_on((9, 0)):
+        assert plan(4).interleave_pages and plan(4).num_splits == 1
+        assert plan(5, S=16384).interleave_pages and plan(5, S=16384).table_tile == 0
+        assert not plan(16, S=1024).interleave_pages
+        one = plan(1, D=128)
+        assert one.num_splits * 32 > 2 * 132 and not one.interleave_pages
+        assert not plan(4, D=128, page_size=256).interleave_pages  # one page a tile
+        assert not plan(4, page_size=0).interleave_pages
+    with planned_on((8, 0)):
+        assert not plan(4).interleave_pages
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")

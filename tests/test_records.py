@@ -38,6 +38,7 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
 OPTIONAL_KEYS = {  # params a result may add: an attention run given its tokens or heads, a
     "attention_": {"B", "H"},  # decoding sweep over head dims its D where it is not 128
     "decode_held_table_": {"D"},
+    "decode_interleave_": {"D"},
 }
 
 

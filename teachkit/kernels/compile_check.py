@@ -35,7 +35,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-286
+300
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -443,6 +443,25 @@ LONG_RANGE = 1 << 20
 long ranges wherever it has them."""
 
 
+def _split_config(ty: str, d: int, cls: int, cfg: decode.DecodeConfig, page_size: int,
+                  table_tile: int, interleave: bool, block_m: int, merge: bool,
+                  split_tiles: bool, types: dict[str, str]) -> KernelConfig:
+    """One variant of the decode split kernel for :func:`decode_launch_configs`."""
+    return _config(
+        f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
+        f"page={page_size or 'none'}{f' table held={table_tile}' if table_tile else ''}"
+        f"{' interleaved' if interleave else ''} warps={cfg.num_warps} stages={cfg.num_stages}"
+        f"{' one launch' if merge else ''}{' split tiles' if split_tiles else ''} "
+        f"(for sm_{cls}-class GPUs)",
+        decode.decode_split_kernel, types,
+        {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
+         "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size, "TABLE_TILE": table_tile,
+         "INTERLEAVE_PAGES": interleave, "PRECISION": "ieee" if ty == "fp32" else "tf32",
+         "DOT_FP32": False, "ONE_LAUNCH": merge, "stride_qd": 1, "stride_kd": 1,
+         "stride_vd": 1},
+        cfg.num_warps, cfg.num_stages, (cls,))
+
+
 def decode_launch_configs() -> list[KernelConfig]:
     """Every configuration :func:`~teachkit.kernels.decode.decode_attention` may launch on a GPU.
 
@@ -457,7 +476,9 @@ def decode_launch_configs() -> list[KernelConfig]:
     hold one iteration where they differ (``D = 128``, bf16, pages of 16), each paged variant
     reading its table entry by entry and, on a GPU class of
     :data:`~teachkit.kernels.decode.HELD_TABLE_PAGES`, holding the widest row it holds (an
-    unsplit grid then takes the contiguous tiles); the merge kernel for 2 and
+    unsplit grid then takes the contiguous tiles), and, where its tiles hold several pages on a
+    GPU class of :data:`~teachkit.kernels.decode.INTERLEAVE_PAGES_PER_SM`, with them
+    interleaved as well; the merge kernel for 2 and
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
@@ -499,7 +520,8 @@ def decode_launch_configs() -> list[KernelConfig]:
                     # paged with the row held)
                     variants += [(p, m, False, None, nearly_full, False)
                                  for p, m in _decode_variants(ty, d)]
-                compiled = set()  # (page size, row held, BLOCK_M, merge, tiles): one each
+                compiled = set()  # (page size, row held, interleaved, BLOCK_M, merge, tiles)
+                interleaves = decode.interleave_pages_per_sm(capability) > 0
                 for page_size, block_m, merge, split_keys, per_sm, halved in variants:
                     # a paged program holds its table row (the widest it holds) or reads it;
                     # unsplit, a held row takes the contiguous tiles (decode_attention's plan)
@@ -511,24 +533,16 @@ def decode_launch_configs() -> list[KernelConfig]:
                                                    keys_per_split=split_keys)
                         if halved:
                             cfg = decode.paged_range_tiles(cfg, 1, capability)
-                        if (page_size, table_tile, block_m, merge, cfg[:3]) in compiled:
-                            continue
-                        compiled.add((page_size, table_tile, block_m, merge, cfg[:3]))
-                        configs.append(_config(
-                            f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
-                            f"page={page_size or 'none'}"
-                            f"{f' table held={table_tile}' if table_tile else ''} "
-                            f"warps={cfg.num_warps} stages={cfg.num_stages}"
-                            f"{' one launch' if merge else ''}"
-                            f"{' split tiles' if split_keys else ''} (for sm_{cls}-class GPUs)",
-                            decode.decode_split_kernel, split_types,
-                            {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
-                             "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size,
-                             "TABLE_TILE": table_tile,
-                             "PRECISION": "ieee" if ty == "fp32" else "tf32", "DOT_FP32": False,
-                             "ONE_LAUNCH": merge, "stride_qd": 1, "stride_kd": 1,
-                             "stride_vd": 1},
-                            cfg.num_warps, cfg.num_stages, (cls,)))
+                        # tiles of several whole pages may interleave them (few programs an SM)
+                        several = 0 < page_size < cfg.block_n and cfg.block_n % page_size == 0
+                        for interleave in dict.fromkeys((False, interleaves and several)):
+                            key = (page_size, table_tile, interleave, block_m, merge, cfg[:3])
+                            if key in compiled:
+                                continue
+                            compiled.add(key)
+                            configs.append(_split_config(ty, d, cls, cfg, page_size, table_tile,
+                                                         interleave, block_m, merge,
+                                                         split_keys is not None, split_types))
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):
             for splits in (2, decode.MAX_SPLITS):

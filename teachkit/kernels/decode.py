@@ -89,6 +89,7 @@ from .scratch import contiguous_like, stream_id, stream_scratch
 __all__ = [
     "HEAD_DIMS",
     "HELD_TABLE_PAGES",
+    "INTERLEAVE_PAGES_PER_SM",
     "MAX_SPLITS",
     "DecodeConfig",
     "choose_num_splits",
@@ -102,6 +103,7 @@ __all__ = [
     "decode_split_kernel",
     "fold_key_block",
     "held_table_pages",
+    "interleave_pages_per_sm",
     "max_rows",
     "merge_counters",
     "merge_splits",
@@ -127,18 +129,30 @@ _MAX_GRID_YZ = 65535
 def fold_key_block(acc, l_i, m_i, q, K, V, table_row, pages, start_n, offs_n, offs_d, seqlen,
                    row_pos, stride_kp, stride_kn, stride_kd, stride_vp, stride_vn, stride_vd,
                    qk_scale, MASKED: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                   TABLE_TILE: tl.constexpr, PRECISION: tl.constexpr, DOT_FP32: tl.constexpr):
+                   TABLE_TILE: tl.constexpr, INTERLEAVE_PAGES: tl.constexpr,
+                   PRECISION: tl.constexpr, DOT_FP32: tl.constexpr):
     """Fold the keys ``start_n .. start_n + BLOCK_N - 1`` into ``(acc, l, m)`` (``m`` in log2
     units). Contiguous cache (``PAGE_SIZE == 0``): key ``j`` is row ``j`` of ``K``. Paged: row
     ``j % PAGE_SIZE`` of page ``table_row[j // PAGE_SIZE]``, taken from ``pages``, the row's
     first ``TABLE_TILE`` entries the program holds, where ``TABLE_TILE > 0``
-    (:data:`HELD_TABLE_PAGES`). ``MASKED`` blocks drop keys past the sequence and keys later
-    than a query's position ``row_pos``.
+    (:data:`HELD_TABLE_PAGES`). With ``INTERLEAVE_PAGES`` (a tile of ``n > 1`` whole pages) tile
+    row ``i`` holds slot ``i // n`` of the tile's page ``i % n`` instead of key ``i``: the order
+    of a tile's keys does not change the result, and the rows one thread loads, a fixed number
+    of rows apart, then lie in one page (:data:`_INTERLEAVE_PAGES_PER_SM`). ``MASKED`` blocks
+    drop keys past the sequence and keys later than a query's position ``row_pos``.
 
     Shapes: ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)``, ``l_i``, ``m_i`` and ``row_pos``
     ``(BLOCK_M,)``, ``offs_n`` ``(BLOCK_N,)``, ``offs_d`` ``(HEAD_DIM,)``; the key and value
     tiles are ``(BLOCK_N, HEAD_DIM)``, the scores ``(BLOCK_M, BLOCK_N)``."""
-    cols = start_n + offs_n
+    if INTERLEAVE_PAGES and PAGE_SIZE > 0 and BLOCK_N > PAGE_SIZE and BLOCK_N % PAGE_SIZE == 0:
+        N_PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
+        entry = start_n // PAGE_SIZE + offs_n % N_PAGES  # a thread's rows: one entry
+        slot = offs_n // N_PAGES
+        cols = entry * PAGE_SIZE + slot
+    else:
+        cols = start_n + offs_n
+        entry = cols // PAGE_SIZE if PAGE_SIZE > 0 else cols
+        slot = cols % PAGE_SIZE if PAGE_SIZE > 0 else cols
     in_seq = cols < seqlen
     if PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0 and TABLE_TILE == 0:  # one page: one entry
         page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
@@ -147,13 +161,12 @@ def fold_key_block(acc, l_i, m_i, q, K, V, table_row, pages, start_n, offs_n, of
         v_rows = page * stride_vp + slot * stride_vn
     elif PAGE_SIZE > 0:  # one entry per key: from the held row, or from the table
         if TABLE_TILE > 0:
-            page = tl.gather(pages, tl.minimum(cols // PAGE_SIZE, TABLE_TILE - 1), 0)
+            page = tl.gather(pages, tl.minimum(entry, TABLE_TILE - 1), 0)
         elif MASKED:
-            page = tl.load(table_row + cols // PAGE_SIZE, mask=in_seq, other=0)
+            page = tl.load(table_row + entry, mask=in_seq, other=0)
         else:
-            page = tl.load(table_row + cols // PAGE_SIZE)
+            page = tl.load(table_row + entry)
         page = page.to(tl.int64)
-        slot = cols % PAGE_SIZE
         k_rows = page * stride_kp + slot * stride_kn
         v_rows = page * stride_vp + slot * stride_vn
     else:
@@ -194,8 +207,8 @@ def decode_split_kernel(
     stride_tb,
     H_KV, Lq, qk_scale, n_pages,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PAGE_SIZE: tl.constexpr, TABLE_TILE: tl.constexpr, PRECISION: tl.constexpr,
-    DOT_FP32: tl.constexpr, ONE_LAUNCH: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, TABLE_TILE: tl.constexpr, INTERLEAVE_PAGES: tl.constexpr,
+    PRECISION: tl.constexpr, DOT_FP32: tl.constexpr, ONE_LAUNCH: tl.constexpr,
 ):
     """Program ``(split, b * H_KV + kv_head, row block)``: the rows ``(query head, query token)``
     that share one cache head, against one range of its keys. Writes the rows' output normalised
@@ -270,15 +283,15 @@ def decode_split_kernel(
                                        start_n, offs_n, offs_d, seqlen, row_pos,
                                        stride_kb, stride_kn, stride_kd,
                                        stride_vb, stride_vn, stride_vd, qk_scale,
-                                       False, PAGE_SIZE, BLOCK_N, TABLE_TILE, PRECISION,
-                                       DOT_FP32)
+                                       False, PAGE_SIZE, BLOCK_N, TABLE_TILE,
+                                       INTERLEAVE_PAGES, PRECISION, DOT_FP32)
     for start_n in range(full_end, end, BLOCK_N):
         acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, pages,
                                        start_n, offs_n, offs_d, seqlen, row_pos,
                                        stride_kb, stride_kn, stride_kd,
                                        stride_vb, stride_vn, stride_vd, qk_scale,
-                                       True, PAGE_SIZE, BLOCK_N, TABLE_TILE, PRECISION,
-                                       DOT_FP32)
+                                       True, PAGE_SIZE, BLOCK_N, TABLE_TILE,
+                                       INTERLEAVE_PAGES, PRECISION, DOT_FP32)
 
     # No key seen (an empty split, or a query before the first key): zeros and lse = -inf.
     # (l == 0, not l > 0: a NaN must reach the merge, as it reaches SDPA's output.)
@@ -543,6 +556,43 @@ def held_table_pages(capability: tuple[int, int] | None) -> int:
     (256, 0, 256)
     """
     return HELD_TABLE_PAGES.get(gpu_class(capability) if capability else 90, 0)
+
+
+INTERLEAVE_PAGES_PER_SM = {90: 2}
+"""GPU class -> the most programs an SM of a paged call whose tiles hold several whole pages
+(``BLOCK_N`` a multiple of the page size, larger) at which its tiles interleave their pages
+(``INTERLEAVE_PAGES`` of :func:`fold_key_block`), where measured; the interpreter's is sm_90's.
+
+Triton shares a ``(BLOCK_N, HEAD_DIM)`` load out among threads so that one thread loads rows a
+fixed number apart (16 rows at ``D = 64`` and 8 at ``D = 128``, for 16-bit elements and 4
+warps), and in key order those rows lie in as many pages, each a table entry to look up and an
+address to form. Interleaved, tile row ``i`` holds slot ``i // n`` of the tile's page ``i % n``
+(``n`` pages a tile), so a thread's rows lie in one page: compiled for sm_90 (bf16, pages of 16,
+held row) the ``D = 64`` kernel of 256-key tiles went from 4096 instructions to 2680 (the
+contiguous kernel has 3208), and the ``D = 128`` one of 128-key tiles from 3456 to 2512. The
+compiler keeps each thread's row offsets in registers across the loop, though: 107 -> 141
+registers at ``D = 64`` and 128-key tiles, 120 -> 128 and a spill at ``D = 128`` and 64-key
+tiles. Where a program's latency is the time (one or two programs an SM) interleaving gains;
+where the SM needs four resident programs (an unsplit grid of 16 sequences of 32 heads, or a
+split call aiming at :data:`_PAGED_SPLIT_WAVES`) the registers cost one of them. On an H200
+(CUDA-graph replays, pages of 16 shuffled, D = 64 and 128, 1-16 sequences of 1k-16k tokens,
+``gpu_checks/decode_gpu.py --interleave-sweep``, record ``decode_interleave_nvidia_h200``),
+interleaved tiles read 1.00-1.10x as fast as key order on every problem whose grid has at most
+two programs an SM (the most at three to five sequences of D = 64: 1.05-1.10x), and 0.80-0.98x
+on most of those with about four (1.02-1.03x on four short ones)."""
+
+
+def interleave_pages_per_sm(capability: tuple[int, int] | None) -> int:
+    """The most programs an SM at which a paged call interleaves the pages of its tiles, on a GPU
+    of ``capability`` (:data:`INTERLEAVE_PAGES_PER_SM`, 0 where never); ``None``: the
+    interpreter's, sm_90's.
+
+    Examples
+    --------
+    >>> interleave_pages_per_sm((9, 0)), interleave_pages_per_sm((7, 5))
+    (2, 0)
+    """
+    return INTERLEAVE_PAGES_PER_SM.get(gpu_class(capability) if capability else 90, 0)
 
 
 _SPLIT_TILES = {90: (64 * 1024, 2)}
@@ -1205,7 +1255,7 @@ def decode_attention(
         q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
         *q.stride(), *k_strides, *v_strides, stride_tb, H_kv, Lq, scale, n_pages,
         GROUP=H // H_kv, HEAD_DIM=D, BLOCK_M=plan.block_m, BLOCK_N=config.block_n,
-        PAGE_SIZE=page_size, TABLE_TILE=plan.table_tile,
+        PAGE_SIZE=page_size, TABLE_TILE=plan.table_tile, INTERLEAVE_PAGES=plan.interleave_pages,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
         num_warps=config.num_warps, num_stages=config.num_stages,
@@ -1238,6 +1288,7 @@ class _DecodePlan(NamedTuple):
     counters: int
     buffers: str
     table_tile: int = 0
+    interleave_pages: bool = False
 
 
 @functools.lru_cache(maxsize=256)
@@ -1263,9 +1314,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     pages = capacity // page_size if paged else 0
     table_tile = next_power_of_2(pages) if 0 < pages <= held_table_pages(capability) else 0
     if config is not None:
-        return _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
-                         paged_waves if paged and not config.one_launch else 2,
-                         )._replace(table_tile=table_tile)
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
+                         paged_waves if paged and not config.one_launch else 2)
+        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     entries = paged and not table_tile  # every key waits for its table entry
     full_from = unsplit_from(capability, dtype, D, entries)  # full enough not to split
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
@@ -1283,7 +1334,20 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
             if short != split:
                 plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
                                  short)
-    return plan._replace(table_tile=table_tile)
+    return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+
+
+def _with_pages(plan: _DecodePlan, table_tile: int, page_size: int, heads: int,
+                capability: tuple[int, int] | None, device: torch.device) -> _DecodePlan:
+    """``plan`` with how its programs read pages of ``page_size`` tokens (0: contiguous): the
+    table row held (``table_tile``), and the tiles' pages interleaved where they hold several
+    whole pages and the grid (``heads`` cache heads of all sequences) has at most
+    :func:`interleave_pages_per_sm` programs an SM."""
+    block_n = plan.config.block_n
+    programs = plan.num_splits * heads * plan.row_blocks
+    interleave = (0 < page_size < block_n and block_n % page_size == 0
+                  and programs <= interleave_pages_per_sm(capability) * sm_count(device))
+    return plan._replace(table_tile=table_tile, interleave_pages=interleave)
 
 
 def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,

@@ -6,7 +6,7 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 1. correctness: decode_attention against a float64 (or chunked float32) reference: fp16/bf16/fp32,
    D = 64/128/256, GQA, Lq = 1..16, odd lengths, lengths varying per sequence down to 0, empty
    splits, paged (pages 16 and 64, shuffled) against float64 and, launched with the same tiles and
-   splits, equal to contiguous bit for bit, S = 128k;
+   splits and in key order, equal to contiguous bit for bit, S = 128k;
 2. timings: B in 1, 8; S in 4k, 16k, 64k, 128k; split-KV vs unsplit vs paged vs SDPA flash/cuDNN,
    GB/s of K and V and % of the copy bandwidth;
 3. a small sweep of BLOCK_N / warps / stages and of num_splits for split-KV (and paged), to tune
@@ -24,12 +24,16 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 8. with --held-table-sweep, a paged cache read by the default (each program holding its table
    row where the table is narrow enough) and by the same call reading the entries as the keys
    need them, beside the contiguous default on CUDA-graph replays, batches 1 to 8, 1k-4k
-   tokens, D = 64 and 128, saved as a record (decode.HELD_TABLE_PAGES).
+   tokens, D = 64 and 128, saved as a record (decode.HELD_TABLE_PAGES);
+9. with --interleave-sweep, a paged cache read by the default, with its tiles' pages never
+   interleaved and always, beside the contiguous default on CUDA-graph replays, batches 1 to 16,
+   1k-16k tokens, D = 64 and 128, saved as a record (decode.INTERLEAVE_PAGES_PER_SM).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
 import sys
@@ -171,10 +175,12 @@ def main() -> int:
                                           num_splits=splits, return_lse=True)
                 eo, el = relative_error(po, ro), relative_error(pl, rl)
                 ok &= eo < rtol[dtype] and el < 1e-5
-                # with the same tiles and splits, only the addresses differ: the same bits
+                # with the same tiles and splits, in key order (no pages interleaved), only the
+                # addresses differ: the same bits
                 same = dict(config=decode_config(D, dtype, cap, paged=True),
                             num_splits=splits or 4, return_lse=True)
-                po, pl = decode_attention(q, kp, vp, cache_seqlens=lens, block_table=table, **same)
+                po, pl = planned_with("INTERLEAVE_PAGES_PER_SM", {}, functools.partial(
+                    decode_attention, q, kp, vp, cache_seqlens=lens, block_table=table, **same))
                 co, cl = decode_attention(q, kn, vn, cache_seqlens=lens, **same)
                 bitwise = torch.equal(po, co) and torch.equal(pl, cl)
                 ok &= bitwise
@@ -596,8 +602,10 @@ def interleave_sweep() -> list:
     ``decode.INTERLEAVE_PAGES_PER_SM`` programs an SM), never interleaving (``paged, key
     order``) and always (``paged, interleaved``), beside the contiguous default (``teachkit
     split-KV, default``), for head dims 64 and 128, batches 1 to 16 and caches of 1k to 16k
-    tokens; interleaved in time, best of three."""
-    from teachkit.kernels.decode import decode_attention
+    tokens; interleaved in time, best of three. The default's rows carry its plan's programs an
+    SM and whether it interleaved (``provider_params``)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import decode_attention, sm_count
     from teachkit.paging import paged_from_contiguous
 
     out = []
@@ -619,6 +627,12 @@ def interleave_sweep() -> list:
                             planned_with, "INTERLEAVE_PAGES_PER_SM", {90: math.inf}, paged)}
                 best = checked_best_times(runs, "teachkit split-KV, default", "interleave", B,
                                           S, nbytes, out, rounds=3, head_dim=D)
+                plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
+                                           16, True)  # what the default (captured) ran
+                per_sm = plan.num_splits * B * 32 * plan.row_blocks / sm_count()
+                out[-3] = dataclasses.replace(  # the default's row: its plan beside it
+                    out[-3], provider_params={"programs_per_sm": round(per_sm, 2),
+                                              "interleaved": plan.interleave_pages})
                 base = best["teachkit split-KV, default"]
                 say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
                     + ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()

@@ -5,9 +5,12 @@ checks the T4's alone.
 ``python -m teachkit.kernels --dot-evidence`` instead compiles notebook 08's FlashAttention
 forward configuration (D = 64, float16) for each of those GPUs and prints how many tensor-core
 (``mma.sync``, ``wgmma.mma_async``) and scalar FMA (``fma.rn.f32``) instructions its PTX holds:
-which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--wgmma-operands`` compiles
-that configuration for sm_90 and counts its ``wgmma`` instructions by where their A operand comes
-from: shared memory or registers. ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
+which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--page-interleave``
+compiles notebook 09's paged decode kernel for sm_90 with its tiles' pages in key order and
+interleaved, and counts its PTX instructions, table entries and row addresses.
+``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
+instructions by where their A operand comes from: shared memory or registers.
+``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
 its products, their commits and waits, and its ``ex2`` instructions, in PTX order: whether the
 softmax runs while a product is in flight; with ``--qk-ahead`` it lists the loop of notebook 08's
 ladder kernel at its last step and with the next key block's scores issued before this block's
@@ -47,6 +50,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dot-evidence", action="store_true",
                         help="count mma.sync / wgmma.mma_async / fma.rn.f32 in the PTX of "
                              "notebook 08's flash forward kernel, per GPU")
+    parser.add_argument("--page-interleave", action="store_true",
+                        help="count the instructions, table entries and row addresses in the "
+                             "PTX of notebook 09's paged decode kernel (sm_90, D = 64, 256-key "
+                             "tiles of 16-token pages) in key order and with the pages "
+                             "interleaved")
     parser.add_argument("--wgmma-operands", action="store_true",
                         help="count the sm_90 wgmma instructions of notebook 08's flash forward "
                              "kernel by where their A operand comes from")
@@ -151,6 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     from ..gpus import SHARED_MEMORY_LIMIT
     from . import compile_check as cc
 
+    if args.page_interleave:
+        found = cc.page_interleave_evidence()
+        print("paged decode split kernel on sm_90, D=64 bf16, 256-key tiles, pages of 16, "
+              "table row held (PTX counts):")
+        for name in cc.PAGE_INSTRUCTIONS:
+            print(f"  {name:30} key order {found[False][name]:5}   interleaved "
+                  f"{found[True][name]:5}")
+        return 0
     if args.wgmma_operands:
         head_dim = args.head_dim or 64
         counts = cc.wgmma_operands(cc.flash_forward_config(90, head_dim, args.dtype, args.causal))

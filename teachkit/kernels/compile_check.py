@@ -28,7 +28,9 @@ launch configurations lives here, beside the check that compiles them:
 
 ``python -m teachkit.kernels --dot-evidence`` compiles notebook 08's FlashAttention forward
 configuration for each GPU and counts which instructions multiply its tiles
-(:func:`dot_evidence`); ``--layout-evidence`` compiles it for one GPU beside notebook 06's blog
+(:func:`dot_evidence`); ``--page-interleave`` counts what a paged decode tile of several pages
+costs a thread in key order and interleaved (:func:`page_interleave_evidence`);
+``--layout-evidence`` compiles the flash configuration for one GPU beside notebook 06's blog
 softmax kernel and shows how each reduces a row: the layout of the reduced tile and the butterfly
 shuffles (:func:`layout_evidence`).
 
@@ -59,6 +61,7 @@ from . import softmax_kernels as sk
 __all__ = [
     "BACKWARD_REGISTER_TILES",
     "DOT_INSTRUCTIONS",
+    "PAGE_INSTRUCTIONS",
     "UNIT_HEAD_DIM_STRIDES",
     "KernelConfig",
     "LONG_RANGE",
@@ -74,6 +77,7 @@ __all__ = [
     "decode_launch_configs",
     "decode_simple_launch_configs",
     "dot_evidence",
+    "page_interleave_evidence",
     "dot_instructions",
     "dot_path",
     "flash_backward_launch_configs",
@@ -1151,6 +1155,35 @@ def dot_evidence(capabilities: tuple[int, ...] = tuple(SHARED_MEMORY_LIMIT), hea
     """
     jobs = [(cap, head_dim, dtype, causal) for cap in capabilities]
     return dict(zip(capabilities, _parallel_map(_dot_evidence_one, jobs, workers), strict=True))
+
+
+PAGE_INSTRUCTIONS = {"ptx instructions": r"(?m)^\s+(?:@!?%p\d+\s+)?[a-z][\w.]*[ ;]",
+                     "table entries (ld.shared.s32)": r"\bld\.shared\.s32\b",
+                     "row addresses (mad.wide.s32)": r"\bmad\.wide\.s32\b"}
+"""What :func:`page_interleave_evidence` counts in the paged decode kernel's PTX: every
+instruction, the table entries a thread takes from its held row (``tl.gather``'s loads from
+shared memory), and the 64-bit addresses formed from a page and a row."""
+
+
+def page_interleave_evidence(head_dim: int = 64, block_n: int = 256, num_stages: int = 3,
+                             capability: int = 90) -> dict[bool, dict[str, int]]:
+    """:data:`PAGE_INSTRUCTIONS` counted in the PTX of the paged decode split kernel (bf16,
+    pages of 16, the table row held) for ``sm_<capability>``, its tiles' pages in key order
+    (``False``) and interleaved (``True``, ``INTERLEAVE_PAGES``). Must run with
+    ``TRITON_INTERPRET=0``, as :func:`check_all`."""
+    types = {**dict.fromkeys(("Q", "K", "V", "O", "OUT"), "*bf16"), "SEQLENS": "*i32",
+             "TABLE": "*i32", "COUNTERS": "*i32", "LSE": "*fp32", "LSE_OUT": "*fp32",
+             "qk_scale": "fp32"}
+    cfg = decode.DecodeConfig(block_n, 4, num_stages, one_launch=False)
+    found = {}
+    for interleave in (False, True):
+        config = _split_config("bf16", head_dim, capability, cfg, 16,
+                               decode.held_table_pages(None), interleave, 16, False, False,
+                               types)
+        ptx = _compile(config, capability).asm["ptx"]
+        found[interleave] = {name: len(re.findall(pattern, ptx))
+                             for name, pattern in PAGE_INSTRUCTIONS.items()}
+    return found
 
 
 def format_dot_evidence(evidence: dict[int, dict[str, int]], head_dim: int = 64,

@@ -38,7 +38,9 @@ page holds ``page_size`` consecutive tokens of one sequence, all heads, so growi
 one page serves every head. Row ``b`` of the table lists the physical pages of sequence ``b`` in
 order: its token ``t`` lives in page ``block_table[b, t // page_size]`` at slot
 ``t % page_size``. The kernel translates every key row through the table; a row of one head is
-``D`` contiguous values (256 bytes for ``D = 128`` in fp16), so the reads stay coalesced.
+``D`` contiguous values (256 bytes for ``D = 128`` in fp16), so the reads stay coalesced. Where
+a tile holds several pages and the grid few programs an SM, its rows interleave the pages so that
+each thread's rows share one table entry (:data:`INTERLEAVE_PAGES_PER_SM`).
 
 :func:`decode_attention` validates, picks a configuration (:func:`decode_config`) and the number
 of splits (:func:`choose_num_splits`) and launches :func:`decode_split_kernel`, then
@@ -578,8 +580,8 @@ split call aiming at :data:`_PAGED_SPLIT_WAVES`) the registers cost one of them.
 (CUDA-graph replays, pages of 16 shuffled, D = 64 and 128, 1-16 sequences of 1k-16k tokens,
 ``gpu_checks/decode_gpu.py --interleave-sweep``, record ``decode_interleave_nvidia_h200``),
 interleaved tiles read 1.00-1.10x as fast as key order on every problem whose grid has at most
-two programs an SM (the most at three to five sequences of D = 64: 1.05-1.10x), and 0.80-0.98x
-on most of those with about four (1.02-1.03x on four short ones)."""
+two programs an SM (1.04-1.10x at three to five sequences of D = 64), and 0.80-0.98x on most
+of those with about four (1.02-1.04x on four short ones)."""
 
 
 def interleave_pages_per_sm(capability: tuple[int, int] | None) -> int:

@@ -140,7 +140,7 @@ def fold_key_block(acc, l_i, m_i, q, K, V, table_row, pages, start_n, offs_n, of
     (:data:`HELD_TABLE_PAGES`). With ``INTERLEAVE_PAGES`` (a tile of ``n > 1`` whole pages) tile
     row ``i`` holds slot ``i // n`` of the tile's page ``i % n`` instead of key ``i``: the order
     of a tile's keys does not change the result, and the rows one thread loads, a fixed number
-    of rows apart, then lie in one page (:data:`_INTERLEAVE_PAGES_PER_SM`). ``MASKED`` blocks
+    of rows apart, then lie in one page (:data:`INTERLEAVE_PAGES_PER_SM`). ``MASKED`` blocks
     drop keys past the sequence and keys later than a query's position ``row_pos``.
 
     Shapes: ``q`` and ``acc`` ``(BLOCK_M, HEAD_DIM)``, ``l_i``, ``m_i`` and ``row_pos``
@@ -151,17 +151,17 @@ def fold_key_block(acc, l_i, m_i, q, K, V, table_row, pages, start_n, offs_n, of
         entry = start_n // PAGE_SIZE + offs_n % N_PAGES  # a thread's rows: one entry
         slot = offs_n // N_PAGES
         cols = entry * PAGE_SIZE + slot
-    else:
+    else:  # key order: tile row i holds key start_n + i
         cols = start_n + offs_n
-        entry = cols // PAGE_SIZE if PAGE_SIZE > 0 else cols
-        slot = cols % PAGE_SIZE if PAGE_SIZE > 0 else cols
+        entry = cols // PAGE_SIZE if PAGE_SIZE > 0 else cols  # (a contiguous cache reads
+        slot = cols % PAGE_SIZE if PAGE_SIZE > 0 else cols  # neither)
     in_seq = cols < seqlen
     if PAGE_SIZE > 0 and PAGE_SIZE % BLOCK_N == 0 and TABLE_TILE == 0:  # one page: one entry
         page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
         slot = (start_n % PAGE_SIZE + offs_n).to(tl.int64)
         k_rows = page * stride_kp + slot * stride_kn
         v_rows = page * stride_vp + slot * stride_vn
-    elif PAGE_SIZE > 0:  # one entry per key: from the held row, or from the table
+    elif PAGE_SIZE > 0:  # an entry per key (per thread, interleaved): held row or table
         if TABLE_TILE > 0:
             page = tl.gather(pages, tl.minimum(entry, TABLE_TILE - 1), 0)
         elif MASKED:

@@ -432,9 +432,9 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.02x;
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
-  64 KB in 2 stages read at 97-99 % where the contiguous tiles read at 84-95 % and 3 stages of
-  64 KB at 90-97 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 97-99 %,
-  64 KB in 2 stages at 87-89 % and in 3 stages at 87-98 %."""
+  64 KB in 2 stages read at 98-100 % where the contiguous tiles read at 89-98 % and 3 stages
+  of 64 KB at 95-98 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 98-99 %,
+  64 KB in 2 stages at 86-89 % and in 3 stages at 87-98 %."""
 
 _SHORT_ROW_TILES = {90: (32 * 1024, 3)}
 """Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
@@ -496,7 +496,7 @@ _PAGED_SPLIT_WAVES = {90: 4}
 measured; elsewhere 2, as contiguous. More programs in flight hide the table's extra wait: on an
 H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel; ``gpu_checks/decode_gpu.py
 --paged-sweep``, record ``decode_paged_nvidia_h200``), the contiguous tiles with 4 programs an SM
-read pages at 96-99 % of the contiguous default from 2k tokens on, against 75-98 % for 3 stages of
+read pages at 95-99 % of the contiguous default from 2k tokens on, against 79-99 % for 3 stages of
 64 KB with 2 (the least on the shortest caches). A call that merges in one launch aims for 2, as
 contiguous: its last split of a row reads every partial of the row, twice as many with twice the
 splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k tokens, two of 1k), the
@@ -509,7 +509,7 @@ _PAGED_MIN_BLOCKS = {90: 2}
 hold, where measured: where its ranges would hold fewer, its tiles take half the keys (at least
 16), with the same splits. With one iteration a range nothing overlaps the table's wait and the
 loads; at batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
-pages at 97 % and 96 % of the contiguous default where 64-key tiles read at 92 % and 91 %
+pages at 96 % of the contiguous default in both records where 64-key tiles read at 92 % and 91 %
 (records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
 
 HELD_TABLE_PAGES = {90: 256}
@@ -535,13 +535,14 @@ shuffled, ``gpu_checks/decode_gpu.py --held-table-sweep``, record
 ``decode_held_table_nvidia_h200``, against the contiguous default of the same run), held
 against entry by entry:
 
-* one and two sequences (split): D = 128 at 97-100 % of contiguous against 92-99 %, the most
-  gained at one sequence of 1k tokens (97 % against 92 %); D = 64 at 94-104 % against
-  90-99 %;
-* three and four sequences (unsplit held, split entry by entry): D = 128 at 98-100 % against
-  91-97 %; D = 64 at 91-97 % against 86-94 %;
-* five and eight sequences (unsplit both ways): D = 64 at 93-97 % against 72-92 % (three
-  stages of 128 keys against two); D = 128 (the same tiles) at 92-99 % against 93-98 %.
+* one and two sequences (split): D = 128 at 97-99 % of contiguous against 93-98 %, the most
+  gained at one sequence of 1k tokens (97 % against 93 %); D = 64 at 96-103 % against
+  92-99 %;
+* three and four sequences (unsplit held, split entry by entry): D = 128 at 100-103 % against
+  91-97 %; D = 64 at 100-102 % against 87-95 % (its tiles' pages interleaved,
+  :data:`INTERLEAVE_PAGES_PER_SM`);
+* five and eight sequences (unsplit both ways): D = 64 at 98-99 % against 75-94 % (three
+  stages of 128 keys against two); D = 128 (the same tiles) at 98-100 % against 96-99 %.
 
 Where the row is not held the contiguous plan is slower: in a scratch run at 8k and 16k tokens
 (512 and 1024 pages), three and four sequences unsplit read at 58-75 % of contiguous against

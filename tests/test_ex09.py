@@ -142,6 +142,50 @@ def test_token_rows_refuses_the_library_and_wants_integers(unwatched):
         ex09.check_token_rows(lambda t, P, pos: solutions.solution_token_rows(t, P, pos)[:, :1])
 
 
+# --- exercise 3b: tile_keys ------------------------------------------------------------------
+
+
+def _interleaved(start, block_n, P, page_of, slot_of):
+    rows = torch.arange(block_n)
+    return start + page_of(rows, block_n // P) * P + slot_of(rows, block_n // P)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda s, b, P: s + torch.arange(b), "this is key order"),
+    (lambda s, b, P: _interleaved(0, b, P, lambda r, n: r % n, lambda r, n: r // n),
+     "add start"),
+    (lambda s, b, P: s + torch.arange(b) // 2, r"Missing: \[128"),
+    (lambda s, b, P: s + (torch.arange(b) * 7) % b, "looks up 16 table entries"),
+    (lambda s, b, P: s + torch.arange(b) + b, r"outside the tile: \[256"),
+])
+def test_tile_keys_explains_wrong_answers(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message):
+        ex09.check_tile_keys(wrong)
+
+
+def test_tile_keys_takes_any_interleaving_the_kernel_could_use():
+    """Pages and slots in another order still give every key once, a page per thread."""
+    def reversed_pages(s, b, P):
+        return _interleaved(s, b, P, lambda r, n: n - 1 - r % n, lambda r, n: P - 1 - r // n)
+
+    ex09.check_tile_keys(reversed_pages)
+
+
+def test_tile_keys_wants_integers_of_the_tile_shape(unwatched):
+    with pytest.raises(ExerciseFailed, match="integer keys"):
+        ex09.check_tile_keys(lambda s, b, P: solutions.solution_tile_keys(s, b, P).double())
+    with pytest.raises(ExerciseFailed, match="shape"):
+        ex09.check_tile_keys(lambda s, b, P: solutions.solution_tile_keys(s, b, P)[:-1])
+
+
+def test_tile_keys_is_the_kernels_order():
+    """The solution is the order ``fold_key_block`` takes with ``INTERLEAVE_PAGES``: row ``i``
+    holds slot ``i // n`` of page ``i % n``, key ``start + (i % n) * P + i // n``."""
+    keys = solutions.solution_tile_keys(512, 64, 16)
+    assert keys[:6].tolist() == [512, 528, 544, 560, 513, 529]
+    assert sorted(keys.tolist()) == list(range(512, 576))
+
+
 # --- exercise 4: the merge kernel ------------------------------------------------------------
 
 

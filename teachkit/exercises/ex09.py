@@ -1,6 +1,6 @@
 r"""Exercises of notebook 09, *split-KV decoding and paged attention*.
 
-Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
+Five exercises, each with a checker ``check_<name>(fn)`` here and a solution
 ``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex09`:
 
 1. :func:`check_num_splits`: how many ranges to cut each row's keys into so that a decoding
@@ -9,7 +9,9 @@ Three exercises, each with a checker ``check_<name>(fn)`` here and a solution
    empty splits included: what the merge kernel does for every row.
 3. :func:`check_token_rows`: translate logical token positions through a block table into rows
    of a page pool.
-4. :func:`check_merge_kernel`: the merge of exercise 2 as a Triton kernel, one program per row,
+4. :func:`check_tile_keys`: the key each row of a tile holds when the tile's pages are
+   interleaved, so that a thread's rows share one page.
+5. :func:`check_merge_kernel`: the merge of exercise 2 as a Triton kernel, one program per row,
    the kernel that follows the split kernel in split-KV decoding.
 
 Every checker runs the learner's function on fresh random cases and compares with a reference
@@ -51,6 +53,7 @@ __all__ = [
     "check_num_splits",
     "check_merge_splits",
     "check_token_rows",
+    "check_tile_keys",
     "check_merge_kernel",
 ]
 
@@ -309,6 +312,81 @@ def check_token_rows(fn: Callable[..., torch.Tensor]) -> None:
             + ("no token" if int(held[b, i]) < 0 else
                f"token {int(held[b, i]) % 1000} of sequence {int(held[b, i]) // 1000}")
             + f".\n  {advice}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3b: a tile's pages interleaved
+# ---------------------------------------------------------------------------------------------
+
+
+def _tile_keys_mistakes(start: int, block_n: int, P: int) -> dict[str, torch.Tensor]:
+    rows = torch.arange(block_n)
+    n = block_n // P
+    return {
+        "this is key order (row i holds key start + i): a thread's rows, n apart, then lie in n "
+        "different pages, each its own table entry. Make rows i, i + n, i + 2n, ... share one "
+        "page.": start + rows,
+        "your keys leave out the tile's first key: add start.": (rows % n) * P + rows // n,
+        "page and slot are swapped: with n = block_n // page_size pages a tile, row i's page is "
+        "i % n (so rows n apart share it) and its slot i // n.":
+            start + (rows // n) * P + rows % n,
+    }
+
+
+@exercise(
+    "Interleave a tile's pages so that a thread's rows share one",
+    "A tile of block_n keys holds n = block_n // page_size whole pages. Which rows i share the "
+    "value of i % n?",
+)
+def check_tile_keys(fn: Callable[[int, int, int], torch.Tensor]) -> None:
+    """Check ``fn(start, block_n, page_size) -> keys``, the key each tile row holds.
+
+    Any answer with the two properties the kernel needs passes: the rows hold each of the
+    tile's keys ``start .. start + block_n - 1`` once (the sum over a tile's keys does not
+    depend on their order), and rows ``r, r + n, r + 2n, ...`` (``n = block_n // page_size``,
+    the rows one thread loads in the sm_90 tiles that interleave) all lie in one page. Cases:
+    the kernel's tiles (256 keys of pages of 16 at ``D = 64``, 128 at ``D = 128``), pages of
+    2 to 64, tiles anywhere in the sequence.
+    """
+    gen = fresh_generator()
+    cases = [(0, 256, 16), (512, 128, 16), (192, 64, 4), (1024, 128, 32), (4064, 32, 16)]
+    for _ in range(3):
+        P = 2 ** random_int(1, 6, gen)
+        block_n = P * 2 ** random_int(1, 4, gen)
+        cases.append((block_n * random_int(0, 40, gen), block_n, P))
+    for start, block_n, P in cases:
+        n = block_n // P
+        case = f"a tile of {block_n} keys from key {start}, pages of {P} ({n} pages a tile)"
+        got = call_learner(fn, case, start, block_n, P)
+        expect(isinstance(got, torch.Tensor) and tuple(got.shape) == (block_n,),
+               f"On {case}: return a tensor of shape ({block_n},), one key a row, got "
+               f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}.")
+        expect(not got.dtype.is_floating_point,
+               f"On {case}: return integer keys (int64), got {got.dtype}; use // and %.")
+        got = got.long().cpu()
+        keys, pages = torch.arange(start, start + block_n), got // P
+        if (torch.equal(got.sort().values, keys)
+                and all(pages[r::n].unique().numel() == 1 for r in range(n))):
+            continue  # every key once, and rows n apart in one page
+        advice = next((e for e, wrong in _tile_keys_mistakes(start, block_n, P).items()
+                       if torch.equal(got, wrong)), None)
+        if advice is not None:
+            raise ExerciseFailed(f"On {case}: {advice}")
+        if not torch.equal(got.sort().values, keys):
+            inside = (got >= start) & (got < start + block_n)
+            counts = torch.bincount(got[inside] - start, minlength=block_n)
+            missing, twice = keys[counts == 0][:5].tolist(), keys[counts > 1][:5].tolist()
+            outside = got[~inside][:5].tolist()
+            raise ExerciseFailed(
+                f"On {case}: the rows must hold each of the tile's keys {start}.."
+                f"{start + block_n - 1} once. Missing: {missing or 'none'}; held more than "
+                f"once: {twice or 'none'}; outside the tile: {outside or 'none'}.")
+        for r in range(n):
+            held = pages[r::n].unique().tolist()
+            expect(len(held) == 1,
+                   f"On {case}: rows {r}, {r + n}, {r + 2 * n}, ... ({n} apart, the rows one "
+                   f"thread loads) lie in pages {held} of the sequence, so one thread looks up "
+                   f"{len(held)} table entries. Give rows with the same i % n the same page.")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import triton.language as tl
 from ...kernels.decode import MAX_SPLITS
 
 __all__ = ["solution_num_splits", "solution_merge_splits", "solution_token_rows",
-           "solution_merge_kernel"]
+           "solution_tile_keys", "solution_merge_kernel"]
 
 NEG_INF = float("-inf")
 
@@ -93,6 +93,33 @@ def solution_token_rows(block_table: torch.Tensor, page_size: int,
     logical = positions.long() // page_size
     page = torch.gather(block_table.long(), 1, logical)
     return page * page_size + positions.long() % page_size
+
+
+def solution_tile_keys(start: int, block_n: int, page_size: int) -> torch.Tensor:
+    """The key each row of a tile holds with the tile's pages interleaved.
+
+    The tile holds the ``block_n`` keys from ``start`` (a multiple of ``block_n``), which fill
+    ``n = block_n // page_size`` whole pages. Row ``i`` takes slot ``i // n`` of the tile's
+    page ``i % n``: rows ``r, r + n, r + 2n, ...`` all lie in page ``r``, so a thread that loads
+    rows ``n`` apart looks up one table entry.
+
+    Parameters
+    ----------
+    start : int
+        The tile's first key.
+    block_n : int
+        Keys a tile, a multiple of ``page_size``.
+    page_size : int
+        Tokens a page.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(block_n,)`` int64: row ``i``'s key.
+    """
+    rows = torch.arange(block_n)
+    n = block_n // page_size
+    return start + (rows % n) * page_size + rows // n
 
 
 @triton.jit

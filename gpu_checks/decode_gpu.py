@@ -280,6 +280,19 @@ def decoding_inputs(B: int, S: int, D: int = 128,
     return q, k, v, 2 * k.numel() * k.element_size()
 
 
+def paged_inputs(B: int, S: int, D: int = 128, seed: int | None = None) -> tuple:
+    """:func:`decoding_inputs` and the same caches scattered into pools of 16-token pages
+    through a shuffled block table (its generator seeded with ``seed``, ``B + S`` if not
+    given): ``q, k, v, nbytes, lens, k_pool, v_pool, table``."""
+    from teachkit.paging import paged_from_contiguous
+
+    q, k, v, nbytes = decoding_inputs(B, S, D)
+    lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
+    kp, vp, table = paged_from_contiguous(
+        k, v, lens.cpu(), 16, gen=torch.Generator().manual_seed(B + S if seed is None else seed))
+    return q, k, v, nbytes, lens, kp, vp, table
+
+
 def sweep(B: int, S: int, copy: float) -> None:
     """GB/s of split-KV (and paged: pages of 16, the benchmark's, shuffled) per config, then
     per num_splits."""
@@ -290,12 +303,8 @@ def sweep(B: int, S: int, copy: float) -> None:
         decode_attention,
         sm_count,
     )
-    from teachkit.paging import paged_from_contiguous
 
-    q, k, v, nbytes = decoding_inputs(B, S)
-    lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
-    kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
-                                          gen=torch.Generator().manual_seed(0))
+    q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, seed=0)
 
     def gbps(**kw) -> float:
         if "block_table" in kw:
@@ -359,7 +368,6 @@ def split_sweep() -> tuple[list, list]:
     Measurements."""
     from teachkit.kernels import decode
     from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
-    from teachkit.paging import paged_from_contiguous
 
     zeroed = torch.zeros(1 << 16, dtype=torch.int32, device=teachkit.DEVICE)  # before any capture
 
@@ -376,10 +384,7 @@ def split_sweep() -> tuple[list, list]:
     plain, graph = [], []
     for B in (1, 2, 4):
         for S in (1024, 2048, 4096, 16384, 65536):
-            q, k, v, nbytes = decoding_inputs(B, S)
-            lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
-            kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
-                                                  gen=torch.Generator().manual_seed(B + S))
+            q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S)
             paged = functools.partial(decode_attention, q, kp, vp, lens, table,
                                       check_values=False)
             runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
@@ -508,17 +513,13 @@ def paged_sweep(copy: float) -> list:
     call's merge kernel where it splits), beside the contiguous default (``teachkit split-KV,
     default``), for batches 1 to 16 and caches of 1k to 64k tokens; interleaved, best of two."""
     from teachkit.kernels.decode import DecodeConfig, choose_num_splits, decode_attention, sm_count
-    from teachkit.paging import paged_from_contiguous
 
     out = []
     for B in (1, 2, 4, 8, 16):
         for S in (1024, 2048, 4096, 16384, 65536):
             if B * S > 16 * 16384:
                 continue
-            q, k, v, nbytes = decoding_inputs(B, S)
-            lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
-            kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
-                                                  gen=torch.Generator().manual_seed(B + S))
+            q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S)
             runs = {"teachkit split-KV, default": functools.partial(
                         decode_attention, q, k, v, check_values=False),
                     "teachkit paged": functools.partial(
@@ -570,16 +571,12 @@ def held_table_sweep() -> list:
     of three. Where it does not split, a call holding its row takes the contiguous call's tiles
     and splits no more than it (``decode._launch_plan``)."""
     from teachkit.kernels.decode import decode_attention
-    from teachkit.paging import paged_from_contiguous
 
     out = []
     for D in (128, 64):
         for B in (1, 2, 3, 4, 5, 8):
             for S in (1024, 2048, 4096):
-                q, k, v, nbytes = decoding_inputs(B, S, D)
-                lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
-                kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
-                                                      gen=torch.Generator().manual_seed(B + S))
+                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
                 paged = functools.partial(decode_attention, q, kp, vp, lens, table,
                                           check_values=False)
                 runs = {"teachkit split-KV, default": functools.partial(
@@ -606,16 +603,12 @@ def interleave_sweep() -> list:
     SM and whether it interleaved (``provider_params``)."""
     from teachkit.kernels import decode
     from teachkit.kernels.decode import decode_attention, sm_count
-    from teachkit.paging import paged_from_contiguous
 
     out = []
     for D in (64, 128):
         for B in (1, 2, 3, 4, 5, 8, 16):
             for S in (1024, 4096, 16384):
-                q, k, v, nbytes = decoding_inputs(B, S, D)
-                lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
-                kp, vp, table = paged_from_contiguous(k, v, lens.cpu(), 16,
-                                                      gen=torch.Generator().manual_seed(B + S))
+                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
                 paged = functools.partial(decode_attention, q, kp, vp, lens, table,
                                           check_values=False)
                 runs = {"teachkit split-KV, default": functools.partial(
@@ -630,9 +623,11 @@ def interleave_sweep() -> list:
                 plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
                                            16, True)  # what the default (captured) ran
                 per_sm = plan.num_splits * B * 32 * plan.row_blocks / sm_count()
-                out[-3] = dataclasses.replace(  # the default's row: its plan beside it
-                    out[-3], provider_params={"programs_per_sm": round(per_sm, 2),
-                                              "interleaved": plan.interleave_pages})
+                row = next(i for i in range(len(out) - len(runs), len(out))
+                           if out[i].provider == "teachkit paged")  # the default's row
+                out[row] = dataclasses.replace(  # its plan beside it
+                    out[row], provider_params={"programs_per_sm": round(per_sm, 2),
+                                               "interleaved": plan.interleave_pages})
                 base = best["teachkit split-KV, default"]
                 say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
                     + ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()

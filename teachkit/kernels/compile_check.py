@@ -449,8 +449,12 @@ long ranges wherever it has them."""
 
 def _split_config(ty: str, d: int, cls: int, cfg: decode.DecodeConfig, page_size: int,
                   table_tile: int, interleave: bool, block_m: int, merge: bool,
-                  split_tiles: bool, types: dict[str, str]) -> KernelConfig:
-    """One variant of the decode split kernel for :func:`decode_launch_configs`."""
+                  split_tiles: bool) -> KernelConfig:
+    """One variant of the decode split kernel for :func:`decode_launch_configs`, its tensors
+    in ``ty`` (``"bf16"`` or ``"fp32"``)."""
+    types = {**dict.fromkeys(("Q", "K", "V", "O", "OUT"), f"*{ty}"), "SEQLENS": "*i32",
+             "TABLE": "*i32", "COUNTERS": "*i32", "LSE": "*fp32", "LSE_OUT": "*fp32",
+             "qk_scale": "fp32"}
     return _config(
         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
         f"page={page_size or 'none'}{f' table held={table_tile}' if table_tile else ''}"
@@ -488,9 +492,6 @@ def decode_launch_configs() -> list[KernelConfig]:
     """
     configs = []
     for ty, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
-        split_types = {**dict.fromkeys(("Q", "K", "V", "O", "OUT"), f"*{ty}"),
-                       "SEQLENS": "*i32", "TABLE": "*i32", "COUNTERS": "*i32", "LSE": "*fp32",
-                       "LSE_OUT": "*fp32", "qk_scale": "fp32"}
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
                 # (page size, BLOCK_M, merge inside the split kernel, keys per split range,
@@ -546,7 +547,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                             compiled.add(key)
                             configs.append(_split_config(ty, d, cls, cfg, page_size, table_tile,
                                                          interleave, block_m, merge,
-                                                         split_keys is not None, split_types))
+                                                         split_keys is not None))
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):
             for splits in (2, decode.MAX_SPLITS):
@@ -1171,15 +1172,11 @@ def page_interleave_evidence(head_dim: int = 64, block_n: int = 256, num_stages:
     pages of 16, the table row held) for ``sm_<capability>``, its tiles' pages in key order
     (``False``) and interleaved (``True``, ``INTERLEAVE_PAGES``). Must run with
     ``TRITON_INTERPRET=0``, as :func:`check_all`."""
-    types = {**dict.fromkeys(("Q", "K", "V", "O", "OUT"), "*bf16"), "SEQLENS": "*i32",
-             "TABLE": "*i32", "COUNTERS": "*i32", "LSE": "*fp32", "LSE_OUT": "*fp32",
-             "qk_scale": "fp32"}
     cfg = decode.DecodeConfig(block_n, 4, num_stages, one_launch=False)
     found = {}
     for interleave in (False, True):
         config = _split_config("bf16", head_dim, capability, cfg, 16,
-                               decode.held_table_pages(None), interleave, 16, False, False,
-                               types)
+                               decode.held_table_pages(None), interleave, 16, False, False)
         ptx = _compile(config, capability).asm["ptx"]
         found[interleave] = {name: len(re.findall(pattern, ptx))
                              for name, pattern in PAGE_INSTRUCTIONS.items()}

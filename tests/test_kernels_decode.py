@@ -609,8 +609,9 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call that
     merges with the merge kernel aims for 4, and halves its tiles where a range would hold only
     one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
-    two programs an SM takes 128-key tiles, paged or not (pages of 16; planned for an H100's
-    132 SMs; the plan is pure Python)."""
+    two programs an SM takes 128-key tiles, contiguous (paged reading its entries, it splits:
+    ``_PAGED_ENTRY_WAVES``) (pages of 16; planned for an H100's 132 SMs; the plan is pure
+    Python)."""
     dev = torch.device(DEV)
     with planned_on((9, 0)):
         def plan(B, paged, S=16384, captured=False):
@@ -636,7 +637,8 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         for B, splits, block_n in ((1, 8, 64), (2, 4, 64), (4, 1, 128)):
             short = plan(B, False, 1024)
             assert (short.num_splits, short.config.block_n) == (splits, block_n)
-        assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (1, 128)
+        # paged, entry by entry, 1.9 programs an SM: 2 ranges of the usual tiles (up to 5)
+        assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (2, 64)
         assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
         assert plan(16, False).config.block_n == 64
         assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (1, 64)
@@ -661,7 +663,10 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
         assert config(256, torch.bfloat16) == (64, 4, 2)
         assert config(64) == config(64, torch.bfloat16) == (128, 4, 3)
         assert config(64, page_size=16) == (128, 4, 3)  # 256 pages: the row held
-        assert config(64, page_size=16, S=8192) == (128, 4, 2)  # 512 pages: entries
+        # reading the entries, 128 keys in 2 stages (such a grid splits by default, with the
+        # usual tiles: test_a_paged_grid_of_a_program_an_sm_reading_entries_splits)
+        assert decode.decode_config(64, torch.float16, (9, 0), paged=True,
+                                    programs_per_sm=1.2)[:3] == (128, 4, 2)
         assert config(32, torch.float32)[2] == 2  # 128-byte rows, but measured in 16 bits only
         for D, tiles in ((64, (128, 4, 3)), (128, (128, 4, 2))):
             for paged, captured in ((False, False), (False, True), (True, False)):
@@ -726,18 +731,22 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
 def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
     """On sm_90 (132 SMs) a paged call whose tiles hold several whole pages interleaves them
     where its grid has at most two programs an SM (``INTERLEAVE_PAGES_PER_SM``), held row or
-    not: four sequences of 32 heads unsplit (0.97 an SM), five of 16k tokens (1.2); not sixteen
-    (3.9), nor one split 16 ways (3.9), nor pages as large as the tile, nor a contiguous call,
-    nor on another GPU class."""
+    not: four sequences of 32 heads unsplit (0.97 an SM), one of 16k tokens in one launch (8
+    ranges, 1.9); not sixteen (3.9), nor one split 16 ways (3.9), nor five of 16k tokens (4
+    ranges, 4.8), nor pages as large as the tile, nor a contiguous call, nor on another GPU
+    class."""
     dev = torch.device(DEV)
 
-    def plan(B, D=64, S=4096, page_size=16):
+    def plan(B, D=64, S=4096, page_size=16, captured=True):
         return decode._launch_plan(B, 32, 1, D, 32, torch.float16, dev, S, None, None,
-                                   page_size, True)
+                                   page_size, captured)
 
     with planned_on((9, 0)):
         assert plan(4).interleave_pages and plan(4).num_splits == 1
-        assert plan(5, S=16384).interleave_pages and plan(5, S=16384).table_tile == 0
+        one_launch = plan(1, S=16384, captured=False)
+        assert one_launch.interleave_pages and one_launch.table_tile == 0
+        assert (one_launch.num_splits, one_launch.one_launch) == (8, True)
+        assert not plan(5, S=16384).interleave_pages and plan(5, S=16384).num_splits == 4
         assert not plan(16, S=1024).interleave_pages
         one = plan(1, D=128)
         assert one.num_splits * 32 > 2 * 132 and not one.interleave_pages
@@ -745,6 +754,48 @@ def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
         assert not plan(4, page_size=0).interleave_pages
     with planned_on((8, 0)):
         assert not plan(4).interleave_pages
+
+
+def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
+    """On sm_90 (132 SMs, pages of 16) a paged call reading its table entry by entry (16k
+    tokens: 1024 pages) whose unsplit grid has one to two and a half programs an SM splits into
+    the most ranges that keep it within five an SM (``_PAGED_ENTRY_WAVES``), with the usual
+    tiles, captured or in one launch; at twelve sequences (2.9 an SM) it does not split, nor
+    where it holds its table row (4k tokens), nor a contiguous call, nor on sm_80."""
+    dev = torch.device(DEV)
+
+    def plan(B, D=64, S=16384, page_size=16, captured=True):
+        return decode._launch_plan(B, 32, 1, D, 32, torch.float16, dev, S, None, None,
+                                   page_size, captured)
+
+    with planned_on((9, 0)):
+        for D, block_n in ((64, 128), (128, 64)):
+            for B, splits in ((5, 4), (6, 3), (7, 2), (8, 2), (9, 2), (10, 2), (12, 1)):
+                for captured in (True, False):
+                    got = plan(B, D, captured=captured)
+                    assert got.num_splits == splits, (D, B, captured)
+                    assert got.num_splits * B * 32 <= 5 * 132
+                    if splits > 1:
+                        assert got.config.block_n == block_n
+                        assert got.one_launch == (not captured)
+            assert plan(5, D, S=4096).num_splits == 1  # 256 pages: the row held
+            assert plan(5, D, page_size=0).num_splits == 1
+    with planned_on((8, 0)):
+        assert plan(5).num_splits == 1
+
+
+def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen):
+    """300 pages of one token, two sequences of two heads (one program an SM under the
+    interpreter): the call splits its keys by default (``_PAGED_ENTRY_WAVES``) and its result
+    matches the reference."""
+    S = decode.held_table_pages(None) + 44
+    q, k, v, k_ref, v_ref, lens = make(2, 2, 2, 1, S, 16, gen, torch.float32, lens=[S, 123])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 1, gen=gen)
+    if decode.INTERPRETED:
+        plan = decode._launch_plan(2, 2, 1, 16, 2, torch.float32, torch.device(DEV), S, None,
+                                   None, 1)
+        assert plan.table_tile == 0 and plan.num_splits == 5
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")

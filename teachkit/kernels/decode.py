@@ -504,6 +504,24 @@ GPU's time of that launch on graph replays read at 83 / 84 / 88 % of the contigu
 programs an SM, against 74 / 82 / 88 % with 4 (``--split-sweep``, record
 ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one launch``)."""
 
+_PAGED_ENTRY_WAVES = {90: 5}
+"""Programs per SM that a paged call reading its table entry by entry aims for where its
+unsplit grid already gives every SM a program (one to two and a half an SM; below one it aims
+for :data:`_PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguous grid that full
+does not split, but one or two paged programs an SM leave each key's wait for its table entry
+in the open: such a call splits its keys into the most ranges whose grid stays within this many
+programs an SM, with the usual tiles (32 KB in 2 stages), merging as any split call does. Those
+tiles compiled for sm_90 take 96 registers a thread at ``D = 64`` and 121 at ``D = 128``
+(``ptxas -v``), so five and four such programs fit an SM's 65536 registers. On an H200 (H = 32,
+pages of 16 shuffled, 16k and 64k tokens, graph replays and plain launches alike, a scratch run
+of five to twelve sequences against the contiguous default of the same run), the unsplit
+default read pages at 67-90 % of contiguous at ``D = 64`` and 91-98 % at ``D = 128`` for five
+to ten sequences (1.2-2.4 programs an SM); split this way (four, three, two, two, two, two
+ranges for five to ten sequences) at 93-102 % and 97-107 %. At twelve sequences (2.9 an SM,
+one range) splitting did not gain: 2 ranges read at 73-79 %, 3 at 91-96 % against the
+unsplit 93-95 %. Calls that hold their table row (:data:`HELD_TABLE_PAGES`) read as contiguous
+ones and do not split there."""
+
 _PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
 hold, where measured: where its ranges would hold fewer, its tiles take half the keys (at least
@@ -1305,7 +1323,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
     tiles. A paged call that merges with the merge kernel aims for :data:`_PAGED_SPLIT_WAVES`
     programs an SM, and halves its tiles where its ranges would hold too few iterations
-    (:func:`paged_range_tiles`). A paged call (``page_size`` tokens a page; 0: contiguous)
+    (:func:`paged_range_tiles`); one that reads its table entry by entry and whose unsplit grid
+    already gives every SM a program still splits, with the usual tiles, up to
+    :data:`_PAGED_ENTRY_WAVES` programs an SM. A paged call (``page_size`` tokens a page; 0: contiguous)
     holds its table row where the table is narrow enough (:func:`held_table_pages`), and then
     reads as a contiguous call does: where it does not split the keys it takes the contiguous
     call's tiles, and splits where that call would. Worked out once per kind of call (a decoding
@@ -1325,6 +1345,14 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
+    entry_waves = _PAGED_ENTRY_WAVES.get(gpu_class(capability) if capability else 90, 0)
+    if entries and num_splits is None and plan.num_splits == 1 and entry_waves:
+        # a grid of one or more programs an SM waiting on every entry: more programs
+        tiles = decode_config(D, dtype, capability, paged, captured)
+        more = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, None, tiles, entry_waves,
+                         entry_waves)
+        if more.num_splits > 1:
+            return _with_pages(more, table_tile, page_size, B * H_kv, capability, device)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,
                               keys_per_split=cdiv(capacity, plan.num_splits))

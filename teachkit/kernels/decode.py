@@ -432,9 +432,10 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.02x;
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
-  64 KB in 2 stages read at 98-100 % where the contiguous tiles read at 89-98 % and 3 stages
-  of 64 KB at 95-98 %; at batch 16 (3.9 programs an SM) the contiguous tiles read at 98-99 %,
-  64 KB in 2 stages at 86-89 % and in 3 stages at 87-98 %."""
+  64 KB in 2 stages read at 99-100 % where the contiguous tiles read at 90-99 % and 3 stages
+  of 64 KB at 95-100 % (from 16k tokens such a call now splits, :data:`_PAGED_ENTRY_WAVES`,
+  and reads at 98-100 %); at batch 16 (3.9 programs an SM) the contiguous tiles read at
+  99-100 %, 64 KB in 2 stages at 87-90 % and in 3 stages at 86-100 %."""
 
 _SHORT_ROW_TILES = {90: (32 * 1024, 3)}
 """Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
@@ -475,7 +476,8 @@ tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and re
 ``decode_head_dims_nvidia_h200``). At D = 64 (256 keys a tile, :data:`_NEARLY_FULL_MOST_KEYS`)
 they read at 0.98-1.21x, at 1.01-1.10x two splits but at batch 3 from 16k tokens, where two
 splits (with :data:`_SHORT_ROW_TILES`) read 1-6 % faster. Paged calls that read their table
-entry by entry keep splitting: with one program an SM nothing hides the wait for each entry (a
+entry by entry keep splitting (from one program an SM on as well, :data:`_PAGED_ENTRY_WAVES`):
+with one program an SM nothing hides the wait for each entry (a
 paged call whose programs hold the row does not, :data:`HELD_TABLE_PAGES`). So do float32 calls,
 which their ieee products bound rather than the memory, and head dims other than
 :data:`_NEARLY_FULL_HEAD_DIMS`."""
@@ -496,7 +498,7 @@ _PAGED_SPLIT_WAVES = {90: 4}
 measured; elsewhere 2, as contiguous. More programs in flight hide the table's extra wait: on an
 H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel; ``gpu_checks/decode_gpu.py
 --paged-sweep``, record ``decode_paged_nvidia_h200``), the contiguous tiles with 4 programs an SM
-read pages at 95-99 % of the contiguous default from 2k tokens on, against 79-99 % for 3 stages of
+read pages at 96-100 % of the contiguous default from 2k tokens on, against 81-99 % for 3 stages of
 64 KB with 2 (the least on the shortest caches). A call that merges in one launch aims for 2, as
 contiguous: its last split of a row reads every partial of the row, twice as many with twice the
 splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k tokens, two of 1k), the
@@ -527,7 +529,7 @@ _PAGED_MIN_BLOCKS = {90: 2}
 hold, where measured: where its ranges would hold fewer, its tiles take half the keys (at least
 16), with the same splits. With one iteration a range nothing overlaps the table's wait and the
 loads; at batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
-pages at 96 % of the contiguous default in both records where 64-key tiles read at 92 % and 91 %
+pages at 97 % and 96 % of the contiguous default where 64-key tiles read at 93 % and 91 %
 (records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
 
 HELD_TABLE_PAGES = {90: 256}
@@ -553,14 +555,16 @@ shuffled, ``gpu_checks/decode_gpu.py --held-table-sweep``, record
 ``decode_held_table_nvidia_h200``, against the contiguous default of the same run), held
 against entry by entry:
 
-* one and two sequences (split): D = 128 at 97-99 % of contiguous against 93-98 %, the most
-  gained at one sequence of 1k tokens (97 % against 93 %); D = 64 at 96-103 % against
-  92-99 %;
+* one and two sequences (split): D = 128 at 97-100 % of contiguous against 94-99 %, the most
+  gained at one sequence of 1k tokens (97 % against 94 %); D = 64 at 97-104 % against
+  93-99 %;
 * three and four sequences (unsplit held, split entry by entry): D = 128 at 100-103 % against
-  91-97 %; D = 64 at 100-102 % against 87-95 % (its tiles' pages interleaved,
+  91-97 %; D = 64 at 99-102 % against 85-95 % (its tiles' pages interleaved,
   :data:`INTERLEAVE_PAGES_PER_SM`);
-* five and eight sequences (unsplit both ways): D = 64 at 98-99 % against 75-94 % (three
-  stages of 128 keys against two); D = 128 (the same tiles) at 98-100 % against 96-99 %.
+* five and eight sequences (unsplit held, split entry by entry, :data:`_PAGED_ENTRY_WAVES`):
+  D = 64 at 98-99 % against 91-98 % (three stages of 128 keys); D = 128 at 98-100 % against
+  94-103 %, where at five sequences the split entries read faster (99-103 %): held rows
+  might gain from that split too, not measured further.
 
 Where the row is not held the contiguous plan is slower: in a scratch run at 8k and 16k tokens
 (512 and 1024 pages), three and four sequences unsplit read at 58-75 % of contiguous against
@@ -598,9 +602,9 @@ where the SM needs four resident programs (an unsplit grid of 16 sequences of 32
 split call aiming at :data:`_PAGED_SPLIT_WAVES`) the registers cost one of them. On an H200
 (CUDA-graph replays, pages of 16 shuffled, D = 64 and 128, 1-16 sequences of 1k-16k tokens,
 ``gpu_checks/decode_gpu.py --interleave-sweep``, record ``decode_interleave_nvidia_h200``),
-interleaved tiles read 1.00-1.10x as fast as key order on every problem whose grid has at most
-two programs an SM (1.04-1.10x at three to five sequences of D = 64), and 0.80-0.98x on most
-of those with about four (1.02-1.04x on four short ones)."""
+interleaved tiles read 1.01-1.12x as fast as key order on every problem whose grid has at most
+two programs an SM (1.04-1.12x at three to five sequences of D = 64), and 0.79-0.98x on most
+of those with about four or more (1.02-1.03x on four short ones)."""
 
 
 def interleave_pages_per_sm(capability: tuple[int, int] | None) -> int:
@@ -1325,11 +1329,11 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     programs an SM, and halves its tiles where its ranges would hold too few iterations
     (:func:`paged_range_tiles`); one that reads its table entry by entry and whose unsplit grid
     already gives every SM a program still splits, with the usual tiles, up to
-    :data:`_PAGED_ENTRY_WAVES` programs an SM. A paged call (``page_size`` tokens a page; 0: contiguous)
-    holds its table row where the table is narrow enough (:func:`held_table_pages`), and then
-    reads as a contiguous call does: where it does not split the keys it takes the contiguous
-    call's tiles, and splits where that call would. Worked out once per kind of call (a decoding
-    loop makes the same call every step)."""
+    :data:`_PAGED_ENTRY_WAVES` programs an SM. A paged call (``page_size`` tokens a page; 0:
+    contiguous) holds its table row where the table is narrow enough
+    (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
+    split the keys it takes the contiguous call's tiles, and splits where that call would.
+    Worked out once per kind of call (a decoding loop makes the same call every step)."""
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
     paged = page_size > 0

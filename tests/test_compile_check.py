@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from teachkit.kernels import softmax_kernels as sk
 from teachkit.progress import run_command
 
 triton = pytest.importorskip("triton")
@@ -309,6 +310,27 @@ def test_page_interleave_evidence_one_table_entry_a_thread_a_tile():
     in_order, interleaved = counts["table entries"]
     assert interleaved * 8 <= in_order, counts
     assert all(after < before for before, after in counts.values()), counts
+
+
+def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_with():
+    """``--paged-residency``: the tiles a paged call reading its table entry by entry splits
+    with (sm_90, D = 64 and 128, with the merge kernel and in one launch), each line's programs
+    an SM being what its registers leave (a warp's registers allocated 256 at a time), at least
+    three, and one launch's merge costing registers (Triton 3.6: 96 / 116 and 121 / 153
+    registers, five / four and four / three programs an SM)."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--paged-residency"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = {}
+    for line in done.stdout.splitlines()[1:]:
+        match = re.match(r"\s+D=(\d+)\s+(\d+)-key tiles, (merge kernel|one launch)\s+(\d+) "
+                         r"registers a thread, (\d+) bytes spilled: (\d+) programs an SM$", line)
+        assert match, line
+        D, block_n, merge, registers, spilled, programs = match.groups()
+        assert int(programs) == sk.programs_by_registers(int(registers), 4) >= 3, line
+        found[int(D), merge] = int(registers)
+    assert set(found) == {(D, m) for D in (64, 128) for m in ("merge kernel", "one launch")}
+    assert all(found[D, "one launch"] > found[D, "merge kernel"] for D in (64, 128)), found
 
 
 def test_merge_evidence_orders_the_one_launch_merge():

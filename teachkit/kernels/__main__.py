@@ -8,6 +8,8 @@ forward configuration (D = 64, float16) for each of those GPUs and prints how ma
 which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--page-interleave``
 compiles notebook 09's paged decode kernel for sm_90 with its tiles' pages in key order and
 interleaved, and counts its PTX instructions, table entries and row addresses.
+``--paged-residency`` compiles it for sm_90 with the tiles a paged call that reads its table
+entry by entry splits with, and prints the registers a thread and the programs an SM they leave.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
@@ -55,6 +57,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "PTX of notebook 09's paged decode kernel (sm_90, D = 64, 256-key "
                              "tiles of 16-token pages) in key order and with the pages "
                              "interleaved")
+    parser.add_argument("--paged-residency", action="store_true",
+                        help="registers a thread (ptxas -v) of the tiles notebook 09's paged "
+                             "decode kernel splits with where it reads its block table entry by "
+                             "entry (sm_90, D = 64 and 128), and the programs an SM they leave")
     parser.add_argument("--wgmma-operands", action="store_true",
                         help="count the sm_90 wgmma instructions of notebook 08's flash forward "
                              "kernel by where their A operand comes from")
@@ -159,6 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     from ..gpus import SHARED_MEMORY_LIMIT
     from . import compile_check as cc
 
+    if args.paged_residency:
+        print("paged decode split kernel on sm_90, bf16, pages of 16 read entry by entry, "
+              "the usual tiles (ptxas -v):")
+        for (head_dim, one_launch), used in cc.paged_entry_residency().items():
+            merge = "one launch" if one_launch else "merge kernel"
+            print(f"  D={head_dim:<4} {used['block_n']:>3}-key tiles, {merge:12}  "
+                  f"{used['registers']:>3} registers a thread, {used['spilled']} bytes spilled: "
+                  f"{used['programs_an_sm']} programs an SM")
+        return 0
     if args.page_interleave:
         found = cc.page_interleave_evidence()
         print("paged decode split kernel on sm_90, D=64 bf16, 256-key tiles, pages of 16, "

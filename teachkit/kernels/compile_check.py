@@ -30,6 +30,8 @@ launch configurations lives here, beside the check that compiles them:
 configuration for each GPU and counts which instructions multiply its tiles
 (:func:`dot_evidence`); ``--page-interleave`` counts what a paged decode tile of several pages
 costs a thread in key order and interleaved (:func:`page_interleave_evidence`);
+``--paged-residency`` the registers of the tiles a paged call reading its entries splits with
+(:func:`paged_entry_residency`);
 ``--layout-evidence`` compiles the flash configuration for one GPU beside notebook 06's blog
 softmax kernel and shows how each reduces a row: the layout of the reduced tile and the butterfly
 shuffles (:func:`layout_evidence`).
@@ -78,6 +80,7 @@ __all__ = [
     "decode_simple_launch_configs",
     "dot_evidence",
     "page_interleave_evidence",
+    "paged_entry_residency",
     "dot_instructions",
     "dot_path",
     "flash_backward_launch_configs",
@@ -1180,6 +1183,30 @@ def page_interleave_evidence(head_dim: int = 64, block_n: int = 256, num_stages:
         ptx = _compile(config, capability).asm["ptx"]
         found[interleave] = {name: len(re.findall(pattern, ptx))
                              for name, pattern in PAGE_INSTRUCTIONS.items()}
+    return found
+
+
+def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[str, int]]:
+    """What the tiles of a paged decode call that reads its table entry by entry and splits
+    (``decode_config(..., paged=True)``, the usual tiles: bf16, pages of 16, no row held, key
+    order) cost a thread on ``sm_<capability>``, for ``(head dim, merging in one launch)``:
+    ``BLOCK_N``, the registers and spilled bytes from ``ptxas -v`` (:func:`ptxas_resources`),
+    and the programs of its warps an SM's registers hold
+    (:func:`~teachkit.kernels.softmax_kernels.programs_by_registers`), the count the plan's
+    ``decode._PAGED_ENTRY_WAVES`` is set against. Must run with ``TRITON_INTERPRET=0``, as
+    :func:`check_all`."""
+    found = {}
+    for head_dim in (64, 128):
+        for one_launch in (False, True):
+            cfg = decode.decode_config(head_dim, torch.bfloat16, divmod(capability, 10),
+                                       paged=True, captured=not one_launch)
+            config = _split_config("bf16", head_dim, capability, cfg, 16, 0, False, 16,
+                                   one_launch, False)
+            used = ptxas_resources(config, capability)
+            found[head_dim, one_launch] = {
+                "block_n": cfg.block_n, "registers": used["registers"],
+                "spilled": used["spill_stores"] + used["spill_loads"],
+                "programs_an_sm": sk.programs_by_registers(used["registers"], cfg.num_warps)}
     return found
 
 

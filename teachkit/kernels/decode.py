@@ -513,8 +513,11 @@ for :data:`_PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguou
 does not split, but one or two paged programs an SM leave each key's wait for its table entry
 in the open: such a call splits its keys into the most ranges whose grid stays within this many
 programs an SM, with the usual tiles (32 KB in 2 stages), merging as any split call does. Those
-tiles compiled for sm_90 take 96 registers a thread at ``D = 64`` and 121 at ``D = 128``
-(``ptxas -v``), so five and four such programs fit an SM's 65536 registers. On an H200 (H = 32,
+tiles compiled for sm_90 take 96 registers a thread at ``D = 64`` and 121 at ``D = 128`` with
+the merge kernel, 116 and 153 merging in one launch (``python -m teachkit.kernels
+--paged-residency``, Triton 3.6), so five and four such programs fit an SM's 65536 registers
+(four and three in one launch); a grid a little past that runs its last programs as the first
+finish, and the aim of five read as well in one launch as with the merge kernel. On an H200 (H = 32,
 pages of 16 shuffled, 16k and 64k tokens, graph replays and plain launches alike, a scratch run
 of five to twelve sequences against the contiguous default of the same run), the unsplit
 default read pages at 67-90 % of contiguous at ``D = 64`` and 91-98 % at ``D = 128`` for five

@@ -27,7 +27,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    tokens, D = 64 and 128, saved as a record (decode.HELD_TABLE_PAGES);
 9. with --interleave-sweep, a paged cache read by the default, with its tiles' pages never
    interleaved and always, beside the contiguous default on CUDA-graph replays, batches 1 to 16,
-   1k-16k tokens, D = 64 and 128, saved as a record (decode.INTERLEAVE_PAGES_PER_SM).
+   1k-16k tokens, D = 64 and 128, saved as a record (decode.INTERLEAVE_PAGES_PER_SM);
+10. with --entry-waves-sweep, a paged cache too long for a program to hold its table row, read
+   by the default, unsplit and in 2, 3 and 4 ranges, beside the contiguous default on CUDA-graph
+   replays, batches 5 to 12 (1.2-2.9 programs an SM unsplit), 16k and 64k tokens, D = 64 and
+   128, saved as a record (decode._PAGED_ENTRY_WAVES).
 """
 
 from __future__ import annotations
@@ -89,6 +93,10 @@ def main() -> int:
                         help="only a paged cache with and without its tiles' pages interleaved, "
                              "saved as teachkit/benchmarks/decode_interleave_<device>.json "
                              "(or --json)")
+    parser.add_argument("--entry-waves-sweep", action="store_true",
+                        help="only a paged cache read entry by entry at 1-3 programs an SM, "
+                             "unsplit and split, saved as teachkit/benchmarks/"
+                             "decode_entry_waves_<device>.json (or --json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -124,13 +132,13 @@ def main() -> int:
         return failures_status()
     kinds = {"paged": args.paged_sweep, "contiguous": args.contiguous_sweep,
              "head_dims": args.head_dim_sweep, "held_table": args.held_table_sweep,
-             "interleave": args.interleave_sweep}
+             "interleave": args.interleave_sweep, "entry_waves": args.entry_waves_sweep}
     if any(kinds.values()):
         copy = copy_bandwidth()
         kind = next(name for name, asked in kinds.items() if asked)
         sweeps = {"paged": functools.partial(paged_sweep, copy), "contiguous": contiguous_sweep,
                   "head_dims": head_dim_sweep, "held_table": held_table_sweep,
-                  "interleave": interleave_sweep}
+                  "interleave": interleave_sweep, "entry_waves": entry_waves_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
@@ -630,6 +638,53 @@ def interleave_sweep() -> list:
                                                "interleaved": plan.interleave_pages})
                 base = best["teachkit split-KV, default"]
                 say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
+                    + ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()
+                                if n != "teachkit split-KV, default"))
+                del k, v, kp, vp
+    return out
+
+
+def entry_waves_sweep() -> list:
+    """GB/s of a paged cache (pages of 16, shuffled; 1024 and 4096 pages a sequence, too many
+    for a program to hold its table row) on CUDA-graph replays by the default (``teachkit
+    paged``: a grid of one program an SM or more that reads its entries splits up to
+    ``decode._PAGED_ENTRY_WAVES`` programs an SM), unsplit (``paged, unsplit``: the plan before
+    that rule) and in 2, 3 and 4 ranges with the usual tiles and the merge kernel (``paged, N
+    ranges``), beside the contiguous default (``teachkit split-KV, default``), for head dims 64
+    and 128, batches 5 to 12 and caches of 16k tokens (64k at batches 5 and 8); interleaved in
+    time, best of three. The default's rows carry its plan's ranges and programs an SM
+    (``provider_params``)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import decode_attention, decode_config, sm_count
+
+    cap = torch.cuda.get_device_capability()
+    out = []
+    for D in (64, 128):
+        tiles = decode_config(D, torch.float16, cap, paged=True, captured=True)
+        for B in (5, 6, 7, 8, 9, 10, 12):
+            for S in (16384, 65536) if B in (5, 8) else (16384,):
+                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
+                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
+                                          check_values=False)
+                runs = {"teachkit split-KV, default": functools.partial(
+                            decode_attention, q, k, v, check_values=False),
+                        "teachkit paged": paged,
+                        "paged, unsplit": functools.partial(paged, num_splits=1)}
+                for n in (2, 3, 4):
+                    runs[f"paged, {n} ranges"] = functools.partial(paged, num_splits=n,
+                                                                  config=tiles)
+                best = checked_best_times(runs, "teachkit split-KV, default", "entry waves", B,
+                                          S, nbytes, out, rounds=3, head_dim=D)
+                plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
+                                           16, True)  # what the default (captured) ran
+                row = next(i for i in range(len(out) - len(runs), len(out))
+                           if out[i].provider == "teachkit paged")  # the default's row
+                out[row] = dataclasses.replace(out[row], provider_params={
+                    "splits": plan.num_splits,
+                    "programs_per_sm": round(plan.num_splits * B * 32 / sm_count(), 2)})
+                base = best["teachkit split-KV, default"]
+                say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
+                    f"default {plan.num_splits} ranges: "
                     + ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()
                                 if n != "teachkit split-KV, default"))
                 del k, v, kp, vp

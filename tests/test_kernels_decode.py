@@ -760,8 +760,9 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
     """On sm_90 (132 SMs, pages of 16) a paged call reading its table entry by entry (16k
     tokens: 1024 pages) whose unsplit grid has one to two and a half programs an SM splits into
     the most ranges that keep it within five an SM (``_PAGED_ENTRY_WAVES``), with the usual
-    tiles, captured or in one launch; at twelve sequences (2.9 an SM) it does not split, nor
-    where it holds its table row (4k tokens), nor a contiguous call, nor on sm_80."""
+    tiles, captured or in one launch, grouped-query heads counted by their cache heads; at
+    twelve sequences (2.9 an SM) it does not split, nor where it holds its table row (4k
+    tokens), nor a contiguous call, nor on sm_80."""
     dev = torch.device(DEV)
 
     def plan(B, D=64, S=16384, page_size=16, captured=True):
@@ -780,6 +781,10 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
                         assert got.one_launch == (not captured)
             assert plan(5, D, S=4096).num_splits == 1  # 256 pages: the row held
             assert plan(5, D, page_size=0).num_splits == 1
+        # grouped-query heads count their cache heads: 20 sequences of 8 (1.2 an SM)
+        grouped = decode._launch_plan(20, 32, 1, 64, 8, torch.float16, dev, 16384, None, None,
+                                      16, True)
+        assert grouped.num_splits == 4
     with planned_on((8, 0)):
         assert plan(5).num_splits == 1
 

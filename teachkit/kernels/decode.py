@@ -517,10 +517,11 @@ tiles compiled for sm_90 take 96 registers a thread at ``D = 64`` and 121 at ``D
 the merge kernel, 116 and 153 merging in one launch (``python -m teachkit.kernels
 --paged-residency``, Triton 3.6), so five and four such programs fit an SM's 65536 registers
 (four and three in one launch); a grid a little past that runs its last programs as the first
-finish, and the aim of five read as well in one launch as with the merge kernel. On an H200 (H = 32,
-pages of 16 shuffled, 16k and 64k tokens, graph replays and plain launches alike, a scratch run
-of five to twelve sequences against the contiguous default of the same run), the unsplit
-default read pages at 67-90 % of contiguous at ``D = 64`` and 91-98 % at ``D = 128`` for five
+finish, and the aim of five read as well in one launch as with the merge kernel. On an H200
+(H = 32, fp16, pages of 16 shuffled, 16k and 64k tokens, graph replays and plain launches
+alike, a scratch run of five to twelve sequences against the contiguous default of the same
+run; ``gpu_checks/decode_gpu.py --entry-waves-sweep`` records the same), the unsplit default
+read pages at 67-90 % of contiguous at ``D = 64`` and 91-98 % at ``D = 128`` for five
 to ten sequences (1.2-2.4 programs an SM); split this way (four, three, two, two, two, two
 ranges for five to ten sequences) at 93-102 % and 97-107 %. At twelve sequences (2.9 an SM,
 one range) splitting did not gain: 2 ranges read at 73-79 %, 3 at 91-96 % against the

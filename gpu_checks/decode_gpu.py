@@ -43,6 +43,7 @@ import math
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -570,6 +571,37 @@ def entry_by_entry(call: functools.partial) -> torch.Tensor:
     return planned_with("HELD_TABLE_PAGES", {}, call)
 
 
+def paged_problem(sweep: str, B: int, S: int, D: int, variants: dict, out: list,
+                  plan_params: Callable | None = None) -> tuple[dict[str, float], float, object]:
+    """One problem of a paged sweep (:func:`paged_inputs`, head dim ``D``): the contiguous
+    default (``teachkit split-KV, default``), the paged default (``teachkit paged``) and
+    ``variants`` (name -> a function of the paged default's call returning the run), checked
+    and timed by :func:`checked_best_times` on CUDA-graph replays, best of three. With
+    ``plan_params``, the paged default's row carries ``plan_params(plan, programs an SM)`` of
+    the plan it ran (captured) as its ``provider_params``. Returns the ms per run, the
+    contiguous default's GB/s and that plan (``None`` without ``plan_params``)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import decode_attention, sm_count
+
+    q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
+    paged = functools.partial(decode_attention, q, kp, vp, lens, table, check_values=False)
+    runs = {"teachkit split-KV, default": functools.partial(
+                decode_attention, q, k, v, check_values=False),
+            "teachkit paged": paged,
+            **{name: make(paged) for name, make in variants.items()}}
+    best = checked_best_times(runs, "teachkit split-KV, default", sweep, B, S, nbytes, out,
+                              rounds=3, head_dim=D)
+    plan = None
+    if plan_params is not None:
+        plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None, 16,
+                                   True)  # what the default (captured) ran
+        per_sm = plan.num_splits * B * 32 * plan.row_blocks / sm_count()
+        row = next(i for i in range(len(out) - len(runs), len(out))
+                   if out[i].provider == "teachkit paged")  # the default's row
+        out[row] = dataclasses.replace(out[row], provider_params=plan_params(plan, per_sm))
+    return best, nbytes / best["teachkit split-KV, default"] / 1e6, plan
+
+
 def held_table_sweep() -> list:
     """GB/s of a paged cache (pages of 16, shuffled) on CUDA-graph replays by the default
     (``teachkit paged``: each program holds its table row where the table is narrow enough,
@@ -578,27 +610,26 @@ def held_table_sweep() -> list:
     for batches 1 to 8, caches of 1k to 4k tokens and head dims 64 and 128; interleaved, best
     of three. Where it does not split, a call holding its row takes the contiguous call's tiles
     and splits no more than it (``decode._launch_plan``)."""
-    from teachkit.kernels.decode import decode_attention
-
     out = []
     for D in (128, 64):
         for B in (1, 2, 3, 4, 5, 8):
             for S in (1024, 2048, 4096):
-                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
-                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
-                                          check_values=False)
-                runs = {"teachkit split-KV, default": functools.partial(
-                            decode_attention, q, k, v, check_values=False),
-                        "teachkit paged": paged,
-                        "paged, entry by entry": functools.partial(entry_by_entry, paged)}
-                best = checked_best_times(runs, "teachkit split-KV, default", "held table", B,
-                                          S, nbytes, out, rounds=3, head_dim=D)
+                best, gbps, _ = paged_problem(
+                    "held table", B, S, D,
+                    {"paged, entry by entry": lambda paged: functools.partial(entry_by_entry,
+                                                                              paged)}, out)
                 base = best["teachkit split-KV, default"]
-                say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
+                say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; "
                     f"paged {base / best['teachkit paged']:.1%} held, "
                     f"{base / best['paged, entry by entry']:.1%} entry by entry")
-                del k, v, kp, vp
     return out
+
+
+def shares(best: dict[str, float]) -> str:
+    """Each run of a paged problem's ``best`` ms as a share of the contiguous default's rate."""
+    base = best["teachkit split-KV, default"]
+    return ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()
+                     if n != "teachkit split-KV, default")
 
 
 def interleave_sweep() -> list:
@@ -609,38 +640,20 @@ def interleave_sweep() -> list:
     split-KV, default``), for head dims 64 and 128, batches 1 to 16 and caches of 1k to 16k
     tokens; interleaved in time, best of three. The default's rows carry its plan's programs an
     SM and whether it interleaved (``provider_params``)."""
-    from teachkit.kernels import decode
-    from teachkit.kernels.decode import decode_attention, sm_count
-
+    variants = {
+        "paged, key order": lambda paged: functools.partial(
+            planned_with, "INTERLEAVE_PAGES_PER_SM", {}, paged),
+        "paged, interleaved": lambda paged: functools.partial(
+            planned_with, "INTERLEAVE_PAGES_PER_SM", {90: math.inf}, paged)}
     out = []
     for D in (64, 128):
         for B in (1, 2, 3, 4, 5, 8, 16):
             for S in (1024, 4096, 16384):
-                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
-                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
-                                          check_values=False)
-                runs = {"teachkit split-KV, default": functools.partial(
-                            decode_attention, q, k, v, check_values=False),
-                        "teachkit paged": paged,
-                        "paged, key order": functools.partial(
-                            planned_with, "INTERLEAVE_PAGES_PER_SM", {}, paged),
-                        "paged, interleaved": functools.partial(
-                            planned_with, "INTERLEAVE_PAGES_PER_SM", {90: math.inf}, paged)}
-                best = checked_best_times(runs, "teachkit split-KV, default", "interleave", B,
-                                          S, nbytes, out, rounds=3, head_dim=D)
-                plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
-                                           16, True)  # what the default (captured) ran
-                per_sm = plan.num_splits * B * 32 * plan.row_blocks / sm_count()
-                row = next(i for i in range(len(out) - len(runs), len(out))
-                           if out[i].provider == "teachkit paged")  # the default's row
-                out[row] = dataclasses.replace(  # its plan beside it
-                    out[row], provider_params={"programs_per_sm": round(per_sm, 2),
-                                               "interleaved": plan.interleave_pages})
-                base = best["teachkit split-KV, default"]
-                say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
-                    + ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()
-                                if n != "teachkit split-KV, default"))
-                del k, v, kp, vp
+                best, gbps, _ = paged_problem(
+                    "interleave", B, S, D, variants, out,
+                    lambda plan, per_sm: {"programs_per_sm": round(per_sm, 2),
+                                          "interleaved": plan.interleave_pages})
+                say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; {shares(best)}")
     return out
 
 
@@ -654,40 +667,23 @@ def entry_waves_sweep() -> list:
     and 128, batches 5 to 12 and caches of 16k tokens (64k at batches 5 and 8); interleaved in
     time, best of three. The default's rows carry its plan's ranges and programs an SM
     (``provider_params``)."""
-    from teachkit.kernels import decode
-    from teachkit.kernels.decode import decode_attention, decode_config, sm_count
+    from teachkit.kernels.decode import decode_config
 
     cap = torch.cuda.get_device_capability()
     out = []
     for D in (64, 128):
         tiles = decode_config(D, torch.float16, cap, paged=True, captured=True)
+        variants = {"paged, unsplit": lambda paged: functools.partial(paged, num_splits=1),
+                    **{f"paged, {n} ranges": lambda paged, n=n, tiles=tiles: functools.partial(
+                        paged, num_splits=n, config=tiles) for n in (2, 3, 4)}}
         for B in (5, 6, 7, 8, 9, 10, 12):
             for S in (16384, 65536) if B in (5, 8) else (16384,):
-                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
-                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
-                                          check_values=False)
-                runs = {"teachkit split-KV, default": functools.partial(
-                            decode_attention, q, k, v, check_values=False),
-                        "teachkit paged": paged,
-                        "paged, unsplit": functools.partial(paged, num_splits=1)}
-                for n in (2, 3, 4):
-                    runs[f"paged, {n} ranges"] = functools.partial(paged, num_splits=n,
-                                                                  config=tiles)
-                best = checked_best_times(runs, "teachkit split-KV, default", "entry waves", B,
-                                          S, nbytes, out, rounds=3, head_dim=D)
-                plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
-                                           16, True)  # what the default (captured) ran
-                row = next(i for i in range(len(out) - len(runs), len(out))
-                           if out[i].provider == "teachkit paged")  # the default's row
-                out[row] = dataclasses.replace(out[row], provider_params={
-                    "splits": plan.num_splits,
-                    "programs_per_sm": round(plan.num_splits * B * 32 / sm_count(), 2)})
-                base = best["teachkit split-KV, default"]
-                say(f"D={D} B={B} S={S // 1024}k: contiguous {nbytes / base / 1e6:.0f} GB/s; "
-                    f"default {plan.num_splits} ranges: "
-                    + ", ".join(f"{n} {base / ms:.1%}" for n, ms in best.items()
-                                if n != "teachkit split-KV, default"))
-                del k, v, kp, vp
+                best, gbps, plan = paged_problem(
+                    "entry waves", B, S, D, variants, out,
+                    lambda plan, per_sm: {"splits": plan.num_splits,
+                                          "programs_per_sm": round(per_sm, 2)})
+                say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; "
+                    f"default {plan.num_splits} ranges: {shares(best)}")
     return out
 
 

@@ -575,6 +575,13 @@ Where the row is not held the contiguous plan is slower: in a scratch run at 8k 
 95-100 % split."""
 
 
+def _paged_rule(table: dict[int, int], capability: tuple[int, int] | None) -> int:
+    """``table``'s value (GPU class -> a paged rule's setting) for a GPU of ``capability``, 0
+    where not measured; the interpreter (``None``) takes sm_90's, so the CPU tests run the
+    paths an sm_90 GPU takes."""
+    return table.get(gpu_class(capability) if capability else 90, 0)
+
+
 def held_table_pages(capability: tuple[int, int] | None) -> int:
     """The widest block table a paged program holds whole on a GPU of ``capability``
     (:data:`HELD_TABLE_PAGES`, 0 where none is held); ``None``: the interpreter's, sm_90's.
@@ -584,7 +591,7 @@ def held_table_pages(capability: tuple[int, int] | None) -> int:
     >>> held_table_pages((9, 0)), held_table_pages((7, 5)), held_table_pages(None)
     (256, 0, 256)
     """
-    return HELD_TABLE_PAGES.get(gpu_class(capability) if capability else 90, 0)
+    return _paged_rule(HELD_TABLE_PAGES, capability)
 
 
 INTERLEAVE_PAGES_PER_SM = {90: 2}
@@ -621,7 +628,7 @@ def interleave_pages_per_sm(capability: tuple[int, int] | None) -> int:
     >>> interleave_pages_per_sm((9, 0)), interleave_pages_per_sm((7, 5))
     (2, 0)
     """
-    return INTERLEAVE_PAGES_PER_SM.get(gpu_class(capability) if capability else 90, 0)
+    return _paged_rule(INTERLEAVE_PAGES_PER_SM, capability)
 
 
 _SPLIT_TILES = {90: (64 * 1024, 2)}
@@ -1353,7 +1360,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
-    entry_waves = _PAGED_ENTRY_WAVES.get(gpu_class(capability) if capability else 90, 0)
+    entry_waves = _paged_rule(_PAGED_ENTRY_WAVES, capability)
     if entries and num_splits is None and plan.num_splits == 1 and entry_waves:
         # a grid of one or more programs an SM waiting on every entry: more programs
         tiles = decode_config(D, dtype, capability, paged, captured)

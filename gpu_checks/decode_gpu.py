@@ -31,7 +31,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 10. with --entry-waves-sweep, a paged cache too long for a program to hold its table row, read
    by the default, unsplit and in 2, 3 and 4 ranges, beside the contiguous default on CUDA-graph
    replays, batches 5 to 12 (1.2-2.9 programs an SM unsplit), 16k and 64k tokens, D = 64 and
-   128, saved as a record (decode._PAGED_ENTRY_WAVES).
+   128, saved as a record (decode._PAGED_ENTRY_WAVES);
+11. with --last-wave-sweep, contiguous grids of 1.0-1.45 programs an SM (D = 128, H = 32,
+   grouped-query heads) by the default, unsplit and in 2 to 5 ranges beside cuDNN, 2k-64k
+   tokens, and paged with the table row held, plain and on CUDA-graph replays, saved as records
+   (decode._LAST_WAVE_GRID).
 """
 
 from __future__ import annotations
@@ -98,6 +102,11 @@ def main() -> int:
                         help="only a paged cache read entry by entry at 1-3 programs an SM, "
                              "unsplit and split, saved as teachkit/benchmarks/"
                              "decode_entry_waves_<device>.json (or --json)")
+    parser.add_argument("--last-wave-sweep", action="store_true",
+                        help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
+                             "beside cuDNN, plain and on CUDA-graph replays, saved as "
+                             "teachkit/benchmarks/decode_last_wave_<device>.json and "
+                             "..._cudagraph.json")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -126,10 +135,11 @@ def main() -> int:
     if args.sweep_at:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
-    if args.split_sweep:
+    if args.split_sweep or args.last_wave_sweep:
         copy = copy_bandwidth()
-        for rows, graph in zip(split_sweep(), (False, True), strict=True):
-            save_record("split", rows, copy, graph, suffix="_cudagraph" if graph else "")
+        kind, run = ("split", split_sweep) if args.split_sweep else ("last_wave", last_wave_sweep)
+        for rows, graph in zip(run(), (False, True), strict=True):
+            save_record(kind, rows, copy, graph, suffix="_cudagraph" if graph else "")
         return failures_status()
     kinds = {"paged": args.paged_sweep, "contiguous": args.contiguous_sweep,
              "head_dims": args.head_dim_sweep, "held_table": args.held_table_sweep,
@@ -349,7 +359,8 @@ def cudnn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, enable_gqa=k.shape[1] != q.shape[1])
 
 
 SPLIT_TILES = {"32 KB x 2": 64, "64 KB x 2": 128}
@@ -685,6 +696,70 @@ def entry_waves_sweep() -> list:
                 say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; "
                     f"default {plan.num_splits} ranges: {shares(best)}")
     return out
+
+
+LAST_WAVE_GRIDS = ((34, 4), (19, 8), (5, 32), (22, 8), (24, 8))
+"""The last-wave sweep's grids: (sequences, cache heads) of 32 query heads, 136, 152, 160,
+176 and 192 programs (1.03-1.45 an SM on 132 SMs)."""
+LAST_WAVE_LENGTHS = (2048, 4096, 16384, 65536)
+"""The last-wave sweep's cache lengths."""
+
+
+def last_wave_sweep() -> tuple[list, list]:
+    """GB/s of contiguous calls (H = 32, D = 128 fp16, :data:`LAST_WAVE_GRIDS`, 2k-64k tokens)
+    by cuDNN (``SDPA cuDNN``), the default (``teachkit split-KV, default``: where the grid holds
+    one to four thirds programs an SM, from 4k tokens, the ranges that fill the last wave,
+    ``decode._LAST_WAVE_GRID``), unsplit (``teachkit unsplit``) and in 2 to 5 ranges
+    (``teachkit N ranges``), and at five sequences of up to 4k tokens paged (pages of 16,
+    shuffled, the table row held) by the default (``teachkit paged``) and unsplit (``paged,
+    unsplit``); launched plainly, then on CUDA-graph replays, interleaved, best of two. The
+    rows carry the cache heads and the default's ranges (``provider_params``). Returns (plain
+    rows, graph rows)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import decode_attention
+    from teachkit.paging import paged_from_contiguous
+
+    found: tuple[list, list] = ([], [])
+    for B, H_kv in LAST_WAVE_GRIDS:
+        for S in LAST_WAVE_LENGTHS:
+            q = torch.randn(B, 32, 1, 128, device=teachkit.DEVICE, dtype=torch.float16)
+            k = torch.randn(B, H_kv, S, 128, device=teachkit.DEVICE, dtype=torch.float16)
+            v = torch.randn_like(k)
+            nbytes = 2 * k.numel() * k.element_size()
+            call = functools.partial(decode_attention, q, k, v, check_values=False)
+            runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                    "teachkit split-KV, default": call,
+                    "teachkit unsplit": functools.partial(call, num_splits=1),
+                    **{f"teachkit {n} ranges": functools.partial(call, num_splits=n)
+                       for n in range(2, 6)}}
+            if B == 5 and S <= 4096:
+                lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
+                kp, vp, table = paged_from_contiguous(
+                    k, v, lens.cpu(), 16, gen=torch.Generator().manual_seed(B + S))[:3]
+                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
+                                          check_values=False)
+                runs |= {"teachkit paged": paged,
+                         "paged, unsplit": functools.partial(paged, num_splits=1)}
+            for graph, out in zip((False, True), found, strict=True):
+                start = len(out)
+                best = checked_best_times(runs, "SDPA cuDNN", "last wave", B, S, nbytes, out,
+                                          graph=graph)
+                plan = decode._launch_plan(B, 32, 1, 128, H_kv, torch.float16, q.device, S,
+                                           None, None, 0, graph)
+                for i in range(start, len(out)):
+                    extra = ({"ranges": plan.num_splits}
+                             if out[i].provider == "teachkit split-KV, default" else {})
+                    out[i] = dataclasses.replace(
+                        out[i], problem=f"B={B} H_kv={H_kv} S={S}",
+                        params={**out[i].params, "H_kv": H_kv}, provider_params=extra)
+                base = best["teachkit split-KV, default"]
+                say(f"B={B} H_kv={H_kv} S={S // 1024}k ({B * H_kv / decode.sm_count():.2f} an "
+                    f"SM) {'graph' if graph else 'plain'}: default {plan.num_splits} ranges "
+                    f"{nbytes / base / 1e6:.0f} GB/s; " + ", ".join(
+                        f"{n} {base / ms:.3f}" for n, ms in best.items()
+                        if n != "teachkit split-KV, default"))
+            del q, k, v
+    return found
 
 
 CONTIGUOUS_TILES = {"32 KB x 2": (64, 2), "64 KB x 2": (128, 2), "64 KB x 3": (128, 3),

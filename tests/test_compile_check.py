@@ -333,6 +333,26 @@ def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_wi
     assert all(found[D, "one launch"] > found[D, "merge kernel"] for D in (64, 128)), found
 
 
+def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():
+    """``--last-wave-residency``: the tiles a contiguous call at D = 128 splits with to fill its
+    last wave (sm_90, 128 keys, with the merge kernel and in one launch) leave as many programs
+    an SM as ``decode._LAST_WAVE_GRID`` gives ``last_wave_splits`` (Triton 3.6: 255
+    registers, two programs), spilling nothing."""
+    from teachkit.kernels import decode
+
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--last-wave-residency"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()[1:]
+    assert len(lines) == 2, done.stdout
+    for line in lines:
+        match = re.match(r"\s+128-key tiles, (merge kernel|one launch)\s+(\d+) registers a "
+                         r"thread, 0 bytes spilled: (\d+) programs an SM$", line)
+        assert match, line
+        assert int(match[3]) == sk.programs_by_registers(int(match[2]), 4), line
+        assert int(match[3]) == decode._LAST_WAVE_GRID[90][1], line
+
+
 def test_merge_evidence_orders_the_one_launch_merge():
     """``--merge-evidence``: the one-launch decoding kernel counts with one acq_rel atomic at
     GPU scope between two barriers, and reads the other splits' partials with volatile loads;

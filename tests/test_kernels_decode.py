@@ -649,10 +649,11 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
     64 KB in 2 stages where a row of K is 256 bytes or more (D = 128 in 16 bits, D = 64 in
     float32, D = 256), and 128 keys in 3 stages where it is 128 bytes and contiguous, or paged
     with the table row held (D = 64 in 16 bits: 64 KB would be 256 keys); paged reading its
-    entries, or on sm_80, as before (132 SMs: 5 sequences of 32 heads are 1.2 an SM)."""
+    entries, or on sm_80, as before (132 SMs: 5 sequences of 32 heads are 1.2 an SM; 2k tokens,
+    too few for ``_LAST_WAVE_GRID`` to split them)."""
     dev = torch.device(DEV)
 
-    def config(D, dtype=torch.float16, page_size=0, S=4096):
+    def config(D, dtype=torch.float16, page_size=0, S=2048):
         plan = decode._launch_plan(5, 32, 1, D, 32, dtype, dev, S, None, None, page_size)
         assert plan.num_splits == 1
         return plan.config[:3]
@@ -662,7 +663,7 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
         assert config(64, torch.float32) == (128, 4, 2)
         assert config(256, torch.bfloat16) == (64, 4, 2)
         assert config(64) == config(64, torch.bfloat16) == (128, 4, 3)
-        assert config(64, page_size=16) == (128, 4, 3)  # 256 pages: the row held
+        assert config(64, page_size=16) == (128, 4, 3)  # 128 pages: the row held
         # reading the entries, 128 keys in 2 stages (such a grid splits by default, with the
         # usual tiles: test_a_paged_grid_of_a_program_an_sm_reading_entries_splits)
         assert decode.decode_config(64, torch.float16, (9, 0), paged=True,
@@ -761,8 +762,8 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
     tokens: 1024 pages) whose unsplit grid has one to two and a half programs an SM splits into
     the most ranges that keep it within five an SM (``_PAGED_ENTRY_WAVES``), with the usual
     tiles, captured or in one launch, grouped-query heads counted by their cache heads; at
-    twelve sequences (2.9 an SM) it does not split, nor where it holds its table row (4k
-    tokens), nor a contiguous call, nor on sm_80."""
+    twelve sequences (2.9 an SM) it does not split, nor where it holds its table row (2k
+    tokens), nor a contiguous call at D = 64, nor on sm_80."""
     dev = torch.device(DEV)
 
     def plan(B, D=64, S=16384, page_size=16, captured=True):
@@ -779,14 +780,65 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
                     if splits > 1:
                         assert got.config.block_n == block_n
                         assert got.one_launch == (not captured)
-            assert plan(5, D, S=4096).num_splits == 1  # 256 pages: the row held
-            assert plan(5, D, page_size=0).num_splits == 1
+            assert plan(5, D, S=2048).num_splits == 1  # 128 pages: the row held
+            # contiguous: unsplit at D = 64; at D = 128 its own rule splits it
+            # (test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave)
+            assert plan(5, D, page_size=0).num_splits == (1 if D == 64 else 3)
         # grouped-query heads count their cache heads: 20 sequences of 8 (1.2 an SM)
         grouped = decode._launch_plan(20, 32, 1, 64, 8, torch.float16, dev, 16384, None, None,
                                       16, True)
         assert grouped.num_splits == 4
     with planned_on((8, 0)):
         assert plan(5).num_splits == 1
+
+
+def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
+    """On sm_90 (132 SMs) a contiguous 16-bit call at D = 128 whose unsplit grid holds one to
+    four thirds programs an SM, on a cache of 4k tokens or more, splits into the ranges whose
+    last wave of two programs an SM is the fullest (``_LAST_WAVE_GRID``, ``last_wave_splits``):
+    five sequences of 32 heads (160 programs) in 3 with the split tiles (128 keys, 2 stages),
+    captured or in one launch; grouped-query heads counted by their cache heads (136 programs:
+    5, 176: 3). A paged call holding its table row splits alike with the usual tiles. Not at
+    1.45 an SM, nor nearly full (0.97), nor on 2k tokens, nor at D = 64, nor in float32, nor
+    with ``num_splits`` given, nor on sm_80."""
+    dev = torch.device(DEV)
+
+    def plan(B, H_kv=32, S=4096, D=128, dtype=torch.float16, page_size=0, captured=False,
+             num_splits=None):
+        return decode._launch_plan(B, 32, 1, D, H_kv, dtype, dev, S, num_splits, None,
+                                   page_size, captured)
+
+    with planned_on((9, 0)):
+        for captured in (False, True):
+            for dtype in (torch.float16, torch.bfloat16):
+                got = plan(5, dtype=dtype, captured=captured)
+                assert (got.num_splits, got.config[:3]) == (3, (128, 4, 2)), (dtype, captured)
+                assert got.one_launch == (not captured)
+            held = plan(5, page_size=16, captured=captured)
+            assert (held.num_splits, held.config.block_n, held.table_tile) == (3, 64, 256)
+            assert held.one_launch == (not captured)
+        assert decode.last_wave_splits(160, 132, 2) == 3
+        assert plan(34, H_kv=4, S=65536).num_splits == 5
+        assert plan(22, H_kv=8, S=16384).num_splits == 3
+        for unsplit in (plan(6), plan(4), plan(5, S=2048), plan(5, D=64),
+                        plan(5, dtype=torch.float32), plan(5, num_splits=1)):
+            assert unsplit.num_splits == 1, unsplit
+        assert plan(5, num_splits=2).num_splits == 2
+    with planned_on((8, 0)):
+        assert plan(5).num_splits == 1
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
+def test_a_grid_a_little_past_a_program_an_sm_matches_the_reference():
+    """Whatever the GPU plans for a grid of one to four thirds programs an SM on 4k tokens (split
+    to fill the last wave on sm_90), contiguous or paged with the table row held, the result
+    matches float64 attention."""
+    sms, gen = decode.sm_count(), torch.Generator().manual_seed(5)
+    B = -(-sms // 32)  # 5 sequences of 32 heads on 132 SMs: 1.2 an SM
+    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, 4096, 128, gen)
+    check(q, k, v, k_ref, v_ref, lens)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
 
 
 def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen):

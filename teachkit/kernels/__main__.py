@@ -9,7 +9,9 @@ which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--page-inte
 compiles notebook 09's paged decode kernel for sm_90 with its tiles' pages in key order and
 interleaved, and counts its PTX instructions, table entries and row addresses.
 ``--paged-residency`` compiles it for sm_90 with the tiles a paged call that reads its table
-entry by entry splits with, and prints the registers a thread and the programs an SM they leave.
+entry by entry splits with, and prints the registers a thread and the programs an SM they leave;
+``--last-wave-residency`` does the same for a contiguous call at ``D = 128`` that splits to fill
+its last wave.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
@@ -61,6 +63,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="registers a thread (ptxas -v) of the tiles notebook 09's paged "
                              "decode kernel splits with where it reads its block table entry by "
                              "entry (sm_90, D = 64 and 128), and the programs an SM they leave")
+    parser.add_argument("--last-wave-residency", action="store_true",
+                        help="registers a thread (ptxas -v) of the tiles notebook 09's contiguous "
+                             "decode kernel splits with where its grid holds one to four thirds "
+                             "programs an SM (sm_90, D = 128), and the programs an SM they leave")
     parser.add_argument("--wgmma-operands", action="store_true",
                         help="count the sm_90 wgmma instructions of notebook 08's flash forward "
                              "kernel by where their A operand comes from")
@@ -172,6 +178,18 @@ def main(argv: list[str] | None = None) -> int:
             merge = "one launch" if one_launch else "merge kernel"
             print(f"  D={head_dim:<4} {used['block_n']:>3}-key tiles, {merge:12}  "
                   f"{used['registers']:>3} registers a thread, {used['spilled']} bytes spilled: "
+                  f"{used['programs_an_sm']} programs an SM")
+        return 0
+    if args.last_wave_residency:
+        from . import decode
+
+        print("contiguous decode split kernel on sm_90, bf16, D=128, the tiles of ranges of "
+              f"{decode._LAST_WAVE_FEWEST_KEYS // decode._LAST_WAVE_MOST_SPLITS} keys or more "
+              "(ptxas -v):")
+        for one_launch, used in cc.last_wave_residency().items():
+            merge = "one launch" if one_launch else "merge kernel"
+            print(f"  {used['block_n']:>3}-key tiles, {merge:12}  {used['registers']:>3} "
+                  f"registers a thread, {used['spilled']} bytes spilled: "
                   f"{used['programs_an_sm']} programs an SM")
         return 0
     if args.page_interleave:

@@ -31,7 +31,8 @@ configuration for each GPU and counts which instructions multiply its tiles
 (:func:`dot_evidence`); ``--page-interleave`` counts what a paged decode tile of several pages
 costs a thread in key order and interleaved (:func:`page_interleave_evidence`);
 ``--paged-residency`` the registers of the tiles a paged call reading its entries splits with
-(:func:`paged_entry_residency`);
+(:func:`paged_entry_residency`), ``--last-wave-residency`` those of a contiguous call that
+splits to fill its last wave (:func:`last_wave_residency`);
 ``--layout-evidence`` compiles the flash configuration for one GPU beside notebook 06's blog
 softmax kernel and shows how each reduces a row: the layout of the reduced tile and the butterfly
 shuffles (:func:`layout_evidence`).
@@ -81,6 +82,7 @@ __all__ = [
     "dot_evidence",
     "page_interleave_evidence",
     "paged_entry_residency",
+    "last_wave_residency",
     "dot_instructions",
     "dot_path",
     "flash_backward_launch_configs",
@@ -1186,6 +1188,19 @@ def page_interleave_evidence(head_dim: int = 64, block_n: int = 256, num_stages:
     return found
 
 
+def _split_residency(head_dim: int, cfg: decode.DecodeConfig, page_size: int, one_launch: bool,
+                     capability: int) -> dict[str, int]:
+    """``BLOCK_N``, registers a thread, spilled bytes and programs an SM (by registers) of the
+    decode split kernel with tiles ``cfg`` (bf16, one query row, no table row held, key order)
+    compiled for ``sm_<capability>``."""
+    config = _split_config("bf16", head_dim, capability, cfg, page_size, 0, False, 16,
+                           one_launch, False)
+    used = ptxas_resources(config, capability)
+    return {"block_n": cfg.block_n, "registers": used["registers"],
+            "spilled": used["spill_stores"] + used["spill_loads"],
+            "programs_an_sm": sk.programs_by_registers(used["registers"], cfg.num_warps)}
+
+
 def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[str, int]]:
     """What the tiles of a paged decode call that reads its table entry by entry and splits
     (``decode_config(..., paged=True)``, the usual tiles: bf16, pages of 16, no row held, key
@@ -1200,13 +1215,27 @@ def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[s
         for one_launch in (False, True):
             cfg = decode.decode_config(head_dim, torch.bfloat16, divmod(capability, 10),
                                        paged=True, captured=not one_launch)
-            config = _split_config("bf16", head_dim, capability, cfg, 16, 0, False, 16,
-                                   one_launch, False)
-            used = ptxas_resources(config, capability)
-            found[head_dim, one_launch] = {
-                "block_n": cfg.block_n, "registers": used["registers"],
-                "spilled": used["spill_stores"] + used["spill_loads"],
-                "programs_an_sm": sk.programs_by_registers(used["registers"], cfg.num_warps)}
+            found[head_dim, one_launch] = _split_residency(head_dim, cfg, 16, one_launch,
+                                                           capability)
+    return found
+
+
+def last_wave_residency(capability: int = 90) -> dict[bool, dict[str, int]]:
+    """What the tiles of a contiguous decode call at ``D = 128`` that splits a grid of one to
+    four thirds programs an SM (``decode._LAST_WAVE_GRID``: its shortest ranges, a cache of
+    ``decode._LAST_WAVE_FEWEST_KEYS`` keys in ``decode._LAST_WAVE_MOST_SPLITS``, take
+    ``decode_config(..., keys_per_split=...)``, bf16) cost a thread on ``sm_<capability>``,
+    merging with the merge kernel (``False``) and in one launch (``True``), as
+    :func:`paged_entry_residency` reports them: the programs an SM are what
+    :func:`~teachkit.kernels.decode.last_wave_splits` is given. Must run with
+    ``TRITON_INTERPRET=0``."""
+    found = {}
+    for one_launch in (False, True):
+        cfg = decode.decode_config(128, torch.bfloat16, divmod(capability, 10),
+                                   captured=not one_launch,
+                                   keys_per_split=decode._LAST_WAVE_FEWEST_KEYS
+                                   // decode._LAST_WAVE_MOST_SPLITS)
+        found[one_launch] = _split_residency(128, cfg, 0, one_launch, capability)
     return found
 
 

@@ -63,6 +63,7 @@ configuration fits the GPUs learners use.
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import torch
@@ -95,6 +96,7 @@ __all__ = [
     "MAX_SPLITS",
     "DecodeConfig",
     "choose_num_splits",
+    "last_wave_splits",
     "decode_attention",
     "decode_config",
     "decode_mask",
@@ -491,6 +493,36 @@ _NEARLY_FULL_MOST_KEYS = 256
 3 and 4 read at 0.99-1.06x cuDNN where 256 keys read at 0.98-1.21x, the most on the longest
 caches (record ``decode_head_dims_nvidia_h200``, ``contiguous unsplit 32 KB x 3`` and ``64 KB
 x 3``)."""
+
+_LAST_WAVE_GRID = {90: (4 / 3, 2)}
+"""Where measured: the most programs an SM (from one) of an unsplit contiguous float16 or
+bfloat16 grid that splits its keys so its last wave of programs is nearly full, and how many
+programs of its tiles an SM holds at once (:func:`last_wave_splits`). Such a grid gives some
+SMs two programs and the rest one; the call lasts as long as the SMs with two. Split into
+ranges, the programs queue for the places that free up, and the call ends with a last wave
+that is as full as the ranges make it. At ``D = 128`` the tiles of those ranges
+(:data:`_SPLIT_TILES`: 128 keys in 2 stages) take 255 registers a thread compiled for sm_90
+(``python -m teachkit.kernels --paged-residency``), so two fit an SM. On an H200 (132 SMs,
+``D = 128``, fp16 and bf16, CUDA-graph replays and plain launches alike, a scratch run of
+grids of 136, 150, 160, 176, 190 and 200 programs), the splits of the fullest last wave read
+1.02-1.06x the unsplit default at 4k tokens and 1.05-1.19x from 16k, where the unsplit
+default read at 0.83-1.02x cuDNN; splits whose grid spills just past a whole wave lost
+(two ranges of 136 programs: 272 places for 264, 0.84-0.87x). From 1.44 programs an SM no
+split gained more than 3 %; below 4k tokens (:data:`_LAST_WAVE_FEWEST_KEYS`) the ranges are
+too short and splitting lost up to 5 %. Paged calls that hold their table row split alike,
+with the usual tiles (32 KB in 2 stages), as a split paged call does: in 3 or 4 ranges those
+read five sequences of 4k tokens at 1.03-1.04x the unsplit held call; with 128-key tiles at
+0.89x. ``gpu_checks/decode_gpu.py --last-wave-sweep`` records the same."""
+
+_LAST_WAVE_HEAD_DIMS = (128,)
+"""The head dims at which :data:`_LAST_WAVE_GRID` was measured: at ``D = 64`` splits gained
+at 16k tokens and lost at 4k on the same grids."""
+
+_LAST_WAVE_FEWEST_KEYS = 4096
+"""The fewest keys a cache needs for :data:`_LAST_WAVE_GRID` to split it."""
+
+_LAST_WAVE_MOST_SPLITS = 5
+"""The most ranges :func:`last_wave_splits` cuts a row into (the most measured)."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
@@ -929,6 +961,30 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2,
     return max(1, min(fit, key_blocks, MAX_SPLITS))
 
 
+def last_wave_splits(programs: int, sms: int, resident: int,
+                     most: int = _LAST_WAVE_MOST_SPLITS) -> int:
+    """How many ranges (2 to ``most``) to cut every row's keys into so the grid's last wave is
+    the fullest: ``programs`` of the unsplit grid, ``sms`` SMs each holding ``resident``
+    programs at once. A grid of ``n`` waves (``programs * splits / (resident * sms)``) runs
+    ``ceil(n)`` of them, the last one partly empty; this picks the splits with the largest
+    ``n / ceil(n)``, the fewest where two tie (:data:`_LAST_WAVE_GRID`).
+
+    Examples
+    --------
+    >>> last_wave_splits(160, 132, 2)  # 5 sequences of 32 heads: 480 programs, 1.8 waves
+    3
+    >>> last_wave_splits(136, 132, 2)  # 680 programs: 2.6 waves (3 ranges: 1.5)
+    5
+    >>> last_wave_splits(176, 132, 2)  # 528 programs: 2 whole waves
+    3
+    """
+    def filled(splits: int) -> float:
+        waves = programs * splits / (resident * sms)
+        return waves / math.ceil(waves)
+
+    return max(range(2, most + 1), key=lambda splits: (filled(splits), -splits))
+
+
 # ---------------------------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------------------------
@@ -1360,6 +1416,17 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
+    last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
+    if (last_wave and not entries and num_splits is None and plan.num_splits == 1
+            and 1 <= per_sm <= last_wave[0] and dtype != torch.float32
+            and D in _LAST_WAVE_HEAD_DIMS and capacity >= _LAST_WAVE_FEWEST_KEYS):
+        # some SMs hold two programs, the rest one: ranges that fill the last wave
+        splits = last_wave_splits(B * H_kv * plan.row_blocks, sm_count(device), last_wave[1])
+        tiles = (decode_config(D, dtype, capability, paged, captured) if paged else
+                 decode_config(D, dtype, capability, False, captured,
+                               keys_per_split=cdiv(capacity, splits)))
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
+        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     entry_waves = _paged_rule(_PAGED_ENTRY_WAVES, capability)
     if entries and num_splits is None and plan.num_splits == 1 and entry_waves:
         # a grid of one or more programs an SM waiting on every entry: more programs

@@ -709,7 +709,7 @@ def last_wave_sweep() -> tuple[list, list]:
     """GB/s of contiguous calls (H = 32, D = 128 fp16, :data:`LAST_WAVE_GRIDS`, 2k-64k tokens)
     by cuDNN (``SDPA cuDNN``), the default (``teachkit split-KV, default``: where the grid holds
     one to four thirds programs an SM, from 4k tokens, the ranges that fill the last wave,
-    ``decode._LAST_WAVE_GRID``), unsplit (``teachkit unsplit``) and in 2 to 5 ranges
+    ``decode._LAST_WAVE_GRID``), unsplit (``teachkit 1 range``) and in 2 to 5 ranges
     (``teachkit N ranges``), and at five sequences of up to 4k tokens paged (pages of 16,
     shuffled, the table row held) by the default (``teachkit paged``) and unsplit (``paged,
     unsplit``); launched plainly, then on CUDA-graph replays, interleaved, best of two. The
@@ -729,7 +729,7 @@ def last_wave_sweep() -> tuple[list, list]:
             call = functools.partial(decode_attention, q, k, v, check_values=False)
             runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
                     "teachkit split-KV, default": call,
-                    "teachkit unsplit": functools.partial(call, num_splits=1),
+                    "teachkit 1 range": functools.partial(call, num_splits=1),
                     **{f"teachkit {n} ranges": functools.partial(call, num_splits=n)
                        for n in range(2, 6)}}
             if B == 5 and S <= 4096:

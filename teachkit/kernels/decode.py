@@ -429,7 +429,8 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
 * contiguous caches against cuDNN (``gpu_checks/decode_gpu.py --contiguous-sweep``, record
   ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.93-0.96x at batch
   5 and 0.99-1.00x at batch 8 (1.2 and 1.9 programs an SM), where the usual tiles (32 KB,
-  2 stages) read at 0.72-0.82x and 0.93-0.97x. With more programs the record is mixed: at batch
+  2 stages) read at 0.72-0.82x and 0.93-0.97x (from 4k tokens batch 5 now splits to fill its
+  last wave, :data:`_LAST_WAVE_GRID`); With more programs the record is mixed: at batch
   12 (2.9 an SM) the usual tiles read at 1.04-1.06x and the wide ones at 0.95-0.97x, at batch 24
   (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.02x;
 * paged caches (the block table adds a wait to every load) against the contiguous default
@@ -496,27 +497,31 @@ x 3``)."""
 
 _LAST_WAVE_GRID = {90: (4 / 3, 2)}
 """Where measured: the most programs an SM (from one) of an unsplit contiguous float16 or
-bfloat16 grid that splits its keys so its last wave of programs is nearly full, and how many
-programs of its tiles an SM holds at once (:func:`last_wave_splits`). Such a grid gives some
-SMs two programs and the rest one; the call lasts as long as the SMs with two. Split into
-ranges, the programs queue for the places that free up, and the call ends with a last wave
-that is as full as the ranges make it. At ``D = 128`` the tiles of those ranges
-(:data:`_SPLIT_TILES`: 128 keys in 2 stages) take 255 registers a thread compiled for sm_90
-(``python -m teachkit.kernels --paged-residency``), so two fit an SM. On an H200 (132 SMs,
-``D = 128``, fp16 and bf16, CUDA-graph replays and plain launches alike, a scratch run of
-grids of 136, 150, 160, 176, 190 and 200 programs), the splits of the fullest last wave read
-1.02-1.06x the unsplit default at 4k tokens and 1.05-1.19x from 16k, where the unsplit
-default read at 0.83-1.02x cuDNN; splits whose grid spills just past a whole wave lost
-(two ranges of 136 programs: 272 places for 264, 0.84-0.87x). From 1.44 programs an SM no
-split gained more than 3 %; below 4k tokens (:data:`_LAST_WAVE_FEWEST_KEYS`) the ranges are
-too short and splitting lost up to 5 %. Paged calls that hold their table row split alike,
-with the usual tiles (32 KB in 2 stages), as a split paged call does: in 3 or 4 ranges those
-read five sequences of 4k tokens at 1.03-1.04x the unsplit held call; with 128-key tiles at
-0.89x. ``gpu_checks/decode_gpu.py --last-wave-sweep`` records the same."""
+bfloat16 grid that splits its keys so that its last wave of programs is nearly full, and how
+many programs of its tiles an SM holds at once (:func:`last_wave_splits`). Such a grid gives
+some SMs two programs and the rest one, and the call lasts as long as the SMs with two. Split
+into ranges, the programs queue for the places that free up, and the call ends with a last
+wave as full as the count of ranges makes it. At ``D = 128`` the tiles of those ranges
+(:data:`_SPLIT_TILES`: 128 keys in 2 stages) take 255 registers a thread compiled for sm_90,
+merging either way (``python -m teachkit.kernels --last-wave-residency``, Triton 3.6), so two
+fit an SM. On an H200 (132 SMs, ``D = 128`` fp16, grids of 136 to 192 programs: 34
+sequences of 4 cache heads, 19 and 22 of 8, 5 of 32 and 24 of 8; ``gpu_checks/decode_gpu.py
+--last-wave-sweep``, records ``decode_last_wave_nvidia_h200`` and ``..._cudagraph``, plain
+launches and graph replays alike) the ranges this picks (5, 5, 3 and 3 for 136, 152, 160 and
+176 programs) read at 1.04-1.22x the unsplit grid from 16k tokens and 0.98-1.04x at 4k (the
+least at 1.33 an SM), and at 0.98-1.09x cuDNN from 16k tokens where unsplit they read at
+0.82-1.03x. Ranges whose grid spills just past a whole wave lose: two ranges of 136 programs
+(272 places for 264) read at 0.84-0.86x the unsplit grid. At 1.45 programs an SM (192) four
+ranges gained 1-2 % from 16k tokens and lost 3-7 % below, so such a grid stays unsplit; and
+at 2k tokens, below :data:`_LAST_WAVE_FEWEST_KEYS`, the best split count lost 0-6 %. A
+paged call that holds its table row splits alike, with the usual tiles (32 KB in 2 stages) as
+any split paged call: five sequences of 4k tokens read at 100-102 % of the contiguous default,
+against 94-96 % unsplit (in a scratch run 128-key tiles read at 0.89x the contiguous default
+there)."""
 
 _LAST_WAVE_HEAD_DIMS = (128,)
-"""The head dims at which :data:`_LAST_WAVE_GRID` was measured: at ``D = 64`` splits gained
-at 16k tokens and lost at 4k on the same grids."""
+"""The head dims at which :data:`_LAST_WAVE_GRID` was measured: at ``D = 64`` (128 keys in 3
+stages) splits gained at 16k tokens and lost at 4k on the same grids in a scratch run."""
 
 _LAST_WAVE_FEWEST_KEYS = 4096
 """The fewest keys a cache needs for :data:`_LAST_WAVE_GRID` to split it."""
@@ -549,16 +554,16 @@ tiles compiled for sm_90 take 96 registers a thread at ``D = 64`` and 121 at ``D
 the merge kernel, 116 and 153 merging in one launch (``python -m teachkit.kernels
 --paged-residency``, Triton 3.6), so five and four such programs fit an SM's 65536 registers
 (four and three in one launch); a grid a little past that runs its last programs as the first
-finish, and the aim of five read as well in one launch as with the merge kernel. On an H200
-(H = 32, fp16, pages of 16 shuffled, 16k and 64k tokens, graph replays and plain launches
-alike, a scratch run of five to twelve sequences against the contiguous default of the same
-run; ``gpu_checks/decode_gpu.py --entry-waves-sweep`` records the same), the unsplit default
-read pages at 67-90 % of contiguous at ``D = 64`` and 91-98 % at ``D = 128`` for five
-to ten sequences (1.2-2.4 programs an SM); split this way (four, three, two, two, two, two
-ranges for five to ten sequences) at 93-102 % and 97-107 %. At twelve sequences (2.9 an SM,
-one range) splitting did not gain: 2 ranges read at 73-79 %, 3 at 91-96 % against the
-unsplit 93-95 %. Calls that hold their table row (:data:`HELD_TABLE_PAGES`) read as contiguous
-ones and do not split there."""
+finish, and in a scratch run the aim of five read as well in one launch, launched plainly, as
+with the merge kernel. On an H200 (H = 32, fp16, pages of 16 shuffled, 16k and 64k tokens,
+CUDA-graph replays, ``gpu_checks/decode_gpu.py --entry-waves-sweep``, record
+``decode_entry_waves_nvidia_h200``, against the contiguous default of the same run), for five
+to ten sequences (1.2-2.4 programs an SM unsplit) the unsplit grid read pages at 66-91 % of
+contiguous at ``D = 64`` and 86-98 % at ``D = 128``; split this way (four, three, two, two,
+two, two ranges for five to ten sequences) at 96-105 % and 97-102 %. At twelve sequences
+(2.9 an SM, one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the
+unsplit 94-95 %. Calls that hold their table row (:data:`HELD_TABLE_PAGES`) are planned as
+contiguous ones instead."""
 
 _PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
@@ -591,16 +596,16 @@ shuffled, ``gpu_checks/decode_gpu.py --held-table-sweep``, record
 ``decode_held_table_nvidia_h200``, against the contiguous default of the same run), held
 against entry by entry:
 
-* one and two sequences (split): D = 128 at 97-100 % of contiguous against 94-99 %, the most
-  gained at one sequence of 1k tokens (97 % against 94 %); D = 64 at 97-104 % against
-  93-99 %;
-* three and four sequences (unsplit held, split entry by entry): D = 128 at 100-103 % against
-  91-97 %; D = 64 at 99-102 % against 85-95 % (its tiles' pages interleaved,
+* one and two sequences (split): D = 128 at 96-100 % of contiguous against 93-99 %, the most
+  gained at one sequence of 1k tokens (96 % against 93 %); D = 64 at 97-103 % against
+  93-98 %;
+* three and four sequences (unsplit held, split entry by entry): D = 128 at 100-102 % against
+  92-96 %; D = 64 at 100-101 % against 85-95 % (its tiles' pages interleaved,
   :data:`INTERLEAVE_PAGES_PER_SM`);
 * five and eight sequences (unsplit held, split entry by entry, :data:`_PAGED_ENTRY_WAVES`):
-  D = 64 at 98-99 % against 91-98 % (three stages of 128 keys); D = 128 at 98-100 % against
-  94-103 %, where at five sequences the split entries read faster (99-103 %): held rows
-  might gain from that split too, not measured further.
+  D = 64 at 98-100 % against 92-98 % (three stages of 128 keys); D = 128 at 99-101 % against
+  94-101 %, five sequences of 4k tokens split as the contiguous call is
+  (:data:`_LAST_WAVE_GRID`).
 
 Where the row is not held the contiguous plan is slower: in a scratch run at 8k and 16k tokens
 (512 and 1024 pages), three and four sequences unsplit read at 58-75 % of contiguous against
@@ -645,8 +650,8 @@ where the SM needs four resident programs (an unsplit grid of 16 sequences of 32
 split call aiming at :data:`_PAGED_SPLIT_WAVES`) the registers cost one of them. On an H200
 (CUDA-graph replays, pages of 16 shuffled, D = 64 and 128, 1-16 sequences of 1k-16k tokens,
 ``gpu_checks/decode_gpu.py --interleave-sweep``, record ``decode_interleave_nvidia_h200``),
-interleaved tiles read 1.01-1.12x as fast as key order on every problem whose grid has at most
-two programs an SM (1.04-1.12x at three to five sequences of D = 64), and 0.79-0.98x on most
+interleaved tiles read 1.01-1.11x as fast as key order on every problem whose grid has at most
+two programs an SM (1.04-1.11x at three to five sequences of D = 64), and 0.79-0.97x on most
 of those with about four or more (1.02-1.03x on four short ones)."""
 
 
@@ -1396,9 +1401,11 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     programs an SM, and halves its tiles where its ranges would hold too few iterations
     (:func:`paged_range_tiles`); one that reads its table entry by entry and whose unsplit grid
     already gives every SM a program still splits, with the usual tiles, up to
-    :data:`_PAGED_ENTRY_WAVES` programs an SM. A paged call (``page_size`` tokens a page; 0:
-    contiguous) holds its table row where the table is narrow enough
-    (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
+    :data:`_PAGED_ENTRY_WAVES` programs an SM; a contiguous one whose unsplit grid gives some SMs
+    two programs and the rest one (:data:`_LAST_WAVE_GRID`) splits into the ranges that fill its
+    last wave (:func:`last_wave_splits`), as does a paged one holding its row. A paged call
+    (``page_size`` tokens a page; 0: contiguous) holds its table row where the table is narrow
+    enough (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
     split the keys it takes the contiguous call's tiles, and splits where that call would.
     Worked out once per kind of call (a decoding loop makes the same call every step)."""
     capability = None if INTERPRETED else compute_capability(device)

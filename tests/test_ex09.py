@@ -3,6 +3,8 @@ every checker to its solution and to an unfilled stub)."""
 
 from __future__ import annotations  # noqa: I001  (teachkit first: it sets TRITON_INTERPRET)
 
+import math
+
 import teachkit  # noqa: F401
 import pytest
 import torch
@@ -50,6 +52,54 @@ def test_num_splits_explains_wrong_answers(wrong, message):
 def test_num_splits_wants_an_int(unwatched):
     with pytest.raises(ExerciseFailed, match="return an int"):
         ex09.check_num_splits(lambda p, k, s: float(solutions.solution_num_splits(p, k, s)))
+
+
+# --- exercise 1b: last_wave_splits -----------------------------------------------------------
+
+
+def _fullest(candidates, fill):
+    return max(candidates, key=fill)
+
+
+def _fill(p, n, places):
+    waves = p * n / places
+    return waves / math.ceil(waves)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (
+        p * n / (r * s) - math.floor(p * n / (r * s)), -n)), "fractional part"),
+    (lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, r * s), n)),
+     "take the fewest"),
+    (lambda p, s, r, m: _fullest(range(1, m + 1), lambda n: (_fill(p, n, r * s), -n)),
+     "start at 2"),
+    (lambda p, s, r, m: _fullest(range(2, max(m, 3)), lambda n: (_fill(p, n, r * s), -n)),
+     "including most"),
+    (lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, s), -n)),
+     "resident \\* sms"),
+    (lambda p, s, r, m: 3, "expected"),
+])
+def test_last_wave_splits_explains_wrong_answers(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex09.check_last_wave_splits(wrong)
+    assert "On programs = " in str(info.value) and "the last" in str(info.value)
+
+
+def test_last_wave_splits_wants_an_int(unwatched):
+    with pytest.raises(ExerciseFailed, match="return an int"):
+        ex09.check_last_wave_splits(
+            lambda p, s, r, m: float(solutions.solution_last_wave_splits(p, s, r, m)))
+
+
+def test_last_wave_splits_accepts_the_fill_computed_in_another_order():
+    """Dividing by the SMs and the residents one at a time rounds otherwise than dividing once;
+    the checker's cases rank the counts alike either way."""
+    def other_order(programs, sms, resident, most):
+        fills = {n: (programs / resident / sms * n) / math.ceil(programs / resident / sms * n)
+                 for n in range(2, most + 1)}
+        return max(fills, key=lambda n: (fills[n], -n))
+
+    ex09.check_last_wave_splits(other_order)
 
 
 # --- exercise 2: merge_splits ----------------------------------------------------------------

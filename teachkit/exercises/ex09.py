@@ -1,6 +1,6 @@
 r"""Exercises of notebook 09, *split-KV decoding and paged attention*.
 
-Five exercises, each with a checker ``check_<name>(fn)`` here and a solution
+Six exercises, each with a checker ``check_<name>(fn)`` here and a solution
 ``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex09`:
 
 1. :func:`check_num_splits`: how many ranges to cut each row's keys into so that a decoding
@@ -13,6 +13,9 @@ Five exercises, each with a checker ``check_<name>(fn)`` here and a solution
    interleaved, so that a thread's rows share one page.
 5. :func:`check_merge_kernel`: the merge of exercise 2 as a Triton kernel, one program per row,
    the kernel that follows the split kernel in split-KV decoding.
+6. :func:`check_last_wave_splits`: how many ranges to cut the keys of a grid a little past one
+   program an SM into, so that its last wave of programs is the fullest (the rule of
+   :func:`teachkit.kernels.decode.last_wave_splits`).
 
 Every checker runs the learner's function on fresh random cases and compares with a reference
 (the library's rule, float64 attention over all keys, the pool's contents); a wrong answer
@@ -29,13 +32,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import torch
 import triton
 
 from ..compare import relative_error
 from ..device import DEVICE
-from ..kernels.decode import MAX_SPLITS, choose_num_splits
+from ..kernels.decode import MAX_SPLITS, choose_num_splits, last_wave_splits
 from ..paging import build_block_table, token_rows
 from .checking import (
     ExerciseFailed,
@@ -55,6 +59,7 @@ __all__ = [
     "check_token_rows",
     "check_tile_keys",
     "check_merge_kernel",
+    "check_last_wave_splits",
 ]
 
 NEG_INF = float("-inf")
@@ -135,6 +140,99 @@ def _split_hint(programs: int, blocks: int, sms: int) -> str:
     return (f"one wave of two programs per SM holds {2 * sms} programs, so {2 * sms} // "
             f"{programs} = {2 * sms // programs} splits, then bounded by key_blocks = {blocks}, "
             f"by {MAX_SPLITS} and from below by 1.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1b: the fullest last wave
+# ---------------------------------------------------------------------------------------------
+
+
+def _fill(programs: int, splits: int, places: int) -> float:
+    """How full the last wave of ``programs * splits`` programs in waves of ``places`` is."""
+    waves = programs * splits / places
+    return waves / math.ceil(waves)
+
+
+def _fullest(candidates: range, key: Callable[[int], tuple]) -> int:
+    return max(candidates, key=key)
+
+
+_WAVE_MISTAKES: dict[str, Callable[[int, int, int, int], int]] = {
+    "you measured the last wave by the fractional part of the waves (waves - floor(waves)): a "
+    "grid of exactly two waves then looks empty, though its last wave is full. Divide by the "
+    "waves it runs instead: waves / ceil(waves).":
+        lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (
+            p * n / (r * s) - math.floor(p * n / (r * s)), -n)),
+    "on a tie you took the most ranges: take the fewest (each range writes a partial result "
+    "for the merge to read back).":
+        lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, r * s), n)),
+    "you counted one range as a candidate: start at 2 (one range is the unsplit grid this rule "
+    "improves on).":
+        lambda p, s, r, m: _fullest(range(1, m + 1), lambda n: (_fill(p, n, r * s), -n)),
+    "range(2, most) leaves out `most` itself: count from 2 up to and including most.":
+        lambda p, s, r, m: _fullest(range(2, max(m, 3)), lambda n: (_fill(p, n, r * s), -n)),
+    "a wave is resident * sms programs, not sms: each SM holds `resident` of these programs at "
+    "once.":
+        lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, s), -n)),
+}
+
+
+def _wave_cases(gen: torch.Generator) -> list[tuple[int, int, int, int]]:
+    """``(programs, sms, resident, most)``: grids of one to two programs an SM on an H100, a T4,
+    an A100 and random GPUs. Two counts of ranges often fill their last wave alike (``n`` and
+    ``2n`` whenever the last of ``n``'s waves is more than half full); the cases keep those
+    ties, which any way of computing the fill in floats ranks alike (doubling is exact), and
+    leave out other exact ties, which floats may break either way."""
+    cases = [(160, 132, 2, 5), (136, 132, 2, 5), (176, 132, 2, 5), (152, 132, 2, 5),
+             (44, 40, 2, 5), (120, 108, 2, 5), (66, 132, 1, 5), (132, 132, 2, 8),
+             (150, 132, 3, 4), (200, 132, 4, 6)]
+    for _ in range(200):
+        sms = random_int(10, 150, gen)
+        cases.append((random_int(sms, 2 * sms, gen), sms, random_int(1, 4, gen),
+                      random_int(2, 8, gen)))
+
+    def fair(case: tuple[int, int, int, int]) -> bool:
+        programs, sms, resident, most = case
+        places = resident * sms
+        fill = {n: Fraction(programs * n, places * -(-programs * n // places))
+                for n in range(1, most + 1)}
+        return all(fill[a] != fill[b] or b == 2 * a
+                   for a in fill for b in fill if a < b)
+
+    return [case for case in cases if fair(case)][:60]
+
+
+@exercise(
+    "Choose the ranges that fill the last wave",
+    "For each count of ranges from 2 to most: how many waves of resident * sms programs does the "
+    "split grid take, and how full is its last one?",
+    forbid=("teachkit.kernels.decode.last_wave_splits",),
+)
+def check_last_wave_splits(fn: Callable[[int, int, int, int], int]) -> None:
+    """Check ``fn(programs, sms, resident, most) -> int`` against the library's rule.
+
+    Cases: five sequences of 32 heads on an H100 (160 programs, two an SM resident: three
+    ranges), grids of 136, 176 and 192 programs there, a T4 and an A100, grids that fill
+    whole waves at two counts (the fewer wins), and random GPUs of 10 to 150 SMs with one to
+    four programs resident and 2 to 8 ranges at most.
+    """
+    for programs, sms, resident, most in _wave_cases(fresh_generator()):
+        case = f"programs = {programs}, sms = {sms}, resident = {resident}, most = {most}"
+        got = call_learner(fn, case, programs, sms, resident, most)
+        want = last_wave_splits(programs, sms, resident, most)
+        expect(isinstance(got, int) and not isinstance(got, bool),
+               f"On {case}: return an int, got {type(got).__name__} {got!r}.")
+        if got == want:
+            continue
+        places = resident * sms
+        advice = next((e for e, wrong in _WAVE_MISTAKES.items()
+                       if wrong(programs, sms, resident, most) == got), "")
+        fills = ", ".join(f"{n} ranges: {programs * n / places:.2f} waves, the last "
+                          f"{_fill(programs, n, places):.0%} full" for n in range(2, most + 1))
+        raise ExerciseFailed(
+            f"On {case}: expected {want} ranges, got {got}.\n  With waves of {places} "
+            f"programs: {fills}."
+            + (f"\n  Your answer matches a common slip: {advice}" if advice else ""))
 
 
 # ---------------------------------------------------------------------------------------------

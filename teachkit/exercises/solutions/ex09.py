@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -10,7 +12,7 @@ import triton.language as tl
 from ...kernels.decode import MAX_SPLITS
 
 __all__ = ["solution_num_splits", "solution_merge_splits", "solution_token_rows",
-           "solution_tile_keys", "solution_merge_kernel"]
+           "solution_tile_keys", "solution_merge_kernel", "solution_last_wave_splits"]
 
 NEG_INF = float("-inf")
 
@@ -30,6 +32,25 @@ def solution_num_splits(programs: int, key_blocks: int, sms: int) -> int:
         return 1
     fit = 2 * sms // programs  # the most splits in one wave of 2 programs per SM
     return max(1, min(fit, key_blocks, MAX_SPLITS))
+
+
+def solution_last_wave_splits(programs: int, sms: int, resident: int, most: int) -> int:
+    """The count of ranges, from 2 to ``most``, whose grid ends on the fullest last wave.
+
+    An SM holds ``resident`` programs of these tiles at once, so a wave is ``resident * sms``
+    programs. Cut into ``n`` ranges, the ``programs`` of the unsplit grid become
+    ``programs * n``: that many waves, ``programs * n / (resident * sms)``, of which the GPU
+    runs ``ceil`` of them, the last one partly empty. Its fill is ``waves / ceil(waves)``: 1
+    when the grid ends on a whole wave. Keep the count with the largest fill; on a tie the
+    fewer ranges, which write fewer partial results for the merge.
+    """
+    best, best_fill = 2, 0.0
+    for n in range(2, most + 1):
+        waves = programs * n / (resident * sms)
+        fill = waves / math.ceil(waves)
+        if fill > best_fill:  # strictly larger: a tie keeps the fewer ranges
+            best, best_fill = n, fill
+    return best
 
 
 def solution_merge_splits(outs: torch.Tensor, lses: torch.Tensor

@@ -800,7 +800,8 @@ def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
     captured or in one launch; grouped-query heads counted by their cache heads (136 programs:
     5, 176: 3). A paged call holding its table row splits alike with the usual tiles. Not at
     1.45 an SM, nor nearly full (0.97), nor on 2k tokens, nor at D = 64, nor in float32, nor
-    with ``num_splits`` given, nor on sm_80."""
+    with programs of more than 16 query rows (8 query heads a cache head, 4 new tokens each),
+    nor with ``num_splits`` given, nor on sm_80."""
     dev = torch.device(DEV)
 
     def plan(B, H_kv=32, S=4096, D=128, dtype=torch.float16, page_size=0, captured=False,
@@ -824,6 +825,10 @@ def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
                         plan(5, dtype=torch.float32), plan(5, num_splits=1)):
             assert unsplit.num_splits == 1, unsplit
         assert plan(5, num_splits=2).num_splits == 2
+        rows = decode._launch_plan(20, 64, 4, 128, 8, torch.float16, dev, 4096, None, None, 0)
+        assert (rows.block_m, rows.num_splits) == (32, 1)  # 160 programs of 32 rows
+        assert decode._launch_plan(20, 32, 4, 128, 8, torch.float16, dev, 4096, None, None,
+                                   0).num_splits == 3  # 160 programs of 16 rows
     with planned_on((8, 0)):
         assert plan(5).num_splits == 1
 

@@ -526,6 +526,11 @@ stages) splits gained at 16k tokens and lost at 4k on the same grids in a scratc
 _LAST_WAVE_FEWEST_KEYS = 4096
 """The fewest keys a cache needs for :data:`_LAST_WAVE_GRID` to split it."""
 
+_LAST_WAVE_ROWS = 16
+"""The most query rows a program holds (``BLOCK_M``) for :data:`_LAST_WAVE_GRID` to split its
+grid: the residency it counts on was compiled, and the grids timed, with 16 (up to 16 query
+heads a cache head, one new token each); more rows take more registers a thread."""
+
 _LAST_WAVE_MOST_SPLITS = 5
 """The most ranges :func:`last_wave_splits` cuts a row into (the most measured)."""
 
@@ -1426,7 +1431,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
     if (last_wave and not entries and num_splits is None and plan.num_splits == 1
             and 1 <= per_sm <= last_wave[0] and dtype != torch.float32
-            and D in _LAST_WAVE_HEAD_DIMS and capacity >= _LAST_WAVE_FEWEST_KEYS):
+            and D in _LAST_WAVE_HEAD_DIMS and plan.block_m <= _LAST_WAVE_ROWS
+            and capacity >= _LAST_WAVE_FEWEST_KEYS):
         # some SMs hold two programs, the rest one: ranges that fill the last wave
         splits = last_wave_splits(B * H_kv * plan.row_blocks, sm_count(device), last_wave[1])
         tiles = (decode_config(D, dtype, capability, paged, captured) if paged else

@@ -430,7 +430,7 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.93-0.96x at batch
   5 and 0.99-1.00x at batch 8 (1.2 and 1.9 programs an SM), where the usual tiles (32 KB,
   2 stages) read at 0.72-0.82x and 0.93-0.97x (from 4k tokens batch 5 now splits to fill its
-  last wave, :data:`_LAST_WAVE_GRID`); With more programs the record is mixed: at batch
+  last wave, :data:`_LAST_WAVE_GRID`). With more programs the record is mixed: at batch
   12 (2.9 an SM) the usual tiles read at 1.04-1.06x and the wide ones at 0.95-0.97x, at batch 24
   (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.02x;
 * paged caches (the block table adds a wait to every load) against the contiguous default

@@ -504,7 +504,9 @@ into ranges, the programs queue for the places that free up, and the call ends w
 wave as full as the count of ranges makes it. At ``D = 128`` the tiles of those ranges
 (:data:`_SPLIT_TILES`: 128 keys in 2 stages) take 255 registers a thread compiled for sm_90,
 merging either way (``python -m teachkit.kernels --last-wave-residency``, Triton 3.6), so two
-fit an SM. On an H200 (132 SMs, ``D = 128`` fp16, grids of 136 to 192 programs: 34
+fit an SM. (Triton 3.9 compiles them to 142 registers, three an SM, where the fullest last
+wave is another count; the rule and its figures are Triton 3.6's, not measured with 3.9.) On
+an H200 (132 SMs, ``D = 128`` fp16, grids of 136 to 192 programs: 34
 sequences of 4 cache heads, 19 and 22 of 8, 5 of 32 and 24 of 8; ``gpu_checks/decode_gpu.py
 --last-wave-sweep``, records ``decode_last_wave_nvidia_h200`` and ``..._cudagraph``, plain
 launches and graph replays alike) the ranges this picks (5, 5, 3 and 3 for 136, 152, 160 and

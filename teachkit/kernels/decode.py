@@ -554,7 +554,8 @@ _PAGED_ENTRY_WAVES = {90: 5}
 """Programs per SM that a paged call reading its table entry by entry aims for where its
 unsplit grid already gives every SM a program (one to two and a half an SM; below one it aims
 for :data:`_PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguous grid that full
-does not split, but one or two paged programs an SM leave each key's wait for its table entry
+keeps the memory busy unsplit (it splits only to fill its last wave, :data:`_LAST_WAVE_GRID`),
+but one or two paged programs an SM leave each key's wait for its table entry
 in the open: such a call splits its keys into the most ranges whose grid stays within this many
 programs an SM, with the usual tiles (32 KB in 2 stages), merging as any split call does. Those
 tiles compiled for sm_90 take 96 registers a thread at ``D = 64`` and 121 at ``D = 128`` with

@@ -301,15 +301,22 @@ def decoding_inputs(B: int, S: int, D: int = 128,
 
 def paged_inputs(B: int, S: int, D: int = 128, seed: int | None = None) -> tuple:
     """:func:`decoding_inputs` and the same caches scattered into pools of 16-token pages
-    through a shuffled block table (its generator seeded with ``seed``, ``B + S`` if not
-    given): ``q, k, v, nbytes, lens, k_pool, v_pool, table``."""
+    (:func:`paged_copy`): ``q, k, v, nbytes, lens, k_pool, v_pool, table``."""
+    q, k, v, nbytes = decoding_inputs(B, S, D)
+    return q, k, v, nbytes, *paged_copy(k, v, seed)
+
+
+def paged_copy(k: torch.Tensor, v: torch.Tensor, seed: int | None = None) -> tuple:
+    """Full caches ``k, v`` ``(B, H_kv, S, D)`` scattered into pools of 16-token pages through
+    a shuffled block table (its generator seeded with ``seed``, ``B + S`` if not given):
+    ``lens, k_pool, v_pool, table``."""
     from teachkit.paging import paged_from_contiguous
 
-    q, k, v, nbytes = decoding_inputs(B, S, D)
+    B, _, S, _ = k.shape
     lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
     kp, vp, table = paged_from_contiguous(
         k, v, lens.cpu(), 16, gen=torch.Generator().manual_seed(B + S if seed is None else seed))
-    return q, k, v, nbytes, lens, kp, vp, table
+    return lens, kp, vp, table
 
 
 def sweep(B: int, S: int, copy: float) -> None:
@@ -717,7 +724,6 @@ def last_wave_sweep() -> tuple[list, list]:
     rows, graph rows)."""
     from teachkit.kernels import decode
     from teachkit.kernels.decode import decode_attention
-    from teachkit.paging import paged_from_contiguous
 
     found: tuple[list, list] = ([], [])
     for B, H_kv in LAST_WAVE_GRIDS:
@@ -733,9 +739,7 @@ def last_wave_sweep() -> tuple[list, list]:
                     **{f"teachkit {n} ranges": functools.partial(call, num_splits=n)
                        for n in range(2, 6)}}
             if B == 5 and S <= 4096:
-                lens = torch.full((B,), S, device=teachkit.DEVICE, dtype=torch.int32)
-                kp, vp, table = paged_from_contiguous(
-                    k, v, lens.cpu(), 16, gen=torch.Generator().manual_seed(B + S))[:3]
+                lens, kp, vp, table = paged_copy(k, v)
                 paged = functools.partial(decode_attention, q, kp, vp, lens, table,
                                           check_values=False)
                 runs |= {"teachkit paged": paged,

@@ -57,25 +57,21 @@ def test_num_splits_wants_an_int(unwatched):
 # --- exercise 1b: last_wave_splits -----------------------------------------------------------
 
 
-def _fullest(candidates, fill):
-    return max(candidates, key=fill)
-
-
 def _fill(p, n, places):
     waves = p * n / places
     return waves / math.ceil(waves)
 
 
 @pytest.mark.parametrize("wrong,message", [
-    (lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (
+    (lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (
         p * n / (r * s) - math.floor(p * n / (r * s)), -n)), "fractional part"),
-    (lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, r * s), n)),
+    (lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (_fill(p, n, r * s), n)),
      "take the fewest"),
-    (lambda p, s, r, m: _fullest(range(1, m + 1), lambda n: (_fill(p, n, r * s), -n)),
+    (lambda p, s, r, m: max(range(1, m + 1), key=lambda n: (_fill(p, n, r * s), -n)),
      "start at 2"),
-    (lambda p, s, r, m: _fullest(range(2, max(m, 3)), lambda n: (_fill(p, n, r * s), -n)),
+    (lambda p, s, r, m: max(range(2, max(m, 3)), key=lambda n: (_fill(p, n, r * s), -n)),
      "including most"),
-    (lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, s), -n)),
+    (lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (_fill(p, n, s), -n)),
      "resident \\* sms"),
     (lambda p, s, r, m: 3, "expected"),
 ])

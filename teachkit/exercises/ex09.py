@@ -153,27 +153,23 @@ def _fill(programs: int, splits: int, places: int) -> float:
     return waves / math.ceil(waves)
 
 
-def _fullest(candidates: range, key: Callable[[int], tuple]) -> int:
-    return max(candidates, key=key)
-
-
 _WAVE_MISTAKES: dict[str, Callable[[int, int, int, int], int]] = {
     "you measured the last wave by the fractional part of the waves (waves - floor(waves)): a "
     "grid of exactly two waves then looks empty, though its last wave is full. Divide by the "
     "waves it runs instead: waves / ceil(waves).":
-        lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (
+        lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (
             p * n / (r * s) - math.floor(p * n / (r * s)), -n)),
     "on a tie you took the most ranges: take the fewest (each range writes a partial result "
     "for the merge to read back).":
-        lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, r * s), n)),
+        lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (_fill(p, n, r * s), n)),
     "you counted one range as a candidate: start at 2 (one range is the unsplit grid this rule "
     "improves on).":
-        lambda p, s, r, m: _fullest(range(1, m + 1), lambda n: (_fill(p, n, r * s), -n)),
+        lambda p, s, r, m: max(range(1, m + 1), key=lambda n: (_fill(p, n, r * s), -n)),
     "range(2, most) leaves out `most` itself: count from 2 up to and including most.":
-        lambda p, s, r, m: _fullest(range(2, max(m, 3)), lambda n: (_fill(p, n, r * s), -n)),
+        lambda p, s, r, m: max(range(2, max(m, 3)), key=lambda n: (_fill(p, n, r * s), -n)),
     "a wave is resident * sms programs, not sms: each SM holds `resident` of these programs at "
     "once.":
-        lambda p, s, r, m: _fullest(range(2, m + 1), lambda n: (_fill(p, n, s), -n)),
+        lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (_fill(p, n, s), -n)),
 }
 
 

@@ -140,6 +140,14 @@ def _overlap_line(label: str, found: dict) -> str:
             + ", ".join(map(str, found["waits"])))
 
 
+def _residency_line(used: dict[str, int], one_launch: bool) -> str:
+    """One line of ``--paged-residency`` or ``--last-wave-residency``: a decode split kernel's
+    tiles, its merge, the registers ``ptxas -v`` reports and the programs an SM they leave."""
+    merge = "one launch" if one_launch else "merge kernel"
+    return (f"{used['block_n']:>3}-key tiles, {merge:12}  {used['registers']:>3} registers a "
+            f"thread, {used['spilled']} bytes spilled: {used['programs_an_sm']} programs an SM")
+
+
 def _run_compiled(argv: list[str]) -> int:
     """Run ``python -m teachkit.kernels argv`` again with ``TRITON_INTERPRET=0`` and return its
     exit status. A SIGTERM to this process is passed on to it, which stops its compile workers
@@ -175,10 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print("paged decode split kernel on sm_90, bf16, pages of 16 read entry by entry, "
               "the usual tiles (ptxas -v):")
         for (head_dim, one_launch), used in cc.paged_entry_residency().items():
-            merge = "one launch" if one_launch else "merge kernel"
-            print(f"  D={head_dim:<4} {used['block_n']:>3}-key tiles, {merge:12}  "
-                  f"{used['registers']:>3} registers a thread, {used['spilled']} bytes spilled: "
-                  f"{used['programs_an_sm']} programs an SM")
+            print(f"  D={head_dim:<4} {_residency_line(used, one_launch)}")
         return 0
     if args.last_wave_residency:
         from . import decode
@@ -187,10 +192,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{decode._LAST_WAVE_FEWEST_KEYS // decode._LAST_WAVE_MOST_SPLITS} keys or more "
               "(ptxas -v):")
         for one_launch, used in cc.last_wave_residency().items():
-            merge = "one launch" if one_launch else "merge kernel"
-            print(f"  {used['block_n']:>3}-key tiles, {merge:12}  {used['registers']:>3} "
-                  f"registers a thread, {used['spilled']} bytes spilled: "
-                  f"{used['programs_an_sm']} programs an SM")
+            print(f"  {_residency_line(used, one_launch)}")
         return 0
     if args.page_interleave:
         found = cc.page_interleave_evidence()

@@ -35,7 +35,10 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 11. with --last-wave-sweep, contiguous grids of 1.0-1.45 programs an SM (D = 128, H = 32,
    grouped-query heads) by the default, unsplit and in 2 to 5 ranges beside cuDNN, 2k-64k
    tokens, and paged with the table row held, plain and on CUDA-graph replays, saved as records
-   (decode._LAST_WAVE_GRID).
+   (decode._LAST_WAVE_GRID);
+12. with --wave-tiles-sweep, unsplit contiguous grids of 2.9-11.6 programs an SM (D = 128,
+   H = 32) by the default and by each tile they choose from beside cuDNN, 4k and 16k tokens, on
+   CUDA-graph replays, saved as a record (decode._FULLEST_WAVE_TILES).
 """
 
 from __future__ import annotations
@@ -102,6 +105,10 @@ def main() -> int:
                         help="only a paged cache read entry by entry at 1-3 programs an SM, "
                              "unsplit and split, saved as teachkit/benchmarks/"
                              "decode_entry_waves_<device>.json (or --json)")
+    parser.add_argument("--wave-tiles-sweep", action="store_true",
+                        help="only contiguous grids of 2.9-11.6 programs an SM by each tile "
+                             "they choose from, beside cuDNN, saved as teachkit/benchmarks/"
+                             "decode_wave_tiles_<device>.json (or --json)")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
@@ -143,13 +150,15 @@ def main() -> int:
         return failures_status()
     kinds = {"paged": args.paged_sweep, "contiguous": args.contiguous_sweep,
              "head_dims": args.head_dim_sweep, "held_table": args.held_table_sweep,
-             "interleave": args.interleave_sweep, "entry_waves": args.entry_waves_sweep}
+             "interleave": args.interleave_sweep, "entry_waves": args.entry_waves_sweep,
+             "wave_tiles": args.wave_tiles_sweep}
     if any(kinds.values()):
         copy = copy_bandwidth()
         kind = next(name for name, asked in kinds.items() if asked)
         sweeps = {"paged": functools.partial(paged_sweep, copy), "contiguous": contiguous_sweep,
                   "head_dims": head_dim_sweep, "held_table": held_table_sweep,
-                  "interleave": interleave_sweep, "entry_waves": entry_waves_sweep}
+                  "interleave": interleave_sweep, "entry_waves": entry_waves_sweep,
+                  "wave_tiles": wave_tiles_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
@@ -801,6 +810,46 @@ def contiguous_sweep() -> list:
                 + ", ".join(f"{n} {base / ms:.2f}" for n, ms in best.items()
                             if n != "SDPA cuDNN"))
             del k, v
+    return out
+
+
+WAVE_TILES_BATCHES = (12, 14, 16, 18, 20, 22, 24, 26, 28, 32, 36, 40, 44, 48)
+"""The wave-tiles sweep's batches of 32 heads: 2.9 to 11.6 programs an SM on 132 SMs, the last
+wave of each of ``decode._FULLEST_WAVE_TILES`` from a fifth to wholly full."""
+
+
+def wave_tiles_sweep() -> list:
+    """GB/s of unsplit contiguous calls of more than two programs an SM on CUDA-graph replays
+    (H = 32, D = 128 fp16, :data:`WAVE_TILES_BATCHES`, caches of 4k and 16k tokens) beside cuDNN
+    (``SDPA cuDNN``): the default (``teachkit split-KV, default``, ``decode.fullest_wave_tiles``)
+    and each of ``decode._FULLEST_WAVE_TILES`` (``contiguous <KB> KB x <stages>``, named as in
+    :data:`CONTIGUOUS_TILES`); interleaved, best of three."""
+    from teachkit.kernels.decode import (
+        _FULLEST_WAVE_TILES,
+        DecodeConfig,
+        _keys_per_block,
+        decode_attention,
+    )
+
+    out = []
+    for B in WAVE_TILES_BATCHES:
+        for S in (4096, 16384):
+            q, k, v, nbytes = decoding_inputs(B, S)
+            runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                    "teachkit split-KV, default": functools.partial(
+                        decode_attention, q, k, v, check_values=False)}
+            for stage_bytes, stages, _ in _FULLEST_WAVE_TILES[90]:
+                config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages)
+                runs[f"contiguous {stage_bytes // 1024} KB x {stages}"] = functools.partial(
+                    decode_attention, q, k, v, check_values=False, num_splits=1,
+                    config=config)
+            best = checked_best_times(runs, "SDPA cuDNN", "wave-tiles sweep", B, S, nbytes,
+                                      out, rounds=3)
+            base = best["SDPA cuDNN"]
+            say(f"B={B} S={S // 1024}k: cuDNN {nbytes / base / 1e6:.0f} GB/s; x cuDNN: "
+                + ", ".join(f"{n} {base / ms:.3f}" for n, ms in best.items()
+                            if n != "SDPA cuDNN"))
+            del q, k, v
     return out
 
 

@@ -312,23 +312,44 @@ def test_page_interleave_evidence_one_table_entry_a_thread_a_tile():
     assert all(after < before for before, after in counts.values()), counts
 
 
+_RESIDENCY_LINE = (r"\s+(\d+)-key tiles in (\d) stages, (merge kernel|one launch|unsplit)\s+"
+                   r"(\d+) registers a thread, (\d+) bytes spilled, (\d+) bytes shared: "
+                   r"(\d+) programs an SM$")
+"""A line of ``--paged-residency``, ``--last-wave-residency`` or ``--wave-tiles-residency``
+after its prefix."""
+
+
+def _residency(flag: str, prefix: str = "") -> list[dict]:
+    """The lines of ``python -m teachkit.kernels <flag>``, parsed; each line's programs an SM
+    checked against what its registers (a warp's allocated 256 at a time) and shared memory
+    (228 KB an SM, 1 KB more a block) leave between them."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", flag],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = []
+    for line in done.stdout.splitlines()[1:]:
+        match = re.match(prefix + _RESIDENCY_LINE, line)
+        assert match, line
+        *head, block_n, stages, merge, registers, spilled, shared, programs = match.groups()
+        by_shared = (228 * 1024) // (int(shared) + 1024)
+        assert int(programs) == min(sk.programs_by_registers(int(registers), 4),
+                                    by_shared), line
+        found.append({"head": head, "block_n": int(block_n), "stages": int(stages),
+                      "merge": merge, "registers": int(registers), "spilled": int(spilled),
+                      "programs": int(programs)})
+    return found
+
+
 def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_with():
     """``--paged-residency``: the tiles a paged call reading its table entry by entry splits
     with (sm_90, D = 64 and 128, with the merge kernel and in one launch), each line's programs
-    an SM being what its registers leave (a warp's registers allocated 256 at a time), at least
-    three, and one launch's merge costing registers (Triton 3.6: 96 / 116 and 121 / 153
-    registers, five / four and four / three programs an SM)."""
-    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--paged-residency"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    an SM being what its registers and shared memory leave, at least three, and one launch's
+    merge costing registers (Triton 3.6: 96 / 116 and 121 / 153 registers, five / four and
+    four / three programs an SM)."""
     found = {}
-    for line in done.stdout.splitlines()[1:]:
-        match = re.match(r"\s+D=(\d+)\s+(\d+)-key tiles, (merge kernel|one launch)\s+(\d+) "
-                         r"registers a thread, (\d+) bytes spilled: (\d+) programs an SM$", line)
-        assert match, line
-        D, block_n, merge, registers, spilled, programs = match.groups()
-        assert int(programs) == sk.programs_by_registers(int(registers), 4) >= 3, line
-        found[int(D), merge] = int(registers)
+    for used in _residency("--paged-residency", r"\s+D=(\d+)"):
+        assert used["programs"] >= 3, used
+        found[int(used["head"][0]), used["merge"]] = used["registers"]
     assert set(found) == {(D, m) for D in (64, 128) for m in ("merge kernel", "one launch")}
     assert all(found[D, "one launch"] > found[D, "merge kernel"] for D in (64, 128)), found
 
@@ -336,23 +357,35 @@ def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_wi
 def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():
     """``--last-wave-residency``: the tiles a contiguous call at D = 128 splits with to fill its
     last wave (sm_90, 128 keys, with the merge kernel and in one launch) spill nothing, and each
-    line's programs an SM are what its registers leave: with Triton 3.6 (Colab's, where the rule
-    was measured) as many as ``decode._LAST_WAVE_GRID`` gives ``last_wave_splits`` (255
-    registers, two programs); Triton 3.9 takes 142 registers, three programs."""
+    line's programs an SM are what its registers and shared memory leave: with Triton 3.6
+    (Colab's, where the rule was measured) as many as ``decode._LAST_WAVE_GRID`` gives
+    ``last_wave_splits`` (255 registers, two programs); Triton 3.9 takes 142 registers, three
+    programs."""
     from teachkit.kernels import decode
 
-    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--last-wave-residency"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()[1:]
-    assert len(lines) == 2, done.stdout
-    for line in lines:
-        match = re.match(r"\s+128-key tiles, (merge kernel|one launch)\s+(\d+) registers a "
-                         r"thread, 0 bytes spilled: (\d+) programs an SM$", line)
-        assert match, line
-        assert int(match[3]) == sk.programs_by_registers(int(match[2]), 4) >= 2, line
+    found = _residency("--last-wave-residency")
+    assert [(u["block_n"], u["merge"], u["spilled"]) for u in found] == [
+        (128, "merge kernel", 0), (128, "one launch", 0)], found
+    for used in found:
+        assert used["programs"] >= 2, used
         if triton.__version__.startswith("3.6."):
-            assert int(match[3]) == decode._LAST_WAVE_GRID[90][1], line
+            assert used["programs"] == decode._LAST_WAVE_GRID[90][1], used
+
+
+def test_wave_tiles_residency_reads_the_programs_an_sm_the_tiles_rule_counts_on():
+    """``--wave-tiles-residency``: the tiles an unsplit contiguous grid at D = 128 of more than
+    two programs an SM chooses from (sm_90, unsplit) spill nothing, and each line's programs an
+    SM are what its registers and shared memory leave: with Triton 3.6, where the rule was
+    measured, as many as ``decode._FULLEST_WAVE_TILES`` gives ``fullest_wave_tiles`` (four,
+    two and three)."""
+    from teachkit.kernels import decode
+
+    found = _residency("--wave-tiles-residency")
+    tiles = decode._FULLEST_WAVE_TILES[90]
+    assert [(u["block_n"], u["stages"], u["merge"], u["spilled"]) for u in found] == [
+        (decode._keys_per_block(b, 128, 2), stages, "unsplit", 0) for b, stages, _ in tiles]
+    if triton.__version__.startswith("3.6."):
+        assert [u["programs"] for u in found] == [r for _, _, r in tiles], found
 
 
 def test_merge_evidence_orders_the_one_launch_merge():

@@ -833,6 +833,67 @@ def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
         assert plan(5).num_splits == 1
 
 
+def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave():
+    """On sm_90 (132 SMs) an unsplit contiguous 16-bit call at D = 128 of more than two programs
+    an SM takes, of ``_FULLEST_WAVE_TILES`` (64 keys in 2 stages, four an SM; 128 keys in 2,
+    two; 64 keys in 3, three), the usual first tiles while its grid fits in one wave of them
+    and else those whose last wave is the fullest, the first on a tie (``fullest_wave_tiles``):
+    at 12 and 16 sequences of 32 heads the usual tiles, at 18-24 and 40 128 keys, at 36 three
+    stages, at 26-32 and 44-48 the usual tiles again; grouped-query heads counted by their cache
+    heads. Not paged, nor at D = 64, nor in float32, nor with programs of more than 16 query
+    rows, nor on sm_80; ``num_splits=1`` given plans alike."""
+    dev = torch.device(DEV)
+
+    def tiles(B, H_kv=32, D=128, dtype=torch.float16, page_size=0, num_splits=None, Lq=1,
+              H=32):
+        plan = decode._launch_plan(B, H, Lq, D, H_kv, dtype, dev, 4096, num_splits, None,
+                                   page_size)
+        assert plan.num_splits == 1
+        return plan.config.block_n, plan.config.num_stages
+
+    usual, wide, deep = (64, 2), (128, 2), (64, 3)
+    with planned_on((9, 0)):
+        picks = {12: usual, 14: usual, 16: usual, 18: wide, 20: wide, 22: wide, 24: wide,
+                 26: usual, 28: usual, 32: usual, 36: deep, 40: wide, 44: usual, 48: usual}
+        assert {B: tiles(B) for B in picks} == picks
+        for B, pick in picks.items():
+            assert tiles(B, dtype=torch.bfloat16) == tiles(B, num_splits=1) == pick
+        assert tiles(96, H_kv=8) == wide  # 768 programs, as 24 sequences of 32
+        assert decode.fullest_wave_tiles(768, 132, decode._FULLEST_WAVE_TILES[90])[:2] == (
+            64 * 1024, 2)
+        assert tiles(24, page_size=16)[0] == 64  # paged: the usual tiles
+        assert tiles(24, D=64) == (128, 2)  # D = 64: the usual 32 KB
+        assert tiles(24, dtype=torch.float32) == (32, 2)
+        assert tiles(96, H_kv=8, Lq=8) == usual  # 768 programs of 32 query rows
+    with planned_on((8, 0)):
+        assert tiles(24) == (64, 3)
+
+
+def test_last_wave_fill_is_one_division_of_whole_numbers():
+    """``last_wave_fill(programs, places)`` is ``programs / (places * ceil(programs /
+    places))`` exactly: 1 where the waves come out whole, equal for grids that fill their waves
+    alike, in (0, 1]."""
+    from fractions import Fraction
+
+    for programs in range(1, 400):
+        for places in (7, 64, 132, 264):
+            fill = decode.last_wave_fill(programs, places)
+            exact = Fraction(programs, places * -(-programs // places))
+            assert fill == float(exact) and 0 < fill <= 1
+            assert (fill == 1) == (programs % places == 0)
+    assert decode.last_wave_fill(768, 396) == decode.last_wave_fill(768, 264)
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
+def test_a_grid_of_many_programs_an_sm_matches_the_reference():
+    """Whatever tiles the GPU plans for a grid of about 5.8 programs an SM (128 keys in 2 stages
+    on an H200), the result matches float64 attention."""
+    sms, gen = decode.sm_count(), torch.Generator().manual_seed(6)
+    B = -(-sms * 58 // 320)  # 24 sequences of 32 heads on 132 SMs
+    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, 1024, 128, gen)
+    check(q, k, v, k_ref, v_ref, lens)
+
+
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
 def test_a_grid_a_little_past_a_program_an_sm_matches_the_reference():
     """Whatever the GPU plans for a grid of one to four thirds programs an SM on 4k tokens (split

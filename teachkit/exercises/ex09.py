@@ -39,7 +39,7 @@ import triton
 
 from ..compare import relative_error
 from ..device import DEVICE
-from ..kernels.decode import MAX_SPLITS, choose_num_splits, last_wave_splits
+from ..kernels.decode import MAX_SPLITS, choose_num_splits, last_wave_fill, last_wave_splits
 from ..paging import build_block_table, token_rows
 from .checking import (
     ExerciseFailed,
@@ -147,12 +147,6 @@ def _split_hint(programs: int, blocks: int, sms: int) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _fill(programs: int, splits: int, places: int) -> float:
-    """How full the last wave of ``programs * splits`` programs in waves of ``places`` is."""
-    waves = programs * splits / places
-    return waves / math.ceil(waves)
-
-
 _WAVE_MISTAKES: dict[str, Callable[[int, int, int, int], int]] = {
     "you measured the last wave by the fractional part of the waves (waves - floor(waves)): a "
     "grid of exactly two waves then looks empty, though its last wave is full. Divide by the "
@@ -161,15 +155,18 @@ _WAVE_MISTAKES: dict[str, Callable[[int, int, int, int], int]] = {
             p * n / (r * s) - math.floor(p * n / (r * s)), -n)),
     "on a tie you took the most ranges: take the fewest (each range writes a partial result "
     "for the merge to read back).":
-        lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (_fill(p, n, r * s), n)),
+        lambda p, s, r, m: max(range(2, m + 1),
+                               key=lambda n: (last_wave_fill(p * n, r * s), n)),
     "you counted one range as a candidate: start at 2 (one range is the unsplit grid this rule "
     "improves on).":
-        lambda p, s, r, m: max(range(1, m + 1), key=lambda n: (_fill(p, n, r * s), -n)),
+        lambda p, s, r, m: max(range(1, m + 1),
+                               key=lambda n: (last_wave_fill(p * n, r * s), -n)),
     "range(2, most) leaves out `most` itself: count from 2 up to and including most.":
-        lambda p, s, r, m: max(range(2, max(m, 3)), key=lambda n: (_fill(p, n, r * s), -n)),
+        lambda p, s, r, m: max(range(2, max(m, 3)),
+                               key=lambda n: (last_wave_fill(p * n, r * s), -n)),
     "a wave is resident * sms programs, not sms: each SM holds `resident` of these programs at "
     "once.":
-        lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (_fill(p, n, s), -n)),
+        lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (last_wave_fill(p * n, s), -n)),
 }
 
 
@@ -224,7 +221,8 @@ def check_last_wave_splits(fn: Callable[[int, int, int, int], int]) -> None:
         advice = next((e for e, wrong in _WAVE_MISTAKES.items()
                        if wrong(programs, sms, resident, most) == got), "")
         fills = ", ".join(f"{n} ranges: {programs * n / places:.2f} waves, the last "
-                          f"{_fill(programs, n, places):.0%} full" for n in range(2, most + 1))
+                          f"{last_wave_fill(programs * n, places):.0%} full"
+                          for n in range(2, most + 1))
         raise ExerciseFailed(
             f"On {case}: expected {want} ranges, got {got}.\n  With waves of {places} "
             f"programs: {fills}."

@@ -11,7 +11,8 @@ interleaved, and counts its PTX instructions, table entries and row addresses.
 ``--paged-residency`` compiles it for sm_90 with the tiles a paged call that reads its table
 entry by entry splits with, and prints the registers a thread and the programs an SM they leave;
 ``--last-wave-residency`` does the same for a contiguous call at ``D = 128`` that splits to fill
-its last wave.
+its last wave, and ``--wave-tiles-residency`` for the tiles an unsplit contiguous grid of more
+than two programs an SM chooses from, with their shared memory.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
@@ -67,6 +68,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="registers a thread (ptxas -v) of the tiles notebook 09's contiguous "
                              "decode kernel splits with where its grid holds one to four thirds "
                              "programs an SM (sm_90, D = 128), and the programs an SM they leave")
+    parser.add_argument("--wave-tiles-residency", action="store_true",
+                        help="registers a thread (ptxas -v) and shared memory of the tiles "
+                             "notebook 09's contiguous decode kernel chooses from where its "
+                             "unsplit grid holds more than two programs an SM (sm_90, D = 128), "
+                             "and the programs an SM they leave")
     parser.add_argument("--wgmma-operands", action="store_true",
                         help="count the sm_90 wgmma instructions of notebook 08's flash forward "
                              "kernel by where their A operand comes from")
@@ -140,12 +146,18 @@ def _overlap_line(label: str, found: dict) -> str:
             + ", ".join(map(str, found["waits"])))
 
 
-def _residency_line(used: dict[str, int], one_launch: bool) -> str:
-    """One line of ``--paged-residency`` or ``--last-wave-residency``: a decode split kernel's
-    tiles, its merge, the registers ``ptxas -v`` reports and the programs an SM they leave."""
-    merge = "one launch" if one_launch else "merge kernel"
-    return (f"{used['block_n']:>3}-key tiles, {merge:12}  {used['registers']:>3} registers a "
-            f"thread, {used['spilled']} bytes spilled: {used['programs_an_sm']} programs an SM")
+def _residency_line(used: dict[str, int], merge: str) -> str:
+    """One line of ``--paged-residency``, ``--last-wave-residency`` or
+    ``--wave-tiles-residency``: a decode split kernel's tiles, how it merges (``merge``), the
+    registers ``ptxas -v`` reports, its shared memory and the programs an SM they leave."""
+    return (f"{used['block_n']:>3}-key tiles in {used['stages']} stages, {merge:12}  "
+            f"{used['registers']:>3} registers a thread, {used['spilled']} bytes spilled, "
+            f"{used['shared']} bytes shared: {used['programs_an_sm']} programs an SM")
+
+
+def _merge_name(one_launch: bool) -> str:
+    """How a split decode call merges, as :func:`_residency_line` prints it."""
+    return "one launch" if one_launch else "merge kernel"
 
 
 def _run_compiled(argv: list[str]) -> int:
@@ -183,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         print("paged decode split kernel on sm_90, bf16, pages of 16 read entry by entry, "
               "the usual tiles (ptxas -v):")
         for (head_dim, one_launch), used in cc.paged_entry_residency().items():
-            print(f"  D={head_dim:<4} {_residency_line(used, one_launch)}")
+            print(f"  D={head_dim:<4} {_residency_line(used, _merge_name(one_launch))}")
         return 0
     if args.last_wave_residency:
         from . import decode
@@ -192,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{decode._LAST_WAVE_FEWEST_KEYS // decode._LAST_WAVE_MOST_SPLITS} keys or more "
               "(ptxas -v):")
         for one_launch, used in cc.last_wave_residency().items():
-            print(f"  {_residency_line(used, one_launch)}")
+            print(f"  {_residency_line(used, _merge_name(one_launch))}")
+        return 0
+    if args.wave_tiles_residency:
+        print("contiguous decode split kernel on sm_90, bf16, D=128, unsplit, the tiles a grid "
+              "of more than two programs an SM chooses from (ptxas -v, metadata.shared):")
+        for used in cc.wave_tiles_residency():
+            print(f"  {_residency_line(used, 'unsplit')}")
         return 0
     if args.page_interleave:
         found = cc.page_interleave_evidence()

@@ -32,7 +32,8 @@ configuration for each GPU and counts which instructions multiply its tiles
 costs a thread in key order and interleaved (:func:`page_interleave_evidence`);
 ``--paged-residency`` the registers of the tiles a paged call reading its entries splits with
 (:func:`paged_entry_residency`), ``--last-wave-residency`` those of a contiguous call that
-splits to fill its last wave (:func:`last_wave_residency`);
+splits to fill its last wave (:func:`last_wave_residency`), ``--wave-tiles-residency`` those an
+unsplit contiguous grid of many programs an SM chooses from (:func:`wave_tiles_residency`);
 ``--layout-evidence`` compiles the flash configuration for one GPU beside notebook 06's blog
 softmax kernel and shows how each reduces a row: the layout of the reduced tile and the butterfly
 shuffles (:func:`layout_evidence`).
@@ -102,10 +103,12 @@ __all__ = [
     "fused_register_sweep",
     "kernel_signature",
     "layout_evidence",
+    "programs_by_shared",
     "ptxas_resources",
     "reduction_evidence",
     "softmax_launch_configs",
     "two_pass_evidence",
+    "wave_tiles_residency",
     "warp_specialized_dkdv_config",
     "warp_specialized_registers",
     "format_warp_specialized_registers",
@@ -1195,10 +1198,30 @@ def _split_residency(head_dim: int, cfg: decode.DecodeConfig, page_size: int, on
     compiled for ``sm_<capability>``."""
     config = _split_config("bf16", head_dim, capability, cfg, page_size, 0, False, 16,
                            one_launch, False)
-    used = ptxas_resources(config, capability)
-    return {"block_n": cfg.block_n, "registers": used["registers"],
-            "spilled": used["spill_stores"] + used["spill_loads"],
-            "programs_an_sm": sk.programs_by_registers(used["registers"], cfg.num_warps)}
+    compiled = _compile(config, capability)
+    used = assembled_resources(compiled.asm["ptx"], capability)
+    shared = compiled.metadata.shared
+    return {"block_n": cfg.block_n, "stages": cfg.num_stages, "registers": used["registers"],
+            "spilled": used["spill_stores"] + used["spill_loads"], "shared": shared,
+            "programs_an_sm": min(sk.programs_by_registers(used["registers"], cfg.num_warps),
+                                  programs_by_shared(shared, capability))}
+
+
+SHARED_RESERVED_PER_BLOCK = 1024
+"""Shared memory the CUDA runtime reserves for each block from sm_80 on, besides what the
+block asks for: a multiprocessor holds the most one block may ask for
+(:data:`~teachkit.gpus.SHARED_MEMORY_LIMIT`) plus this (sm_90: 227 + 1 = 228 KB)."""
+
+
+def programs_by_shared(shared: int, capability: int) -> int:
+    """Programs that ask for ``shared`` bytes of shared memory each that one multiprocessor of
+    ``sm_<capability>`` (sm_80 or newer) holds at once.
+
+    >>> programs_by_shared(38912, 90), programs_by_shared(73728, 90)
+    (5, 3)
+    """
+    per_sm = SHARED_MEMORY_LIMIT[capability] + SHARED_RESERVED_PER_BLOCK
+    return per_sm // (shared + SHARED_RESERVED_PER_BLOCK)
 
 
 def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[str, int]]:
@@ -1236,6 +1259,22 @@ def last_wave_residency(capability: int = 90) -> dict[bool, dict[str, int]]:
                                    keys_per_split=decode._LAST_WAVE_FEWEST_KEYS
                                    // decode._LAST_WAVE_MOST_SPLITS)
         found[one_launch] = _split_residency(128, cfg, 0, one_launch, capability)
+    return found
+
+
+def wave_tiles_residency(capability: int = 90) -> list[dict[str, int]]:
+    """What each of the tiles an unsplit contiguous decode call at ``D = 128`` with more than
+    two programs an SM chooses from (``decode._FULLEST_WAVE_TILES``, bf16, one query row)
+    costs on ``sm_<capability>``, as :func:`paged_entry_residency` reports it, with its shared
+    memory (the compiled kernel's ``metadata.shared``) and the programs an SM that the
+    registers and the shared memory leave between them, the count
+    :func:`~teachkit.kernels.decode.fullest_wave_tiles` is given. Must run with
+    ``TRITON_INTERPRET=0``."""
+    found = []
+    for stage_bytes, stages, _ in decode._FULLEST_WAVE_TILES[capability]:
+        block_n = decode._keys_per_block(stage_bytes, 128, 2)
+        cfg = decode.DecodeConfig(block_n, 4, stages, one_launch=False)
+        found.append(_split_residency(128, cfg, 0, False, capability))
     return found
 
 

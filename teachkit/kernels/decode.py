@@ -63,7 +63,6 @@ configuration fits the GPUs learners use.
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import torch
@@ -521,20 +520,34 @@ any split paged call: five sequences of 4k tokens read at 100-102 % of the conti
 against 94-96 % unsplit (in a scratch run 128-key tiles read at 0.89x the contiguous default
 there)."""
 
-_LAST_WAVE_HEAD_DIMS = (128,)
-"""The head dims at which :data:`_LAST_WAVE_GRID` was measured: at ``D = 64`` (128 keys in 3
-stages) splits gained at 16k tokens and lost at 4k on the same grids in a scratch run."""
+_WAVE_RULE_HEAD_DIMS = (128,)
+"""The head dims at which :data:`_LAST_WAVE_GRID` and :data:`_FULLEST_WAVE_TILES` were
+measured: at ``D = 64`` (128 keys in 3 stages) last-wave splits gained at 16k tokens and lost at
+4k on the same grids in a scratch run."""
 
 _LAST_WAVE_FEWEST_KEYS = 4096
 """The fewest keys a cache needs for :data:`_LAST_WAVE_GRID` to split it."""
 
-_LAST_WAVE_ROWS = 16
+_WAVE_RULE_ROWS = 16
 """The most query rows a program holds (``BLOCK_M``) for :data:`_LAST_WAVE_GRID` to split its
-grid: the residency it counts on was compiled, and the grids timed, with 16 (up to 16 query
-heads a cache head, one new token each); more rows take more registers a thread."""
+grid or :data:`_FULLEST_WAVE_TILES` to pick its tiles: the residency they count on was
+compiled, and the grids timed, with 16 (up to 16 query heads a cache head, one new token each);
+more rows take more registers a thread."""
 
 _LAST_WAVE_MOST_SPLITS = 5
 """The most ranges :func:`last_wave_splits` cuts a row into (the most measured)."""
+
+_FULLEST_WAVE_TILES = {90: ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3))}
+"""Where measured: the tiles an unsplit contiguous float16 or bfloat16 grid of more than two
+programs an SM (past :data:`_WIDE_PROGRAMS`) chooses from, as ``(bytes of K and V an
+iteration loads, pipeline stages, programs of those tiles an SM holds at once)``, the usual
+tiles first (:func:`fullest_wave_tiles`). Such a grid runs in waves of as many programs as the
+SMs hold, and the call waits for its last wave, full or not: the usual tiles keep theirs (four
+an SM) while the grid fits in one wave, and otherwise the grid takes the tiles whose last wave
+is the fullest, the first of these on a tie. At ``D = 128`` (one query row of 16, merging
+nothing) they take 128 registers a thread and 38 KB of shared memory (four an SM by
+registers), 255 and 72 KB (two), and 150 and 70 KB (three by either), compiled for sm_90 with
+Triton 3.6 (``python -m teachkit.kernels --wave-tiles-residency``). FILL_IN_RECORD"""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
@@ -980,7 +993,7 @@ def last_wave_splits(programs: int, sms: int, resident: int,
     the fullest: ``programs`` of the unsplit grid, ``sms`` SMs each holding ``resident``
     programs at once. A grid of ``n`` waves (``programs * splits / (resident * sms)``) runs
     ``ceil(n)`` of them, the last one partly empty; this picks the splits with the largest
-    ``n / ceil(n)``, the fewest where two tie (:data:`_LAST_WAVE_GRID`).
+    ``n / ceil(n)`` (:func:`last_wave_fill`), the fewest where two tie (:data:`_LAST_WAVE_GRID`).
 
     Examples
     --------
@@ -991,11 +1004,47 @@ def last_wave_splits(programs: int, sms: int, resident: int,
     >>> last_wave_splits(176, 132, 2)  # 528 programs: 2 whole waves
     3
     """
-    def filled(splits: int) -> float:
-        waves = programs * splits / (resident * sms)
-        return waves / math.ceil(waves)
+    return max(range(2, most + 1),
+               key=lambda splits: (last_wave_fill(programs * splits, resident * sms), -splits))
 
-    return max(range(2, most + 1), key=lambda splits: (filled(splits), -splits))
+
+def last_wave_fill(programs: int, places: int) -> float:
+    """How full the last wave of a grid of ``programs`` is, run in waves of ``places`` programs
+    (the SMs times the programs each holds at once): the grid runs ``ceil(programs / places)``
+    waves and fills ``programs`` of their places, ``n / ceil(n)`` for ``n`` waves: 1 when the
+    waves come out whole. Worked out as one division of whole numbers, so grids that fill their
+    waves alike read alike.
+
+    Examples
+    --------
+    >>> last_wave_fill(480, 264)  # 5 sequences of 32 heads in 3 ranges, two programs an SM
+    0.9090909090909091
+    >>> last_wave_fill(528, 264), last_wave_fill(132, 264)
+    (1.0, 0.5)
+    """
+    return programs / (places * -(-programs // places))
+
+
+def fullest_wave_tiles(programs: int, sms: int, tiles: tuple[tuple[int, int, int], ...],
+                       ) -> tuple[int, int, int]:
+    """The tiles, of ``tiles`` (``(stage bytes, stages, programs an SM)``, the usual ones first),
+    that an unsplit grid of ``programs`` on ``sms`` SMs runs: the usual tiles while the grid fits
+    in one wave of them, else those whose last wave is the fullest (:func:`last_wave_fill`), the
+    first on a tie (:data:`_FULLEST_WAVE_TILES`).
+
+    Examples
+    --------
+    >>> tiles = ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3))
+    >>> fullest_wave_tiles(512, 132, tiles)  # 16 sequences of 32 heads: one wave of four an SM
+    (32768, 2, 4)
+    >>> fullest_wave_tiles(768, 132, tiles)  # 24: 1.45 waves of four, 2.91 of two
+    (65536, 2, 2)
+    >>> fullest_wave_tiles(1152, 132, tiles)  # 36: 2.18 of four, 4.36 of two, 2.91 of three
+    (32768, 3, 3)
+    """
+    if programs <= tiles[0][2] * sms:
+        return tiles[0]
+    return max(tiles, key=lambda t: last_wave_fill(programs, t[2] * sms))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1431,10 +1480,21 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
+    wave_tiles = _FULLEST_WAVE_TILES.get(gpu_class(capability)) if capability else None
+    if (wave_tiles and not paged and plan.num_splits == 1 and per_sm > _WIDE_PROGRAMS[1]
+            and dtype != torch.float32 and D in _WAVE_RULE_HEAD_DIMS
+            and plan.block_m <= _WAVE_RULE_ROWS):
+        # many programs an SM: the tiles whose last wave is the fullest
+        stage_bytes, stages, _ = fullest_wave_tiles(B * H_kv * plan.row_blocks,
+                                                    sm_count(device), wave_tiles)
+        tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
+                              num_stages=stages)
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
+        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
     if (last_wave and not entries and num_splits is None and plan.num_splits == 1
             and 1 <= per_sm <= last_wave[0] and dtype != torch.float32
-            and D in _LAST_WAVE_HEAD_DIMS and plan.block_m <= _LAST_WAVE_ROWS
+            and D in _WAVE_RULE_HEAD_DIMS and plan.block_m <= _WAVE_RULE_ROWS
             and capacity >= _LAST_WAVE_FEWEST_KEYS):
         # some SMs hold two programs, the rest one: ranges that fill the last wave
         splits = last_wave_splits(B * H_kv * plan.row_blocks, sm_count(device), last_wave[1])

@@ -426,12 +426,13 @@ keep more bytes in flight to keep the memory busy; with more, the programs thems
 H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run each):
 
 * contiguous caches against cuDNN (``gpu_checks/decode_gpu.py --contiguous-sweep``, record
-  ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.93-0.96x at batch
-  5 and 0.99-1.00x at batch 8 (1.2 and 1.9 programs an SM), where the usual tiles (32 KB,
-  2 stages) read at 0.72-0.82x and 0.93-0.97x (from 4k tokens batch 5 now splits to fill its
+  ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.93-0.99x at batch
+  5 and 0.98-1.00x at batch 8 (1.2 and 1.9 programs an SM), where the usual tiles (32 KB,
+  2 stages) read at 0.74-0.83x and 0.93-0.98x (from 4k tokens batch 5 now splits to fill its
   last wave, :data:`_LAST_WAVE_GRID`). With more programs the record is mixed: at batch
-  12 (2.9 an SM) the usual tiles read at 1.04-1.06x and the wide ones at 0.95-0.97x, at batch 24
-  (5.8) at 0.92-0.95x and 0.99-1.00x, at batches 16 and 32 both at 0.99-1.02x;
+  12 (2.9 an SM) the usual tiles read at 1.04-1.05x and the wide ones at 0.95-0.96x, at batch 24
+  (5.8) at 0.92-0.95x and 0.99-1.01x, at batches 16 and 32 both at 0.99-1.02x, as full as
+  each tile leaves the grid's last wave (:data:`_FULLEST_WAVE_TILES` picks by that);
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
   64 KB in 2 stages read at 99-100 % where the contiguous tiles read at 90-99 % and 3 stages
@@ -470,9 +471,9 @@ the last split) merges them; one program an SM with three 64 KB stages in flight
 memory as busy without that. On an H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens,
 CUDA-graph replays, ``gpu_checks/decode_gpu.py --contiguous-sweep``, record
 ``decode_contiguous_nvidia_h200``), batches 3 and 4 (0.73 and 0.97 programs an SM) unsplit with
-these tiles read at 0.96-1.02x cuDNN where two splits read at 0.90-1.00x, the least at 1k
+these tiles read at 0.96-1.03x cuDNN where two splits read at 0.90-1.00x, the least at 1k
 tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and reads at
-0.71-0.98x, the least on the longest caches, where the default's four splits read at
+0.73-0.98x, the least on the longest caches, where the default's four splits read at
 0.97-1.00x. At D = 256 (64 keys a tile) batches 3 and 4 read at 1.12-1.51x cuDNN unsplit, at
 1.00-1.08x the rate of two splits (``--head-dim-sweep``, record
 ``decode_head_dims_nvidia_h200``). At D = 64 (256 keys a tile, :data:`_NEARLY_FULL_MOST_KEYS`)
@@ -547,7 +548,14 @@ an SM) while the grid fits in one wave, and otherwise the grid takes the tiles w
 is the fullest, the first of these on a tie. At ``D = 128`` (one query row of 16, merging
 nothing) they take 128 registers a thread and 38 KB of shared memory (four an SM by
 registers), 255 and 72 KB (two), and 150 and 70 KB (three by either), compiled for sm_90 with
-Triton 3.6 (``python -m teachkit.kernels --wave-tiles-residency``). FILL_IN_RECORD"""
+Triton 3.6 (``python -m teachkit.kernels --wave-tiles-residency``; the rule and its figures are
+Triton 3.6's). On an H200 (132 SMs, H = 32, D = 128 fp16, 12 to 48 sequences: 2.9 to 11.6
+programs an SM, 4k and 16k tokens, CUDA-graph replays, ``gpu_checks/decode_gpu.py
+--wave-tiles-sweep``, record ``decode_wave_tiles_nvidia_h200``) the tiles this picks read at
+0.89-1.06x cuDNN where the usual tiles alone read at 0.77-1.06x, and at 1.06-1.17x the usual
+tiles where they differ (18-24, 36 and 40 sequences); within 1 % of the fastest of the three
+but at 18 sequences, where 64 keys in 3 stages (a last wave as full) read 4-5 % faster. At 26
+sequences every tile's last wave is at most four fifths full and all read at 0.90-0.96x."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s

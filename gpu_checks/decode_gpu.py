@@ -819,11 +819,14 @@ wave of each of ``decode._FULLEST_WAVE_TILES`` from a fifth to wholly full."""
 
 
 def wave_tiles_sweep() -> list:
-    """GB/s of unsplit contiguous calls of more than two programs an SM on CUDA-graph replays
-    (H = 32, D = 128 fp16, :data:`WAVE_TILES_BATCHES`, caches of 4k and 16k tokens) beside cuDNN
-    (``SDPA cuDNN``): the default (``teachkit split-KV, default``, ``decode.fullest_wave_tiles``)
-    and each of ``decode._FULLEST_WAVE_TILES`` (``contiguous <KB> KB x <stages>``, named as in
-    :data:`CONTIGUOUS_TILES`); interleaved, best of three."""
+    """GB/s of unsplit calls of more than two programs an SM on CUDA-graph replays (H = 32,
+    D = 128 fp16, :data:`WAVE_TILES_BATCHES`, caches of 4k and 16k tokens, contiguous and in
+    pages of 16: at 4k tokens each program holds its table row, at 16k it reads it entry by
+    entry) beside cuDNN (``SDPA cuDNN``): the default (``teachkit split-KV, default`` and
+    ``paged default``, ``decode.fullest_wave_tiles``) and each of ``decode._FULLEST_WAVE_TILES``
+    (``contiguous <KB> KB x <stages>``, named as in :data:`CONTIGUOUS_TILES`, and ``paged <KB>
+    KB x <stages>``); interleaved, best of three. Each teachkit row's ``provider_params`` hold
+    what its kernel compiled to on this GPU (:func:`launched_residency`)."""
     from teachkit.kernels.decode import (
         _FULLEST_WAVE_TILES,
         DecodeConfig,
@@ -834,23 +837,55 @@ def wave_tiles_sweep() -> list:
     out = []
     for B in WAVE_TILES_BATCHES:
         for S in (4096, 16384):
-            q, k, v, nbytes = decoding_inputs(B, S)
+            q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S)
+            paged = {"cache_seqlens": lens, "block_table": table}
             runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
                     "teachkit split-KV, default": functools.partial(
-                        decode_attention, q, k, v, check_values=False)}
-            for stage_bytes, stages, _ in _FULLEST_WAVE_TILES[90]:
-                config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages)
-                runs[f"contiguous {stage_bytes // 1024} KB x {stages}"] = functools.partial(
-                    decode_attention, q, k, v, check_values=False, num_splits=1,
-                    config=config)
+                        decode_attention, q, k, v, check_values=False),
+                    "paged default": functools.partial(
+                        decode_attention, q, kp, vp, check_values=False, **paged)}
+            for kind, inputs, extra in (("contiguous", (q, k, v), {}),
+                                        ("paged", (q, kp, vp), paged)):
+                for stage_bytes, stages, _ in _FULLEST_WAVE_TILES[90][kind == "paged"]:
+                    config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages)
+                    runs[f"{kind} {stage_bytes // 1024} KB x {stages}"] = functools.partial(
+                        decode_attention, *inputs, check_values=False, num_splits=1,
+                        config=config, **extra)
+            start = len(out)
             best = checked_best_times(runs, "SDPA cuDNN", "wave-tiles sweep", B, S, nbytes,
                                       out, rounds=3)
+            compiled = {name: launched_residency(run) for name, run in runs.items()
+                        if name != "SDPA cuDNN"}
+            out[start:] = [dataclasses.replace(m, provider_params=compiled.get(m.provider, {}))
+                           for m in out[start:]]
             base = best["SDPA cuDNN"]
             say(f"B={B} S={S // 1024}k: cuDNN {nbytes / base / 1e6:.0f} GB/s; x cuDNN: "
-                + ", ".join(f"{n} {base / ms:.3f}" for n, ms in best.items()
-                            if n != "SDPA cuDNN"))
-            del q, k, v
+                + ", ".join(f"{n} {base / ms:.3f} ({compiled[n]['programs_an_sm']} an SM)"
+                            for n, ms in best.items() if n != "SDPA cuDNN"))
+            del q, k, v, kp, vp
     return out
+
+
+def launched_residency(run: Callable[[], object]) -> dict[str, int]:
+    """What the decode split kernel that ``run`` launches (an unsplit call: that kernel alone)
+    compiled to on this GPU: registers a thread and spilled registers (the compiled kernel's
+    ``n_regs``, ``n_spills``), shared memory (``metadata.shared``) and the programs an SM they
+    leave between them (a block takes 1 KB of shared memory more than it asks for)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.softmax_kernels import programs_by_registers
+
+    launched = decode.decode_split_kernel.run.compiled  # cached_launch's kernels, by key
+    launched.clear()
+    run()
+    torch.cuda.synchronize()
+    (compiled, *_), = launched.values()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    shared = compiled.metadata.shared
+    by_registers = programs_by_registers(compiled.n_regs, compiled.metadata.num_warps,
+                                         props.regs_per_multiprocessor)
+    return {"registers": compiled.n_regs, "spilled": compiled.n_spills, "shared": shared,
+            "programs_an_sm": min(by_registers,
+                                  props.shared_memory_per_multiprocessor // (shared + 1024))}
 
 
 HEAD_DIM_SWEEP = {64: ((1, 2, 3, 4, 5, 8, 16),

@@ -381,7 +381,7 @@ def test_wave_tiles_residency_reads_the_programs_an_sm_the_tiles_rule_counts_on(
     from teachkit.kernels import decode
 
     found = _residency("--wave-tiles-residency")
-    tiles = decode._FULLEST_WAVE_TILES[90]
+    tiles = decode._FULLEST_WAVE_TILES[90][False]
     assert [(u["block_n"], u["stages"], u["merge"], u["spilled"]) for u in found] == [
         (decode._keys_per_block(b, 128, 2), stages, "unsplit", 0) for b, stages, _ in tiles]
     if triton.__version__.startswith("3.6."):

@@ -834,19 +834,21 @@ def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
 
 
 def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave():
-    """On sm_90 (132 SMs) an unsplit contiguous 16-bit call at D = 128 of more than two programs
-    an SM takes, of ``_FULLEST_WAVE_TILES`` (64 keys in 2 stages, four an SM; 128 keys in 2,
-    two; 64 keys in 3, three), the usual first tiles while its grid fits in one wave of them
+    """On sm_90 (132 SMs) an unsplit 16-bit call at D = 128 of more than two programs an SM
+    takes, of ``_FULLEST_WAVE_TILES`` (contiguous: 64 keys in 2 stages, four an SM; 128 keys in
+    2, two; 64 keys in 3, three), the usual first tiles while its grid fits in one wave of them
     and else those whose last wave is the fullest, the first on a tie (``fullest_wave_tiles``):
     at 12 and 16 sequences of 32 heads the usual tiles, at 18-24 and 40 128 keys, at 36 three
     stages, at 26-32 and 44-48 the usual tiles again; grouped-query heads counted by their cache
-    heads. Not paged, nor at D = 64, nor in float32, nor with programs of more than 16 query
-    rows, nor on sm_80; ``num_splits=1`` given plans alike."""
+    heads. Paged calls with one query head a cache head choose from their own residency (five,
+    three and three), holding their row or not. Not grouped-query paged calls, nor at D = 64,
+    nor in float32, nor with programs of more than 16 query rows, nor on sm_80;
+    ``num_splits=1`` given plans alike."""
     dev = torch.device(DEV)
 
     def tiles(B, H_kv=32, D=128, dtype=torch.float16, page_size=0, num_splits=None, Lq=1,
-              H=32):
-        plan = decode._launch_plan(B, H, Lq, D, H_kv, dtype, dev, 4096, num_splits, None,
+              H=32, S=4096):
+        plan = decode._launch_plan(B, H, Lq, D, H_kv, dtype, dev, S, num_splits, None,
                                    page_size)
         assert plan.num_splits == 1
         return plan.config.block_n, plan.config.num_stages
@@ -859,9 +861,14 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
         for B, pick in picks.items():
             assert tiles(B, dtype=torch.bfloat16) == tiles(B, num_splits=1) == pick
         assert tiles(96, H_kv=8) == wide  # 768 programs, as 24 sequences of 32
-        assert decode.fullest_wave_tiles(768, 132, decode._FULLEST_WAVE_TILES[90])[:2] == (
+        assert decode.fullest_wave_tiles(768, 132, decode._FULLEST_WAVE_TILES[90][False])[:2] == (
             64 * 1024, 2)
-        assert tiles(24, page_size=16)[0] == 64  # paged: the usual tiles
+        # paged, one query head a cache head: five programs of the usual tiles an SM, three of
+        # the others; with its row held (4k tokens) or reading it entry by entry (16k)
+        paged_picks = {14: usual, 18: usual, 20: usual, 22: wide, 24: wide, 36: wide, 40: usual}
+        for S in (4096, 16384):
+            assert {B: tiles(B, page_size=16, S=S) for B in paged_picks} == paged_picks
+        assert tiles(96, H_kv=8, page_size=16) == usual  # grouped-query paged: not measured
         assert tiles(24, D=64) == (128, 2)  # D = 64: the usual 32 KB
         assert tiles(24, dtype=torch.float32) == (32, 2)
         assert tiles(96, H_kv=8, Lq=8) == usual  # 768 programs of 32 query rows
@@ -887,11 +894,14 @@ def test_last_wave_fill_is_one_division_of_whole_numbers():
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
 def test_a_grid_of_many_programs_an_sm_matches_the_reference():
     """Whatever tiles the GPU plans for a grid of about 5.8 programs an SM (128 keys in 2 stages
-    on an H200), the result matches float64 attention."""
+    on an H200), contiguous or paged with the table row held, the result matches float64
+    attention."""
     sms, gen = decode.sm_count(), torch.Generator().manual_seed(6)
     B = -(-sms * 58 // 320)  # 24 sequences of 32 heads on 132 SMs
     q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, 1024, 128, gen)
     check(q, k, v, k_ref, v_ref, lens)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")

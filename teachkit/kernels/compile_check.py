@@ -1271,7 +1271,7 @@ def wave_tiles_residency(capability: int = 90) -> list[dict[str, int]]:
     :func:`~teachkit.kernels.decode.fullest_wave_tiles` is given. Must run with
     ``TRITON_INTERPRET=0``."""
     found = []
-    for stage_bytes, stages, _ in decode._FULLEST_WAVE_TILES[capability]:
+    for stage_bytes, stages, _ in decode._FULLEST_WAVE_TILES[capability][False]:
         block_n = decode._keys_per_block(stage_bytes, 128, 2)
         cfg = decode.DecodeConfig(block_n, 4, stages, one_launch=False)
         found.append(_split_residency(128, cfg, 0, False, capability))

@@ -538,7 +538,8 @@ more rows take more registers a thread."""
 _LAST_WAVE_MOST_SPLITS = 5
 """The most ranges :func:`last_wave_splits` cuts a row into (the most measured)."""
 
-_FULLEST_WAVE_TILES = {90: ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3))}
+_FULLEST_WAVE_TILES = {90: {False: ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3)),
+                             True: ((32 * 1024, 2, 5), (64 * 1024, 2, 3), (32 * 1024, 3, 3))}}
 """Where measured: the tiles an unsplit contiguous float16 or bfloat16 grid of more than two
 programs an SM (past :data:`_WIDE_PROGRAMS`) chooses from, as ``(bytes of K and V an
 iteration loads, pipeline stages, programs of those tiles an SM holds at once)``, the usual
@@ -1488,17 +1489,6 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
-    wave_tiles = _FULLEST_WAVE_TILES.get(gpu_class(capability)) if capability else None
-    if (wave_tiles and not paged and plan.num_splits == 1 and per_sm > _WIDE_PROGRAMS[1]
-            and dtype != torch.float32 and D in _WAVE_RULE_HEAD_DIMS
-            and plan.block_m <= _WAVE_RULE_ROWS):
-        # many programs an SM: the tiles whose last wave is the fullest
-        stage_bytes, stages, _ = fullest_wave_tiles(B * H_kv * plan.row_blocks,
-                                                    sm_count(device), wave_tiles)
-        tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
-                              num_stages=stages)
-        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
-        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
     if (last_wave and not entries and num_splits is None and plan.num_splits == 1
             and 1 <= per_sm <= last_wave[0] and dtype != torch.float32
@@ -1519,6 +1509,17 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                          entry_waves)
         if more.num_splits > 1:
             return _with_pages(more, table_tile, page_size, B * H_kv, capability, device)
+    wave_tiles = _FULLEST_WAVE_TILES.get(gpu_class(capability), {}) if capability else {}
+    if (paged in wave_tiles and (not paged or H == H_kv) and plan.num_splits == 1
+            and per_sm > _WIDE_PROGRAMS[1] and dtype != torch.float32
+            and D in _WAVE_RULE_HEAD_DIMS and plan.block_m <= _WAVE_RULE_ROWS):
+        # many programs an SM: the tiles whose last wave is the fullest
+        stage_bytes, stages, _ = fullest_wave_tiles(B * H_kv * plan.row_blocks,
+                                                    sm_count(device), wave_tiles[paged])
+        tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
+                              num_stages=stages)
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
+        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,
                               keys_per_split=cdiv(capacity, plan.num_splits))

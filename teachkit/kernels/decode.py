@@ -540,23 +540,31 @@ _LAST_WAVE_MOST_SPLITS = 5
 
 _FULLEST_WAVE_TILES = {90: {False: ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3)),
                              True: ((32 * 1024, 2, 5), (64 * 1024, 2, 3), (32 * 1024, 3, 3))}}
-"""Where measured: the tiles an unsplit contiguous float16 or bfloat16 grid of more than two
-programs an SM (past :data:`_WIDE_PROGRAMS`) chooses from, as ``(bytes of K and V an
-iteration loads, pipeline stages, programs of those tiles an SM holds at once)``, the usual
-tiles first (:func:`fullest_wave_tiles`). Such a grid runs in waves of as many programs as the
-SMs hold, and the call waits for its last wave, full or not: the usual tiles keep theirs (four
-an SM) while the grid fits in one wave, and otherwise the grid takes the tiles whose last wave
-is the fullest, the first of these on a tie. At ``D = 128`` (one query row of 16, merging
-nothing) they take 128 registers a thread and 38 KB of shared memory (four an SM by
-registers), 255 and 72 KB (two), and 150 and 70 KB (three by either), compiled for sm_90 with
-Triton 3.6 (``python -m teachkit.kernels --wave-tiles-residency``; the rule and its figures are
-Triton 3.6's). On an H200 (132 SMs, H = 32, D = 128 fp16, 12 to 48 sequences: 2.9 to 11.6
-programs an SM, 4k and 16k tokens, CUDA-graph replays, ``gpu_checks/decode_gpu.py
---wave-tiles-sweep``, record ``decode_wave_tiles_nvidia_h200``) the tiles this picks read at
-0.89-1.06x cuDNN where the usual tiles alone read at 0.77-1.06x, and at 1.06-1.17x the usual
-tiles where they differ (18-24, 36 and 40 sequences); within 1 % of the fastest of the three
-but at 18 sequences, where 64 keys in 3 stages (a last wave as full) read 4-5 % faster. At 26
-sequences every tile's last wave is at most four fifths full and all read at 0.90-0.96x."""
+"""Where measured: the tiles an unsplit float16 or bfloat16 grid of more than two programs an
+SM (past :data:`_WIDE_PROGRAMS`) chooses from, contiguous (``False``) and paged (``True``), as
+``(bytes of K and V an iteration loads, pipeline stages, programs of those tiles an SM holds at
+once)``, the usual tiles first (:func:`fullest_wave_tiles`). Such a grid runs in waves of as
+many programs as the SMs hold, and the call waits for its last wave, full or not: the usual
+tiles keep theirs while the grid fits in one wave of them, and otherwise the grid takes the
+tiles whose last wave is the fullest, the first of these on a tie. The programs an SM are what
+the kernels compiled to on an H200 with Triton 3.6 (``D = 128``, one query head a cache head;
+the record below keeps each launched kernel's ``n_regs`` and ``metadata.shared``): contiguous,
+128 registers a thread and 38 KB of shared memory (four an SM by registers), 244 and 72 KB
+(two), 96 and 70 KB (three by shared memory); paged, holding the table row or not, 96 and
+38 KB (five), 138-168 and 72 KB (three) and 96-159 and 38-70 KB (three). (``python -m
+teachkit.kernels --wave-tiles-residency`` compiles the contiguous tiles without a GPU, to the
+same counts; the rule and its figures are Triton 3.6's.) On an H200 (132 SMs, H = 32,
+``D = 128`` fp16, 12 to 48 sequences: 2.9 to 11.6 programs an SM, 4k and 16k tokens, pages of
+16, CUDA-graph replays, ``gpu_checks/decode_gpu.py --wave-tiles-sweep``, record
+``decode_wave_tiles_nvidia_h200``) the contiguous tiles this picks read at 0.89-1.06x cuDNN
+where the usual tiles alone read at 0.76-1.06x, and at 1.06-1.17x the usual tiles where they
+differ (18-24, 36 and 40 sequences); within 1 % of the fastest of the three but at 18
+sequences, where 64 keys in 3 stages (a last wave as full) read 5 % faster. At 26 sequences
+every contiguous tile's last wave is at most four fifths full and all read at 0.90-0.96x. The
+paged tiles it picks read at 0.88-1.02x cuDNN where the usual ones read at 0.76-1.02x, at
+1.02-1.28x the usual ones where they differ (22 sequences on), and at 92-109 % of the
+contiguous default (83-128 % with the usual tiles for both). Grouped-query paged calls keep
+the usual tiles: their residency was not measured."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
@@ -744,7 +752,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     (:data:`_SPLIT_TILES`). Where a contiguous call's rows are 128 bytes (``D = 64`` in 16
     bits), the first and last of these load 32 KB in 3 stages instead (:data:`_SHORT_ROW_TILES`).
     :func:`decode_attention` also narrows the tiles of a captured paged call whose ranges would
-    hold a single iteration (:func:`paged_range_tiles`).
+    hold a single iteration (:func:`paged_range_tiles`), and gives an unsplit grid of more than
+    two programs an SM the tiles whose last wave is the fullest (:func:`fullest_wave_tiles`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
     CUDA graph. A replay launches without the host, so the launch that one-launch merging saves
@@ -1469,7 +1478,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     already gives every SM a program still splits, with the usual tiles, up to
     :data:`_PAGED_ENTRY_WAVES` programs an SM; a contiguous one whose unsplit grid gives some SMs
     two programs and the rest one (:data:`_LAST_WAVE_GRID`) splits into the ranges that fill its
-    last wave (:func:`last_wave_splits`), as does a paged one holding its row. A paged call
+    last wave (:func:`last_wave_splits`), as does a paged one holding its row. An unsplit
+    16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest
+    (:func:`fullest_wave_tiles`, :data:`_FULLEST_WAVE_TILES`). A paged call
     (``page_size`` tokens a page; 0: contiguous) holds its table row where the table is narrow
     enough (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
     split the keys it takes the contiguous call's tiles, and splits where that call would.

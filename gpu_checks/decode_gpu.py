@@ -36,9 +36,10 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    grouped-query heads) by the default, unsplit and in 2 to 5 ranges beside cuDNN, 2k-64k
    tokens, and paged with the table row held, plain and on CUDA-graph replays, saved as records
    (decode._LAST_WAVE_GRID);
-12. with --wave-tiles-sweep, unsplit contiguous grids of 2.9-11.6 programs an SM (D = 128,
-   H = 32) by the default and by each tile they choose from beside cuDNN, 4k and 16k tokens, on
-   CUDA-graph replays, saved as a record (decode._FULLEST_WAVE_TILES).
+12. with --wave-tiles-sweep, unsplit grids of 2.9-11.6 programs an SM (D = 128, H = 32),
+   contiguous and in pages of 16, by the default and by each tile they choose from beside
+   cuDNN, 4k and 16k tokens, on CUDA-graph replays, with what each kernel compiled to, saved as
+   a record (decode._FULLEST_WAVE_TILES).
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ def main() -> int:
                              "unsplit and split, saved as teachkit/benchmarks/"
                              "decode_entry_waves_<device>.json (or --json)")
     parser.add_argument("--wave-tiles-sweep", action="store_true",
-                        help="only contiguous grids of 2.9-11.6 programs an SM by each tile "
-                             "they choose from, beside cuDNN, saved as teachkit/benchmarks/"
-                             "decode_wave_tiles_<device>.json (or --json)")
+                        help="only contiguous and paged grids of 2.9-11.6 programs an SM by "
+                             "each tile they choose from, beside cuDNN, saved as teachkit/"
+                             "benchmarks/decode_wave_tiles_<device>.json (or --json)")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "

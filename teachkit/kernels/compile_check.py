@@ -1263,13 +1263,15 @@ def last_wave_residency(capability: int = 90) -> dict[bool, dict[str, int]]:
 
 
 def wave_tiles_residency(capability: int = 90) -> list[dict[str, int]]:
-    """What each of the tiles an unsplit contiguous decode call at ``D = 128`` with more than
-    two programs an SM chooses from (``decode._FULLEST_WAVE_TILES``, bf16, one query row)
-    costs on ``sm_<capability>``, as :func:`paged_entry_residency` reports it, with its shared
-    memory (the compiled kernel's ``metadata.shared``) and the programs an SM that the
-    registers and the shared memory leave between them, the count
-    :func:`~teachkit.kernels.decode.fullest_wave_tiles` is given. Must run with
-    ``TRITON_INTERPRET=0``."""
+    """What each of the tiles an unsplit contiguous decode call at ``D = 128`` of more than two
+    programs an SM chooses from (``decode._FULLEST_WAVE_TILES[capability][False]``, bf16, one
+    query row) costs on ``sm_<capability>``, as :func:`paged_entry_residency` reports it, with
+    its shared memory (the compiled kernel's ``metadata.shared``) and the programs an SM that
+    the registers and the shared memory leave between them: the count
+    :func:`~teachkit.kernels.decode.fullest_wave_tiles` is given. Compiled here, without a GPU
+    or a launch's arguments, the registers differ from those of the kernels a call launches
+    (``gpu_checks/decode_gpu.py --wave-tiles-sweep`` records those), but with Triton 3.6 the
+    programs an SM come out the same. Must run with ``TRITON_INTERPRET=0``."""
     found = []
     for stage_bytes, stages, _ in decode._FULLEST_WAVE_TILES[capability][False]:
         block_n = decode._keys_per_block(stage_bytes, 128, 2)

@@ -891,6 +891,23 @@ def test_last_wave_fill_is_one_division_of_whole_numbers():
     assert decode.last_wave_fill(768, 396) == decode.last_wave_fill(768, 264)
 
 
+@settings(max_examples=200, deadline=None)
+@given(programs=st.integers(1, 5000), sms=st.integers(1, 200),
+       tiles=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 8)),
+                      min_size=1, max_size=4))
+def test_fullest_wave_tiles_keeps_the_usual_tiles_in_one_wave_else_the_fullest(programs, sms,
+                                                                              tiles):
+    """``fullest_wave_tiles`` returns the first (usual) tiles while the grid fits in one wave of
+    them, and otherwise the first of the tiles whose last wave is the fullest."""
+    tiles = tuple((32 * 1024 * size, stages, resident) for size, stages, resident in tiles)
+    got = decode.fullest_wave_tiles(programs, sms, tiles)
+    if programs <= tiles[0][2] * sms:
+        assert got == tiles[0]
+        return
+    fills = [decode.last_wave_fill(programs, r * sms) for _, _, r in tiles]
+    assert got == tiles[fills.index(max(fills))]
+
+
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
 def test_a_grid_of_many_programs_an_sm_matches_the_reference():
     """Whatever tiles the GPU plans for a grid of about 5.8 programs an SM (128 keys in 2 stages

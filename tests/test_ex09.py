@@ -98,6 +98,51 @@ def test_last_wave_splits_accepts_the_fill_computed_in_another_order():
     ex09.check_last_wave_splits(other_order)
 
 
+# --- exercise 1c: fullest_wave_tiles ---------------------------------------------------------
+
+
+def _fill_tiles(fill):
+    """A learner's ``fullest_wave_tiles`` that keeps the usual tiles within one wave and
+    otherwise takes the first tiles with the largest ``fill(programs, places)``."""
+    def choose(programs, sms, tiles):
+        if programs <= tiles[0][2] * sms:
+            return tiles[0]
+        fills = [fill(programs, t[2] * sms) for t in tiles]
+        return tiles[fills.index(max(fills))]
+
+    return choose
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda p, s, t: max(t, key=lambda x: _fill(p, 1, x[2] * s)), "fits in one wave"),
+    (lambda p, s, t: t[0] if p <= t[0][2] * s else max(
+        t[::-1], key=lambda x: _fill(p, 1, x[2] * s)), "later tiles"),
+    (_fill_tiles(lambda p, places: p / places - math.floor(p / places)), "fractional part"),
+    (lambda p, s, t: t[0], "kept the usual tiles"),
+    (lambda p, s, t: t[1 % len(t)], "expected"),
+])
+def test_fullest_wave_tiles_explains_wrong_answers(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex09.check_fullest_wave_tiles(wrong)
+    assert "On programs = " in str(info.value) and "the last" in str(info.value)
+
+
+def test_fullest_wave_tiles_wants_one_of_the_tiles(unwatched):
+    with pytest.raises(ExerciseFailed, match="return one of the tiles"):
+        ex09.check_fullest_wave_tiles(
+            lambda p, s, t: list(solutions.solution_fullest_wave_tiles(p, s, t)))
+
+
+@pytest.mark.parametrize("fill", [
+    lambda p, places: (p / places) / math.ceil(p / places),
+    lambda p, places: p / (places * math.ceil(p / places)),
+    lambda p, places: (p / 2 / (places / 2)) / math.ceil(p / places),
+])
+def test_fullest_wave_tiles_accepts_the_fill_computed_in_another_order(fill):
+    """The cases keep only ties that any order of float arithmetic ranks alike."""
+    ex09.check_fullest_wave_tiles(_fill_tiles(fill))
+
+
 # --- exercise 2: merge_splits ----------------------------------------------------------------
 
 

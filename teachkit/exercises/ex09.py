@@ -33,13 +33,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import torch
 import triton
 
 from ..compare import relative_error
 from ..device import DEVICE
-from ..kernels.decode import MAX_SPLITS, choose_num_splits, last_wave_fill, last_wave_splits
+from ..kernels.decode import (
+    MAX_SPLITS,
+    choose_num_splits,
+    fullest_wave_tiles,
+    last_wave_fill,
+    last_wave_splits,
+)
 from ..paging import build_block_table, token_rows
 from .checking import (
     ExerciseFailed,
@@ -60,6 +67,7 @@ __all__ = [
     "check_tile_keys",
     "check_merge_kernel",
     "check_last_wave_splits",
+    "check_fullest_wave_tiles",
 ]
 
 NEG_INF = float("-inf")
@@ -126,12 +134,17 @@ def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
         expect(isinstance(got, int) and not isinstance(got, bool),
                f"On {case}: return an int, got {type(got).__name__} {got!r}.")
         if got != want:
-            advice = next((e for e, wrong in _SPLIT_MISTAKES.items()
-                           if wrong(programs, blocks, sms) == got), "")
             raise ExerciseFailed(
                 f"On {case}: expected {want} splits ({programs * want} programs), got {got}."
-                + (f"\n  Your answer matches a common slip: {advice}" if advice else
-                   "\n  " + _split_hint(programs, blocks, sms)))
+                + (_slip(_SPLIT_MISTAKES, got, programs, blocks, sms)
+                   or "\n  " + _split_hint(programs, blocks, sms)))
+
+
+def _slip(mistakes: dict[str, Callable[..., Any]], got: Any, *args: Any) -> str:
+    """A line naming the first of ``mistakes`` (explanation -> a wrong answer's function of
+    ``args``) whose answer is ``got``, or ``""`` where none is."""
+    advice = next((e for e, wrong in mistakes.items() if wrong(*args) == got), "")
+    return f"\n  Your answer matches a common slip: {advice}" if advice else ""
 
 
 def _split_hint(programs: int, blocks: int, sms: int) -> str:
@@ -218,15 +231,98 @@ def check_last_wave_splits(fn: Callable[[int, int, int, int], int]) -> None:
         if got == want:
             continue
         places = resident * sms
-        advice = next((e for e, wrong in _WAVE_MISTAKES.items()
-                       if wrong(programs, sms, resident, most) == got), "")
         fills = ", ".join(f"{n} ranges: {programs * n / places:.2f} waves, the last "
                           f"{last_wave_fill(programs * n, places):.0%} full"
                           for n in range(2, most + 1))
         raise ExerciseFailed(
             f"On {case}: expected {want} ranges, got {got}.\n  With waves of {places} "
             f"programs: {fills}."
-            + (f"\n  Your answer matches a common slip: {advice}" if advice else ""))
+            + _slip(_WAVE_MISTAKES, got, programs, sms, resident, most))
+
+
+def _fullest(tiles: tuple, fill: Callable[[tuple], float], last: bool = False) -> tuple:
+    """The tiles with the largest ``fill``, the first (or the ``last``) on a tie."""
+    order = list(tiles)[::-1] if last else list(tiles)
+    return max(order, key=fill)
+
+
+_TILE_MISTAKES: dict[str, Callable[[int, int, tuple], tuple]] = {
+    "the grid fits in one wave of the usual tiles (programs <= tiles[0][2] * sms): every program "
+    "runs at once, so there is no last wave to wait for. Keep tiles[0] there, and compare fills "
+    "only when the usual tiles' grid overflows one wave.":
+        lambda p, s, t: _fullest(t, lambda x: last_wave_fill(p, x[2] * s)),
+    "on a tie you took the later tiles: keep the first (the usual tiles come first, and the "
+    "others must beat them).":
+        lambda p, s, t: t[0] if p <= t[0][2] * s else _fullest(
+            t, lambda x: last_wave_fill(p, x[2] * s), last=True),
+    "you measured the last wave by the fractional part of the waves (waves - floor(waves)): a "
+    "grid of whole waves then looks empty, though its last wave is full. Divide by the waves it "
+    "runs instead.":
+        lambda p, s, t: t[0] if p <= t[0][2] * s else _fullest(
+            t, lambda x: p / (x[2] * s) - math.floor(p / (x[2] * s))),
+    "you kept the usual tiles past one wave: where their grid overflows a wave, tiles whose last "
+    "wave is fuller win. A wave of tiles t is t[2] * sms programs (with sms alone every tile's "
+    "fill comes out the same).":
+        lambda p, s, t: t[0],
+}
+
+
+_TILE_SETS = (((32768, 2, 4), (65536, 2, 2), (32768, 3, 3)),
+              ((32768, 2, 5), (65536, 2, 3), (32768, 3, 3)))
+"""The contiguous and paged tiles of an H200 at ``D = 128`` (``decode._FULLEST_WAVE_TILES``)."""
+
+
+def _tile_cases(gen: torch.Generator) -> list[tuple[int, int, tuple]]:
+    """``(programs, sms, tiles)``: 12 to 48 sequences of 32 heads on an H200's 132 SMs with its
+    contiguous and paged tiles, and random grids, GPUs and tiles (one to four, one to six
+    programs an SM each). Tiles whose programs an SM differ by a power of two often fill their
+    last wave alike, and any way of computing the fill in floats ranks them alike (halving is
+    exact); the cases keep those ties and leave out other exact ties for the fullest wave, which
+    floats may break either way."""
+    cases = [(B * 32, 132, tiles) for tiles in _TILE_SETS for B in range(12, 50, 2)]
+    for _ in range(300):
+        sms = random_int(10, 150, gen)
+        tiles = tuple((32768 * random_int(1, 2, gen), random_int(2, 4, gen), random_int(1, 6, gen))
+                      for _ in range(random_int(1, 4, gen)))
+        cases.append((random_int(sms, 14 * sms, gen), sms, tiles))
+
+    def fair(case: tuple[int, int, tuple]) -> bool:
+        programs, sms, tiles = case
+        if programs <= tiles[0][2] * sms:
+            return True
+        fill = [Fraction(programs, t[2] * sms * -(-programs // (t[2] * sms))) for t in tiles]
+        best = [t[2] for t, f in zip(tiles, fill, strict=True) if f == max(fill)]
+        return all((max(a, b) // min(a, b)).bit_count() == 1 and max(a, b) % min(a, b) == 0
+                   for a in best for b in best)
+
+    return [case for case in cases if fair(case)][:90]
+
+
+@exercise(
+    "Choose the tiles that fill the last wave",
+    "Does the grid fit in one wave of the usual tiles? If not, how full is the last wave of each "
+    "tile, with tile[2] * sms programs a wave?",
+    forbid=("teachkit.kernels.decode.fullest_wave_tiles",),
+)
+def check_fullest_wave_tiles(fn: Callable[[int, int, tuple], tuple]) -> None:
+    """Check ``fn(programs, sms, tiles) -> one of tiles`` against the library's rule.
+
+    Cases: 12 to 48 sequences of 32 heads on an H200 with its contiguous tiles (four, two and
+    three programs an SM) and its paged ones (five, three and three), and random grids on GPUs
+    of 10 to 150 SMs with one to four tiles of one to six programs an SM.
+    """
+    for programs, sms, tiles in _tile_cases(fresh_generator()):
+        case = f"programs = {programs}, sms = {sms}, tiles = {tiles}"
+        got = call_learner(fn, case, programs, sms, tiles)
+        want = fullest_wave_tiles(programs, sms, tiles)
+        expect(got in tiles, f"On {case}: return one of the tiles, got {got!r}.")
+        if got == want:
+            continue
+        fills = ", ".join(f"{t}: {programs / (t[2] * sms):.2f} waves, the last "
+                          f"{last_wave_fill(programs, t[2] * sms):.0%} full" for t in tiles)
+        raise ExerciseFailed(
+            f"On {case}: expected {want}, got {got}.\n  {fills}."
+            + _slip(_TILE_MISTAKES, got, programs, sms, tiles))
 
 
 # ---------------------------------------------------------------------------------------------

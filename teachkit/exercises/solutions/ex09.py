@@ -12,7 +12,8 @@ import triton.language as tl
 from ...kernels.decode import MAX_SPLITS
 
 __all__ = ["solution_num_splits", "solution_merge_splits", "solution_token_rows",
-           "solution_tile_keys", "solution_merge_kernel", "solution_last_wave_splits"]
+           "solution_tile_keys", "solution_merge_kernel", "solution_last_wave_splits",
+           "solution_fullest_wave_tiles"]
 
 NEG_INF = float("-inf")
 
@@ -50,6 +51,30 @@ def solution_last_wave_splits(programs: int, sms: int, resident: int, most: int)
         fill = waves / math.ceil(waves)
         if fill > best_fill:  # strictly larger: a tie keeps the fewer ranges
             best, best_fill = n, fill
+    return best
+
+
+def solution_fullest_wave_tiles(programs: int, sms: int,
+                                tiles: tuple[tuple[int, int, int], ...]) -> tuple[int, int, int]:
+    """The tiles, of ``tiles`` (``(stage bytes, stages, programs an SM)``, the usual ones first),
+    that an unsplit grid of ``programs`` runs with on ``sms`` SMs.
+
+    While the grid fits in one wave of the usual tiles (``programs <= resident * sms``) every
+    program runs at once and there is no last wave to wait for: keep them. Otherwise a wave of
+    tiles ``t`` is ``t[2] * sms`` programs, the GPU runs ``ceil(programs / places)`` of them,
+    and the last one is ``programs / (places * waves)`` full: one division of whole numbers, so
+    two tiles that fill their last wave alike compare equal. Keep the fullest; on a tie the
+    first, the usual tiles before the others.
+    """
+    usual = tiles[0]
+    if programs <= usual[2] * sms:
+        return usual
+    best, best_fill = usual, 0.0
+    for tile in tiles:
+        places = tile[2] * sms
+        fill = programs / (places * -(-programs // places))
+        if fill > best_fill:  # strictly larger: a tie keeps the earlier tiles
+            best, best_fill = tile, fill
     return best
 
 

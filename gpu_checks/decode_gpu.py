@@ -871,8 +871,10 @@ def launched_residency(run: Callable[[], object]) -> dict[str, int]:
     """What the decode split kernel that ``run`` launches (an unsplit call: that kernel alone)
     compiled to on this GPU: registers a thread and spilled registers (the compiled kernel's
     ``n_regs``, ``n_spills``), shared memory (``metadata.shared``) and the programs an SM they
-    leave between them (a block takes 1 KB of shared memory more than it asks for)."""
+    leave between them (a block takes ``SHARED_RESERVED_PER_BLOCK`` of shared memory more than
+    it asks for)."""
     from teachkit.kernels import decode
+    from teachkit.kernels.compile_check import SHARED_RESERVED_PER_BLOCK
     from teachkit.kernels.softmax_kernels import programs_by_registers
 
     launched = decode.decode_split_kernel.run.compiled  # cached_launch's kernels, by key
@@ -886,7 +888,8 @@ def launched_residency(run: Callable[[], object]) -> dict[str, int]:
                                          props.regs_per_multiprocessor)
     return {"registers": compiled.n_regs, "spilled": compiled.n_spills, "shared": shared,
             "programs_an_sm": min(by_registers,
-                                  props.shared_memory_per_multiprocessor // (shared + 1024))}
+                                  props.shared_memory_per_multiprocessor
+                                  // (shared + SHARED_RESERVED_PER_BLOCK))}
 
 
 HEAD_DIM_SWEEP = {64: ((1, 2, 3, 4, 5, 8, 16),

@@ -41,6 +41,7 @@ import triton
 from ..compare import relative_error
 from ..device import DEVICE
 from ..kernels.decode import (
+    _FULLEST_WAVE_TILES,
     MAX_SPLITS,
     choose_num_splits,
     fullest_wave_tiles,
@@ -240,26 +241,27 @@ def check_last_wave_splits(fn: Callable[[int, int, int, int], int]) -> None:
             + _slip(_WAVE_MISTAKES, got, programs, sms, resident, most))
 
 
-def _fullest(tiles: tuple, fill: Callable[[tuple], float], last: bool = False) -> tuple:
-    """The tiles with the largest ``fill``, the first (or the ``last``) on a tie."""
-    order = list(tiles)[::-1] if last else list(tiles)
-    return max(order, key=fill)
+def _picked(programs: int, sms: int, tiles: tuple, fill: Callable[[tuple], float],
+            last: bool = False) -> tuple:
+    """What a rule that keeps ``tiles[0]`` while the grid fits in one wave of them, and else
+    takes the tiles with the largest ``fill``, the first (or the ``last``) on a tie, picks."""
+    if programs <= tiles[0][2] * sms:
+        return tiles[0]
+    return max(tiles[::-1] if last else tiles, key=fill)
 
 
 _TILE_MISTAKES: dict[str, Callable[[int, int, tuple], tuple]] = {
     "the grid fits in one wave of the usual tiles (programs <= tiles[0][2] * sms): every program "
     "runs at once, so there is no last wave to wait for. Keep tiles[0] there, and compare fills "
     "only when the usual tiles' grid overflows one wave.":
-        lambda p, s, t: _fullest(t, lambda x: last_wave_fill(p, x[2] * s)),
+        lambda p, s, t: max(t, key=lambda x: last_wave_fill(p, x[2] * s)),
     "on a tie you took the later tiles: keep the first (the usual tiles come first, and the "
     "others must beat them).":
-        lambda p, s, t: t[0] if p <= t[0][2] * s else _fullest(
-            t, lambda x: last_wave_fill(p, x[2] * s), last=True),
+        lambda p, s, t: _picked(p, s, t, lambda x: last_wave_fill(p, x[2] * s), last=True),
     "you measured the last wave by the fractional part of the waves (waves - floor(waves)): a "
     "grid of whole waves then looks empty, though its last wave is full. Divide by the waves it "
     "runs instead.":
-        lambda p, s, t: t[0] if p <= t[0][2] * s else _fullest(
-            t, lambda x: p / (x[2] * s) - math.floor(p / (x[2] * s))),
+        lambda p, s, t: _picked(p, s, t, lambda x: p / (x[2] * s) - math.floor(p / (x[2] * s))),
     "you kept the usual tiles past one wave: where their grid overflows a wave, tiles whose last "
     "wave is fuller win. A wave of tiles t is t[2] * sms programs (with sms alone every tile's "
     "fill comes out the same).":
@@ -267,8 +269,7 @@ _TILE_MISTAKES: dict[str, Callable[[int, int, tuple], tuple]] = {
 }
 
 
-_TILE_SETS = (((32768, 2, 4), (65536, 2, 2), (32768, 3, 3)),
-              ((32768, 2, 5), (65536, 2, 3), (32768, 3, 3)))
+_TILE_SETS = tuple(_FULLEST_WAVE_TILES[90].values())
 """The contiguous and paged tiles of an H200 at ``D = 128`` (``decode._FULLEST_WAVE_TILES``)."""
 
 

@@ -1500,10 +1500,12 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
+    # where the wave rules were measured: 16-bit, their head dims, programs of few rows
+    wave_measured = (dtype != torch.float32 and D in _WAVE_RULE_HEAD_DIMS
+                     and plan.block_m <= _WAVE_RULE_ROWS)
     last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
-    if (last_wave and not entries and num_splits is None and plan.num_splits == 1
-            and 1 <= per_sm <= last_wave[0] and dtype != torch.float32
-            and D in _WAVE_RULE_HEAD_DIMS and plan.block_m <= _WAVE_RULE_ROWS
+    if (last_wave and wave_measured and not entries and num_splits is None
+            and plan.num_splits == 1 and 1 <= per_sm <= last_wave[0]
             and capacity >= _LAST_WAVE_FEWEST_KEYS):
         # some SMs hold two programs, the rest one: ranges that fill the last wave
         splits = last_wave_splits(B * H_kv * plan.row_blocks, sm_count(device), last_wave[1])
@@ -1521,9 +1523,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         if more.num_splits > 1:
             return _with_pages(more, table_tile, page_size, B * H_kv, capability, device)
     wave_tiles = _FULLEST_WAVE_TILES.get(gpu_class(capability), {}) if capability else {}
-    if (paged in wave_tiles and (not paged or H == H_kv) and plan.num_splits == 1
-            and per_sm > _WIDE_PROGRAMS[1] and dtype != torch.float32
-            and D in _WAVE_RULE_HEAD_DIMS and plan.block_m <= _WAVE_RULE_ROWS):
+    if (paged in wave_tiles and wave_measured and (not paged or H == H_kv)
+            and plan.num_splits == 1 and per_sm > _WIDE_PROGRAMS[1]):
         # many programs an SM: the tiles whose last wave is the fullest
         stage_bytes, stages, _ = fullest_wave_tiles(B * H_kv * plan.row_blocks,
                                                     sm_count(device), wave_tiles[paged])

@@ -36,10 +36,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    grouped-query heads) by the default, unsplit and in 2 to 5 ranges beside cuDNN, 2k-64k
    tokens, and paged with the table row held, plain and on CUDA-graph replays, saved as records
    (decode._LAST_WAVE_GRID);
-12. with --wave-tiles-sweep, unsplit grids of 2.9-11.6 programs an SM (D = 128, H = 32),
-   contiguous and in pages of 16, by the default and by each tile they choose from beside
-   cuDNN, 4k and 16k tokens, on CUDA-graph replays, with what each kernel compiled to, saved as
-   a record (decode._FULLEST_WAVE_TILES).
+12. with --wave-tiles-sweep, grids of 2.9-11.6 programs an SM unsplit (D = 128, H = 32),
+   contiguous and in pages of 16, by the default and by each tile they choose from, unsplit and
+   in the ranges that fill its last wave the most, beside cuDNN, 4k and 16k tokens, on
+   CUDA-graph replays, with what each kernel compiled to, saved as a record
+   (decode._FULLEST_WAVE_TILES, decode._WAVE_SPLIT_GAIN).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def main() -> int:
                              "decode_entry_waves_<device>.json (or --json)")
     parser.add_argument("--wave-tiles-sweep", action="store_true",
                         help="only contiguous and paged grids of 2.9-11.6 programs an SM by "
-                             "each tile they choose from, beside cuDNN, saved as teachkit/"
+                             "each tile they choose from, unsplit and split, beside cuDNN, "
+                             "saved as teachkit/"
                              "benchmarks/decode_wave_tiles_<device>.json (or --json)")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
@@ -820,19 +822,22 @@ wave of each of ``decode._FULLEST_WAVE_TILES`` from a fifth to wholly full."""
 
 
 def wave_tiles_sweep() -> list:
-    """GB/s of unsplit calls of more than two programs an SM on CUDA-graph replays (H = 32,
-    D = 128 fp16, :data:`WAVE_TILES_BATCHES`, caches of 4k and 16k tokens, contiguous and in
-    pages of 16: at 4k tokens each program holds its table row, at 16k it reads it entry by
-    entry) beside cuDNN (``SDPA cuDNN``): the default (``teachkit split-KV, default`` and
-    ``paged default``, ``decode.fullest_wave_tiles``) and each of ``decode._FULLEST_WAVE_TILES``
-    (``contiguous <KB> KB x <stages>``, named as in :data:`CONTIGUOUS_TILES`, and ``paged <KB>
-    KB x <stages>``); interleaved, best of three. Each teachkit row's ``provider_params`` hold
-    what its kernel compiled to on this GPU (:func:`launched_residency`)."""
+    """GB/s of calls whose unsplit grid has more than two programs an SM on CUDA-graph replays
+    (H = 32, D = 128 fp16, :data:`WAVE_TILES_BATCHES`, caches of 4k and 16k tokens, contiguous
+    and in pages of 16: at 4k tokens each program holds its table row, at 16k it reads it entry
+    by entry) beside cuDNN (``SDPA cuDNN``): the default (``teachkit split-KV, default`` and
+    ``paged default``, ``decode.fullest_wave_plan``) and each of ``decode._FULLEST_WAVE_TILES``
+    unsplit (``contiguous <KB> KB x <stages>``, named as in :data:`CONTIGUOUS_TILES`, and
+    ``paged <KB> KB x <stages>``) and cut into the ranges that fill its last wave the most
+    (:func:`fullest_ranges`; ``..., <n> ranges``, with the merge kernel); interleaved, best of
+    three. Each teachkit row's ``provider_params`` hold what its split kernel compiled to on
+    this GPU (:func:`launched_residency`)."""
     from teachkit.kernels.decode import (
         _FULLEST_WAVE_TILES,
         DecodeConfig,
         _keys_per_block,
         decode_attention,
+        sm_count,
     )
 
     out = []
@@ -847,11 +852,14 @@ def wave_tiles_sweep() -> list:
                         decode_attention, q, kp, vp, check_values=False, **paged)}
             for kind, inputs, extra in (("contiguous", (q, k, v), {}),
                                         ("paged", (q, kp, vp), paged)):
-                for stage_bytes, stages, _ in _FULLEST_WAVE_TILES[90][kind == "paged"]:
-                    config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages)
-                    runs[f"{kind} {stage_bytes // 1024} KB x {stages}"] = functools.partial(
-                        decode_attention, *inputs, check_values=False, num_splits=1,
-                        config=config, **extra)
+                for stage_bytes, stages, resident in _FULLEST_WAVE_TILES[90][kind == "paged"]:
+                    name = f"{kind} {stage_bytes // 1024} KB x {stages}"
+                    for ranges in (1, fullest_ranges(32 * B, sm_count() * resident)):
+                        config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages,
+                                              one_launch=False)
+                        runs[name + (f", {ranges} ranges" if ranges > 1 else "")] = (
+                            functools.partial(decode_attention, *inputs, check_values=False,
+                                              num_splits=ranges, config=config, **extra))
             start = len(out)
             best = checked_best_times(runs, "SDPA cuDNN", "wave-tiles sweep", B, S, nbytes,
                                       out, rounds=3)
@@ -865,6 +873,17 @@ def wave_tiles_sweep() -> list:
                             for n, ms in best.items() if n != "SDPA cuDNN"))
             del q, k, v, kp, vp
     return out
+
+
+def fullest_ranges(programs: int, places: int) -> int:
+    """Of 2 to ``decode._LAST_WAVE_MOST_SPLITS`` ranges of every row's keys, the count that
+    fills the last wave of a grid of ``programs`` unsplit, run ``places`` programs at a time,
+    the most (``decode.last_wave_fill``), the fewest on a tie: the count
+    ``decode.fullest_wave_plan`` weighs for those tiles."""
+    from teachkit.kernels.decode import _LAST_WAVE_MOST_SPLITS, last_wave_fill
+
+    return max(range(2, _LAST_WAVE_MOST_SPLITS + 1),
+               key=lambda ranges: (last_wave_fill(programs * ranges, places), -ranges))
 
 
 def launched_residency(run: Callable[[], object]) -> dict[str, int]:

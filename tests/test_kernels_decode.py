@@ -842,11 +842,12 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
     stages, at 26-32 and 44-48 the usual tiles again; grouped-query heads counted by their cache
     heads. Paged calls with one query head a cache head choose from their own residency (five,
     three and three), holding their row or not. Not grouped-query paged calls, nor at D = 64,
-    nor in float32, nor with programs of more than 16 query rows, nor on sm_80;
-    ``num_splits=1`` given plans alike."""
+    nor in float32, nor with programs of more than 16 query rows, nor on sm_80. Planned with
+    ``num_splits=1``, as the default plans a grid that ranges would not fill fuller
+    (``fullest_wave_plan``: the next test)."""
     dev = torch.device(DEV)
 
-    def tiles(B, H_kv=32, D=128, dtype=torch.float16, page_size=0, num_splits=None, Lq=1,
+    def tiles(B, H_kv=32, D=128, dtype=torch.float16, page_size=0, num_splits=1, Lq=1,
               H=32, S=4096):
         plan = decode._launch_plan(B, H, Lq, D, H_kv, dtype, dev, S, num_splits, None,
                                    page_size)
@@ -859,7 +860,7 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
                  26: usual, 28: usual, 32: usual, 36: deep, 40: wide, 44: usual, 48: usual}
         assert {B: tiles(B) for B in picks} == picks
         for B, pick in picks.items():
-            assert tiles(B, dtype=torch.bfloat16) == tiles(B, num_splits=1) == pick
+            assert tiles(B, dtype=torch.bfloat16) == tiles(B, S=2048, num_splits=None) == pick
         assert tiles(96, H_kv=8) == wide  # 768 programs, as 24 sequences of 32
         assert decode.fullest_wave_tiles(768, 132, decode._FULLEST_WAVE_TILES[90][False])[:2] == (
             64 * 1024, 2)
@@ -874,6 +875,67 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
         assert tiles(96, H_kv=8, Lq=8) == usual  # 768 programs of 32 query rows
     with planned_on((8, 0)):
         assert tiles(24) == (64, 3)
+
+
+def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fuller():
+    """On sm_90 a call whose unsplit grid has more than two programs an SM (16-bit, D = 128,
+    caches of 4k keys or more) cuts its keys into 2 to 5 ranges where some tiles so cut fill
+    their last wave more than ``_WAVE_SPLIT_GAIN`` fuller than the unsplit pick does
+    (``fullest_wave_plan``), and merges them with the merge kernel, launched or captured:
+    contiguous, 18 sequences of 32 heads in 5 ranges of 128 keys, 20 in 2, 22 in 3 of 64 keys,
+    26 in 5 of 64 keys, 28 in 5 of 128 keys, 44 in 3 of 64 keys; 24, 32, 36, 40 and 48 and the
+    grids that fit one wave unsplit. Paged (one query head a cache head), 22, 26, 32 and 44
+    sequences in 5 ranges and 28 in 3, of 128 keys. Not below 4k keys, nor with ``num_splits``
+    given, nor at D = 64, nor on sm_80."""
+    dev = torch.device(DEV)
+
+    def planned(B, page_size=0, S=4096, D=128, num_splits=None, captured=False):
+        plan = decode._launch_plan(B, 32, 1, D, 32, torch.float16, dev, S, num_splits, None,
+                                   page_size, captured)
+        return plan.config.block_n, plan.num_splits, plan.one_launch
+
+    with planned_on((9, 0)):
+        picks = {12: (64, 1), 16: (64, 1), 18: (128, 5), 20: (128, 2), 22: (64, 3),
+                 24: (128, 1), 26: (64, 5), 28: (128, 5), 32: (64, 1), 36: (64, 1),
+                 40: (128, 1), 44: (64, 3), 48: (64, 1)}
+        paged_picks = {18: (64, 1), 20: (64, 1), 22: (128, 5), 24: (128, 1), 26: (128, 5),
+                       28: (128, 3), 32: (128, 5), 36: (128, 1), 40: (64, 1), 44: (128, 5)}
+        for S in (4096, 16384):
+            for captured in (False, True):
+                assert {B: planned(B, S=S, captured=captured)[:2] for B in picks} == picks
+                assert {B: planned(B, 16, S, captured=captured)[:2]
+                        for B in paged_picks} == paged_picks
+        assert planned(18)[2] is planned(26, 16)[2] is False  # the merge kernel
+        assert decode.default_config(18, 32, 128, 4096, torch.float16).one_launch is False
+        assert planned(18, S=2048)[1] == planned(18, num_splits=1)[1] == 1
+        assert planned(18, num_splits=3)[1] == 3
+        assert planned(18, D=64)[1] == 1
+    with planned_on((8, 0)):
+        assert planned(18)[1] == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(programs=st.integers(1, 5000), sms=st.integers(1, 200), most=st.integers(1, 6),
+       tiles=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 8)),
+                      min_size=1, max_size=4))
+def test_fullest_wave_plan_splits_only_for_a_last_wave_fuller_by_the_gain(programs, sms, most,
+                                                                          tiles):
+    """``fullest_wave_plan`` keeps ``fullest_wave_tiles``'s tiles unsplit unless some tiles in
+    2 to ``most`` ranges fill their last wave more than the gain fuller; then it returns the
+    fullest such last wave, with the fewest ranges and the first tiles on a tie."""
+    tiles = tuple((32 * 1024 * size, stages, resident) for size, stages, resident in tiles)
+    tile, ranges = decode.fullest_wave_plan(programs, sms, tiles, most)
+    unsplit = decode.fullest_wave_tiles(programs, sms, tiles)
+    kept = decode.last_wave_fill(programs, unsplit[2] * sms)
+    fills = {(n, i): decode.last_wave_fill(programs * n, t[2] * sms)
+             for n in range(2, most + 1) for i, t in enumerate(tiles)}
+    if programs <= tiles[0][2] * sms or not fills or max(fills.values()) <= kept + 0.03:
+        assert (tile, ranges) == (unsplit, 1)
+        return
+    best = max(fills.values())
+    first = min(k for k, fill in fills.items() if fill == best)  # fewest ranges, first tiles
+    assert ranges == first[0] and tile == tiles[first[1]]
+    assert 2 <= ranges <= most
 
 
 def test_last_wave_fill_is_one_division_of_whole_numbers():

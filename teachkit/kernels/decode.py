@@ -49,7 +49,9 @@ output: the plain, unsplit forward pass. With ``DecodeConfig(one_launch=True)`` 
 second kernel: every split counts itself done on an atomic counter of its rows, and the one that
 counts last merges the partials (:func:`merge_splits`), which saves a launch and its host time.
 This is the default for calls launched from Python (``DecodeConfig.one_launch`` is ``True``
-unless set): it saves the host a launch, which a loop of back-to-back calls pays in full. A call
+unless set): it saves the host a launch, which a loop of back-to-back calls pays in full. A grid
+of many programs an SM that splits only to fill its last wave (:func:`fullest_wave_plan`) takes
+the merge kernel too: such a call lasts long enough to hide the second launch. A call
 being captured into a CUDA graph gets the merge kernel instead (:func:`decode_config` with
 ``captured``): a replay launches without the host, and there one launch costs the GPU more than
 a second kernel does: the graph repeats the zero-fill of the captured call's fresh counters at
@@ -95,6 +97,7 @@ __all__ = [
     "MAX_SPLITS",
     "DecodeConfig",
     "choose_num_splits",
+    "last_wave_fill",
     "last_wave_splits",
     "decode_attention",
     "decode_config",
@@ -105,6 +108,8 @@ __all__ = [
     "decode_merge_kernel",
     "decode_split_kernel",
     "fold_key_block",
+    "fullest_wave_plan",
+    "fullest_wave_tiles",
     "held_table_pages",
     "interleave_pages_per_sm",
     "max_rows",
@@ -556,15 +561,43 @@ teachkit.kernels --wave-tiles-residency`` compiles the contiguous tiles without 
 same counts; the rule and its figures are Triton 3.6's.) On an H200 (132 SMs, H = 32,
 ``D = 128`` fp16, 12 to 48 sequences: 2.9 to 11.6 programs an SM, 4k and 16k tokens, pages of
 16, CUDA-graph replays, ``gpu_checks/decode_gpu.py --wave-tiles-sweep``, record
-``decode_wave_tiles_nvidia_h200``) the contiguous tiles this picks read at 0.89-1.06x cuDNN
-where the usual tiles alone read at 0.76-1.06x, and at 1.06-1.17x the usual tiles where they
-differ (18-24, 36 and 40 sequences); within 1 % of the fastest of the three but at 18
-sequences, where 64 keys in 3 stages (a last wave as full) read 5 % faster. At 26 sequences
-every contiguous tile's last wave is at most four fifths full and all read at 0.90-0.96x. The
-paged tiles it picks read at 0.88-1.02x cuDNN where the usual ones read at 0.76-1.02x, at
-1.02-1.28x the usual ones where they differ (22 sequences on), and at 92-109 % of the
-contiguous default (83-128 % with the usual tiles for both). Grouped-query paged calls keep
-the usual tiles: their residency was not measured."""
+``decode_wave_tiles_nvidia_h200``; cuDNN took 1-11 % longer there than in the run before it,
+so compare within the run) the contiguous tiles this picks unsplit read at 0.93-1.14x cuDNN
+where the usual tiles alone read at 0.80-1.14x, and at 1.06-1.18x the usual tiles where they
+differ (18-24, 36 and 40 sequences). The paged tiles it picks read at 0.92-1.10x cuDNN where the
+usual ones read at 0.78-1.10x, at 1.02-1.31x the usual ones where they differ (22 sequences
+on). Some grids no tile fills: at 26 sequences every contiguous tile's last wave is at most four
+fifths full, and the pick reads at 0.93x cuDNN at 16k tokens; paged, the pick reads at
+0.89-0.97x the fastest unsplit paged tile at 22-44 sequences. Those grids cut their keys into
+ranges instead (:func:`fullest_wave_plan`, :data:`_WAVE_SPLIT_GAIN`). Grouped-query paged calls
+keep the usual tiles: their residency was not measured."""
+
+_WAVE_SPLIT_GAIN = 0.03
+"""How much fuller (a share of the last wave's places) the last wave of a grid of more than two
+programs an SM must come out cut into ranges, 2 to :data:`_LAST_WAVE_MOST_SPLITS` of them with
+any of :data:`_FULLEST_WAVE_TILES`, than it does unsplit with the tiles
+:func:`fullest_wave_tiles` picks, for the call to split (:func:`fullest_wave_plan`), from
+:data:`_LAST_WAVE_FEWEST_KEYS` keys. Tiles alone leave some grids with no full last wave: at 18
+sequences of 32 heads (576 programs) the fullest contiguous one is 0.73 full, at 26 (832) 0.79,
+and paged 0.70. Ranges multiply the programs, so some count of them fills the last wave of some
+tiles: 18 sequences in 5 ranges of 128 keys in 2 stages fill 0.99 of theirs. Each range writes
+a partial result that the merge kernel reads back, a few MB against GBs of cache, and the fill
+is a model, so a call splits only where its last wave gains more than this. The ranges merge
+with the merge kernel, launched or replayed: the residency counted is that of the kernel
+without the merge (merging in one launch takes more registers a thread), and the host's second
+launch hides behind a call this long (a hundred microseconds or more).
+
+In the record of :data:`_FULLEST_WAVE_TILES` (H200, graph replays, which times each tile also
+in the ranges that fill its last wave the most) the default reads contiguous caches at
+1.00-1.14x cuDNN and paged ones at 0.98-1.10x, and at 95-100 % of the contiguous default paged.
+Where it splits, it reads at 1.03-1.15x the unsplit tiles of :func:`fullest_wave_tiles`
+contiguous (18, 20, 26, 28 and 44 sequences; at 22 sequences 0.99x at 4k tokens and 1.02x at
+16k) and 1.03-1.13x paged (22, 26, 28, 32 and 44 sequences). Launched plainly (a scratch run,
+18, 26 and 28 sequences, 4k and 16k tokens) the split plans read at 1.02-1.08x cuDNN where the
+unsplit tiles read at 0.93-1.00x, and merging in one launch instead read the same (within
+0.3 %). Where the gain is at most this, splitting did not pay in a scratch run before the
+record: 32 sequences contiguous (0.97 full unsplit, 0.99 in 5 ranges of 64 keys in 3 stages)
+read at 0.98-1.00x cuDNN split against 1.00x unsplit."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
@@ -753,14 +786,16 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     bits), the first and last of these load 32 KB in 3 stages instead (:data:`_SHORT_ROW_TILES`).
     :func:`decode_attention` also narrows the tiles of a captured paged call whose ranges would
     hold a single iteration (:func:`paged_range_tiles`), and gives an unsplit grid of more than
-    two programs an SM the tiles whose last wave is the fullest (:func:`fullest_wave_tiles`).
+    two programs an SM the tiles whose last wave is the fullest (:func:`fullest_wave_tiles`), or
+    cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
-    CUDA graph. A replay launches without the host, so the launch that one-launch merging saves
-    costs nothing there, while one launch costs the GPU more: a captured call makes its counters
-    fresh, so every replay repeats their zero-fill, and every split fences its stores and counts
-    on an atomic before the last one reads the partials back. On an H200's replays (one, two or
-    four sequences, H = 32, D = 128 fp16, 1k-64k tokens, 32 KB tiles, ``gpu_checks/decode_gpu.py
+    CUDA graph, or its ranges come from :func:`fullest_wave_plan` (:data:`_WAVE_SPLIT_GAIN`). A
+    replay launches without the host, so the launch that one-launch merging saves costs nothing
+    there, while one launch costs the GPU more: a captured call makes its counters fresh, so
+    every replay repeats their zero-fill, and every split fences its stores and counts on an
+    atomic before the last one reads the partials back. On an H200's replays (one, two or four
+    sequences, H = 32, D = 128 fp16, 1k-64k tokens, 32 KB tiles, ``gpu_checks/decode_gpu.py
     --split-sweep``) one launch read at 0.90-1.00x the merge kernel, the least at one sequence
     of 1k tokens, and at 0.97-1.03x with its counters zeroed before the capture.
 
@@ -927,6 +962,8 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
         raise TypeError(f"dtype must be one of {KERNEL_DTYPES}, got {dtype}")
     plan = _launch_plan(batch, heads, q_len, head_dim, kv_heads, dtype, device, capacity, None,
                         None, page_size or 0, captured)
+    if plan.num_splits > 1:  # how this call merges
+        return plan.config
     return plan.config._replace(one_launch=not captured)  # what a split of such a call does
 
 
@@ -1063,6 +1100,39 @@ def fullest_wave_tiles(programs: int, sms: int, tiles: tuple[tuple[int, int, int
     if programs <= tiles[0][2] * sms:
         return tiles[0]
     return max(tiles, key=lambda t: last_wave_fill(programs, t[2] * sms))
+
+
+def fullest_wave_plan(programs: int, sms: int, tiles: tuple[tuple[int, int, int], ...],
+                      most: int = _LAST_WAVE_MOST_SPLITS, gain: float = _WAVE_SPLIT_GAIN,
+                      ) -> tuple[tuple[int, int, int], int]:
+    """The tiles, of ``tiles`` (as :func:`fullest_wave_tiles` takes them), and the ranges of
+    every row's keys (1 to ``most``) that a grid of ``programs`` unsplit on ``sms`` SMs runs
+    with: :func:`fullest_wave_tiles`'s tiles unsplit, unless some tiles cut into 2 to ``most``
+    ranges (``programs * ranges`` programs) fill their last wave (:func:`last_wave_fill`) more
+    than ``gain`` fuller; then those of the fullest last wave, the fewest ranges and then the
+    first tiles on a tie (:data:`_WAVE_SPLIT_GAIN`). A grid that fits in one wave of the usual
+    tiles keeps them unsplit.
+
+    Examples
+    --------
+    >>> tiles = ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3))
+    >>> fullest_wave_plan(768, 132, tiles)  # 24 sequences of 32 heads: 0.97 full unsplit
+    ((65536, 2, 2), 1)
+    >>> fullest_wave_plan(576, 132, tiles)  # 18: 0.73 unsplit, 0.99 in 5 ranges of 128 keys
+    ((65536, 2, 2), 5)
+    >>> fullest_wave_plan(576, 132, tiles, most=1)  # ranges not allowed
+    ((65536, 2, 2), 1)
+    """
+    unsplit = fullest_wave_tiles(programs, sms, tiles)
+    if programs <= tiles[0][2] * sms:
+        return unsplit, 1
+    kept = last_wave_fill(programs, unsplit[2] * sms)
+    fill, fewest, first = max(((last_wave_fill(programs * ranges, t[2] * sms), -ranges, -i)
+                               for ranges in range(2, most + 1) for i, t in enumerate(tiles)),
+                              default=(0.0, -1, 0))
+    if fill <= kept + gain:
+        return unsplit, 1
+    return tiles[-first], -fewest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1480,7 +1550,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     two programs and the rest one (:data:`_LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row. An unsplit
     16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest
-    (:func:`fullest_wave_tiles`, :data:`_FULLEST_WAVE_TILES`). A paged call
+    (:func:`fullest_wave_tiles`, :data:`_FULLEST_WAVE_TILES`), or, from
+    :data:`_LAST_WAVE_FEWEST_KEYS` keys, the ranges and tiles that fill it fuller by more than
+    :data:`_WAVE_SPLIT_GAIN`, merged by the merge kernel (:func:`fullest_wave_plan`). A paged call
     (``page_size`` tokens a page; 0: contiguous) holds its table row where the table is narrow
     enough (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
     split the keys it takes the contiguous call's tiles, and splits where that call would.
@@ -1525,12 +1597,14 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     wave_tiles = _FULLEST_WAVE_TILES.get(gpu_class(capability), {}) if capability else {}
     if (paged in wave_tiles and wave_measured and (not paged or H == H_kv)
             and plan.num_splits == 1 and per_sm > _WIDE_PROGRAMS[1]):
-        # many programs an SM: the tiles whose last wave is the fullest
-        stage_bytes, stages, _ = fullest_wave_tiles(B * H_kv * plan.row_blocks,
-                                                    sm_count(device), wave_tiles[paged])
+        # many programs an SM: the tiles, and ranges, whose last wave is the fullest
+        most = (_LAST_WAVE_MOST_SPLITS if num_splits is None
+                and capacity >= _LAST_WAVE_FEWEST_KEYS else 1)
+        (stage_bytes, stages, _), splits = fullest_wave_plan(
+            B * H_kv * plan.row_blocks, sm_count(device), wave_tiles[paged], most)
         tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
-                              num_stages=stages)
-        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
+                              num_stages=stages, one_launch=base.one_launch and splits == 1)
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
         return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,

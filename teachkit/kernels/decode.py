@@ -567,8 +567,8 @@ where the usual tiles alone read at 0.80-1.14x, and at 1.06-1.18x the usual tile
 differ (18-24, 36 and 40 sequences). The paged tiles it picks read at 0.92-1.10x cuDNN where the
 usual ones read at 0.78-1.10x, at 1.02-1.31x the usual ones where they differ (22 sequences
 on). Some grids no tile fills: at 26 sequences every contiguous tile's last wave is at most four
-fifths full, and the pick reads at 0.93x cuDNN at 16k tokens; paged, the pick reads at
-0.89-0.97x the fastest unsplit paged tile at 22-44 sequences. Those grids cut their keys into
+fifths full, and the pick reads at 0.93x cuDNN at 16k tokens; paged, the picks at 26-32 and 44
+sequences leave last waves 70-89 % full and read at 0.92-0.97x. Those grids cut their keys into
 ranges instead (:func:`fullest_wave_plan`, :data:`_WAVE_SPLIT_GAIN`). Grouped-query paged calls
 keep the usual tiles: their residency was not measured."""
 
@@ -593,8 +593,8 @@ in the ranges that fill its last wave the most) the default reads contiguous cac
 Where it splits, it reads at 1.03-1.15x the unsplit tiles of :func:`fullest_wave_tiles`
 contiguous (18, 20, 26, 28 and 44 sequences; at 22 sequences 0.99x at 4k tokens and 1.02x at
 16k) and 1.03-1.13x paged (22, 26, 28, 32 and 44 sequences). Launched plainly (a scratch run,
-18, 26 and 28 sequences, 4k and 16k tokens) the split plans read at 1.02-1.08x cuDNN where the
-unsplit tiles read at 0.93-1.00x, and merging in one launch instead read the same (within
+18, 26 and 28 sequences, 4k and 16k tokens) the split plans read at 1.01-1.08x cuDNN where the
+unsplit tiles read at 0.92-1.00x, and merging in one launch instead read the same (within
 0.3 %). Where the gain is at most this, splitting did not pay in a scratch run before the
 record: 32 sequences contiguous (0.97 full unsplit, 0.99 in 5 ranges of 64 keys in 3 stages)
 read at 0.98-1.00x cuDNN split against 1.00x unsplit."""

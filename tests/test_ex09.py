@@ -143,6 +143,63 @@ def test_fullest_wave_tiles_accepts_the_fill_computed_in_another_order(fill):
     ex09.check_fullest_wave_tiles(_fill_tiles(fill))
 
 
+# --- exercise 1d: fullest_wave_plan ----------------------------------------------------------
+
+
+def _plan(fill=lambda p, places: _fill(p, 1, places), one_wave=True, against_usual=False,
+          counts=lambda most: range(2, most + 1), more_ranges=False, later_tiles=False,
+          only_kept=False, no_gain=False):
+    """A learner's ``fullest_wave_plan`` written out plainly, with one of its steps changed."""
+    def plan(programs, sms, tiles, most, gain):
+        if one_wave and programs <= tiles[0][2] * sms:
+            return tiles[0], 1
+        kept = tiles[0] if against_usual else solutions.solution_fullest_wave_tiles(
+            programs, sms, tiles)
+        kept_fill = fill(programs, kept[2] * sms)
+        best, best_fill = (kept, 1), -1.0
+        for ranges in (counts(most)[::-1] if more_ranges else counts(most)):
+            for tile in ((kept,) if only_kept else tiles[::-1] if later_tiles else tiles):
+                f = fill(programs * ranges, tile[2] * sms)
+                if f > best_fill:
+                    best, best_fill = (tile, ranges), f
+        return best if best_fill > kept_fill + (0 if no_gain else gain) else (kept, 1)
+
+    return plan
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (_plan(one_wave=False), "fits in one wave"),
+    (_plan(no_gain=True), "more than `gain` fuller"),
+    (_plan(against_usual=True), "not with the unsplit pick"),
+    (_plan(more_ranges=True), "take the fewest"),
+    (_plan(later_tiles=True), "later tiles"),
+    (_plan(counts=lambda most: range(2, max(most, 3))), "including most"),
+    (_plan(only_kept=True), "try every tile"),
+    (lambda p, s, t, m, g: (t[0], 2), "expected"),
+])
+def test_fullest_wave_plan_explains_wrong_answers(wrong, message):
+    with pytest.raises(ExerciseFailed, match=message) as info:
+        ex09.check_fullest_wave_plan(wrong)
+    assert "On programs = " in str(info.value) and "in ranges:" in str(info.value)
+
+
+def test_fullest_wave_plan_wants_a_tile_and_a_count(unwatched):
+    with pytest.raises(ExerciseFailed, match="return \\(one of the tiles, a count of ranges\\)"):
+        ex09.check_fullest_wave_plan(
+            lambda p, s, t, m, g: list(solutions.solution_fullest_wave_plan(p, s, t, m, g)))
+
+
+@pytest.mark.parametrize("fill", [
+    lambda p, places: (p / places) / math.ceil(p / places),
+    lambda p, places: p / (places * math.ceil(p / places)),
+    lambda p, places: (p / 2 / (places / 2)) / math.ceil(p / places),
+])
+def test_fullest_wave_plan_accepts_the_fill_computed_in_another_order(fill):
+    """The cases keep only ties, and margins over the gain, that any order of float arithmetic
+    decides alike."""
+    ex09.check_fullest_wave_plan(_plan(fill=fill))
+
+
 # --- exercise 2: merge_splits ----------------------------------------------------------------
 
 

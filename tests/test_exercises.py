@@ -129,6 +129,7 @@ CALLED = [
     ("ex09", "num_splits", "teachkit.kernels.decode.choose_num_splits"),
     ("ex09", "last_wave_splits", "teachkit.kernels.decode.last_wave_splits"),
     ("ex09", "fullest_wave_tiles", "teachkit.kernels.decode.fullest_wave_tiles"),
+    ("ex09", "fullest_wave_plan", "teachkit.kernels.decode.fullest_wave_plan"),
     ("ex09", "token_rows", "teachkit.paging.token_rows"),
     ("ex10", "ring_rank", "teachkit.exercises.solutions.ex10.solution_ring_rank"),
     ("ex11", "thread_elements", "teachkit.cute.simulate.elements_of_thread"),

@@ -1,6 +1,6 @@
 r"""Exercises of notebook 09, *split-KV decoding and paged attention*.
 
-Six exercises, each with a checker ``check_<name>(fn)`` here and a solution
+Eight exercises, each with a checker ``check_<name>(fn)`` here and a solution
 ``solution_<name>`` in :mod:`teachkit.exercises.solutions.ex09`:
 
 1. :func:`check_num_splits`: how many ranges to cut each row's keys into so that a decoding
@@ -16,6 +16,10 @@ Six exercises, each with a checker ``check_<name>(fn)`` here and a solution
 6. :func:`check_last_wave_splits`: how many ranges to cut the keys of a grid a little past one
    program an SM into, so that its last wave of programs is the fullest (the rule of
    :func:`teachkit.kernels.decode.last_wave_splits`).
+7. :func:`check_fullest_wave_tiles`: which tiles a grid of many programs an SM runs with, so
+   that its last wave is the fullest (:func:`teachkit.kernels.decode.fullest_wave_tiles`).
+8. :func:`check_fullest_wave_plan`: when such a grid should cut its keys into ranges instead,
+   and into how many, with which tiles (:func:`teachkit.kernels.decode.fullest_wave_plan`).
 
 Every checker runs the learner's function on fresh random cases and compares with a reference
 (the library's rule, float64 attention over all keys, the pool's contents); a wrong answer
@@ -44,6 +48,7 @@ from ..kernels.decode import (
     _FULLEST_WAVE_TILES,
     MAX_SPLITS,
     choose_num_splits,
+    fullest_wave_plan,
     fullest_wave_tiles,
     last_wave_fill,
     last_wave_splits,
@@ -69,6 +74,7 @@ __all__ = [
     "check_merge_kernel",
     "check_last_wave_splits",
     "check_fullest_wave_tiles",
+    "check_fullest_wave_plan",
 ]
 
 NEG_INF = float("-inf")
@@ -142,10 +148,13 @@ def check_num_splits(fn: Callable[[int, int, int], int]) -> None:
 
 
 def _slip(mistakes: dict[str, Callable[..., Any]], got: Any, *args: Any) -> str:
-    """A line naming the first of ``mistakes`` (explanation -> a wrong answer's function of
-    ``args``) whose answer is ``got``, or ``""`` where none is."""
-    advice = next((e for e, wrong in mistakes.items() if wrong(*args) == got), "")
-    return f"\n  Your answer matches a common slip: {advice}" if advice else ""
+    """Lines naming each of ``mistakes`` (explanation -> a wrong answer's function of ``args``)
+    whose answer is ``got`` (on one case two slips can give the same answer), or ``""`` where
+    none is."""
+    advice = [e for e, wrong in mistakes.items() if wrong(*args) == got]
+    if not advice:
+        return ""
+    return "\n  Your answer matches a common slip: " + "\n  Or: ".join(advice)
 
 
 def _split_hint(programs: int, blocks: int, sms: int) -> str:
@@ -287,16 +296,18 @@ def _tile_cases(gen: torch.Generator) -> list[tuple[int, int, tuple]]:
                       for _ in range(random_int(1, 4, gen)))
         cases.append((random_int(sms, 14 * sms, gen), sms, tiles))
 
-    def fair(case: tuple[int, int, tuple]) -> bool:
-        programs, sms, tiles = case
-        if programs <= tiles[0][2] * sms:
-            return True
-        fill = [Fraction(programs, t[2] * sms * -(-programs // (t[2] * sms))) for t in tiles]
-        best = [t[2] for t, f in zip(tiles, fill, strict=True) if f == max(fill)]
-        return all((max(a, b) // min(a, b)).bit_count() == 1 and max(a, b) % min(a, b) == 0
-                   for a in best for b in best)
+    return [case for case in cases if _fair_tiles(*case)][:90]
 
-    return [case for case in cases if fair(case)][:90]
+
+def _fair_tiles(programs: int, sms: int, tiles: tuple) -> bool:
+    """Whether the tiles whose unsplit last wave is the fullest all hold programs an SM that
+    differ by powers of two (or the grid fits in one wave of the usual tiles): ties that any
+    order of float arithmetic ranks alike."""
+    if programs <= tiles[0][2] * sms:
+        return True
+    fill = [Fraction(programs, t[2] * sms * -(-programs // (t[2] * sms))) for t in tiles]
+    best = [t[2] for t, f in zip(tiles, fill, strict=True) if f == max(fill)]
+    return all(_power_of_two(a, b) for a in best for b in best)
 
 
 @exercise(
@@ -324,6 +335,129 @@ def check_fullest_wave_tiles(fn: Callable[[int, int, tuple], tuple]) -> None:
         raise ExerciseFailed(
             f"On {case}: expected {want}, got {got}.\n  {fills}."
             + _slip(_TILE_MISTAKES, got, programs, sms, tiles))
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 1d: tiles or ranges
+# ---------------------------------------------------------------------------------------------
+
+
+def _planned(programs: int, sms: int, tiles: tuple, most: int, gain: float, *,
+             one_wave: bool = True, kept_tile: Callable[..., tuple] = fullest_wave_tiles,
+             counts: Callable[[int], range] = lambda most: range(2, most + 1),
+             order: Callable[[int, int], tuple] = lambda n, i: (-n, -i),
+             split_tiles: Callable[[tuple, tuple], tuple] = lambda tiles, kept: tiles,
+             ) -> tuple[tuple, int]:
+    """The rule of ``fullest_wave_plan`` with one of its steps swapped for a slip: no
+    one-wave exception, another unsplit tile to beat, other counts of ranges, another order on
+    a tie (``order(ranges, index)``, the largest wins), or fewer tiles tried in ranges."""
+    kept = kept_tile(programs, sms, tiles)
+    if one_wave and programs <= tiles[0][2] * sms:
+        return kept, 1
+    base = last_wave_fill(programs, kept[2] * sms)
+    best = max(((last_wave_fill(programs * n, t[2] * sms), *order(n, i), n, t)
+                for n in counts(most) for i, t in enumerate(split_tiles(tiles, kept))),
+               default=None, key=lambda c: c[:3])
+    if best is None or best[0] <= base + gain:
+        return kept, 1
+    return best[4], best[3]
+
+
+_PLAN_MISTAKES: dict[str, Callable[[int, int, tuple, int, float], tuple]] = {
+    "the grid fits in one wave of the usual tiles (programs <= tiles[0][2] * sms): every program "
+    "runs at once, so there is no last wave to fill. Keep (tiles[0], 1) there.":
+        lambda p, s, t, m, g: _planned(p, s, t, m, g, one_wave=False),
+    "you split for any fuller last wave: split only where it comes out more than `gain` fuller "
+    "than the unsplit pick's (each range writes a partial result, and the fill is a model).":
+        lambda p, s, t, m, g: _planned(p, s, t, m, 0.0) if g > 0 else None,
+    "you compared with the usual tiles' last wave, not with the unsplit pick's: the grid would "
+    "run unsplit with fullest_wave_tiles's tiles (exercise 1c), so the ranges must beat those.":
+        lambda p, s, t, m, g: _planned(p, s, t, m, g, kept_tile=lambda p, s, t: t[0]),
+    "on a tie you took more ranges: take the fewest (each writes a partial result for the "
+    "merge), then the first tiles.":
+        lambda p, s, t, m, g: _planned(p, s, t, m, g, order=lambda n, i: (n, -i)),
+    "on a tie of ranges you took the later tiles: keep the first (the usual tiles come first).":
+        lambda p, s, t, m, g: _planned(p, s, t, m, g, order=lambda n, i: (-n, i)),
+    "range(2, most) leaves out `most` itself: count from 2 up to and including most.":
+        lambda p, s, t, m, g: _planned(p, s, t, m, g, counts=lambda m: range(2, max(m, 3))),
+    "you cut only the unsplit pick's tiles into ranges: try every tile, since another tile's "
+    "count an SM may fill the last wave of the split grid better.":
+        lambda p, s, t, m, g: _planned(p, s, t, m, g, split_tiles=lambda t, kept: (kept,)),
+}
+
+
+def _power_of_two(a: int, b: int) -> bool:
+    """Whether the larger of ``a`` and ``b`` is the smaller times a power of two."""
+    small, large = min(a, b), max(a, b)
+    return large % small == 0 and (large // small).bit_count() == 1
+
+
+def _plan_cases(gen: torch.Generator) -> list[tuple[int, int, tuple, int, float]]:
+    """``(programs, sms, tiles, most, gain)``: 12 to 48 sequences of 32 heads on an H200 with
+    its contiguous and paged tiles, 5 ranges at most and the library's gain, then random grids,
+    GPUs, tiles, counts and gains. As in :func:`_tile_cases`, exact ties for the fullest last
+    wave are kept only where any order of float arithmetic ranks them alike (counts of ranges
+    and programs an SM that differ by powers of two), and so are cases whose fullest split
+    beats the unsplit pick by the gain exactly, which floats may round either way."""
+    cases = [(B * 32, 132, tiles, 5, 0.03) for tiles in _TILE_SETS for B in range(12, 50, 2)]
+    for _ in range(400):
+        sms = random_int(10, 150, gen)
+        tiles = tuple((32768 * random_int(1, 2, gen), random_int(2, 4, gen), random_int(1, 6, gen))
+                      for _ in range(random_int(1, 4, gen)))
+        gain = (0.0, 0.03, 0.05, 0.1)[random_int(0, 3, gen)]
+        cases.append((random_int(sms, 14 * sms, gen), sms, tiles, random_int(2, 7, gen), gain))
+
+    def fair(case: tuple[int, int, tuple, int, float]) -> bool:
+        programs, sms, tiles, most, gain = case
+        if not _fair_tiles(programs, sms, tiles):
+            return False
+        if programs <= tiles[0][2] * sms:
+            return True
+        kept = fullest_wave_tiles(programs, sms, tiles)
+        base = Fraction(programs, kept[2] * sms * -(-programs // (kept[2] * sms)))
+        fills = {(n, t[2]): Fraction(programs * n, t[2] * sms * -(-programs * n // (t[2] * sms)))
+                 for n in range(2, most + 1) for t in tiles}
+        top = max(fills.values())
+        tied = [key for key, fill in fills.items() if fill == top]
+        return (abs(top - base - Fraction(gain)) > Fraction(1, 10**9)
+                and all(_power_of_two(a[0], b[0]) and _power_of_two(a[1], b[1])
+                        for a in tied for b in tied))
+
+    return [case for case in cases if fair(case)][:120]
+
+
+@exercise(
+    "Cut the keys into ranges where no tiles fill the last wave",
+    "Start from the unsplit pick (exercise 1c) and how full its last wave is. Then try every tile "
+    "in 2 to most ranges: which fills its last wave the most, and by more than gain?",
+    forbid=("teachkit.kernels.decode.fullest_wave_plan",),
+)
+def check_fullest_wave_plan(fn: Callable[[int, int, tuple, int, float], tuple]) -> None:
+    """Check ``fn(programs, sms, tiles, most, gain) -> (one of tiles, ranges)`` against the
+    library's rule.
+
+    Cases: 12 to 48 sequences of 32 heads on an H200 with its contiguous and paged tiles, at
+    most 5 ranges and a gain of 0.03, and random grids on GPUs of 10 to 150 SMs with one to
+    four tiles of one to six programs an SM, 2 to 7 ranges at most and gains of 0 to 0.1.
+    """
+    for programs, sms, tiles, most, gain in _plan_cases(fresh_generator()):
+        case = (f"programs = {programs}, sms = {sms}, tiles = {tiles}, most = {most}, "
+                f"gain = {gain}")
+        got = call_learner(fn, case, programs, sms, tiles, most, gain)
+        want = fullest_wave_plan(programs, sms, tiles, most, gain)
+        expect(isinstance(got, tuple) and len(got) == 2 and got[0] in tiles
+               and isinstance(got[1], int) and not isinstance(got[1], bool),
+               f"On {case}: return (one of the tiles, a count of ranges), got {got!r}.")
+        if got == want:
+            continue
+        kept = fullest_wave_tiles(programs, sms, tiles)
+        fills = "; ".join(
+            f"{t} in {n}: the last {last_wave_fill(programs * n, t[2] * sms):.0%} full"
+            for n in range(2, most + 1) for t in tiles)
+        raise ExerciseFailed(
+            f"On {case}: expected {want}, got {got}.\n  Unsplit the pick {kept} fills the last "
+            f"of its waves {last_wave_fill(programs, kept[2] * sms):.0%}; in ranges: {fills}."
+            + _slip(_PLAN_MISTAKES, got, programs, sms, tiles, most, gain))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ...kernels.decode import MAX_SPLITS
+from ...kernels.decode import MAX_SPLITS, fullest_wave_tiles
 
 __all__ = ["solution_num_splits", "solution_merge_splits", "solution_token_rows",
            "solution_tile_keys", "solution_merge_kernel", "solution_last_wave_splits",
-           "solution_fullest_wave_tiles"]
+           "solution_fullest_wave_tiles", "solution_fullest_wave_plan"]
 
 NEG_INF = float("-inf")
 
@@ -197,3 +197,33 @@ def solution_merge_kernel(O_PART, LSE_PART, O, LSE, num_splits,
     out = tl.sum(w[:, None] * part, 0) / safe                       # (HEAD_DIM,)
     tl.store(O + row * stride_o + offs_d, out.to(O.dtype.element_ty))
     tl.store(LSE + row, tl.where(total == 0.0, float("-inf"), shift + tl.log(safe)))
+
+
+def solution_fullest_wave_plan(programs: int, sms: int, tiles: tuple[tuple[int, int, int], ...],
+                               most: int, gain: float) -> tuple[tuple[int, int, int], int]:
+    """The tiles and the count of ranges (1 to ``most``) that a grid of ``programs`` unsplit on
+    ``sms`` SMs runs with: the unsplit pick of exercise 1c, unless some tiles cut into 2 to
+    ``most`` ranges fill their last wave more than ``gain`` fuller.
+
+    While the grid fits in one wave of the usual tiles there is no last wave to fill: keep them,
+    unsplit. Otherwise the grid would run unsplit with the tiles of ``fullest_wave_tiles`` (the
+    solution of exercise 1c), whose last wave has some fill. Cut into ``n`` ranges the grid has
+    ``programs * n`` programs, and with tiles ``t`` it runs in waves of ``t[2] * sms``; keep the
+    fullest last wave, trying the counts from the fewest and the tiles in order, so that a tie
+    keeps the fewer ranges (fewer partial results to merge) and then the earlier tiles. Split
+    only if that wave is more than ``gain`` fuller than the unsplit pick's: each range writes a
+    partial result the merge reads back, and the fill is a model of the time, not the time.
+    """
+    if programs <= tiles[0][2] * sms:
+        return tiles[0], 1
+    kept = fullest_wave_tiles(programs, sms, tiles)
+    places = kept[2] * sms
+    kept_fill = programs / (places * -(-programs // places))
+    best, best_fill = (kept, 1), 0.0
+    for ranges in range(2, most + 1):
+        for tile in tiles:
+            places = tile[2] * sms
+            fill = programs * ranges / (places * -(-programs * ranges // places))
+            if fill > best_fill:  # strictly larger: a tie keeps fewer ranges, earlier tiles
+                best, best_fill = (tile, ranges), fill
+    return best if best_fill > kept_fill + gain else (kept, 1)

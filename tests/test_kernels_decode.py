@@ -641,7 +641,10 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (2, 64)
         assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
         assert plan(16, False).config.block_n == 64
-        assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (1, 64)
+        # 16 sequences reading entries fill one wave of the usual tiles 0.78 full: 3 ranges of
+        # 128 keys fill theirs 0.97 (_ENTRIES_FILL_ONE_WAVE)
+        assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (3, 128)
+        assert (plan(16, True, 4096).num_splits, plan(16, True, 4096).config.block_n) == (1, 64)
 
 
 def test_wide_and_split_tiles_take_three_stages_of_short_rows():
@@ -885,8 +888,10 @@ def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fu
     contiguous, 18 sequences of 32 heads in 5 ranges of 128 keys, 20 in 2, 22 in 3 of 64 keys,
     26 in 5 of 64 keys, 28 in 5 of 128 keys, 44 in 3 of 64 keys; 24, 32, 36, 40 and 48 and the
     grids that fit one wave unsplit. Paged (one query head a cache head), 22, 26, 32 and 44
-    sequences in 5 ranges and 28 in 3, of 128 keys. Not below 4k keys, nor with ``num_splits``
-    given, nor at D = 64, nor on sm_80."""
+    sequences in 5 ranges and 28 in 3, of 128 keys; reading the table entry by entry, also 11
+    and 12 sequences unsplit with 128 keys, 14 in 5 ranges, 16 in 3 and 18 in 2, though their
+    grids fit in one wave of the usual tiles. Not below 4k keys, nor with ``num_splits`` given,
+    nor at D = 64, nor on sm_80."""
     dev = torch.device(DEV)
 
     def planned(B, page_size=0, S=4096, D=128, num_splits=None, captured=False):
@@ -900,11 +905,15 @@ def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fu
                  40: (128, 1), 44: (64, 3), 48: (64, 1)}
         paged_picks = {18: (64, 1), 20: (64, 1), 22: (128, 5), 24: (128, 1), 26: (128, 5),
                        28: (128, 3), 32: (128, 5), 36: (128, 1), 40: (64, 1), 44: (128, 5)}
+        # reading the table entry by entry (from 8k tokens), a grid within one wave of the usual
+        # tiles is weighed by that wave's fill too (_ENTRIES_FILL_ONE_WAVE)
+        entry_picks = {**paged_picks, 11: (128, 1), 12: (128, 1), 14: (128, 5), 16: (128, 3),
+                       18: (128, 2)}
         for S in (4096, 16384):
             for captured in (False, True):
                 assert {B: planned(B, S=S, captured=captured)[:2] for B in picks} == picks
-                assert {B: planned(B, 16, S, captured=captured)[:2]
-                        for B in paged_picks} == paged_picks
+                want = paged_picks if S == 4096 else entry_picks
+                assert {B: planned(B, 16, S, captured=captured)[:2] for B in want} == want
         assert planned(18)[2] is planned(26, 16)[2] is False  # the merge kernel
         assert decode.default_config(18, 32, 128, 4096, torch.float16).one_launch is False
         assert planned(18, S=2048)[1] == planned(18, num_splits=1)[1] == 1
@@ -917,19 +926,23 @@ def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fu
 @settings(max_examples=200, deadline=None)
 @given(programs=st.integers(1, 5000), sms=st.integers(1, 200), most=st.integers(1, 6),
        tiles=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 8)),
-                      min_size=1, max_size=4))
+                      min_size=1, max_size=4), one_wave=st.booleans())
 def test_fullest_wave_plan_splits_only_for_a_last_wave_fuller_by_the_gain(programs, sms, most,
-                                                                          tiles):
-    """``fullest_wave_plan`` keeps ``fullest_wave_tiles``'s tiles unsplit unless some tiles in
-    2 to ``most`` ranges fill their last wave more than the gain fuller; then it returns the
+                                                                          tiles, one_wave):
+    """``fullest_wave_plan`` keeps ``fullest_wave_tiles``'s tiles unsplit (without
+    ``one_wave``: the first tiles of the fullest last wave, one wave or more) unless some tiles
+    in 2 to ``most`` ranges fill their last wave more than the gain fuller; then it returns the
     fullest such last wave, with the fewest ranges and the first tiles on a tie."""
     tiles = tuple((32 * 1024 * size, stages, resident) for size, stages, resident in tiles)
-    tile, ranges = decode.fullest_wave_plan(programs, sms, tiles, most)
-    unsplit = decode.fullest_wave_tiles(programs, sms, tiles)
+    tile, ranges = decode.fullest_wave_plan(programs, sms, tiles, most, one_wave=one_wave)
+    fill = [decode.last_wave_fill(programs, t[2] * sms) for t in tiles]
+    unsplit = (decode.fullest_wave_tiles(programs, sms, tiles) if one_wave
+               else tiles[fill.index(max(fill))])
     kept = decode.last_wave_fill(programs, unsplit[2] * sms)
     fills = {(n, i): decode.last_wave_fill(programs * n, t[2] * sms)
              for n in range(2, most + 1) for i, t in enumerate(tiles)}
-    if programs <= tiles[0][2] * sms or not fills or max(fills.values()) <= kept + 0.03:
+    if ((one_wave and programs <= tiles[0][2] * sms) or not fills
+            or max(fills.values()) <= kept + 0.03):
         assert (tile, ranges) == (unsplit, 1)
         return
     best = max(fills.values())

@@ -997,6 +997,25 @@ def test_a_grid_of_many_programs_an_sm_matches_the_reference():
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
+def test_a_grid_of_many_programs_an_sm_cut_into_ranges_matches_the_reference():
+    """Whatever the GPU plans for grids of about 4.4 programs an SM on 4k tokens (5 ranges of
+    128 keys on an H200), contiguous and paged with the table row held, and of about 3.9 an SM
+    on a table too wide to hold (3 ranges, ``_ENTRIES_FILL_ONE_WAVE``), the result matches
+    float64 attention."""
+    sms, gen = decode.sm_count(), torch.Generator().manual_seed(7)
+    B = -(-sms * 436 // 3200)  # 18 sequences of 32 heads on 132 SMs
+    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, 4096, 128, gen)
+    check(q, k, v, k_ref, v_ref, lens)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
+    B = -(-sms * 388 // 3200)  # 16 sequences
+    S = 16 * (decode.held_table_pages(torch.cuda.get_device_capability()) + 1)
+    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, S, 128, gen)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
 def test_a_grid_a_little_past_a_program_an_sm_matches_the_reference():
     """Whatever the GPU plans for a grid of one to four thirds programs an SM on 4k tokens (split
     to fill the last wave on sm_90), contiguous or paged with the table row held, the result

@@ -1008,7 +1008,7 @@ def test_a_grid_of_many_programs_an_sm_cut_into_ranges_matches_the_reference():
     check(q, k, v, k_ref, v_ref, lens)
     k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
     check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
-    B = -(-sms * 388 // 3200)  # 16 sequences
+    B = sms * 388 // 3200  # 16 sequences
     S = 16 * (decode.held_table_pages(torch.cuda.get_device_capability()) + 1)
     q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, S, 128, gen)
     k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)

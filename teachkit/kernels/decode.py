@@ -561,16 +561,15 @@ teachkit.kernels --wave-tiles-residency`` compiles the contiguous tiles without 
 same counts; the rule and its figures are Triton 3.6's.) On an H200 (132 SMs, H = 32,
 ``D = 128`` fp16, 12 to 48 sequences: 2.9 to 11.6 programs an SM, 4k and 16k tokens, pages of
 16, CUDA-graph replays, ``gpu_checks/decode_gpu.py --wave-tiles-sweep``, record
-``decode_wave_tiles_nvidia_h200``; cuDNN took 1-11 % longer there than in the run before it,
-so compare within the run) the contiguous tiles this picks unsplit read at 0.93-1.14x cuDNN
-where the usual tiles alone read at 0.80-1.14x, and at 1.06-1.18x the usual tiles where they
-differ (18-24, 36 and 40 sequences). The paged tiles it picks read at 0.92-1.10x cuDNN where the
-usual ones read at 0.78-1.10x, at 1.02-1.31x the usual ones where they differ (22 sequences
-on). Some grids no tile fills: at 26 sequences every contiguous tile's last wave is at most four
-fifths full, and the pick reads at 0.93x cuDNN at 16k tokens; paged, the picks at 26-32 and 44
-sequences leave last waves 70-89 % full and read at 0.92-0.97x. Those grids cut their keys into
-ranges instead (:func:`fullest_wave_plan`, :data:`_WAVE_SPLIT_GAIN`). Grouped-query paged calls
-keep the usual tiles: their residency was not measured."""
+``decode_wave_tiles_nvidia_h200``) the contiguous tiles this picks unsplit read at 0.89-1.05x
+cuDNN where the usual tiles alone read at 0.76-1.05x, and at 1.06-1.17x the usual tiles where
+they differ (18-24, 36 and 40 sequences). The paged tiles it picks read at 0.88-1.02x cuDNN
+where the usual ones read at 0.77-1.02x, at 1.01-1.27x the usual ones where they differ (22
+sequences on). Some grids no tile fills: at 26 sequences every contiguous tile's last wave is at
+most four fifths full, and the pick reads at 0.96x cuDNN at 16k tokens; paged, the picks at
+26-32 and 44 sequences leave last waves 70-89 % full and read at 0.88-0.98x. Those grids cut
+their keys into ranges instead (:func:`fullest_wave_plan`, :data:`_WAVE_SPLIT_GAIN`).
+Grouped-query paged calls keep the usual tiles: their residency was not measured."""
 
 _WAVE_SPLIT_GAIN = 0.03
 """How much fuller (a share of the last wave's places) the last wave of a grid of more than two
@@ -587,17 +586,19 @@ with the merge kernel, launched or replayed: the residency counted is that of th
 without the merge (merging in one launch takes more registers a thread), and the host's second
 launch hides behind a call this long (a hundred microseconds or more).
 
-In the record of :data:`_FULLEST_WAVE_TILES` (H200, graph replays, which times each tile also
-in the ranges that fill its last wave the most) the default reads contiguous caches at
-1.00-1.14x cuDNN and paged ones at 0.98-1.10x, and at 95-100 % of the contiguous default paged.
-Where it splits, it reads at 1.03-1.15x the unsplit tiles of :func:`fullest_wave_tiles`
-contiguous (18, 20, 26, 28 and 44 sequences; at 22 sequences 0.99x at 4k tokens and 1.02x at
-16k) and 1.03-1.13x paged (22, 26, 28, 32 and 44 sequences). Launched plainly (a scratch run,
-18, 26 and 28 sequences, 4k and 16k tokens) the split plans read at 1.01-1.08x cuDNN where the
-unsplit tiles read at 0.92-1.00x, and merging in one launch instead read the same (within
-0.3 %). Where the gain is at most this, splitting did not pay in a scratch run before the
-record: 32 sequences contiguous (0.97 full unsplit, 0.99 in 5 ranges of 64 keys in 3 stages)
-read at 0.98-1.00x cuDNN split against 1.00x unsplit."""
+In the record of :data:`_FULLEST_WAVE_TILES` (H200, graph replays, which times each tile also in
+the ranges that fill its last wave the most) the default reads contiguous caches at 0.98-1.05x
+cuDNN and paged ones at 0.96-1.02x, and paged at 96.9-99.9 % of the contiguous default. Where it
+splits, it reads at 1.02-1.14x the unsplit tiles of :func:`fullest_wave_tiles` contiguous at 18,
+20 and 26 sequences and at 16k tokens at 28 and 44, and within 1.5 % of them (0.99-1.01x) at 22
+sequences and at 4k tokens at 28 and 44; paged at 1.00-1.11x (22, 26, 28, 32 and 44 sequences;
+26 sequences of 16k tokens from 0.88x cuDNN to 0.97x). An earlier run of the sweep the same day,
+on another H200, read the contiguous splits at 0.99-1.15x the unsplit tiles and the paged ones
+at 1.03-1.13x. Launched plainly (a scratch run, 18, 26 and 28 sequences, 4k and 16k tokens) the
+split plans read at 1.01-1.08x cuDNN where the unsplit tiles read at 0.92-1.00x, and merging in
+one launch instead read the same (within 0.3 %). Where the gain is at most this, splitting did
+not pay in a scratch run before the record: 32 sequences contiguous (0.97 full unsplit, 0.99 in
+5 ranges of 64 keys in 3 stages) read at 0.98-1.00x cuDNN split against 1.00x unsplit."""
 
 _ENTRIES_FILL_ONE_WAVE = True
 """Whether a paged call that reads its table entry by entry, whose unsplit grid of more than two
@@ -612,7 +613,9 @@ against the contiguous default of the same run) 11 and 12 sequences so planned (
 stages, unsplit) read pages at 95-97 % of contiguous where the usual tiles read at 93-95 %, 14
 sequences (the same tiles in 5 ranges) at 98-101 % against 98-99 %, 18 (in 2 ranges) at 97-98 %
 against 94-97 %, and 16 (in 3 ranges) at 98-99 % as before; at 20 sequences the usual tiles'
-wave is 0.97 full and the plan keeps them."""
+wave is 0.97 full and the plan keeps them. In the record of :data:`_FULLEST_WAVE_TILES` (16k
+tokens) 12, 14, 16 and 18 sequences so planned read pages at 96.9-99.9 % of the contiguous
+default, where the usual tiles read at 94.2-98.8 %."""
 
 _PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s

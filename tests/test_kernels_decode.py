@@ -983,17 +983,24 @@ def test_fullest_wave_tiles_keeps_the_usual_tiles_in_one_wave_else_the_fullest(p
     assert got == tiles[fills.index(max(fills))]
 
 
+def check_contiguous_and_paged(B, S, gen, contiguous=True):
+    """``B`` sequences of 32 heads (``D = 128``, fp16) against caches of ``S`` keys, planned as
+    the GPU plans them: contiguous (unless not ``contiguous``) and in shuffled pages of 16, each
+    against float64 attention."""
+    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, S, 128, gen)
+    if contiguous:
+        check(q, k, v, k_ref, v_ref, lens)
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
+
+
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
 def test_a_grid_of_many_programs_an_sm_matches_the_reference():
     """Whatever tiles the GPU plans for a grid of about 5.8 programs an SM (128 keys in 2 stages
     on an H200), contiguous or paged with the table row held, the result matches float64
     attention."""
     sms, gen = decode.sm_count(), torch.Generator().manual_seed(6)
-    B = -(-sms * 58 // 320)  # 24 sequences of 32 heads on 132 SMs
-    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, 1024, 128, gen)
-    check(q, k, v, k_ref, v_ref, lens)
-    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
-    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
+    check_contiguous_and_paged(-(-sms * 58 // 320), 1024, gen)  # 24 sequences on 132 SMs
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
@@ -1003,16 +1010,9 @@ def test_a_grid_of_many_programs_an_sm_cut_into_ranges_matches_the_reference():
     on a table too wide to hold (3 ranges, ``_ENTRIES_FILL_ONE_WAVE``), the result matches
     float64 attention."""
     sms, gen = decode.sm_count(), torch.Generator().manual_seed(7)
-    B = -(-sms * 436 // 3200)  # 18 sequences of 32 heads on 132 SMs
-    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, 4096, 128, gen)
-    check(q, k, v, k_ref, v_ref, lens)
-    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
-    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
-    B = sms * 388 // 3200  # 16 sequences
-    S = 16 * (decode.held_table_pages(torch.cuda.get_device_capability()) + 1)
-    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, S, 128, gen)
-    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
-    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
+    check_contiguous_and_paged(-(-sms * 436 // 3200), 4096, gen)  # 18 sequences on 132 SMs
+    wide = 16 * (decode.held_table_pages(torch.cuda.get_device_capability()) + 1)
+    check_contiguous_and_paged(sms * 388 // 3200, wide, gen, contiguous=False)  # 16
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")
@@ -1021,11 +1021,7 @@ def test_a_grid_a_little_past_a_program_an_sm_matches_the_reference():
     to fill the last wave on sm_90), contiguous or paged with the table row held, the result
     matches float64 attention."""
     sms, gen = decode.sm_count(), torch.Generator().manual_seed(5)
-    B = -(-sms // 32)  # 5 sequences of 32 heads on 132 SMs: 1.2 an SM
-    q, k, v, k_ref, v_ref, lens = make(B, 32, 32, 1, 4096, 128, gen)
-    check(q, k, v, k_ref, v_ref, lens)
-    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 16, gen=gen)
-    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
+    check_contiguous_and_paged(-(-sms // 32), 4096, gen)  # 5 sequences on 132 SMs: 1.2 an SM
 
 
 def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen):

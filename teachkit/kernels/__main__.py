@@ -9,10 +9,12 @@ which unit ``tl.dot`` runs on, per GPU, with the installed Triton. ``--page-inte
 compiles notebook 09's paged decode kernel for sm_90 with its tiles' pages in key order and
 interleaved, and counts its PTX instructions, table entries and row addresses.
 ``--paged-residency`` compiles it for sm_90 with the tiles a paged call that reads its table
-entry by entry splits with, and prints the registers a thread and the programs an SM they leave;
-``--last-wave-residency`` does the same for a contiguous call at ``D = 128`` that splits to fill
-its last wave, and ``--wave-tiles-residency`` for the tiles an unsplit contiguous grid of more
-than two programs an SM chooses from, with their shared memory.
+entry by entry splits with, as a launch of one new token with one query head a cache head
+specialises it (``compile_check.AS_LAUNCHED``), and prints the registers a thread and the
+programs an SM they leave; ``--last-wave-residency`` does the same for a contiguous call at
+``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
+unsplit grid of more than two programs an SM chooses from, contiguous and paged, with their
+shared memory.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
@@ -193,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.paged_residency:
         print("paged decode split kernel on sm_90, bf16, pages of 16 read entry by entry, "
-              "the usual tiles (ptxas -v):")
+              "the usual tiles, compiled as launched for one new token and one query head a "
+              "cache head (ptxas -v):")
         for (head_dim, one_launch), used in cc.paged_entry_residency().items():
             print(f"  D={head_dim:<4} {_residency_line(used, _merge_name(one_launch))}")
         return 0
@@ -201,16 +204,19 @@ def main(argv: list[str] | None = None) -> int:
         from . import decode
 
         print("contiguous decode split kernel on sm_90, bf16, D=128, the tiles of ranges of "
-              f"{decode._LAST_WAVE_FEWEST_KEYS // decode._LAST_WAVE_MOST_SPLITS} keys or more "
+              f"{decode._LAST_WAVE_FEWEST_KEYS // decode._LAST_WAVE_MOST_SPLITS} keys or more, "
+              "compiled as launched for one new token and one query head a cache head "
               "(ptxas -v):")
         for one_launch, used in cc.last_wave_residency().items():
             print(f"  {_residency_line(used, _merge_name(one_launch))}")
         return 0
     if args.wave_tiles_residency:
-        print("contiguous decode split kernel on sm_90, bf16, D=128, unsplit, the tiles a grid "
-              "of more than two programs an SM chooses from (ptxas -v, metadata.shared):")
-        for used in cc.wave_tiles_residency():
-            print(f"  {_residency_line(used, 'unsplit')}")
+        print("decode split kernel on sm_90, bf16, D=128, unsplit, the tiles a grid of more "
+              "than two programs an SM chooses from, compiled as launched for one new token "
+              "and one query head a cache head (ptxas -v, metadata.shared):")
+        for name, tiles in cc.wave_tiles_residency().items():
+            for used in tiles:
+                print(f"  {name:22} {_residency_line(used, 'unsplit')}")
         return 0
     if args.page_interleave:
         found = cc.page_interleave_evidence()

@@ -33,7 +33,9 @@ costs a thread in key order and interleaved (:func:`page_interleave_evidence`);
 ``--paged-residency`` the registers of the tiles a paged call reading its entries splits with
 (:func:`paged_entry_residency`), ``--last-wave-residency`` those of a contiguous call that
 splits to fill its last wave (:func:`last_wave_residency`), ``--wave-tiles-residency`` those an
-unsplit contiguous grid of many programs an SM chooses from (:func:`wave_tiles_residency`);
+unsplit grid of many programs an SM chooses from, contiguous and paged
+(:func:`wave_tiles_residency`), each compiled as a decoding launch specialises it
+(:data:`AS_LAUNCHED`);
 ``--layout-evidence`` compiles the flash configuration for one GPU beside notebook 06's blog
 softmax kernel and shows how each reduces a row: the layout of the reduced tile and the butterfly
 shuffles (:func:`layout_evidence`).
@@ -109,6 +111,8 @@ __all__ = [
     "softmax_launch_configs",
     "two_pass_evidence",
     "wave_tiles_residency",
+    "AS_LAUNCHED",
+    "WAVE_TILE_READS",
     "warp_specialized_dkdv_config",
     "warp_specialized_registers",
     "format_warp_specialized_registers",
@@ -1191,13 +1195,31 @@ def page_interleave_evidence(head_dim: int = 64, block_n: int = 256, num_stages:
     return found
 
 
+AS_LAUNCHED = {"GROUP": 1, "Lq": 1}
+"""The constants a decoding launch of one new token with one query head a cache head gives the
+split kernel besides its tiles: ``GROUP``, and ``Lq``, an integer argument that Triton makes a
+constant at launch because it equals 1 (as it does every integer argument equal to 1). With
+``Lq`` a constant the rows' ``offs_r // Lq`` and ``offs_r % Lq`` vanish. Compiled with these,
+the kernels take the registers and shared memory that the launched ones report (the
+``launched_residency`` of ``gpu_checks/decode_gpu.py --wave-tiles-sweep``, Triton 3.6, H200:
+contiguous 128 / 244 / 96 registers, paged 96 / 138 / 96 holding the table row and 96 / 168 /
+159 reading it entry by entry); compiled with eight query heads a cache head and ``Lq`` an
+argument, as the fit check of :func:`decode_launch_configs` compiles them (the most rows a
+program holds), the same tiles took up to 255 and 168 registers."""
+
+
 def _split_residency(head_dim: int, cfg: decode.DecodeConfig, page_size: int, one_launch: bool,
-                     capability: int) -> dict[str, int]:
-    """``BLOCK_N``, registers a thread, spilled bytes and programs an SM (by registers) of the
-    decode split kernel with tiles ``cfg`` (bf16, one query row, no table row held, key order)
-    compiled for ``sm_<capability>``."""
-    config = _split_config("bf16", head_dim, capability, cfg, page_size, 0, False, 16,
+                     capability: int, table_tile: int = 0) -> dict[str, int]:
+    """``BLOCK_N``, stages, registers a thread, spilled bytes, shared memory and programs an SM
+    (by registers and shared memory) of the decode split kernel with tiles ``cfg`` (bf16, one
+    query row, key order; ``table_tile`` entries of the table row held, 0: none) compiled for
+    ``sm_<capability>`` as a launch of one new token with one query head a cache head
+    specialises it (:data:`AS_LAUNCHED`)."""
+    config = _split_config("bf16", head_dim, capability, cfg, page_size, table_tile, False, 16,
                            one_launch, False)
+    constexprs = {**config.constexprs, **AS_LAUNCHED}
+    config = replace(config, constexprs=constexprs,
+                     signature=kernel_signature(config.kernel, dict(config.signature), constexprs))
     compiled = _compile(config, capability)
     used = assembled_resources(compiled.asm["ptx"], capability)
     shared = compiled.metadata.shared
@@ -1227,8 +1249,10 @@ def programs_by_shared(shared: int, capability: int) -> int:
 def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[str, int]]:
     """What the tiles of a paged decode call that reads its table entry by entry and splits
     (``decode_config(..., paged=True)``, the usual tiles: bf16, pages of 16, no row held, key
-    order) cost a thread on ``sm_<capability>``, for ``(head dim, merging in one launch)``:
-    ``BLOCK_N``, the registers and spilled bytes from ``ptxas -v`` (:func:`ptxas_resources`),
+    order) cost a thread on ``sm_<capability>``, for ``(head dim, merging in one launch)``,
+    compiled as a launch of one new token with one query head a cache head specialises them
+    (:data:`AS_LAUNCHED`): ``BLOCK_N``, the registers and spilled bytes from ``ptxas -v``
+    (:func:`ptxas_resources`),
     and the programs of its warps an SM's registers hold
     (:func:`~teachkit.kernels.softmax_kernels.programs_by_registers`), the count the plan's
     ``decode._PAGED_ENTRY_WAVES`` is set against. Must run with ``TRITON_INTERPRET=0``, as
@@ -1262,21 +1286,32 @@ def last_wave_residency(capability: int = 90) -> dict[bool, dict[str, int]]:
     return found
 
 
-def wave_tiles_residency(capability: int = 90) -> list[dict[str, int]]:
-    """What each of the tiles an unsplit contiguous decode call at ``D = 128`` of more than two
-    programs an SM chooses from (``decode._FULLEST_WAVE_TILES[capability][False]``, bf16, one
-    query row) costs on ``sm_<capability>``, as :func:`paged_entry_residency` reports it, with
-    its shared memory (the compiled kernel's ``metadata.shared``) and the programs an SM that
-    the registers and the shared memory leave between them: the count
-    :func:`~teachkit.kernels.decode.fullest_wave_tiles` is given. Compiled here, without a GPU
-    or a launch's arguments, the registers differ from those of the kernels a call launches
-    (``gpu_checks/decode_gpu.py --wave-tiles-sweep`` records those), but with Triton 3.6 the
-    programs an SM come out the same. Must run with ``TRITON_INTERPRET=0``."""
-    found = []
-    for stage_bytes, stages, _ in decode._FULLEST_WAVE_TILES[capability][False]:
-        block_n = decode._keys_per_block(stage_bytes, 128, 2)
-        cfg = decode.DecodeConfig(block_n, 4, stages, one_launch=False)
-        found.append(_split_residency(128, cfg, 0, False, capability))
+WAVE_TILE_READS = {"contiguous": (0, 0), "paged, row held": (16, 256),
+                   "paged, entry by entry": (16, 0)}
+"""How :func:`wave_tiles_residency` reads the cache: name -> (page size, 0 for contiguous; table
+entries a program holds, 0 for none), as the wave-tiles sweep's calls read it (pages of 16; a
+row held at 4k tokens, read entry by entry at 16k)."""
+
+
+def wave_tiles_residency(capability: int = 90) -> dict[str, list[dict[str, int]]]:
+    """What each of the tiles an unsplit decode call at ``D = 128`` of more than two programs an
+    SM chooses from (``decode._FULLEST_WAVE_TILES[capability]``, contiguous and paged, bf16, one
+    query row) costs on ``sm_<capability>``, for each way of :data:`WAVE_TILE_READS`, compiled
+    as a launch of one new token with one query head a cache head specialises it
+    (:data:`AS_LAUNCHED`): the registers, shared memory (the compiled kernel's
+    ``metadata.shared``) and the programs an SM they leave between them, the counts
+    :func:`~teachkit.kernels.decode.fullest_wave_tiles` is given. Compiled here, without a GPU,
+    with Triton 3.6 these are what the launched kernels report
+    (``gpu_checks/decode_gpu.py --wave-tiles-sweep`` records those). Must run with
+    ``TRITON_INTERPRET=0``."""
+    found = {}
+    for name, (page_size, table_tile) in WAVE_TILE_READS.items():
+        found[name] = []
+        for stage_bytes, stages, _ in decode._FULLEST_WAVE_TILES[capability][page_size > 0]:
+            block_n = decode._keys_per_block(stage_bytes, 128, 2)
+            cfg = decode.DecodeConfig(block_n, 4, stages, one_launch=False)
+            found[name].append(_split_residency(128, cfg, page_size, False, capability,
+                                                table_tile))
     return found
 
 

@@ -507,10 +507,12 @@ many programs of its tiles an SM holds at once (:func:`last_wave_splits`). Such 
 some SMs two programs and the rest one, and the call lasts as long as the SMs with two. Split
 into ranges, the programs queue for the places that free up, and the call ends with a last
 wave as full as the count of ranges makes it. At ``D = 128`` the tiles of those ranges
-(:data:`_SPLIT_TILES`: 128 keys in 2 stages) take 255 registers a thread compiled for sm_90,
-merging either way (``python -m teachkit.kernels --last-wave-residency``, Triton 3.6), so two
-fit an SM. (Triton 3.9 compiles them to 142 registers, three an SM, where the fullest last
-wave is another count; the rule and its figures are Triton 3.6's, not measured with 3.9.) On
+(:data:`_SPLIT_TILES`: 128 keys in 2 stages) take 244 registers a thread with the merge kernel
+and 254 merging in one launch, compiled for sm_90 as a launch of one new token with one query
+head a cache head specialises them (``python -m teachkit.kernels --last-wave-residency``,
+Triton 3.6), so two fit an SM. (Triton 3.9 compiles them to 146 and 108 registers, three an SM,
+where the fullest last wave is another count; the rule and its figures are Triton 3.6's, not
+measured with 3.9.) On
 an H200 (132 SMs, ``D = 128`` fp16, grids of 136 to 192 programs: 34
 sequences of 4 cache heads, 19 and 22 of 8, 5 of 32 and 24 of 8; ``gpu_checks/decode_gpu.py
 --last-wave-sweep``, records ``decode_last_wave_nvidia_h200`` and ``..._cudagraph``, plain
@@ -545,8 +547,8 @@ _LAST_WAVE_MOST_SPLITS = 5
 
 _FULLEST_WAVE_TILES = {90: {False: ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3)),
                              True: ((32 * 1024, 2, 5), (64 * 1024, 2, 3), (32 * 1024, 3, 3))}}
-"""Where measured: the tiles an unsplit float16 or bfloat16 grid of more than two programs an
-SM (past :data:`_WIDE_PROGRAMS`) chooses from, contiguous (``False``) and paged (``True``), as
+"""Where measured: the tiles an unsplit float16 or bfloat16 grid of more than two programs an SM
+(past :data:`_WIDE_PROGRAMS`) chooses from, contiguous (``False``) and paged (``True``), as
 ``(bytes of K and V an iteration loads, pipeline stages, programs of those tiles an SM holds at
 once)``, the usual tiles first (:func:`fullest_wave_tiles`). Such a grid runs in waves of as
 many programs as the SMs hold, and the call waits for its last wave, full or not: the usual
@@ -555,12 +557,13 @@ tiles whose last wave is the fullest, the first of these on a tie. The programs 
 the kernels compiled to on an H200 with Triton 3.6 (``D = 128``, one query head a cache head;
 the record below keeps each launched kernel's ``n_regs`` and ``metadata.shared``): contiguous,
 128 registers a thread and 38 KB of shared memory (four an SM by registers), 244 and 72 KB
-(two), 96 and 70 KB (three by shared memory); paged, holding the table row or not, 96 and
-38 KB (five), 138-168 and 72 KB (three) and 96-159 and 38-70 KB (three). (``python -m
-teachkit.kernels --wave-tiles-residency`` compiles the contiguous tiles without a GPU, to the
-same counts; the rule and its figures are Triton 3.6's.) On an H200 (132 SMs, H = 32,
-``D = 128`` fp16, 12 to 48 sequences: 2.9 to 11.6 programs an SM, 4k and 16k tokens, pages of
-16, CUDA-graph replays, ``gpu_checks/decode_gpu.py --wave-tiles-sweep``, record
+(two), 96 and 70 KB (three by shared memory); paged, holding the table row or not, 96 and 38 KB
+(five), 138-168 and 72 KB (three) and 96-159 and 38-70 KB (three). (``python -m teachkit.kernels
+--wave-tiles-residency`` compiles the same tiles without a GPU, as a launch of one new token
+with one query head a cache head specialises them, to the same registers and shared memory, tile
+for tile; the rule and its figures are Triton 3.6's.) On an H200 (132 SMs, H = 32, ``D = 128``
+fp16, 12 to 48 sequences: 2.9 to 11.6 programs an SM, 4k and 16k tokens, pages of 16, CUDA-graph
+replays, ``gpu_checks/decode_gpu.py --wave-tiles-sweep``, record
 ``decode_wave_tiles_nvidia_h200``) the contiguous tiles this picks unsplit read at 0.89-1.05x
 cuDNN where the usual tiles alone read at 0.76-1.05x, and at 1.06-1.17x the usual tiles where
 they differ (18-24, 36 and 40 sequences). The paged tiles it picks read at 0.88-1.02x cuDNN
@@ -582,9 +585,9 @@ and paged 0.70. Ranges multiply the programs, so some count of them fills the la
 tiles: 18 sequences in 5 ranges of 128 keys in 2 stages fill 0.99 of theirs. Each range writes
 a partial result that the merge kernel reads back, a few MB against GBs of cache, and the fill
 is a model, so a call splits only where its last wave gains more than this. The ranges merge
-with the merge kernel, launched or replayed: the residency counted is that of the kernel
-without the merge (merging in one launch takes more registers a thread), and the host's second
-launch hides behind a call this long (a hundred microseconds or more).
+with the merge kernel, launched or replayed: a call this long (a hundred microseconds or more)
+hides the host's second launch, and merging in one launch would leave the same programs an SM
+(compiled as launched it takes 0-18 registers a thread more) and read the same (below).
 
 In the record of :data:`_FULLEST_WAVE_TILES` (H200, graph replays, which times each tile also in
 the ranges that fill its last wave the most) the default reads contiguous caches at 0.98-1.05x
@@ -632,27 +635,27 @@ programs an SM, against 74 / 82 / 88 % with 4 (``--split-sweep``, record
 ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one launch``)."""
 
 _PAGED_ENTRY_WAVES = {90: 5}
-"""Programs per SM that a paged call reading its table entry by entry aims for where its
-unsplit grid already gives every SM a program (one to two and a half an SM; below one it aims
-for :data:`_PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguous grid that full
+"""Programs per SM that a paged call reading its table entry by entry aims for where its unsplit
+grid already gives every SM a program (one to two and a half an SM; below one it aims for
+:data:`_PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguous grid that full
 keeps the memory busy unsplit (it splits only to fill its last wave, :data:`_LAST_WAVE_GRID`),
-but one or two paged programs an SM leave each key's wait for its table entry
-in the open: such a call splits its keys into the most ranges whose grid stays within this many
-programs an SM, with the usual tiles (32 KB in 2 stages), merging as any split call does. Those
-tiles compiled for sm_90 take 96 registers a thread at ``D = 64`` and 121 at ``D = 128`` with
-the merge kernel, 116 and 153 merging in one launch (``python -m teachkit.kernels
---paged-residency``, Triton 3.6), so five and four such programs fit an SM's 65536 registers
-(four and three in one launch); a grid a little past that runs its last programs as the first
-finish, and in a scratch run the aim of five read as well in one launch, launched plainly, as
-with the merge kernel. On an H200 (H = 32, fp16, pages of 16 shuffled, 16k and 64k tokens,
-CUDA-graph replays, ``gpu_checks/decode_gpu.py --entry-waves-sweep``, record
-``decode_entry_waves_nvidia_h200``, against the contiguous default of the same run), for five
-to ten sequences (1.2-2.4 programs an SM unsplit) the unsplit grid read pages at 66-91 % of
-contiguous at ``D = 64`` and 86-98 % at ``D = 128``; split this way (four, three, two, two,
-two, two ranges for five to ten sequences) at 96-105 % and 97-102 %. At twelve sequences
-(2.9 an SM, one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the
-unsplit 94-95 %. Calls that hold their table row (:data:`HELD_TABLE_PAGES`) are planned as
-contiguous ones instead."""
+but one or two paged programs an SM leave each key's wait for its table entry in the open: such
+a call splits its keys into the most ranges whose grid stays within this many programs an SM,
+with the usual tiles (32 KB in 2 stages), merging as any split call does. Those tiles, compiled
+for sm_90 as a launch of one new token with one query head a cache head specialises them, take
+96 registers a thread at ``D = 64`` and ``D = 128``, merging either way (``python -m
+teachkit.kernels --paged-residency``, Triton 3.6), so five such programs fit an SM's 65536
+registers: the aim. (Compiled with eight query heads a cache head and the query length an
+argument, they took up to 153.) In a scratch run the aim of five read as well in one launch,
+launched plainly, as with the merge kernel. On an H200 (H = 32, fp16, pages of 16 shuffled, 16k
+and 64k tokens, CUDA-graph replays, ``gpu_checks/decode_gpu.py --entry-waves-sweep``, record
+``decode_entry_waves_nvidia_h200``, against the contiguous default of the same run), for five to
+ten sequences (1.2-2.4 programs an SM unsplit) the unsplit grid read pages at 66-91 % of
+contiguous at ``D = 64`` and 86-98 % at ``D = 128``; split this way (four, three, two, two, two,
+two ranges for five to ten sequences) at 96-105 % and 97-102 %. At twelve sequences (2.9 an SM,
+one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the unsplit 94-95 %.
+Calls that hold their table row (:data:`HELD_TABLE_PAGES`) are planned as contiguous ones
+instead."""
 
 _PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
@@ -952,8 +955,9 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
     ``page_size``, paged (``capacity`` is then ``block_table.shape[1] * page_size``), on
     ``device`` (default the current one): :func:`decode_config`'s tiles for the programs an SM
     and, where the call splits the keys, for its ranges, merging in one launch unless
-    ``captured``. Pass it with ``one_launch`` replaced to time the other merge with the same
-    tiles.
+    ``captured`` (a grid of many programs an SM cut into ranges to fill its last wave merges
+    with the merge kernel either way, :func:`fullest_wave_plan`). Pass it with ``one_launch``
+    replaced to time the other merge with the same tiles.
 
     Examples
     --------

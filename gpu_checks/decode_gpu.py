@@ -828,8 +828,9 @@ def wave_tiles_sweep() -> list:
     by entry) beside cuDNN (``SDPA cuDNN``): the default (``teachkit split-KV, default`` and
     ``paged default``, ``decode.fullest_wave_plan``) and each of ``decode._FULLEST_WAVE_TILES``
     unsplit (``contiguous <KB> KB x <stages>``, named as in :data:`CONTIGUOUS_TILES`, and
-    ``paged <KB> KB x <stages>``) and cut into the ranges that fill its last wave the most
-    (:func:`fullest_ranges`; ``..., <n> ranges``, with the merge kernel); interleaved, best of
+    ``paged <KB> KB x <stages>``) and cut into the 2 to 5 ranges that fill its last wave the
+    most (``decode.last_wave_splits``, the count ``decode.fullest_wave_plan`` weighs for those
+    tiles; ``..., <n> ranges``, with the merge kernel); interleaved, best of
     three. Each teachkit row's ``provider_params`` hold what its split kernel compiled to on
     this GPU (:func:`launched_residency`)."""
     from teachkit.kernels.decode import (
@@ -837,6 +838,7 @@ def wave_tiles_sweep() -> list:
         DecodeConfig,
         _keys_per_block,
         decode_attention,
+        last_wave_splits,
         sm_count,
     )
 
@@ -854,9 +856,9 @@ def wave_tiles_sweep() -> list:
                                         ("paged", (q, kp, vp), paged)):
                 for stage_bytes, stages, resident in _FULLEST_WAVE_TILES[90][kind == "paged"]:
                     name = f"{kind} {stage_bytes // 1024} KB x {stages}"
-                    for ranges in (1, fullest_ranges(32 * B, sm_count() * resident)):
-                        config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages,
-                                              one_launch=False)
+                    config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages,
+                                          one_launch=False)
+                    for ranges in (1, last_wave_splits(32 * B, sm_count(), resident)):
                         runs[name + (f", {ranges} ranges" if ranges > 1 else "")] = (
                             functools.partial(decode_attention, *inputs, check_values=False,
                                               num_splits=ranges, config=config, **extra))
@@ -873,17 +875,6 @@ def wave_tiles_sweep() -> list:
                             for n, ms in best.items() if n != "SDPA cuDNN"))
             del q, k, v, kp, vp
     return out
-
-
-def fullest_ranges(programs: int, places: int) -> int:
-    """Of 2 to ``decode._LAST_WAVE_MOST_SPLITS`` ranges of every row's keys, the count that
-    fills the last wave of a grid of ``programs`` unsplit, run ``places`` programs at a time,
-    the most (``decode.last_wave_fill``), the fewest on a tie: the count
-    ``decode.fullest_wave_plan`` weighs for those tiles."""
-    from teachkit.kernels.decode import _LAST_WAVE_MOST_SPLITS, last_wave_fill
-
-    return max(range(2, _LAST_WAVE_MOST_SPLITS + 1),
-               key=lambda ranges: (last_wave_fill(programs * ranges, places), -ranges))
 
 
 def launched_residency(run: Callable[[], object]) -> dict[str, int]:

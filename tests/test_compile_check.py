@@ -394,9 +394,10 @@ def test_wave_tiles_residency_reads_the_programs_an_sm_the_tiles_rule_counts_on(
                        r"\s+(contiguous|paged, row held|paged, entry by entry)")
     reads = {"contiguous": (False, 4096), "paged, row held": (True, 4096),
              "paged, entry by entry": (True, 16384)}
+    tiles = [(name, b, stages, r) for name, (paged, _) in reads.items()
+             for b, stages, r in decode._FULLEST_WAVE_TILES[90][paged]]
     want = [(name, decode._keys_per_block(b, 128, 2), stages, "unsplit", 0, r)
-            for name, (paged, _) in reads.items()
-            for b, stages, r in decode._FULLEST_WAVE_TILES[90][paged]]
+            for name, b, stages, r in tiles]
     got = [(u["head"][0], u["block_n"], u["stages"], u["merge"], u["spilled"], u["programs"])
            for u in found]
     assert [g[:4] for g in got] == [w[:4] for w in want], found
@@ -406,10 +407,9 @@ def test_wave_tiles_residency_reads_the_programs_an_sm_the_tiles_rule_counts_on(
     record = json.loads(Path(record_path("decode_wave_tiles_nvidia_h200")).read_text())
     launched = {(r["provider"], r["params"]["S"]): r["provider_params"]["registers"]
                 for r in record["results"] if r["provider_params"]}
-    for used, (name, _, stages, *_) in zip(found, want, strict=True):
+    for used, (name, b, stages, _) in zip(found, tiles, strict=True):
         paged, S = reads[name]
-        provider = (f"{'paged' if paged else 'contiguous'} "
-                    f"{2 * used['block_n'] * 128 * 2 // 1024} KB x {stages}")
+        provider = f"{'paged' if paged else 'contiguous'} {b // 1024} KB x {stages}"
         assert used["registers"] == launched[provider, S], (name, provider, used)
 
 

@@ -112,6 +112,12 @@ def main() -> int:
                              "each tile they choose from, unsplit and split, beside cuDNN, "
                              "saved as teachkit/"
                              "benchmarks/decode_wave_tiles_<device>.json (or --json)")
+    parser.add_argument("--short-rows-sweep", action="store_true",
+                        help="only D = 64 split calls and short caches on grids of 1.2-1.9 "
+                             "programs an SM, by the default and the plan before its rules, "
+                             "beside cuDNN, plain and on CUDA-graph replays, saved as "
+                             "teachkit/benchmarks/decode_short_rows_<device>.json and "
+                             "..._cudagraph.json")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
@@ -145,9 +151,11 @@ def main() -> int:
     if args.sweep_at:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
-    if args.split_sweep or args.last_wave_sweep:
+    if args.split_sweep or args.last_wave_sweep or args.short_rows_sweep:
         copy = copy_bandwidth()
-        kind, run = ("split", split_sweep) if args.split_sweep else ("last_wave", last_wave_sweep)
+        kind, run = (("split", split_sweep) if args.split_sweep else
+                     ("last_wave", last_wave_sweep) if args.last_wave_sweep else
+                     ("short_rows", short_rows_sweep))
         for rows, graph in zip(run(), (False, True), strict=True):
             save_record(kind, rows, copy, graph, suffix="_cudagraph" if graph else "")
         return failures_status()
@@ -955,6 +963,70 @@ def head_dim_sweep() -> list:
                                             if n != "SDPA cuDNN"))
                 del k, v
     return out
+
+
+SHORT_ROWS_PROBLEMS = {64: ((1, (1024, 4096, 16384, 65536)), (2, (1024, 4096, 16384))),
+                       128: tuple((B, (1024, 2048)) for B in (5, 6, 7, 8))}
+"""The short-rows sweep: head dim -> (batch, cache lengths) of contiguous calls, H = 32 fp16:
+at ``D = 64`` calls that split the keys (``decode._SHORT_ROW_SPLITS``), at ``D = 128`` unsplit
+grids of 1.2 to 1.9 programs an SM on caches shorter than ``decode._LAST_WAVE_FEWEST_KEYS``
+(``decode._SHORT_CACHE_TILES`` takes the first)."""
+
+
+def plan_before(B: int, S: int, D: int, graph: bool) -> tuple[int, object]:
+    """``(num_splits, DecodeConfig)`` a call of :data:`SHORT_ROWS_PROBLEMS` launched with before
+    ``decode._SHORT_ROW_SPLITS`` and ``decode._SHORT_CACHE_TILES`` (H = 32, 132 SMs or the
+    GPU's): at ``D = 64`` the splits of two programs an SM over 128-key tiles, in 3 stages
+    where a range holds four of them; at ``D = 128`` unsplit 128-key tiles in 2 stages;
+    merging with the merge kernel on graph replays, in one launch plainly."""
+    from teachkit.kernels.decode import DecodeConfig, choose_num_splits, sm_count
+
+    if D == 128:
+        return 1, DecodeConfig(128, 4, 2, one_launch=not graph)
+    splits = choose_num_splits(B * 32, -(-S // 128), sm_count())
+    stages = 3 if -(-S // splits) >= 4 * 128 else 2
+    return splits, DecodeConfig(128, 4, stages, one_launch=not graph)
+
+
+def short_rows_sweep() -> tuple[list, list]:
+    """GB/s of contiguous calls (:data:`SHORT_ROWS_PROBLEMS`) by cuDNN (``SDPA cuDNN``), the
+    default (``teachkit split-KV, default``) and the plan before the short-row and short-cache
+    rules (``teachkit, before``, :func:`plan_before`); launched plainly, then on CUDA-graph
+    replays, interleaved, best of three. The default's rows carry its ranges and tiles
+    (``provider_params``). Returns (plain rows, graph rows)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import decode_attention
+
+    found: tuple[list, list] = ([], [])
+    for D, problems in SHORT_ROWS_PROBLEMS.items():
+        for B, lengths in problems:
+            for S in lengths:
+                q, k, v, nbytes = decoding_inputs(B, S, D)
+                call = functools.partial(decode_attention, q, k, v, check_values=False)
+                for graph, out in zip((False, True), found, strict=True):
+                    splits, config = plan_before(B, S, D, graph)
+                    runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                            "teachkit split-KV, default": call,
+                            "teachkit, before": functools.partial(call, num_splits=splits,
+                                                                  config=config)}
+                    start = len(out)
+                    best = checked_best_times(runs, "SDPA cuDNN", "short rows", B, S, nbytes,
+                                              out, graph=graph, rounds=3, head_dim=D)
+                    plan = decode._launch_plan(B, 32, 1, D, 32, torch.float16, q.device, S,
+                                               None, None, 0, graph)
+                    for i in range(start, len(out)):
+                        if out[i].provider == "teachkit split-KV, default":
+                            out[i] = dataclasses.replace(out[i], provider_params={
+                                "ranges": plan.num_splits, "block_n": plan.config.block_n,
+                                "stages": plan.config.num_stages})
+                    base = best["SDPA cuDNN"]
+                    say(f"D={D} B={B} S={S // 1024}k {'graph' if graph else 'plain'}: x cuDNN "
+                        f"default ({plan.num_splits} ranges of {plan.config.block_n}x"
+                        f"{plan.config.num_stages}) {base / best['teachkit split-KV, default']:.3f}"
+                        f", before ({splits} of {config.block_n}x{config.num_stages}) "
+                        f"{base / best['teachkit, before']:.3f}")
+                del q, k, v
+    return found
 
 
 def host_profile() -> None:

@@ -561,10 +561,12 @@ def test_a_decoding_step_replays_from_a_cuda_graph():
     lens[1] += 1
     graph.replay()
     torch.cuda.synchronize()
-    # the capture took the configuration for replays: the merge kernel after the splits
-    replays = decode.decode_config(64, torch.float16, torch.cuda.get_device_capability(),
-                                   captured=True)
-    assert torch.equal(out, decode_attention(q, k, v, cache_seqlens=lens, config=replays))
+    # the capture took the launch for replays: the merge kernel after the splits
+    replays, splits = decode.default_launch(2, 8, 64, 1000, torch.float16, kv_heads=4,
+                                            captured=True)
+    assert not replays.one_launch
+    assert torch.equal(out, decode_attention(q, k, v, cache_seqlens=lens, config=replays,
+                                             num_splits=splits))
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="CUDA graphs need a GPU")
@@ -656,13 +658,13 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
     too few for ``_LAST_WAVE_GRID`` to split them)."""
     dev = torch.device(DEV)
 
-    def config(D, dtype=torch.float16, page_size=0, S=2048):
-        plan = decode._launch_plan(5, 32, 1, D, 32, dtype, dev, S, None, None, page_size)
+    def config(D, dtype=torch.float16, page_size=0, S=2048, B=5):
+        plan = decode._launch_plan(B, 32, 1, D, 32, dtype, dev, S, None, None, page_size)
         assert plan.num_splits == 1
         return plan.config[:3]
 
     with planned_on((9, 0)):
-        assert config(128) == (128, 4, 2)
+        assert config(128, B=8) == (128, 4, 2)  # 1.9 an SM (5: _SHORT_CACHE_TILES)
         assert config(64, torch.float32) == (128, 4, 2)
         assert config(256, torch.bfloat16) == (64, 4, 2)
         assert config(64) == config(64, torch.bfloat16) == (128, 4, 3)
@@ -681,6 +683,63 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
             assert short.num_stages == 2, D
     with planned_on((8, 0)):
         assert config(64) == decode.decode_config(64, torch.float16, (8, 0))[:3]
+
+
+def test_a_short_cache_on_a_grid_the_last_wave_rule_would_split_takes_three_stages():
+    """On sm_90 a contiguous 16-bit grid of one to four thirds programs an SM at D = 128 whose
+    cache is too short for ``_LAST_WAVE_GRID`` to split it (under 4k tokens) runs unsplit with
+    32 KB in 3 stages (``_SHORT_CACHE_TILES``), plain or captured, or paged holding its row; more
+    programs an SM, float32, another head dim, or sm_80 keep their tiles (132 SMs: 5 and 8
+    sequences of 32 heads are 1.2 and 1.9 an SM)."""
+    dev = torch.device(DEV)
+
+    def config(B, S, D=128, dtype=torch.float16, page_size=0, captured=False):
+        plan = decode._launch_plan(B, 32, 1, D, 32, dtype, dev, S, None, None, page_size,
+                                   captured)
+        assert plan.num_splits == 1, (B, S, D)
+        return plan.config[:3]
+
+    with planned_on((9, 0)):
+        for S in (1024, 2048):
+            for dtype, captured in ((torch.float16, False), (torch.bfloat16, True)):
+                assert config(5, S, dtype=dtype, captured=captured) == (64, 4, 3), (S, dtype)
+            assert config(5, S, page_size=16) == (64, 4, 3)  # the row held: as contiguous
+            assert config(8, S) == (128, 4, 2)
+        assert decode._launch_plan(5, 32, 1, 128, 32, torch.float16, dev, 4096, None, None,
+                                   0).num_splits > 1  # from 4k tokens: ranges
+        assert config(5, 1024, dtype=torch.float32) == (64, 4, 2)  # 64 KB of float32 rows
+        assert config(5, 1024, D=256) == (64, 4, 2)
+    with planned_on((8, 0)):
+        assert config(5, 1024) == decode.decode_config(128, torch.float16, (8, 0))[:3]
+
+
+def test_a_captured_split_call_of_128_byte_rows_aims_for_four_programs_an_sm():
+    """On sm_90 a contiguous 16-bit call at D = 64 that splits the keys and is being captured
+    (the merge kernel) aims for four programs an SM and loads 32 KB (128 keys) in 2 stages
+    where a range holds four such iterations, else 16 KB (``_SHORT_ROW_SPLITS``), also with
+    ``num_splits`` given; merging in one launch, at D = 128, in float32 or paged it splits as
+    before."""
+    dev = torch.device(DEV)
+
+    def plan(B, S, D=64, dtype=torch.float16, page_size=0, captured=True, num_splits=None):
+        return decode._launch_plan(B, 32, 1, D, 32, dtype, dev, S, num_splits, None,
+                                   page_size, captured)
+
+    with planned_on((9, 0)):
+        for B, S, splits, block_n in ((1, 1024, 16, 64), (1, 4096, 16, 64), (1, 16384, 16, 128),
+                                      (1, 65536, 16, 128), (2, 1024, 8, 64), (2, 4096, 8, 128),
+                                      (2, 16384, 8, 128)):
+            got = plan(B, S)
+            assert (got.num_splits, got.config, got.one_launch) == (
+                splits, decode.DecodeConfig(block_n, 4, 2, one_launch=False), False), (B, S)
+            assert plan(B, S, dtype=torch.bfloat16) == got
+            assert plan(B, S, captured=False).num_splits == splits // 2  # one launch: two an SM
+        assert plan(1, 16384, num_splits=64).config.block_n == 64  # ranges of 256 keys
+        assert plan(1, 16384, D=128).num_splits == 8
+        assert plan(1, 16384, dtype=torch.float32).num_splits == 8
+        assert plan(1, 16384, page_size=16).config.block_n == 128
+    with planned_on((8, 0)):
+        assert plan(1, 16384).num_splits == 8
 
 
 def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
@@ -1072,6 +1131,13 @@ def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes
         decode.default_config(1, 8, 64, 100, torch.float16, dev, page_size=True)
     with pytest.raises(ValueError, match="whole number of pages of 16"):
         decode.default_config(1, 8, 64, 100, torch.float16, dev, page_size=16)
+    assert decode.default_launch(2, 8, 64, 1000, torch.float16, dev, kv_heads=4) == (
+        got, decode._launch_plan(2, 8, 1, 64, 4, torch.float16, dev, 1000, None, None,
+                                 False).num_splits)
+    with planned_on((9, 0)):  # a captured D = 64 split: its splits chosen with its tiles
+        config, splits = decode.default_launch(1, 32, 64, 4096, torch.float16, dev,
+                                               captured=True)
+        assert (config.block_n, splits) == (64, 16)
     with planned_on((9, 0)):  # four sequences of 256 pages: unsplit, as contiguous
         paged = decode.default_config(4, 32, 128, 4096, torch.float16, dev, page_size=16)
         assert paged == decode.default_config(4, 32, 128, 4096, torch.float16, dev)

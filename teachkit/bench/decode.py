@@ -315,16 +315,17 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
             k, v, lens, page_size, gen=torch.Generator().manual_seed(batch + length))
         return _check_and_time(name, label, lambda: decode_attention(
             q, k_pool, v_pool, lens_dev, table, **kw), ref, graph)
-    if name in (SPLIT, ONE_LAUNCH):
-        from ..kernels.decode import default_config
-
-        # decode_attention's own tiles when no config is forced; the merge forced into the
-        # split kernel (one launch) or into the merge kernel (two), whatever the default
-        base = config or default_config(q.shape[0], q.shape[1], q.shape[-1], k.shape[2],
-                                        q.dtype, q.device, kv_heads=k.shape[1],
-                                        captured=graph)
-        kw["config"] = base._replace(one_launch=name == ONE_LAUNCH)
     splits = 1 if name == UNSPLIT else num_splits
+    if name in (SPLIT, ONE_LAUNCH):
+        from ..kernels.decode import default_launch
+
+        # decode_attention's own tiles and splits where not forced; the merge forced into the
+        # split kernel (one launch) or into the merge kernel (two), whatever the default
+        base, planned = default_launch(q.shape[0], q.shape[1], q.shape[-1], k.shape[2],
+                                       q.dtype, q.device, kv_heads=k.shape[1], captured=graph)
+        kw["config"] = (config or base)._replace(one_launch=name == ONE_LAUNCH)
+        if splits is None and config is None:
+            splits = planned
     return _check_and_time(name, label, lambda: decode_attention(
         q, k, v, num_splits=splits, **kw), ref, graph)
 

@@ -103,6 +103,7 @@ __all__ = [
     "decode_config",
     "decode_mask",
     "default_config",
+    "default_launch",
     "paged_range_tiles",
     "unsplit_from",
     "decode_merge_kernel",
@@ -460,7 +461,40 @@ CUDA-graph replays, ``gpu_checks/decode_gpu.py --head-dim-sweep``, record
   stages at 0.89-0.99x;
 * split into ranges of 512 keys or more (one and two sequences, 4k-64k tokens, the merge
   kernel): the default with these tiles reads at 0.94-0.98x cuDNN, where 2 stages read at
-  0.92-0.94x and 256-key tiles in 2 stages at 0.90-0.99x."""
+  0.92-0.94x and 256-key tiles in 2 stages at 0.90-0.99x. A captured split call now aims for
+  more programs with smaller tiles instead (:data:`_SHORT_ROW_SPLITS`); merging in one launch
+  keeps these."""
+
+_SHORT_CACHE_TILES = {90: (32 * 1024, 3)}
+"""Bytes of K and V one iteration loads, and pipeline stages, for a grid that
+:data:`_LAST_WAVE_GRID` would cut into ranges but whose cache is shorter than
+:data:`_LAST_WAVE_FEWEST_KEYS`, where measured: it runs unsplit, with these tiles in place of
+:data:`_WIDE_TILES`. A short cache is over before a few deep iterations have overlapped; twice
+as many of half the bytes keep as much in flight. On an H200 (H = 32, D = 128 fp16, five
+sequences: 1.2 programs an SM): 32 KB in 3 stages read at 0.96x cuDNN at 1k tokens where
+64 KB in 2 stages read at 0.93x (graph replays, ``gpu_checks/decode_gpu.py
+--contiguous-sweep``, record ``decode_contiguous_nvidia_h200``). A first run of
+``gpu_checks/decode_gpu.py --short-rows-sweep`` (before its record
+``decode_short_rows_<device>``) put the gain at 1.03x at 1k tokens and 1.02x at 2k, replayed
+and plain alike; with more programs an SM the two read alike (six to eight sequences, 1.5-1.9
+an SM: within 1.5 % either way, the 64 KB tiles ahead from seven), and such grids keep the
+64 KB tiles."""
+
+_SHORT_ROW_SPLITS = {90: (4, 32 * 1024, 2)}
+"""Programs an SM a contiguous 16-bit call with rows of K and V of 128 bytes (``D = 64``) aims
+for where it splits the keys and merges them with the merge kernel (being captured into a CUDA
+graph), and the bytes of K and V one iteration loads and its stages, with half the bytes where
+a range would hold fewer than :data:`_SPLIT_MIN_BLOCKS` such iterations; where measured. Such a
+program keeps half the bytes of a ``D = 128`` one in flight for each key, so twice the
+programs keep the memory as busy. On an H200 (one and two sequences, H = 32, D = 64 fp16,
+1k-64k tokens, graph replays; a first run of ``gpu_checks/decode_gpu.py --short-rows-sweep``,
+before its record ``decode_short_rows_<device>``): four programs an SM with these tiles read
+at 0.95-1.00x cuDNN, where two (the default before: 128 keys in 2 stages for short ranges, in 3
+for long, :data:`_SHORT_ROW_TILES`) read at 0.93-0.98x, the most gained by short caches (one
+sequence of 4k tokens: 0.94x to 1.00x; two of 1k: 0.93x to 0.99x). Merging in one launch
+(plain launches) the last split of a row reads every partial of the row, twice as many with
+twice the splits: there four programs an SM read at 0.94-0.99x the two from 4k tokens, and
+such a call keeps two."""
 
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
@@ -808,7 +842,10 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     :func:`decode_attention` also narrows the tiles of a captured paged call whose ranges would
     hold a single iteration (:func:`paged_range_tiles`), and gives an unsplit grid of more than
     two programs an SM the tiles whose last wave is the fullest (:func:`fullest_wave_tiles`), or
-    cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`).
+    cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`);
+    it gives a grid of one to four thirds programs an SM on a cache too short to split 32 KB
+    tiles in 3 stages (:data:`_SHORT_CACHE_TILES`), and a captured split call at ``D = 64``
+    four programs an SM (:data:`_SHORT_ROW_SPLITS`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
     CUDA graph, or its ranges come from :func:`fullest_wave_plan` (:data:`_WAVE_SPLIT_GAIN`). A
@@ -945,25 +982,29 @@ def paged_range_tiles(config: DecodeConfig, keys_per_split: int,
     return config
 
 
-def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+def default_launch(batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
                    device: torch.device | str | None = None, *, kv_heads: int | None = None,
                    q_len: int = 1, page_size: int | None = None, captured: bool = False,
-                   ) -> DecodeConfig:
-    """The configuration :func:`decode_attention` launches without a ``config`` for ``batch``
-    sequences of ``q_len`` queries in ``heads`` heads of ``head_dim``, against caches of
-    ``capacity`` keys in ``kv_heads`` heads (default ``heads``), contiguous or, given
-    ``page_size``, paged (``capacity`` is then ``block_table.shape[1] * page_size``), on
-    ``device`` (default the current one): :func:`decode_config`'s tiles for the programs an SM
-    and, where the call splits the keys, for its ranges, merging in one launch unless
-    ``captured`` (a grid of many programs an SM cut into ranges to fill its last wave merges
-    with the merge kernel either way, :func:`fullest_wave_plan`). Pass it with ``one_launch``
-    replaced to time the other merge with the same tiles.
+                   ) -> tuple[DecodeConfig, int]:
+    """The configuration and ``num_splits`` :func:`decode_attention` launches with when given
+    neither, for ``batch`` sequences of ``q_len`` queries in ``heads`` heads of ``head_dim``,
+    against caches of ``capacity`` keys in ``kv_heads`` heads (default ``heads``), contiguous or,
+    given ``page_size``, paged (``capacity`` is then ``block_table.shape[1] * page_size``), on
+    ``device`` (default the current one), being ``captured`` into a CUDA graph or not. Passed
+    back to :func:`decode_attention` they launch the same kernels; several rules choose the
+    splits with the tiles (:func:`fullest_wave_plan`, :data:`_SHORT_ROW_SPLITS`), so the config
+    alone may not. The config is :func:`decode_config`'s tiles for the programs an SM and, where
+    the call splits the keys, for its ranges, merging in one launch unless ``captured`` (a grid
+    of many programs an SM cut into ranges to fill its last wave merges with the merge kernel
+    either way); unsplit, its ``one_launch`` is what a split of such a call would do. Pass it
+    with ``one_launch`` replaced to time the other merge with the same tiles and splits.
 
     Examples
     --------
-    >>> default_config(1, 32, 128, 4096, torch.float16).one_launch
-    True
-    >>> default_config(1, 32, 128, 4096, torch.float16, captured=True).one_launch  # a graph's
+    >>> config, splits = default_launch(1, 32, 128, 4096, torch.float16)
+    >>> config.one_launch, splits >= 1
+    (True, True)
+    >>> default_launch(1, 32, 128, 4096, torch.float16, captured=True)[0].one_launch  # a graph's
     False
     """
     device = torch.device(_DEVICE_TYPE if device is None else device)
@@ -985,8 +1026,24 @@ def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
     plan = _launch_plan(batch, heads, q_len, head_dim, kv_heads, dtype, device, capacity, None,
                         None, page_size or 0, captured)
     if plan.num_splits > 1:  # how this call merges
-        return plan.config
-    return plan.config._replace(one_launch=not captured)  # what a split of such a call does
+        return plan.config, plan.num_splits
+    return plan.config._replace(one_launch=not captured), 1  # what a split of such a call does
+
+
+def default_config(batch: int, heads: int, head_dim: int, capacity: int, dtype: torch.dtype,
+                   device: torch.device | str | None = None, *, kv_heads: int | None = None,
+                   q_len: int = 1, page_size: int | None = None, captured: bool = False,
+                   ) -> DecodeConfig:
+    """The configuration :func:`decode_attention` launches without a ``config``: the first of
+    :func:`default_launch` (same arguments), whose second is the call's ``num_splits``.
+
+    Examples
+    --------
+    >>> default_config(1, 32, 128, 4096, torch.float16).one_launch
+    True
+    """
+    return default_launch(batch, heads, head_dim, capacity, dtype, device, kv_heads=kv_heads,
+                          q_len=q_len, page_size=page_size, captured=captured)[0]
 
 
 def max_rows(head_dim: int, dtype: torch.dtype) -> int:
@@ -1577,11 +1634,14 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     already gives every SM a program still splits, with the usual tiles, up to
     :data:`_PAGED_ENTRY_WAVES` programs an SM; a contiguous one whose unsplit grid gives some SMs
     two programs and the rest one (:data:`_LAST_WAVE_GRID`) splits into the ranges that fill its
-    last wave (:func:`last_wave_splits`), as does a paged one holding its row. An unsplit
+    last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
+    cache is too short for that runs unsplit with :data:`_SHORT_CACHE_TILES`. An unsplit
     16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest
     (:func:`fullest_wave_tiles`, :data:`_FULLEST_WAVE_TILES`), or, from
     :data:`_LAST_WAVE_FEWEST_KEYS` keys, the ranges and tiles that fill it fuller by more than
-    :data:`_WAVE_SPLIT_GAIN`, merged by the merge kernel (:func:`fullest_wave_plan`). A paged call
+    :data:`_WAVE_SPLIT_GAIN`, merged by the merge kernel (:func:`fullest_wave_plan`). A
+    contiguous 16-bit call at ``D = 64`` that splits and is captured aims for four programs an
+    SM, its tiles by how long a range is (:data:`_SHORT_ROW_SPLITS`). A paged call
     (``page_size`` tokens a page; 0: contiguous) holds its table row where the table is narrow
     enough (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
     split the keys it takes the contiguous call's tiles, and splits where that call would.
@@ -1605,6 +1665,15 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     wave_measured = (dtype != torch.float32 and D in _WAVE_RULE_HEAD_DIMS
                      and plan.block_m <= _WAVE_RULE_ROWS)
     last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
+    short_cache = _SHORT_CACHE_TILES.get(gpu_class(capability)) if capability else None
+    if (last_wave and short_cache and wave_measured and not entries and num_splits is None
+            and plan.num_splits == 1 and 1 <= per_sm <= last_wave[0]
+            and capacity < _LAST_WAVE_FEWEST_KEYS):
+        # the same grid with too short a cache to split: half the bytes, one more stage
+        tiles = base._replace(block_n=_keys_per_block(short_cache[0], D, dtype.itemsize),
+                              num_stages=short_cache[1])
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
+        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     if (last_wave and wave_measured and not entries and num_splits is None
             and plan.num_splits == 1 and 1 <= per_sm <= last_wave[0]
             and capacity >= _LAST_WAVE_FEWEST_KEYS):
@@ -1635,6 +1704,18 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
                               num_stages=stages, one_launch=base.one_launch and splits == 1)
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
+        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+    short_rows = _SHORT_ROW_SPLITS.get(gpu_class(capability)) if capability else None
+    if (short_rows and captured and plan.num_splits > 1 and not paged
+            and D * dtype.itemsize == 128 and dtype != torch.float32):
+        # rows of 128 bytes: more programs an SM, tiles by how long a range is
+        waves, stage_bytes, stages = short_rows
+        block_n = _keys_per_block(stage_bytes, D, dtype.itemsize)
+        fine = base._replace(block_n=block_n // 2, num_stages=stages, one_launch=False)
+        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, fine, waves,
+                         full_from)
+        if cdiv(capacity, plan.num_splits) >= _SPLIT_MIN_BLOCKS * block_n:
+            plan = plan._replace(config=fine._replace(block_n=block_n))
         return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,

@@ -375,6 +375,22 @@ def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():
             assert used["programs"] == decode._LAST_WAVE_GRID[90][1], used
 
 
+def test_short_rows_residency_holds_the_programs_an_sm_the_rule_aims_for():
+    """``--short-rows-residency``: the tiles a captured contiguous call at D = 64 splits with
+    (sm_90, 64 and 128 keys in 2 stages, the merge kernel, compiled as launched) leave at least
+    the programs an SM ``decode._SHORT_ROW_SPLITS`` aims for, so its grid runs in one wave, and
+    each line's programs an SM are what its registers and shared memory leave."""
+    from teachkit.kernels import decode
+
+    waves, stage_bytes, stages = decode._SHORT_ROW_SPLITS[90]
+    found = _residency("--short-rows-residency")
+    block_n = decode._keys_per_block(stage_bytes, 64, 2)
+    assert [(u["block_n"], u["stages"], u["merge"]) for u in found] == [
+        (block_n // 2, stages, "merge kernel"), (block_n, stages, "merge kernel")], found
+    for used in found:
+        assert used["programs"] >= waves, used
+
+
 def test_wave_tiles_residency_reads_the_programs_an_sm_the_tiles_rule_counts_on():
     """``--wave-tiles-residency``: the tiles an unsplit grid at D = 128 of more than two
     programs an SM chooses from (sm_90, unsplit; contiguous, and paged with the table row held

@@ -14,7 +14,8 @@ specialises it (``compile_check.AS_LAUNCHED``), and prints the registers a threa
 programs an SM they leave; ``--last-wave-residency`` does the same for a contiguous call at
 ``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
 unsplit grid of more than two programs an SM chooses from, contiguous and paged, with their
-shared memory.
+shared memory; ``--short-rows-residency`` for the tiles a captured call at ``D = 64`` splits
+with.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
@@ -75,6 +76,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                              "notebook 09's contiguous decode kernel chooses from where its "
                              "unsplit grid holds more than two programs an SM (sm_90, D = 128), "
                              "and the programs an SM they leave")
+    parser.add_argument("--short-rows-residency", action="store_true",
+                        help="registers a thread (ptxas -v) and shared memory of the tiles "
+                             "notebook 09's contiguous decode kernel splits with at D = 64 when "
+                             "captured into a CUDA graph (sm_90), and the programs an SM they "
+                             "leave")
     parser.add_argument("--wgmma-operands", action="store_true",
                         help="count the sm_90 wgmma instructions of notebook 08's flash forward "
                              "kernel by where their A operand comes from")
@@ -149,8 +155,8 @@ def _overlap_line(label: str, found: dict) -> str:
 
 
 def _residency_line(used: dict[str, int], merge: str) -> str:
-    """One line of ``--paged-residency``, ``--last-wave-residency`` or
-    ``--wave-tiles-residency``: a decode split kernel's tiles, how it merges (``merge``), the
+    """One line of ``--paged-residency``, ``--last-wave-residency``, ``--wave-tiles-residency``
+    or ``--short-rows-residency``: a decode split kernel's tiles, how it merges (``merge``), the
     registers ``ptxas -v`` reports, its shared memory and the programs an SM they leave."""
     return (f"{used['block_n']:>3}-key tiles in {used['stages']} stages, {merge:12}  "
             f"{used['registers']:>3} registers a thread, {used['spilled']} bytes spilled, "
@@ -217,6 +223,16 @@ def main(argv: list[str] | None = None) -> int:
         for name, tiles in cc.wave_tiles_residency().items():
             for used in tiles:
                 print(f"  {name:22} {_residency_line(used, 'unsplit')}")
+        return 0
+    if args.short_rows_residency:
+        from . import decode
+
+        print("contiguous decode split kernel on sm_90, bf16, D=64, the tiles of a captured "
+              f"call aiming for {decode._SHORT_ROW_SPLITS[90][0]} programs an SM, compiled as "
+              "launched for one new token and one query head a cache head (ptxas -v, "
+              "metadata.shared):")
+        for used in cc.short_rows_residency():
+            print(f"  {_residency_line(used, _merge_name(False))}")
         return 0
     if args.page_interleave:
         found = cc.page_interleave_evidence()

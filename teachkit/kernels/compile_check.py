@@ -111,6 +111,7 @@ __all__ = [
     "softmax_launch_configs",
     "two_pass_evidence",
     "wave_tiles_residency",
+    "short_rows_residency",
     "AS_LAUNCHED",
     "WAVE_TILE_READS",
     "warp_specialized_dkdv_config",
@@ -1313,6 +1314,19 @@ def wave_tiles_residency(capability: int = 90) -> dict[str, list[dict[str, int]]
             found[name].append(_split_residency(128, cfg, page_size, False, capability,
                                                 table_tile))
     return found
+
+
+def short_rows_residency(capability: int = 90) -> list[dict[str, int]]:
+    """What the tiles a captured contiguous decode call at ``D = 64`` (rows of 128 bytes) that
+    splits the keys takes (``decode._SHORT_ROW_SPLITS[capability]``: the short ranges' tiles,
+    then the long ones', bf16, with the merge kernel) cost on ``sm_<capability>``, compiled as a
+    launch of one new token with one query head a cache head specialises them
+    (:data:`AS_LAUNCHED`): the registers, shared memory and the programs an SM they leave, to
+    set beside the programs an SM the rule aims for. Must run with ``TRITON_INTERPRET=0``."""
+    _, stage_bytes, stages = decode._SHORT_ROW_SPLITS[capability]
+    block_n = decode._keys_per_block(stage_bytes, 64, 2)
+    return [_split_residency(64, decode.DecodeConfig(n, 4, stages, one_launch=False), 0, False,
+                             capability) for n in (block_n // 2, block_n)]
 
 
 def format_dot_evidence(evidence: dict[int, dict[str, int]], head_dim: int = 64,

@@ -486,7 +486,10 @@ for where it splits the keys and merges them with the merge kernel (being captur
 graph), and the bytes of K and V one iteration loads and its stages, with half the bytes where
 a range would hold fewer than :data:`_SPLIT_MIN_BLOCKS` such iterations; where measured. Such a
 program keeps half the bytes of a ``D = 128`` one in flight for each key, so twice the
-programs keep the memory as busy. On an H200 (one and two sequences, H = 32, D = 64 fp16,
+programs keep the memory as busy, and these tiles hold them: compiled as launched with Triton
+3.6, 64 keys in 2 stages take 122 registers a thread (four programs an SM) and 128 keys 96
+(five; ``python -m teachkit.kernels --short-rows-residency``), where 128 keys in 3 stages take
+70 KB of shared memory (three). On an H200 (one and two sequences, H = 32, D = 64 fp16,
 1k-64k tokens, graph replays; a first run of ``gpu_checks/decode_gpu.py --short-rows-sweep``,
 before its record ``decode_short_rows_<device>``): four programs an SM with these tiles read
 at 0.95-1.00x cuDNN, where two (the default before: 128 keys in 2 stages for short ranges, in 3

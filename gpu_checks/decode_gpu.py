@@ -1012,17 +1012,17 @@ def short_rows_sweep() -> tuple[list, list]:
                     start = len(out)
                     best = checked_best_times(runs, "SDPA cuDNN", "short rows", B, S, nbytes,
                                               out, graph=graph, rounds=3, head_dim=D)
-                    plan = decode._launch_plan(B, 32, 1, D, 32, torch.float16, q.device, S,
-                                               None, None, 0, graph)
+                    tiles, ranges = decode.default_launch(B, 32, D, S, torch.float16, q.device,
+                                                          captured=graph)
                     for i in range(start, len(out)):
                         if out[i].provider == "teachkit split-KV, default":
                             out[i] = dataclasses.replace(out[i], provider_params={
-                                "ranges": plan.num_splits, "block_n": plan.config.block_n,
-                                "stages": plan.config.num_stages})
+                                "ranges": ranges, "block_n": tiles.block_n,
+                                "stages": tiles.num_stages})
                     base = best["SDPA cuDNN"]
                     say(f"D={D} B={B} S={S // 1024}k {'graph' if graph else 'plain'}: x cuDNN "
-                        f"default ({plan.num_splits} ranges of {plan.config.block_n}x"
-                        f"{plan.config.num_stages}) {base / best['teachkit split-KV, default']:.3f}"
+                        f"default ({ranges} ranges of {tiles.block_n}x"
+                        f"{tiles.num_stages}) {base / best['teachkit split-KV, default']:.3f}"
                         f", before ({splits} of {config.block_n}x{config.num_stages}) "
                         f"{base / best['teachkit, before']:.3f}")
                 del q, k, v

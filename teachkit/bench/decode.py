@@ -321,11 +321,12 @@ def _time_decode(name: str, label: str, q: torch.Tensor, k: torch.Tensor, v: tor
 
         # decode_attention's own tiles and splits where not forced; the merge forced into the
         # split kernel (one launch) or into the merge kernel (two), whatever the default
-        base, planned = default_launch(q.shape[0], q.shape[1], q.shape[-1], k.shape[2],
-                                       q.dtype, q.device, kv_heads=k.shape[1], captured=graph)
-        kw["config"] = (config or base)._replace(one_launch=name == ONE_LAUNCH)
-        if splits is None and config is None:
-            splits = planned
+        if config is None:
+            config, planned = default_launch(q.shape[0], q.shape[1], q.shape[-1], k.shape[2],
+                                             q.dtype, q.device, kv_heads=k.shape[1],
+                                             captured=graph)
+            splits = planned if splits is None else splits
+        kw["config"] = config._replace(one_launch=name == ONE_LAUNCH)
     return _check_and_time(name, label, lambda: decode_attention(
         q, k, v, num_splits=splits, **kw), ref, graph)
 

@@ -922,15 +922,20 @@ def decode_config(head_dim: int, dtype: torch.dtype,
                         one_launch=not captured)
 
 
+def _short_rows(head_dim: int, size: int, paged: bool) -> bool:
+    """Whether a call reads contiguous 16-bit rows of K and V of 128 bytes (``D = 64``), the
+    rows :data:`_SHORT_ROW_TILES` and :data:`_SHORT_ROW_SPLITS` were measured on."""
+    return head_dim * size == 128 and size == 2 and not paged
+
+
 def _short_row_tiles(stage_bytes: int, stages: int, head_dim: int, size: int, paged: bool,
                      cls: int) -> tuple[int, int]:
     """``(stage_bytes, stages)``, or :data:`_SHORT_ROW_TILES` in their place where a contiguous
     16-bit call's rows of K and V are 128 bytes and the 128-key cap of a tile would leave it
     fewer bytes than ``stage_bytes`` (64 KB of such rows is 256 keys), on a GPU class
     measured."""
-    row_bytes = head_dim * size
-    capped = 2 * row_bytes * _keys_per_block(stage_bytes, head_dim, size) < stage_bytes
-    if capped and row_bytes == 128 and size == 2 and not paged:
+    capped = 2 * head_dim * size * _keys_per_block(stage_bytes, head_dim, size) < stage_bytes
+    if capped and _short_rows(head_dim, size, paged):
         return _SHORT_ROW_TILES.get(cls, (stage_bytes, stages))
     return stage_bytes, stages
 
@@ -1669,17 +1674,15 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                      and plan.block_m <= _WAVE_RULE_ROWS)
     last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
     short_cache = _SHORT_CACHE_TILES.get(gpu_class(capability)) if capability else None
-    if (last_wave and short_cache and wave_measured and not entries and num_splits is None
-            and plan.num_splits == 1 and 1 <= per_sm <= last_wave[0]
-            and capacity < _LAST_WAVE_FEWEST_KEYS):
+    last_wave_grid = (last_wave and wave_measured and not entries and num_splits is None
+                      and plan.num_splits == 1 and 1 <= per_sm <= last_wave[0])
+    if last_wave_grid and short_cache and capacity < _LAST_WAVE_FEWEST_KEYS:
         # the same grid with too short a cache to split: half the bytes, one more stage
         tiles = base._replace(block_n=_keys_per_block(short_cache[0], D, dtype.itemsize),
                               num_stages=short_cache[1])
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
         return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
-    if (last_wave and wave_measured and not entries and num_splits is None
-            and plan.num_splits == 1 and 1 <= per_sm <= last_wave[0]
-            and capacity >= _LAST_WAVE_FEWEST_KEYS):
+    if last_wave_grid and capacity >= _LAST_WAVE_FEWEST_KEYS:
         # some SMs hold two programs, the rest one: ranges that fill the last wave
         splits = last_wave_splits(B * H_kv * plan.row_blocks, sm_count(device), last_wave[1])
         tiles = (decode_config(D, dtype, capability, paged, captured) if paged else
@@ -1709,8 +1712,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
         return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     short_rows = _SHORT_ROW_SPLITS.get(gpu_class(capability)) if capability else None
-    if (short_rows and captured and plan.num_splits > 1 and not paged
-            and D * dtype.itemsize == 128 and dtype != torch.float32):
+    if (short_rows and captured and plan.num_splits > 1
+            and _short_rows(D, dtype.itemsize, paged)):
         # rows of 128 bytes: more programs an SM, tiles by how long a range is
         waves, stage_bytes, stages = short_rows
         block_n = _keys_per_block(stage_bytes, D, dtype.itemsize)

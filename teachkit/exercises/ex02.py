@@ -28,6 +28,7 @@ from .checking import (
     expect,
     expect_close,
     fresh_generator,
+    matching_mistake,
     random_normal,
 )
 
@@ -278,6 +279,13 @@ def check_softmax_stats(
                f"On {case}: d = {d.flatten()[int(small.flatten().int().argmax())]:.4g} < 1 in "
                "a row with a finite maximum. With m the row's own maximum the largest term is "
                "exp(0) = 1, so d >= 1: did you subtract the maximum of the whole tensor?")
-        expect_close(d, d_ref, f"{case}, d", 2e-3 if x.dtype in LOW else 1e-5, advice)
+        rtol_d = 2e-3 if x.dtype in LOW else 1e-5
+        if relative_error(d, d_ref) > rtol_d:
+            # d from the whole tensor's maximum is < 1 in a row below that maximum, but a draw
+            # whose rows all peak alike leaves every d >= 1 (7 random rows do once in 1400):
+            # name that mistake by its values too
+            whole = torch.exp(x.double() - x.double().max()).sum(-1)
+            advice = matching_mistake(d, {OWN_MAX: whole}) or advice
+        expect_close(d, d_ref, f"{case}, d", rtol_d, advice)
 
 

@@ -1143,6 +1143,32 @@ def test_default_config_is_what_a_call_without_one_launches_and_checks_its_sizes
         assert paged == decode.default_config(4, 32, 128, 4096, torch.float16, dev)
 
 
+@pytest.mark.parametrize("captured", [False, True], ids=["plain", "captured"])
+@pytest.mark.parametrize("page_size", [0, 16], ids=["contiguous", "paged"])
+def test_the_default_launch_passed_back_plans_what_the_default_call_does(captured, page_size):
+    """default_launch's config and splits, passed back to a call (as a graph-replay check or the
+    decode benchmark does), plan the same kernels as the call without them: tiles, splits, the
+    merge where it splits, row blocks and table reads, over batches, head dims, grouped heads
+    and lengths that reach every rule of the plan (planned for an H100's 132 SMs; the plan is
+    pure Python)."""
+    dev = torch.device(DEV)
+    shapes = [(B, H, D, H_kv, S) for B in (1, 2, 5, 8, 24, 48) for H, H_kv in ((32, 32), (32, 8))
+              for D in (64, 128) for S in (1024, 4096, 16384, 65536)]
+    with planned_on((9, 0)):
+        for B, H, D, H_kv, S in shapes:
+            config, splits = decode.default_launch(B, H, D, S, torch.float16, dev, kv_heads=H_kv,
+                                                   page_size=page_size or None,
+                                                   captured=captured)
+            default = decode._launch_plan(B, H, 1, D, H_kv, torch.float16, dev, S, None, None,
+                                          page_size, captured)
+            given = decode._launch_plan(B, H, 1, D, H_kv, torch.float16, dev, S, splits, config,
+                                        page_size)
+            if splits == 1:  # unsplit, how a split would merge is not launched
+                given = given._replace(config=given.config._replace(
+                    one_launch=default.config.one_launch), one_launch=default.one_launch)
+            assert given == default, (B, H, D, H_kv, S)
+
+
 def test_a_captured_split_call_plans_the_merge_kernel():
     """Planned as if captured into a CUDA graph: a call that splits the keys takes
     decode_config(..., captured=True), the merge kernel, with the tiles for its ranges; a call

@@ -1165,7 +1165,7 @@ def test_the_default_launch_passed_back_plans_what_the_default_call_does(capture
                                         page_size)
             if splits == 1:  # unsplit, how a split would merge is not launched
                 given = given._replace(config=given.config._replace(
-                    one_launch=default.config.one_launch), one_launch=default.one_launch)
+                    one_launch=default.config.one_launch))
             assert given == default, (B, H, D, H_kv, S)
 
 

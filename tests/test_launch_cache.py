@@ -174,6 +174,30 @@ def test_the_written_key_function_gives_the_slow_keys_or_steps_aside():
                                                               (one.data_ptr(),))
 
 
+def test_a_key_function_met_by_other_kinds_gives_the_slow_key_or_steps_aside():
+    """Whatever kinds a key function was written for, a launch it keys gets slow_key's key: one
+    launch, one key, so the launch after a change of kinds (a TMA descriptor where a tensor was,
+    say) misses once, not twice. Every pair of kinds in two places, written and given."""
+    import itertools
+
+    from teachkit.kernels.launch_cache import _NoKey, key_function, slow_key
+
+    descriptors = pytest.importorskip("triton.tools.tensor_descriptor")
+    t = torch.zeros(4, 8, dtype=torch.float16)
+    pool = [t, t[:, 1:], 16, 17, 0.5, None, True,
+            descriptors.TensorDescriptor(t, list(t.shape), list(t.stride()), [2, 8])]
+    constexpr = (False, False)
+    for written in itertools.product(pool, repeat=2):
+        key_of = key_function(constexpr, written)
+        for given in itertools.product(pool, repeat=2):
+            try:
+                fast = key_of(*given)
+            except (AttributeError, TypeError, _NoKey):
+                continue
+            if fast is not None:
+                assert fast[0] == slow_key(constexpr, given), (written, given)
+
+
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
 def test_profiler_hooks_and_warmup_take_tritons_path():
     from triton import knobs

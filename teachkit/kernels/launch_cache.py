@@ -123,9 +123,12 @@ class _NoKey(Exception):
 
 
 def _keyed(value: Any) -> Any:
-    """:func:`argument_key`, raising :class:`_NoKey` where it has none."""
+    """:func:`argument_key`, raising :class:`_NoKey` where it has none, or for a tensor: a key
+    function keys a tensor in one place as three parts (its dtype, alignment and
+    ``is_cuda``, as :func:`slow_key` does), and a tensor met in the place of a descriptor or a
+    float keyed as one part would give the same launch a second key, so a second miss."""
     part = argument_key(value)
-    if part is UNCACHED:
+    if part is UNCACHED or isinstance(value, torch.Tensor):
         raise _NoKey
     return part
 

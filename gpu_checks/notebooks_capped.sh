@@ -5,6 +5,7 @@
 #
 #   bash gpu_checks/notebooks_capped.sh 15                      # every notebook
 #   bash gpu_checks/notebooks_capped.sh 22 notebooks/09_*.ipynb --durations=5
+#   bash gpu_checks/notebooks_capped.sh 15 -n 13                # a worker per notebook
 #
 # Arguments after GIB replace the default `notebooks` (notebook paths and pytest options).
 # Run from the repository root with jupyter's kernel stack and nbval installed. Exits with
@@ -28,4 +29,10 @@ if torch.cuda.is_available():
 EOF
 export IPYTHONDIR="$ipython_dir"
 if [[ $# -eq 0 ]]; then set -- notebooks; fi
+# With pytest-xdist each notebook must stay on one worker, its cells in order in one kernel:
+# xdist's default (--dist load) deals single cells out to the workers, and nearly every cell
+# then fails on names an earlier cell defined in another kernel.
+if [[ " $* " =~ " -n " || " $* " =~ " -n"[0-9] ]] && [[ ! " $* " =~ " --dist" ]]; then
+  set -- "$@" --dist loadfile
+fi
 python3 -m pytest -q --nbval-lax --nbval-kernel-startup-timeout=300 -p no:cacheprovider "$@"

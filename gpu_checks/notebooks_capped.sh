@@ -5,9 +5,11 @@
 #
 #   bash gpu_checks/notebooks_capped.sh 15                      # every notebook
 #   bash gpu_checks/notebooks_capped.sh 22 notebooks/09_*.ipynb --durations=5
-#   bash gpu_checks/notebooks_capped.sh 15 -n 13                # a worker per notebook
+#   bash gpu_checks/notebooks_capped.sh 15 -n 9                 # nine notebooks at a time
 #
-# Arguments after GIB replace the default `notebooks` (notebook paths and pytest options).
+# Arguments after GIB are pytest options and notebook paths (default: `notebooks`). With -n N,
+# N notebooks run at once on the one GPU, each under its own cap: keep N x GIB within the GPU's
+# memory (nine at 15 GiB on a 139 GiB H200), or a notebook can fail for memory its cap allowed.
 # Run from the repository root with jupyter's kernel stack and nbval installed. Exits with
 # pytest's status; the IPython folder it makes is removed on every exit path. Kernels may take
 # up to five minutes to start: with pytest-xdist (-n 12) a dozen start at once, each importing
@@ -28,7 +30,13 @@ if torch.cuda.is_available():
     print(f"memory capped at $gib GiB of {_total / 2**30:.0f}")
 EOF
 export IPYTHONDIR="$ipython_dir"
-if [[ $# -eq 0 ]]; then set -- notebooks; fi
+# Options alone still run the notebooks: without a path pytest would take pyproject's testpaths
+# (the unit tests and doctests too).
+given_paths=0
+for arg in "$@"; do
+  if [[ $arg == *.ipynb || -d $arg ]]; then given_paths=1; fi
+done
+if (( ! given_paths )); then set -- "$@" notebooks; fi
 # With pytest-xdist each notebook must stay on one worker, its cells in order in one kernel:
 # xdist's default (--dist load) deals single cells out to the workers, and nearly every cell
 # then fails on names an earlier cell defined in another kernel.

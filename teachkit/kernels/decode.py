@@ -496,7 +496,7 @@ programs keep the memory as busy, and these tiles hold them: compiled as launche
 with these tiles read at 0.93-0.99x cuDNN and 1.01-1.07x the two of the default before (128
 keys in 2 stages for short ranges, in 3 for long, :data:`_SHORT_ROW_TILES`), which read at
 0.91-0.98x; the most gained by short caches (one sequence of 4k tokens: 0.94x to 0.99x; two of
-1k: 0.93x to 0.99x; one of 1k, an 11 µs call: 0.91x to 0.93x). Merging in one launch
+1k: 0.93x to 0.99x; one of 1k, a 12 µs replay: 0.91x to 0.93x). Merging in one launch
 (plain launches) the last split of a row reads every partial of the row, twice as many with
 twice the splits: there four programs an SM read at 0.94-0.99x the two from 4k tokens, and
 such a call keeps two."""

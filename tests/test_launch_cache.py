@@ -174,6 +174,31 @@ def test_the_written_key_function_gives_the_slow_keys_or_steps_aside():
                                                               (one.data_ptr(),))
 
 
+@pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
+def test_a_launch_after_a_change_of_kinds_misses_once():
+    """An argument that is a float in one launch and a tensor in the next (as the flash kernel's
+    q is a TMA descriptor or a tensor by its config) makes the next launch a miss, once: the
+    same launch again hits, and so does a launch of the first kind."""
+    import triton
+    import triton.language as tl
+
+    @cached_launch
+    @triton.jit
+    def copy_kernel(X, Y, EXTRA, N, BLOCK: tl.constexpr):  # EXTRA: any kind, unused
+        offs = tl.arange(0, BLOCK)
+        tl.store(Y + offs, tl.load(X + offs, mask=offs < N), mask=offs < N)
+
+    run = vars(copy_kernel)["run"]
+    x = torch.randn(50, device=DEVICE)
+    for extra, new_key in ((0.5, True), (torch.zeros(3, device=DEVICE), True), (0.25, False)):
+        misses = run.misses
+        for _ in range(2):
+            y = torch.zeros_like(x)
+            copy_kernel[(1,)](x, y, extra, 50, BLOCK=64)
+            torch.testing.assert_close(y, x)
+        assert run.misses - misses == int(new_key), extra
+
+
 def test_a_key_function_met_by_other_kinds_gives_the_slow_key_or_steps_aside():
     """Whatever kinds a key function was written for, a launch it keys gets slow_key's key: one
     launch, one key, so the launch after a change of kinds (a TMA descriptor where a tensor was,

@@ -988,12 +988,19 @@ def plan_before(B: int, S: int, D: int, graph: bool) -> tuple[int, object]:
     return splits, DecodeConfig(128, 4, stages, one_launch=not graph)
 
 
+FOUR_ONE_LAUNCH = "teachkit, four an SM, one launch"
+"""The short-rows sweep's plain D = 64 provider: a captured call's splits and tiles
+(``decode._SHORT_ROW_SPLITS``: four programs an SM) merging in one launch, as a plain call
+would if the rule took plain calls too."""
+
+
 def short_rows_sweep() -> tuple[list, list]:
     """GB/s of contiguous calls (:data:`SHORT_ROWS_PROBLEMS`) by cuDNN (``SDPA cuDNN``), the
     default (``teachkit split-KV, default``) and the plan before the short-row and short-cache
     rules (``teachkit, before``, :func:`plan_before`); launched plainly, then on CUDA-graph
-    replays, interleaved, best of three. The default's rows carry its ranges and tiles
-    (``provider_params``). Returns (plain rows, graph rows)."""
+    replays, interleaved, best of three; plainly at D = 64 also :data:`FOUR_ONE_LAUNCH`. The
+    default's rows carry its ranges and tiles (``provider_params``). Returns (plain rows, graph
+    rows)."""
     from teachkit.kernels import decode
     from teachkit.kernels.decode import decode_attention
 
@@ -1009,6 +1016,11 @@ def short_rows_sweep() -> tuple[list, list]:
                             "teachkit split-KV, default": call,
                             "teachkit, before": functools.partial(call, num_splits=splits,
                                                                   config=config)}
+                    if D == 64 and not graph:  # a captured call's four an SM, in one launch
+                        four, four_splits = decode.default_launch(
+                            B, 32, D, S, torch.float16, q.device, captured=True)
+                        runs[FOUR_ONE_LAUNCH] = functools.partial(
+                            call, num_splits=four_splits, config=four._replace(one_launch=True))
                     start = len(out)
                     best = checked_best_times(runs, "SDPA cuDNN", "short rows", B, S, nbytes,
                                               out, graph=graph, rounds=3, head_dim=D)
@@ -1024,7 +1036,9 @@ def short_rows_sweep() -> tuple[list, list]:
                         f"default ({ranges} ranges of {tiles.block_n}x"
                         f"{tiles.num_stages}) {base / best['teachkit split-KV, default']:.3f}"
                         f", before ({splits} of {config.block_n}x{config.num_stages}) "
-                        f"{base / best['teachkit, before']:.3f}")
+                        f"{base / best['teachkit, before']:.3f}"
+                        + (f", four an SM in one launch {base / best[FOUR_ONE_LAUNCH]:.3f}"
+                           if FOUR_ONE_LAUNCH in best else ""))
                 del q, k, v
     return found
 

@@ -991,7 +991,8 @@ def plan_before(B: int, S: int, D: int, graph: bool) -> tuple[int, object]:
 FOUR_ONE_LAUNCH = "teachkit, four an SM, one launch"
 """The short-rows sweep's plain D = 64 provider: a captured call's splits and tiles
 (``decode._SHORT_ROW_SPLITS``: four programs an SM) merging in one launch, as a plain call
-would if the rule took plain calls too."""
+would if the rule took plain calls too. Compare it with ``teachkit, before``, which passes its
+splits and config too (a plain call given a config checks it: host time that can show)."""
 
 
 def short_rows_sweep() -> tuple[list, list]:
@@ -1038,6 +1039,7 @@ def short_rows_sweep() -> tuple[list, list]:
                         f", before ({splits} of {config.block_n}x{config.num_stages}) "
                         f"{base / best['teachkit, before']:.3f}"
                         + (f", four an SM in one launch {base / best[FOUR_ONE_LAUNCH]:.3f}"
+                           f" ({best['teachkit, before'] / best[FOUR_ONE_LAUNCH]:.3f}x before)"
                            if FOUR_ONE_LAUNCH in best else ""))
                 del q, k, v
     return found

@@ -443,8 +443,9 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
   64 KB in 2 stages read at 99-100 % where the contiguous tiles read at 90-99 % and 3 stages
   of 64 KB at 95-100 % (from 16k tokens such a call now splits, :data:`_PAGED_ENTRY_WAVES`,
-  and reads at 98-100 %); at batch 16 (3.9 programs an SM) the contiguous tiles read at
-  99-100 %, 64 KB in 2 stages at 87-90 % and in 3 stages at 86-100 %."""
+  and reads at 98 % at 16k tokens, the record's one such problem); at batch 16 (3.9 programs
+  an SM) the contiguous tiles read at 99-100 %, 64 KB in 2 stages at 87-90 % and in 3 stages at
+  86-100 %."""
 
 _SHORT_ROW_TILES = {90: (32 * 1024, 3)}
 """Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
@@ -498,8 +499,8 @@ keys in 2 stages for short ranges, in 3 for long, :data:`_SHORT_ROW_TILES`), whi
 0.91-0.98x; the most gained by short caches (one sequence of 4k tokens: 0.94x to 0.99x; two of
 1k: 0.93x to 0.99x; one of 1k, a 12 µs replay: 0.91x to 0.93x). Merging in one launch
 (plain launches) the last split of a row reads every partial of the row, twice as many with
-twice the splits: there four programs an SM read at 0.94-0.99x the two from 4k tokens, and
-such a call keeps two."""
+twice the splits: there four programs an SM read at 0.94-0.99x the two from 4k tokens in a
+scratch run, and such a call keeps two."""
 
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
@@ -561,7 +562,7 @@ least at 1.33 an SM), and at 0.98-1.09x cuDNN from 16k tokens where unsplit they
 0.82-1.03x. Ranges whose grid spills just past a whole wave lose: two ranges of 136 programs
 (272 places for 264) read at 0.84-0.86x the unsplit grid. At 1.45 programs an SM (192) four
 ranges gained 1-2 % from 16k tokens and lost 3-7 % below, so such a grid stays unsplit; and
-at 2k tokens, below :data:`_LAST_WAVE_FEWEST_KEYS`, the best split count lost 0-6 %. A
+at 2k tokens, below :data:`_LAST_WAVE_FEWEST_KEYS`, the best split count lost 0-5 %. A
 paged call that holds its table row splits alike, with the usual tiles (32 KB in 2 stages) as
 any split paged call: five sequences of 4k tokens read at 100-102 % of the contiguous default,
 against 94-96 % unsplit (in a scratch run 128-key tiles read at 0.89x the contiguous default
@@ -665,7 +666,7 @@ _PAGED_SPLIT_WAVES = {90: 4}
 measured; elsewhere 2, as contiguous. More programs in flight hide the table's extra wait: on an
 H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel; ``gpu_checks/decode_gpu.py
 --paged-sweep``, record ``decode_paged_nvidia_h200``), the contiguous tiles with 4 programs an SM
-read pages at 96-100 % of the contiguous default from 2k tokens on, against 81-99 % for 3 stages of
+read pages at 96-99 % of the contiguous default from 2k tokens on, against 81-99 % for 3 stages of
 64 KB with 2 (the least on the shortest caches). A call that merges in one launch aims for 2, as
 contiguous: its last split of a row reads every partial of the row, twice as many with twice the
 splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k tokens, two of 1k), the

@@ -161,9 +161,10 @@ replays, one run): with the mask, one program per tile was 1.08-1.31x faster at 
 and the persistent grid 1.05-1.37x faster from 128 units on (head dims 64 and 128, B * H = 8 to
 128, L = 256 to 2048); without it at head dim 64, one program per tile was 1.03-1.14x faster
 at 1 to 256 units but one (0.97x at 256), level at 512 units (0.99x), and 0.90x against 0.99x
-cuDNN at L = 1024 with 4096 units (``attention_persistent_nvidia_h200``). At 64 units (B * L =
-2048 tokens, H = 8, L = 512-2048, causal; ``attention_small_nvidia_h200``) ``flash_attention``
-reads at 0.96-1.07x cuDNN one program per tile, where the persistent forms read 0.73-0.95x."""
+cuDNN at L = 1024 with 4096 units (``attention_d64_nvidia_h200`` and
+``attention_persistent_nvidia_h200``). At 64 units (B * L = 2048 tokens, H = 8, L = 512-2048,
+causal; ``attention_small_nvidia_h200``) one program per tile (128-key blocks) reads at
+0.96-1.07x cuDNN, where the persistent forms read 0.70-0.95x."""
 
 HOPPER_MAX_REGISTERS = 168
 """Registers a thread at launch (``maxnreg``): 12 warps x 32 threads x 168 fit the SM's 65,536.

@@ -56,10 +56,26 @@ def execute(path: Path, timeout: int = 1800) -> tuple[str, float]:
                 output.text = strip_tracer_lines(output.text)
         # A progress bar (a tqdm widget) lives while its cell runs: the committed notebook keeps
         # what the cell printed, not the bar's first frame.
-        cell.outputs = [o for o in cell.outputs if (o.output_type != "stream" or o.text)
-                        and WIDGET_VIEW not in o.get("data", {})]
+        cell.outputs = merge_streams([o for o in cell.outputs
+                                      if (o.output_type != "stream" or o.text)
+                                      and WIDGET_VIEW not in o.get("data", {})])
     nbformat.write(nb, path)
     return path.name, time.perf_counter() - start
+
+
+def merge_streams(outputs: list) -> list:
+    """``outputs`` with each run of stream outputs to one stream (stdout, stderr) joined into one:
+    how a cell's prints are cut into messages depends on the kernel's timing, and joined they
+    give the same committed notebook from one run to the next."""
+    merged: list = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (output.output_type == "stream" and last is not None
+                and last.output_type == "stream" and last.name == output.name):
+            last.text += output.text
+        else:
+            merged.append(output)
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,6 +69,40 @@ def test_committed_from_one_clean_run(path):
     assert errors == []
 
 
+def load_execute_script():
+    spec = importlib.util.spec_from_file_location("execute_notebooks",
+                                                  ROOT / "scripts" / "execute_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_run_of_prints_to_one_stream_is_committed_as_one_output():
+    nbformat = pytest.importorskip("nbformat")
+    out = nbformat.v4.new_output
+    outputs = [out("stream", name="stdout", text="a\n"),
+               out("stream", name="stdout", text="b"),
+               out("stream", name="stderr", text="warn\n"),
+               out("stream", name="stdout", text="c\n"),
+               out("execute_result", data={"text/plain": "1"}, execution_count=1),
+               out("stream", name="stdout", text="d\n")]
+    merged = load_execute_script().merge_streams(outputs)
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in merged] == [
+        ("stream", "stdout", "a\nb"), ("stream", "stderr", "warn\n"),
+        ("stream", "stdout", "c\n"), ("execute_result", None, None),
+        ("stream", "stdout", "d\n")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_a_cells_prints_are_not_cut_by_the_kernels_timing(path):
+    """Consecutive prints to one stream are one output, as ``scripts/execute_notebooks.py``
+    joins them, so a re-run changes only what the code prints."""
+    cut = [i for i, c in enumerate(code_cells(path))
+           for a, b in zip(c["outputs"], c["outputs"][1:], strict=False)
+           if a["output_type"] == b["output_type"] == "stream" and a["name"] == b["name"]]
+    assert cut == [], f"code cells {cut}: run scripts/execute_notebooks.py"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
 def test_no_timestamps_and_no_machine_paths(path):
     cells = code_cells(path)

@@ -477,10 +477,10 @@ sequences: 1.2 programs an SM): 32 KB in 3 stages read at 0.96x cuDNN at 1k toke
 --contiguous-sweep``, record ``decode_contiguous_nvidia_h200``). Side by side
 (``gpu_checks/decode_gpu.py --short-rows-sweep``, records ``decode_short_rows_nvidia_h200``
 and ``..._cudagraph``, interleaved, best of three) these tiles read at 1.04x the 64 KB tiles at
-1k tokens and 1.02x at 2k, replayed and plain alike: 0.97-0.98x cuDNN, where the 64 KB tiles
-read at 0.93-0.95x. With more programs an SM the two read alike (six to eight sequences, 1.5-1.9
-an SM: within 1.5 % either way in an earlier scratch run, the 64 KB tiles ahead from seven),
-and such grids keep the 64 KB tiles (0.97-1.01x cuDNN in those records)."""
+1k tokens replayed and 1.02x launched plainly, and 1.02x at 2k: 0.96-0.97x cuDNN, where the
+64 KB tiles read at 0.93-0.95x. With more programs an SM the two read alike (six to eight
+sequences, 1.5-1.9 an SM: within 1.5 % either way in an earlier scratch run, the 64 KB tiles
+ahead from seven), and such grids keep the 64 KB tiles (0.98-1.02x cuDNN in those records)."""
 
 _SHORT_ROW_SPLITS = {90: (4, 32 * 1024, 2)}
 """Programs an SM a contiguous 16-bit call with rows of K and V of 128 bytes (``D = 64``) aims
@@ -494,13 +494,13 @@ programs keep the memory as busy, and these tiles hold them: compiled as launche
 70 KB of shared memory (three). On an H200 (one and two sequences, H = 32, D = 64 fp16,
 1k-64k tokens, graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py
 --short-rows-sweep``, record ``decode_short_rows_nvidia_h200_cudagraph``): four programs an SM
-with these tiles read at 0.93-0.99x cuDNN and 1.01-1.07x the two of the default before (128
+with these tiles read at 0.93-0.99x cuDNN and 1.01-1.06x the two of the default before (128
 keys in 2 stages for short ranges, in 3 for long, :data:`_SHORT_ROW_TILES`), which read at
-0.91-0.98x; the most gained by short caches (one sequence of 4k tokens: 0.94x to 0.99x; two of
-1k: 0.93x to 0.99x; one of 1k, a 12 µs replay: 0.91x to 0.93x). Merging in one launch
+0.92-0.98x; the most gained by short caches (one sequence of 4k tokens: 0.94x to 0.99x; two of
+1k: 0.94x to 0.99x; one of 1k, a 12 µs replay: 0.92x to 0.93x). Merging in one launch
 (plain launches) the last split of a row reads every partial of the row, twice as many with
-twice the splits: there four programs an SM read at 0.94-0.99x the two from 4k tokens in a
-scratch run, and such a call keeps two."""
+twice the splits: there four programs an SM read at 0.95-0.99x the two from 4k tokens (record
+``decode_short_rows_nvidia_h200``: 0.91-0.97x cuDNN), and such a call keeps two."""
 
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes

@@ -40,7 +40,14 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    contiguous and in pages of 16, by the default and by each tile they choose from, unsplit and
    in the ranges that fill its last wave the most, beside cuDNN, 4k and 16k tokens, on
    CUDA-graph replays, with what each kernel compiled to, saved as a record
-   (decode._FULLEST_WAVE_TILES, decode._WAVE_SPLIT_GAIN).
+   (decode._FULLEST_WAVE_TILES, decode._WAVE_SPLIT_GAIN);
+13. with --short-rows-sweep, split calls at D = 64 and short caches of 1.2-1.9 programs an SM
+   at D = 128 by the default and the plan before their rules, beside cuDNN, plain and on
+   CUDA-graph replays, saved as records (decode._SHORT_ROW_SPLITS, decode._SHORT_CACHE_TILES);
+14. with --dependent-merge-sweep, captured split calls at D = 64 and 128 (one to four
+   sequences, 1k-64k tokens) by the default, whose merge kernel is a programmatic dependent
+   launch on sm_90, and with the merge kernel launched after the split kernel, beside cuDNN on
+   CUDA-graph replays, saved as a record (decode._DEPENDENT_MERGE).
 """
 
 from __future__ import annotations
@@ -118,6 +125,11 @@ def main() -> int:
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
                              "teachkit/benchmarks/decode_short_rows_<device>.json and "
                              "..._cudagraph.json")
+    parser.add_argument("--dependent-merge-sweep", action="store_true",
+                        help="only captured split calls at D = 64 and 128, their merge kernel a "
+                             "programmatic dependent launch (the default on sm_90) and launched "
+                             "after the split kernel, beside cuDNN on CUDA-graph replays, saved "
+                             "as teachkit/benchmarks/decode_dependent_merge_<device>.json")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
@@ -162,14 +174,15 @@ def main() -> int:
     kinds = {"paged": args.paged_sweep, "contiguous": args.contiguous_sweep,
              "head_dims": args.head_dim_sweep, "held_table": args.held_table_sweep,
              "interleave": args.interleave_sweep, "entry_waves": args.entry_waves_sweep,
-             "wave_tiles": args.wave_tiles_sweep}
+             "wave_tiles": args.wave_tiles_sweep,
+             "dependent_merge": args.dependent_merge_sweep}
     if any(kinds.values()):
         copy = copy_bandwidth()
         kind = next(name for name, asked in kinds.items() if asked)
         sweeps = {"paged": functools.partial(paged_sweep, copy), "contiguous": contiguous_sweep,
                   "head_dims": head_dim_sweep, "held_table": held_table_sweep,
                   "interleave": interleave_sweep, "entry_waves": entry_waves_sweep,
-                  "wave_tiles": wave_tiles_sweep}
+                  "wave_tiles": wave_tiles_sweep, "dependent_merge": dependent_merge_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
@@ -586,10 +599,11 @@ def paged_sweep(copy: float) -> list:
     return out
 
 
-def planned_with(setting: str, value: dict, call: functools.partial) -> torch.Tensor:
+def planned_with(setting: str, value: object, call: functools.partial) -> torch.Tensor:
     """``call()`` with the ``decode`` module's per-GPU-class table ``setting`` (such as
-    ``"HELD_TABLE_PAGES"``) replaced by ``value`` while it runs, and the launch plans worked
-    out again either side (a call captured into a CUDA graph keeps its kernel)."""
+    ``"HELD_TABLE_PAGES"``, or ``"_DEPENDENT_MERGE"``'s set of classes) replaced by ``value``
+    while it runs, and the launch plans worked out again either side (a call captured into a
+    CUDA graph keeps its kernel)."""
     from teachkit.kernels import decode
 
     kept = getattr(decode, setting)
@@ -1043,6 +1057,53 @@ def short_rows_sweep() -> tuple[list, list]:
                            if FOUR_ONE_LAUNCH in best else ""))
                 del q, k, v
     return found
+
+
+DEPENDENT_MERGE_PROBLEMS = {64: ((1, (1024, 4096, 16384, 65536)), (2, (1024, 4096, 16384))),
+                            128: tuple((B, (1024, 4096, 16384, 65536)) for B in (1, 2, 4))}
+"""The dependent-merge sweep: head dim -> (batch, cache lengths) of contiguous calls, H = 32
+fp16, that split the keys when captured (and so merge with the merge kernel)."""
+
+MERGE_AFTER = "teachkit, merge after the split kernel"
+"""The dependent-merge sweep's provider whose merge kernel is launched as any kernel is, once
+the split kernel before it has finished (``decode._DEPENDENT_MERGE`` emptied while it is
+captured)."""
+
+
+def dependent_merge_sweep() -> list:
+    """GB/s on CUDA-graph replays of captured split calls (:data:`DEPENDENT_MERGE_PROBLEMS`) by
+    cuDNN (``SDPA cuDNN``), the default (``teachkit split-KV, default``: on sm_90 its merge
+    kernel is a programmatic dependent launch) and the same call with its merge kernel launched
+    after the split kernel (:data:`MERGE_AFTER`); interleaved, best of three. The default's rows
+    carry its ranges (``provider_params``)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import decode_attention
+
+    out: list = []
+    for D, problems in DEPENDENT_MERGE_PROBLEMS.items():
+        for B, lengths in problems:
+            for S in lengths:
+                q, k, v, nbytes = decoding_inputs(B, S, D)
+                call = functools.partial(decode_attention, q, k, v, check_values=False)
+                runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                        "teachkit split-KV, default": call,
+                        MERGE_AFTER: functools.partial(planned_with, "_DEPENDENT_MERGE",
+                                                       frozenset(), call)}
+                start = len(out)
+                best = checked_best_times(runs, "SDPA cuDNN", "dependent merge", B, S, nbytes,
+                                          out, graph=True, rounds=3, head_dim=D)
+                _, ranges = decode.default_launch(B, 32, D, S, torch.float16, q.device,
+                                                  captured=True)
+                for i in range(start, len(out)):
+                    if out[i].provider == "teachkit split-KV, default":
+                        out[i] = dataclasses.replace(out[i], provider_params={"ranges": ranges})
+                base = best["SDPA cuDNN"]
+                say(f"D={D} B={B} S={S // 1024}k ({ranges} ranges): x cuDNN default "
+                    f"{base / best['teachkit split-KV, default']:.3f}, merge after "
+                    f"{base / best[MERGE_AFTER]:.3f}; default / merge after "
+                    f"{best[MERGE_AFTER] / best['teachkit split-KV, default']:.3f}")
+                del q, k, v
+    return out
 
 
 def host_profile() -> None:

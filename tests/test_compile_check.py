@@ -71,7 +71,7 @@ def test_every_family_is_listed_once_with_its_kernels_arguments_in_order():
     from teachkit.kernels import compile_check as cc
 
     configs = cc.all_launch_configs()
-    assert len(configs) == 300
+    assert len(configs) == 312
     names = [c.name for c in configs]
     assert len(names) == len(set(names))
     assert {c.kernel.__name__ for c in configs} == {
@@ -440,6 +440,19 @@ def test_merge_evidence_orders_the_one_launch_merge():
     assert lines[1].startswith("bar.sync") and "atom.global.gpu.acq_rel.add" in lines[2]
     assert lines[-2].startswith("bar.sync")
     assert lines[-1] == "with its merge: 1 atom, 4 ld.volatile; without: 0 atom, 0 ld.volatile"
+
+
+def test_the_merge_kernel_waits_for_the_split_grid_where_it_is_a_dependent_launch():
+    """``--dependent-merge-evidence``: on sm_90 the decode merge kernel holds
+    ``griddepcontrol.wait`` before its first load; compiled for the other classes it holds no
+    grid dependency control (sm_75 and sm_80 have none)."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--dependent-merge-evidence"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["sm_75", "sm_80", "sm_89", "sm_90"]
+    assert all(line.endswith(": no griddepcontrol") for line in lines[:3])
+    assert lines[3].endswith("dependent launch: griddepcontrol.wait (before the first load)")
 
 
 def test_exchange_evidence_shows_the_fence_of_the_counter_and_none_in_the_word():

@@ -590,6 +590,51 @@ def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
     assert relative_error(out, want) < 1e-3
 
 
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="CUDA graphs need a GPU")
+def test_replays_of_a_captured_merge_read_every_partial_of_new_inputs():
+    """A captured split call, replayed on new contents of its inputs each time: its merge
+    kernel (a programmatic dependent launch on sm_90, waiting for the split kernel's grid)
+    must see each replay's partials, not the last replay's."""
+    dev = teachkit.DEVICE
+    gen = torch.Generator(device=dev).manual_seed(5)
+    q = torch.empty(1, 32, 1, 64, device=dev, dtype=torch.float16)
+    k, v = (torch.empty(1, 32, 16384, 64, device=dev, dtype=torch.float16) for _ in range(2))
+    for t in (q, k, v):
+        t.normal_(generator=gen)
+    decode_attention(q, k, v, check_values=False)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        out = decode_attention(q, k, v, check_values=False)
+    torch.cuda.current_stream().wait_stream(side)
+    for _ in range(20):
+        for t in (q, k, v):
+            t.normal_(generator=gen)
+        graph.replay()
+        want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float())
+        assert relative_error(out, want) < 2e-3
+
+
+def test_a_captured_split_call_merges_as_a_dependent_launch_on_sm_90_only():
+    """The merge kernel of a captured split call is a programmatic dependent launch on
+    ``decode._DEPENDENT_MERGE``'s GPU classes (sm_90); a plain call merges in one launch and an
+    unsplit one has no merge (the plan is pure Python)."""
+    dev = torch.device(DEV)
+    for capability, dependent in (((9, 0), True), ((8, 0), False), ((8, 9), False),
+                                  ((7, 5), False), ((10, 0), False)):
+        with planned_on(capability):
+            def plan(captured, splits=None):
+                return decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 16384,
+                                           splits, None, 0, captured)
+
+            captured, plain, unsplit = plan(True), plan(False), plan(True, 1)
+        assert captured.num_splits > 1 and not captured.one_launch, capability
+        assert captured.dependent_merge == dependent, capability
+        assert plain.one_launch and not plain.dependent_merge, capability
+        assert not unsplit.dependent_merge, capability
+
+
 @contextlib.contextmanager
 def planned_on(capability: tuple[int, int], sms: int = 132):
     """``decode._launch_plan`` as on a compiled GPU of ``capability`` with ``sms`` SMs (the

@@ -15,7 +15,9 @@ programs an SM they leave; ``--last-wave-residency`` does the same for a contigu
 ``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
 unsplit grid of more than two programs an SM chooses from, contiguous and paged, with their
 shared memory; ``--short-rows-residency`` for the tiles a captured call at ``D = 64`` splits
-with.
+with. ``--dependent-merge-evidence`` compiles the decode merge kernel for each GPU class and
+prints its grid dependency control: ``griddepcontrol.wait`` before its first load where it is a
+programmatic dependent launch (sm_90), none elsewhere.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
@@ -104,6 +106,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--merge-evidence", action="store_true",
                         help="the PTX lines that order the one-launch decoding merge: barriers, "
                              "the atomic count, volatile loads of the partials (--arch)")
+    parser.add_argument("--dependent-merge-evidence", action="store_true",
+                        help="the decode merge kernel's grid dependency control in PTX, per GPU "
+                             "class: griddepcontrol.wait where it is a programmatic dependent "
+                             "launch")
     parser.add_argument("--exchange-evidence", action="store_true",
                         help="the resident softmax's exchange of (m, d) in sm_90 SASS: memory "
                              "barriers and atomics, as an arrival counter and as one 64-bit word")
@@ -301,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge_evidence:
         print("\n".join(cc.merge_evidence(args.arch)))
+        return 0
+    if args.dependent_merge_evidence:
+        print("\n".join(cc.dependent_merge_evidence()))
         return 0
     if args.resident_registers:
         print("\n".join(cc.resident_register_evidence(args.arch)))

@@ -500,7 +500,8 @@ def decode_launch_configs() -> list[KernelConfig]:
     unsplit grid then takes the contiguous tiles), and, where its tiles hold several pages on a
     GPU class of :data:`~teachkit.kernels.decode.INTERLEAVE_PAGES_PER_SM`, with them
     interleaved as well; the merge kernel for 2 and
-    :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256). Head-dim
+    :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256), waiting for
+    the split kernel's grid where it is a programmatic dependent launch (``PDL``). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
     """
     configs = []
@@ -564,10 +565,14 @@ def decode_launch_configs() -> list[KernelConfig]:
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):
             for splits in (2, decode.MAX_SPLITS):
-                configs.append(_config(
-                    f"decode merge {ty} D={d} SPLITS={splits}", decode.decode_merge_kernel,
-                    merge_types,
-                    {"HEAD_DIM": d, "SPLITS": splits}, 4, 1))
+                for pdl in (False, True):  # a programmatic dependent launch where it is one
+                    classes = tuple(cls for cls in GPU_CLASSES
+                                    if (cls in decode._DEPENDENT_MERGE) == pdl)
+                    configs.append(_config(
+                        f"decode merge {ty} D={d} SPLITS={splits}"
+                        f"{' dependent launch' if pdl else ''}", decode.decode_merge_kernel,
+                        merge_types, {"HEAD_DIM": d, "SPLITS": splits, "PDL": pdl}, 4, 1,
+                        classes))
     return configs
 
 
@@ -978,6 +983,32 @@ def merge_evidence(capability: int = 90) -> list[str]:
 
     return [f"sm_{capability}, {config.name}:", *shown,
             f"with its merge: {counts(lines)}; without: {counts(plain_lines)}"]
+
+
+def dependent_merge_evidence() -> list[str]:
+    """The grid dependency control (``griddepcontrol``) in the PTX of the decode merge kernel as
+    :func:`decode_launch_configs` checks it for each GPU class (``D = 128``, bfloat16, two
+    splits): ``griddepcontrol.wait`` before its first load on the classes where it is a
+    programmatic dependent launch (:data:`~teachkit.kernels.decode._DEPENDENT_MERGE`), none
+    elsewhere (sm_75 and sm_80 have no such instruction).
+
+    Needs no GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels
+    --dependent-merge-evidence`` arranges that).
+    """
+    lines = []
+    for config in decode_launch_configs():
+        if (config.kernel is not decode.decode_merge_kernel
+                or not config.name.startswith("decode merge bf16 D=128 SPLITS=2")):
+            continue
+        for capability in config.capabilities:
+            ptx = [line.strip() for line in _compile(config, capability).asm["ptx"].splitlines()]
+            loads = [i for i, line in enumerate(ptx) if "ld.global" in line]
+            control = [(i, line.split(";")[0].strip()) for i, line in enumerate(ptx)
+                       if line.startswith("griddepcontrol")]
+            shown = ", ".join(f"{line} (before the first load)" if loads and i < loads[0]
+                              else line for i, line in control)
+            lines.append(f"sm_{capability}, {config.name}: {shown or 'no griddepcontrol'}")
+    return sorted(lines)
 
 
 def sass(config: KernelConfig, capability: int = 90) -> str:

@@ -57,9 +57,10 @@ being captured into a CUDA graph gets the merge kernel instead (:func:`decode_co
 a second kernel does: the graph repeats the zero-fill of the captured call's fresh counters at
 every replay (:func:`merge_counters`), and the fence, the count and the last split's reads of
 the partials cost the rest (``teachkit/benchmarks/decode_nvidia_h100.json`` and
-``..._cudagraph.json`` time both; notebook 09 prints the ratios). The compile check of
-``python -m teachkit.kernels`` (:mod:`teachkit.kernels.compile_check`) proves every
-configuration fits the GPUs learners use.
+``..._cudagraph.json`` time both; notebook 09 prints the ratios). On sm_90 that merge kernel
+is a programmatic dependent launch, set up while the split kernel finishes
+(:data:`_DEPENDENT_MERGE`). The compile check of ``python -m teachkit.kernels``
+(:mod:`teachkit.kernels.compile_check`) proves every configuration fits the GPUs learners use.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from typing import NamedTuple
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors, on_other_gpu
 from ..gpus import gpu_class
@@ -369,7 +371,7 @@ def merge_splits(O, LSE, OUT, LSE_OUT, out_row, row_ok, offs_d, num_splits, n_ro
 @triton.jit
 def decode_merge_kernel(
     O_PART, LSE_PART, O, LSE, n_rows, num_splits,
-    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
 ):
     """Program ``row``: merge the ``num_splits`` partial results of one (sequence, head, query
     token) by their lse, the rule of :func:`teachkit.attention.merge_partials` for many parts.
@@ -377,7 +379,14 @@ def decode_merge_kernel(
     Shapes: ``O_PART`` ``(num_splits, n_rows, HEAD_DIM)`` and ``LSE_PART``
     ``(num_splits, n_rows)`` float32; ``O`` ``(n_rows, HEAD_DIM)``; ``LSE`` ``(n_rows,)``, all
     contiguous (``n_rows = B * H * Lq``: the call's buffers ``(num_splits, B, H, Lq, ...)`` seen
-    as rows). A row loads ``(SPLITS, HEAD_DIM)`` partials and ``(SPLITS,)`` lse."""
+    as rows). A row loads ``(SPLITS, HEAD_DIM)`` partials and ``(SPLITS,)`` lse.
+
+    With ``PDL`` the kernel is launched as a programmatic dependent launch (``launch_pdl``,
+    sm_90 and later: :data:`_DEPENDENT_MERGE`): the GPU may start it before the split kernel
+    before it on the stream has finished, so every program first waits, at
+    ``griddepcontrol.wait``, until that grid is done and its partials are visible."""
+    if PDL:  # launched early: wait for the split kernel's grid and its writes
+        gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     offs_s = tl.arange(0, SPLITS)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -501,6 +510,23 @@ keys in 2 stages for short ranges, in 3 for long, :data:`_SHORT_ROW_TILES`), whi
 (plain launches) the last split of a row reads every partial of the row, twice as many with
 twice the splits: there four programs an SM read at 0.95-0.99x the two from 4k tokens (record
 ``decode_short_rows_nvidia_h200``: 0.91-0.97x cuDNN), and such a call keeps two."""
+
+_DEPENDENT_MERGE = frozenset({90})
+"""GPU classes (:func:`~teachkit.gpus.gpu_class`) on which a call that merges with
+:func:`decode_merge_kernel` launches it as a programmatic dependent launch (Triton's
+``launch_pdl``; sm_90 and later), where measured. A kernel launched after another on a stream
+normally starts once that one has finished and its writes are flushed; launched so, the GPU
+may set it up while the split kernel's last programs still run, and its programs wait at
+``griddepcontrol.wait`` (``PDL``) for that grid to be done and its partials visible (``python
+-m teachkit.kernels --dependent-merge-evidence`` shows the instruction on sm_90 and none on
+the other classes). The split kernel does not signal its dependents before it ends
+(``griddepcontrol.launch_dependents``), so merge programs never wait on an SM a split program
+could use. On an H200's graph replays (one and two sequences at ``D = 64`` and ``128``, H = 32
+fp16, 1k-64k tokens, interleaved, best of three; ``gpu_checks/decode_gpu.py
+--dependent-merge-sweep``, record ``decode_dependent_merge_nvidia_h200``) captured split calls
+read at 1.00-1.02x the merge kernel launched after the split kernel, the most on the
+shortest caches (1.01-1.02x at 1k-4k tokens at ``D = 64``, 0.2-0.3 µs of a 12-31 µs replay),
+against 1.00x where four sequences do not split (no merge kernel: the timing's noise)."""
 
 _WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
@@ -1602,7 +1628,8 @@ def decode_attention(
     if num_splits > 1 and not one_launch:
         decode_merge_kernel[(B * H * Lq,)](
             o_part, lse_part, out, lse, B * H * Lq, num_splits,
-            HEAD_DIM=D, SPLITS=next_power_of_2(num_splits), num_warps=4,
+            HEAD_DIM=D, SPLITS=next_power_of_2(num_splits), PDL=plan.dependent_merge,
+            num_warps=4, launch_pdl=plan.dependent_merge,
         )
     return (out, lse) if return_lse else out
 
@@ -1611,7 +1638,8 @@ class _DecodePlan(NamedTuple):
     """What a call launches with, worked out from its sizes: the output's shape
     ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``, the row blocks, the splits, whether the
     split kernel merges, its counters, the key of the buffers the call keeps
-    (:func:`_decode_buffers`), and for a paged call whose programs hold their table row the
+    (:func:`_decode_buffers`), whether the merge kernel is a programmatic dependent launch
+    (:data:`_DEPENDENT_MERGE`), and for a paged call whose programs hold their table row the
     row's width in the kernel (``TABLE_TILE``, a power of two; 0: the entries are read as the
     keys need them, :func:`held_table_pages`). The kernels address the buffers a call
     allocates (``out`` ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials
@@ -1628,6 +1656,7 @@ class _DecodePlan(NamedTuple):
     buffers: str
     table_tile: int = 0
     interleave_pages: bool = False
+    dependent_merge: bool = False
 
 
 @functools.lru_cache(maxsize=256)
@@ -1772,8 +1801,10 @@ def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     counters = B * H_kv * row_blocks  # one per (sequence, cache head, row block) for the merge
     buffers = (f"decode buffers: out {B}x{H}x{Lq}x{D}, {num_splits} splits, "
                f"{counters if one_launch else 0} counters")
+    dependent = (num_splits > 1 and not one_launch and not INTERPRETED
+                 and gpu_class(compute_capability(device)) in _DEPENDENT_MERGE)
     return _DecodePlan((B, H, Lq, D), config, block_m, row_blocks, num_splits, one_launch,
-                       counters, buffers)
+                       counters, buffers, dependent_merge=dependent)
 
 
 def _row_blocks(rows: int, D: int, dtype: torch.dtype) -> tuple[int, int]:

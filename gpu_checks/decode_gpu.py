@@ -1009,6 +1009,14 @@ would if the rule took plain calls too. Compare it with ``teachkit, before``, wh
 splits and config too (a plain call given a config checks it: host time that can show)."""
 
 
+def label_default(out: list, start: int, params: dict) -> None:
+    """Give the default's Measurement among ``out[start:]`` (one problem's rows) ``params`` as
+    its ``provider_params``: how the default launched."""
+    for i in range(start, len(out)):
+        if out[i].provider == "teachkit split-KV, default":
+            out[i] = dataclasses.replace(out[i], provider_params=params)
+
+
 def short_rows_sweep() -> tuple[list, list]:
     """GB/s of contiguous calls (:data:`SHORT_ROWS_PROBLEMS`) by cuDNN (``SDPA cuDNN``), the
     default (``teachkit split-KV, default``) and the plan before the short-row and short-cache
@@ -1041,11 +1049,8 @@ def short_rows_sweep() -> tuple[list, list]:
                                               out, graph=graph, rounds=3, head_dim=D)
                     tiles, ranges = decode.default_launch(B, 32, D, S, torch.float16, q.device,
                                                           captured=graph)
-                    for i in range(start, len(out)):
-                        if out[i].provider == "teachkit split-KV, default":
-                            out[i] = dataclasses.replace(out[i], provider_params={
-                                "ranges": ranges, "block_n": tiles.block_n,
-                                "stages": tiles.num_stages})
+                    label_default(out, start, {"ranges": ranges, "block_n": tiles.block_n,
+                                               "stages": tiles.num_stages})
                     base = best["SDPA cuDNN"]
                     say(f"D={D} B={B} S={S // 1024}k {'graph' if graph else 'plain'}: x cuDNN "
                         f"default ({ranges} ranges of {tiles.block_n}x"
@@ -1094,9 +1099,7 @@ def dependent_merge_sweep() -> list:
                                           out, graph=True, rounds=3, head_dim=D)
                 _, ranges = decode.default_launch(B, 32, D, S, torch.float16, q.device,
                                                   captured=True)
-                for i in range(start, len(out)):
-                    if out[i].provider == "teachkit split-KV, default":
-                        out[i] = dataclasses.replace(out[i], provider_params={"ranges": ranges})
+                label_default(out, start, {"ranges": ranges})
                 base = best["SDPA cuDNN"]
                 say(f"D={D} B={B} S={S // 1024}k ({ranges} ranges): x cuDNN default "
                     f"{base / best['teachkit split-KV, default']:.3f}, merge after "

@@ -569,6 +569,18 @@ def test_a_decoding_step_replays_from_a_cuda_graph():
                                              num_splits=splits))
 
 
+def captured_call(call):
+    """``call()`` captured into a CUDA graph on a side stream (as capture needs), and nothing
+    else run: the graph and what the call returned, which each replay writes again."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        out = call()
+    torch.cuda.current_stream().wait_stream(side)
+    return graph, out
+
+
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="CUDA graphs need a GPU")
 def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
     dev = teachkit.DEVICE
@@ -578,12 +590,7 @@ def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
     launches = merge.hits + merge.misses
     want = decode_attention(q, k, v)  # one launch: the split kernel merges
     assert merge.hits + merge.misses == launches
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-        out = decode_attention(q, k, v, check_values=False)
-    torch.cuda.current_stream().wait_stream(side)
+    graph, out = captured_call(lambda: decode_attention(q, k, v, check_values=False))
     assert merge.hits + merge.misses == launches + 1
     graph.replay()
     torch.cuda.synchronize()
@@ -602,12 +609,7 @@ def test_replays_of_a_captured_merge_read_every_partial_of_new_inputs():
     for t in (q, k, v):
         t.normal_(generator=gen)
     decode_attention(q, k, v, check_values=False)  # compile outside the capture
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-        out = decode_attention(q, k, v, check_values=False)
-    torch.cuda.current_stream().wait_stream(side)
+    graph, out = captured_call(lambda: decode_attention(q, k, v, check_values=False))
     for _ in range(20):
         for t in (q, k, v):
             t.normal_(generator=gen)

@@ -19,9 +19,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MACHINE_PATH = re.compile(r"(/work/|/tmp/|/home/|/root/|/Users/|/content/|[A-Z]:\\\\)")
 
 
-def load_stamp_script():
-    spec = importlib.util.spec_from_file_location("stamp_notebooks",
-                                                  ROOT / "scripts" / "stamp_notebooks.py")
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -36,14 +36,14 @@ def test_there_are_notebooks():
 
 
 def test_every_notebook_carries_the_link_and_setup_cell_of_the_repository_url():
-    stamp = load_stamp_script()
+    stamp = load_script("stamp_notebooks")
     url = stamp.repository_url()
     assert url.startswith("https://github.com/"), url
     assert stamp.disagreements(url) == [], "run: python scripts/stamp_notebooks.py"
 
 
 def test_the_setup_cell_installs_from_the_url_only_where_teachkit_is_missing():
-    stamp = load_stamp_script()
+    stamp = load_script("stamp_notebooks")
     url = "https://github.com/someone/fork"
     source = stamp.setup_source(url)
     assert f"git+{url}" in source and 'find_spec("teachkit") is None' in source
@@ -55,7 +55,7 @@ def test_the_setup_cell_installs_from_the_url_only_where_teachkit_is_missing():
 
 
 def test_the_setup_cell_does_nothing_where_teachkit_imports(capsys):
-    stamp = load_stamp_script()
+    stamp = load_script("stamp_notebooks")
     exec(compile(stamp.setup_source("https://github.com/someone/fork"), "setup", "exec"), {})
     assert capsys.readouterr().out == ""
 
@@ -69,14 +69,6 @@ def test_committed_from_one_clean_run(path):
     assert errors == []
 
 
-def load_execute_script():
-    spec = importlib.util.spec_from_file_location("execute_notebooks",
-                                                  ROOT / "scripts" / "execute_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_run_of_prints_to_one_stream_is_committed_as_one_output():
     nbformat = pytest.importorskip("nbformat")
     out = nbformat.v4.new_output
@@ -86,7 +78,7 @@ def test_a_run_of_prints_to_one_stream_is_committed_as_one_output():
                out("stream", name="stdout", text="c\n"),
                out("execute_result", data={"text/plain": "1"}, execution_count=1),
                out("stream", name="stdout", text="d\n")]
-    merged = load_execute_script().merge_streams(outputs)
+    merged = load_script("execute_notebooks").merge_streams(outputs)
     assert [(o.output_type, o.get("name"), o.get("text")) for o in merged] == [
         ("stream", "stdout", "a\nb"), ("stream", "stderr", "warn\n"),
         ("stream", "stdout", "c\n"), ("execute_result", None, None),

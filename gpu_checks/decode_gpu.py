@@ -47,7 +47,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 14. with --dependent-merge-sweep, captured split calls at D = 64 and 128 (one to four
    sequences, 1k-64k tokens) by the default, whose merge kernel is a programmatic dependent
    launch on sm_90, and with the merge kernel launched after the split kernel, beside cuDNN on
-   CUDA-graph replays, saved as a record (decode._DEPENDENT_MERGE).
+   CUDA-graph replays, saved as a record (decode._DEPENDENT_MERGE);
+15. with --nearly-full-sweep, unsplit grids of nearly one program an SM at D = 64 (three and
+   four sequences, 1k-64k tokens) by the default and by its two tiles (256 and 128 keys in 3
+   stages), beside cuDNN, plain and on CUDA-graph replays, saved as records
+   (decode._NEARLY_FULL_MIN_BLOCKS).
 """
 
 from __future__ import annotations
@@ -130,6 +134,11 @@ def main() -> int:
                              "programmatic dependent launch (the default on sm_90) and launched "
                              "after the split kernel, beside cuDNN on CUDA-graph replays, saved "
                              "as teachkit/benchmarks/decode_dependent_merge_<device>.json")
+    parser.add_argument("--nearly-full-sweep", action="store_true",
+                        help="only unsplit grids of nearly one program an SM at D = 64, by the "
+                             "default and by 256- and 128-key tiles, beside cuDNN, plain and on "
+                             "CUDA-graph replays, saved as teachkit/benchmarks/"
+                             "decode_nearly_full_<device>.json and ..._cudagraph.json")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
@@ -163,11 +172,13 @@ def main() -> int:
     if args.sweep_at:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
-    if args.split_sweep or args.last_wave_sweep or args.short_rows_sweep:
+    if (args.split_sweep or args.last_wave_sweep or args.short_rows_sweep
+            or args.nearly_full_sweep):
         copy = copy_bandwidth()
         kind, run = (("split", split_sweep) if args.split_sweep else
                      ("last_wave", last_wave_sweep) if args.last_wave_sweep else
-                     ("short_rows", short_rows_sweep))
+                     ("short_rows", short_rows_sweep) if args.short_rows_sweep else
+                     ("nearly_full", nearly_full_sweep))
         for rows, graph in zip(run(), (False, True), strict=True):
             save_record(kind, rows, copy, graph, suffix="_cudagraph" if graph else "")
         return failures_status()
@@ -1107,6 +1118,53 @@ def dependent_merge_sweep() -> list:
                     f"{best[MERGE_AFTER] / best['teachkit split-KV, default']:.3f}")
                 del q, k, v
     return out
+
+
+NEARLY_FULL_PROBLEMS = ((3, 4), (1024, 1536, 2048, 4096, 16384, 65536))
+"""The nearly-full sweep: batches (0.73 and 0.97 programs an SM of 32 heads on 132 SMs) and
+cache lengths of contiguous calls at D = 64, H = 32 fp16, which do not split the keys."""
+
+NEARLY_FULL_TILES = {"teachkit, 256 keys x 3": 256, "teachkit, 128 keys x 3": 128}
+"""The nearly-full sweep's tiles, given with one range: provider -> BLOCK_N (64 KB and 32 KB
+of K and V an iteration at D = 64 fp16), in 3 stages."""
+
+
+def nearly_full_sweep() -> tuple[list, list]:
+    """GB/s of unsplit contiguous calls at ``D = 64`` (:data:`NEARLY_FULL_PROBLEMS`) by cuDNN
+    (``SDPA cuDNN``), the default (``teachkit split-KV, default``) and each of
+    :data:`NEARLY_FULL_TILES` (passed with its config: a plain call given one checks it);
+    launched plainly, then on CUDA-graph replays, interleaved, best of three. The default's
+    rows carry its ranges and tiles (``provider_params``). Returns (plain rows, graph rows)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import DecodeConfig, decode_attention
+
+    found: tuple[list, list] = ([], [])
+    batches, lengths = NEARLY_FULL_PROBLEMS
+    for B in batches:
+        for S in lengths:
+            q, k, v, nbytes = decoding_inputs(B, S, 64)
+            call = functools.partial(decode_attention, q, k, v, check_values=False)
+            for graph, out in zip((False, True), found, strict=True):
+                runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                        "teachkit split-KV, default": call}
+                for name, block_n in NEARLY_FULL_TILES.items():
+                    runs[name] = functools.partial(call, num_splits=1,
+                                                   config=DecodeConfig(block_n, 4, 3))
+                start = len(out)
+                best = checked_best_times(runs, "SDPA cuDNN", "nearly full", B, S, nbytes,
+                                          out, graph=graph, rounds=3, head_dim=64)
+                tiles, ranges = decode.default_launch(B, 32, 64, S, torch.float16, q.device,
+                                                      captured=graph)
+                label_default(out, start, {"ranges": ranges, "block_n": tiles.block_n,
+                                           "stages": tiles.num_stages})
+                base = best["SDPA cuDNN"]
+                say(f"D=64 B={B} S={S / 1024:g}k {'graph' if graph else 'plain'}: x cuDNN "
+                    f"default ({ranges} ranges of {tiles.block_n}x{tiles.num_stages}) "
+                    f"{base / best['teachkit split-KV, default']:.3f}, "
+                    + ", ".join(f"{name.split(', ')[1]} {base / best[name]:.3f}"
+                                for name in NEARLY_FULL_TILES))
+            del q, k, v
+    return found
 
 
 def host_profile() -> None:

@@ -838,6 +838,33 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
         assert plan(4).num_splits == 2
 
 
+def test_a_nearly_full_grid_on_a_short_cache_takes_at_most_128_keys_a_tile():
+    """On sm_90 a nearly full unsplit grid at D = 64 (three or four sequences of 32 heads)
+    takes 256-key tiles from ``_NEARLY_FULL_MIN_BLOCKS`` such tiles of cache (2k tokens) and
+    128-key ones in 3 stages below, contiguous or paged with its table row held, plain or
+    captured; D = 128 and 256 keep their tiles, which hold fewer keys than that."""
+    dev = torch.device(DEV)
+
+    def tiles(B, S, D=64, page_size=0, captured=False):
+        plan = decode._launch_plan(B, 32, 1, D, 32, torch.float16, dev, S, None, None,
+                                   page_size, captured)
+        assert plan.num_splits == 1, (B, S, D, page_size)
+        return plan.config[:3]
+
+    assert decode._NEARLY_FULL_MIN_BLOCKS * decode._NEARLY_FULL_MOST_KEYS == 2048
+    with planned_on((9, 0)):
+        for B in (3, 4):
+            for captured in (False, True):
+                assert tiles(B, 1024, captured=captured) == (128, 4, 3), (B, captured)
+                assert tiles(B, 2047, captured=captured) == (128, 4, 3), (B, captured)
+                assert tiles(B, 2048, captured=captured) == (256, 4, 3), (B, captured)
+            assert tiles(B, 1024, page_size=16) == (128, 4, 3), B  # 64 pages: held
+            assert tiles(B, 4096, page_size=16) == (256, 4, 3), B
+            assert tiles(B, 1024, D=128) == (128, 4, 3), B
+            assert tiles(B, 1024, D=256) == (64, 4, 3), B
+        assert decode.default_config(4, 32, 64, 1024, torch.float16, dev).block_n == 128
+
+
 def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
     """On sm_90 (132 SMs) a paged call whose tiles hold several whole pages interleaves them
     where its grid has at most two programs an SM (``INTERLEAVE_PAGES_PER_SM``), held row or

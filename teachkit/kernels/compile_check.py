@@ -459,6 +459,10 @@ LONG_RANGE = 1 << 20
 """Keys per split range that take :func:`~teachkit.kernels.decode.decode_config`'s tiles for
 long ranges wherever it has them."""
 
+SHORT_CACHE = 1024
+"""Keys of a cache short enough to take :func:`~teachkit.kernels.decode.decode_config`'s tiles
+for short caches wherever it has them (its ``cache_keys``)."""
+
 
 def _split_config(ty: str, d: int, cls: int, cfg: decode.DecodeConfig, page_size: int,
                   table_tile: int, interleave: bool, block_m: int, merge: bool,
@@ -492,7 +496,8 @@ def decode_launch_configs() -> list[KernelConfig]:
     keys_per_split=LONG_RANGE)``, one query row, merging either way at ``D = 128``, and paged
     in one launch at ``D = 128`` in bf16), of an unsplit grid of one or two programs an SM
     (and of a grid of nearly one an SM that does not split:
-    :func:`~teachkit.kernels.decode.unsplit_from`), and
+    :func:`~teachkit.kernels.decode.unsplit_from`, on a long cache and on one of
+    :data:`SHORT_CACHE` keys), and
     :func:`~teachkit.kernels.decode.paged_range_tiles` of a captured paged call whose ranges
     hold one iteration where they differ (``D = 128``, bf16, pages of 16), each paged variant
     reading its table entry by entry and, on a GPU class of
@@ -509,39 +514,42 @@ def decode_launch_configs() -> list[KernelConfig]:
         for d in decode.HEAD_DIMS:
             for cls, capability in GPU_CLASSES.items():
                 # (page size, BLOCK_M, merge inside the split kernel, keys per split range,
-                # programs of the unsplit grid per SM, tiles halved)
-                variants = [(p, m, False, None, None, False) for p, m in _decode_variants(ty, d)]
+                # programs of the unsplit grid per SM, keys of the cache, tiles halved)
+                variants = [(p, m, False, None, None, None, False)
+                            for p, m in _decode_variants(ty, d)]
                 if d == 128:  # the merge inside the split kernel: contiguous, one query row
-                    variants.append((0, 16, True, None, None, False))
+                    variants.append((0, 16, True, None, None, None, False))
                 paged_captured = decode.decode_config(d, dtype, capability, paged=True,
                                                       captured=True)
                 if (ty == "bf16" and d == 128
                         and decode.paged_range_tiles(paged_captured, 1, capability)
                         != paged_captured):
                     # captured and paged, ranges of one iteration: their own tiles
-                    variants.append((16, 16, False, None, None, True))
+                    variants.append((16, 16, False, None, None, None, True))
                 split = decode.decode_config(d, dtype, capability, keys_per_split=LONG_RANGE)
                 if split != decode.decode_config(d, dtype, capability):
                     # a split call with long ranges: its own tiles, merging either way, and
                     # paged merging in one launch
                     merges = (False, True) if d == 128 else (False,)
-                    variants += [(0, 16, merge, LONG_RANGE, None, False) for merge in merges]
+                    variants += [(0, 16, merge, LONG_RANGE, None, None, False)
+                                 for merge in merges]
                     if ty == "bf16" and d == 128:
-                        variants.append((16, 16, True, LONG_RANGE, None, False))
+                        variants.append((16, 16, True, LONG_RANGE, None, None, False))
                 wide = decode.decode_config(d, dtype, capability, programs_per_sm=2)
                 if wide != decode.decode_config(d, dtype, capability):
                     # an unsplit grid of one or two programs an SM: its own tiles
-                    variants += [(p, m, False, None, 2, False)
+                    variants += [(p, m, False, None, 2, None, False)
                                  for p, m in _decode_variants(ty, d)]
                 nearly_full = decode.unsplit_from(capability, dtype, d)
                 if nearly_full < 1:
                     # a grid nearly one program an SM, unsplit: its own tiles (contiguous, or
-                    # paged with the row held)
-                    variants += [(p, m, False, None, nearly_full, False)
+                    # paged with the row held), on a long cache and on a short one
+                    variants += [(p, m, False, None, nearly_full, keys, False)
+                                 for keys in (None, SHORT_CACHE)
                                  for p, m in _decode_variants(ty, d)]
                 compiled = set()  # (page size, row held, interleaved, BLOCK_M, merge, tiles)
                 interleaves = decode.interleave_pages_per_sm(capability) > 0
-                for page_size, block_m, merge, split_keys, per_sm, halved in variants:
+                for page_size, block_m, merge, split_keys, per_sm, cache_keys, halved in variants:
                     # a paged program holds its table row (the widest it holds) or reads it;
                     # unsplit, a held row takes the contiguous tiles (decode_attention's plan)
                     held = decode.held_table_pages(capability) if page_size else 0
@@ -549,7 +557,8 @@ def decode_launch_configs() -> list[KernelConfig]:
                         entries = page_size > 0 and not (table_tile and per_sm is not None)
                         cfg = decode.decode_config(d, dtype, capability, paged=entries,
                                                    programs_per_sm=per_sm,
-                                                   keys_per_split=split_keys)
+                                                   keys_per_split=split_keys,
+                                                   cache_keys=cache_keys)
                         if halved:
                             cfg = decode.paged_range_tiles(cfg, 1, capability)
                         # tiles of several whole pages may interleave them (few programs an SM)

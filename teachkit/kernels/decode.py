@@ -564,7 +564,23 @@ _NEARLY_FULL_MOST_KEYS = 256
 ``D = 64`` in 16 bits a 64 KB stage is 256 keys. Capped at 128 keys (32 KB a stage), batches
 3 and 4 read at 0.99-1.06x cuDNN where 256 keys read at 0.98-1.21x, the most on the longest
 caches (record ``decode_head_dims_nvidia_h200``, ``contiguous unsplit 32 KB x 3`` and ``64 KB
-x 3``)."""
+x 3``); on caches shorter than :data:`_NEARLY_FULL_MIN_BLOCKS` such tiles 128 keys read
+faster."""
+
+_NEARLY_FULL_MIN_BLOCKS = 8
+"""The fewest iterations of :data:`_NEARLY_FULL_MOST_KEYS` keys a cache must hold for an
+unsplit nearly full grid (:data:`_NEARLY_FULL_GRID`) to take tiles of that many keys; a shorter
+cache takes at most 128 keys a tile, as other tiles do: with only a few iterations the loop is
+over before three deep stages have overlapped, and twice as many of half the keys keep as much
+in flight. On an H200 (three and four sequences at ``D = 64``, 0.73 and 0.97 programs an SM,
+H = 32 fp16, CUDA-graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py
+--nearly-full-sweep``, records ``decode_nearly_full_nvidia_h200`` and ``..._cudagraph``): on
+1k tokens (four iterations of 256 keys) 128-key tiles in 3 stages read at 0.97-1.00x cuDNN,
+1.007-1.015x the 256-key tiles (0.97-0.99x), and the default with them at 0.99-1.00x; at 1.5k the
+two are within 3 % either way (256 keys ahead at three sequences, 128 at four); from 2k
+tokens on, 256-key tiles read at 1.04-1.21x cuDNN and at 1.00-1.21x the 128-key ones, the
+most on the longest caches. Launched plainly, the host's time shows on caches of up to 2k
+tokens (cuDNN's plain times there are 1.4-2.6x its replayed ones), so the replays decide."""
 
 _LAST_WAVE_GRID = {90: (4 / 3, 2)}
 """Where measured: the most programs an SM (from one) of an unsplit contiguous float16 or
@@ -860,14 +876,16 @@ call to take those tiles."""
 def decode_config(head_dim: int, dtype: torch.dtype,
                   capability: tuple[int, int] | None = None, paged: bool = False,
                   captured: bool = False, programs_per_sm: float | None = None,
-                  keys_per_split: int | None = None) -> DecodeConfig:
+                  keys_per_split: int | None = None,
+                  cache_keys: int | None = None) -> DecodeConfig:
     """The launch configuration :func:`decode_attention` uses unless given one.
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75),
     between 16 and 128 keys. On sm_90 three kinds of call load 64 KB: an unsplit grid of one or
     two programs an SM (:data:`_WIDE_TILES`); a contiguous float16 or bfloat16 grid nearly that
     full, which then does not split the keys, in 3 stages and up to 256 keys
-    (:data:`_NEARLY_FULL_GRID`, :data:`_NEARLY_FULL_MOST_KEYS`); and a call whose split ranges
+    (:data:`_NEARLY_FULL_GRID`, :data:`_NEARLY_FULL_MOST_KEYS`, 128 keys on a cache shorter
+    than :data:`_NEARLY_FULL_MIN_BLOCKS` such tiles); and a call whose split ranges
     hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is paged and captured
     (:data:`_SPLIT_TILES`). Where a contiguous call's rows are 128 bytes (``D = 64`` in 16
     bits), the first and last of these load 32 KB in 3 stages instead (:data:`_SHORT_ROW_TILES`).
@@ -911,6 +929,10 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     keys_per_split : int, optional
         Keys in each range of a call that splits them (:data:`_SPLIT_MIN_BLOCKS` picks
         :data:`_SPLIT_TILES`); ``None``: the call does not split.
+    cache_keys : int, optional
+        Keys of the cache (its capacity): a nearly full grid's cache shorter than
+        :data:`_NEARLY_FULL_MIN_BLOCKS` tiles of :data:`_NEARLY_FULL_MOST_KEYS` keys takes at
+        most 128 keys a tile; ``None``: as for a long cache.
 
     Examples
     --------
@@ -922,6 +944,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     DecodeConfig(block_n=128, num_warps=4, num_stages=3, one_launch=True)
     >>> decode_config(64, torch.float16, (9, 0), programs_per_sm=0.97).block_n  # 64 KB at D = 64
     256
+    >>> decode_config(64, torch.float16, (9, 0), programs_per_sm=0.97, cache_keys=1024).block_n
+    128
     >>> decode_config(128, torch.float16, (9, 0), keys_per_split=512)  # 4 x 128 keys
     DecodeConfig(block_n=128, num_warps=4, num_stages=2, one_launch=True)
     >>> decode_config(128, torch.float16, (9, 0), captured=True, keys_per_split=128)
@@ -938,7 +962,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     if (programs_per_sm is not None and keys_per_split is None
             and unsplit_from(capability, dtype, head_dim, paged) <= programs_per_sm < low):
         _, stage_bytes, stages = _NEARLY_FULL_GRID[cls]
-        most_keys = _NEARLY_FULL_MOST_KEYS
+        if cache_keys is None or cache_keys >= _NEARLY_FULL_MIN_BLOCKS * _NEARLY_FULL_MOST_KEYS:
+            most_keys = _NEARLY_FULL_MOST_KEYS  # else a short cache: at most 128 keys a tile
     elif programs_per_sm is not None and low <= programs_per_sm <= high:
         stage_bytes, stages = _WIDE_TILES.get(cls, (stage_bytes, stages))
         stage_bytes, stages = _short_row_tiles(stage_bytes, stages, head_dim, size, paged, cls)
@@ -1698,7 +1723,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
     entries = paged and not table_tile  # every key waits for its table entry
     full_from = unsplit_from(capability, dtype, D, entries)  # full enough not to split
-    base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm)
+    base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm,
+                         cache_keys=capacity)
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
     # where the wave rules were measured: 16-bit, their head dims, programs of few rows

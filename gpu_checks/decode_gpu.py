@@ -1028,6 +1028,19 @@ def label_default(out: list, start: int, params: dict) -> None:
             out[i] = dataclasses.replace(out[i], provider_params=params)
 
 
+def label_default_launch(out: list, start: int, B: int, S: int, D: int, device: torch.device,
+                         graph: bool) -> tuple:
+    """:func:`label_default` with the ranges and tiles the default launches with for ``B``
+    sequences of ``S`` tokens at head dim ``D`` (H = 32 fp16), captured where ``graph``;
+    returns ``(DecodeConfig, ranges)``."""
+    from teachkit.kernels import decode
+
+    tiles, ranges = decode.default_launch(B, 32, D, S, torch.float16, device, captured=graph)
+    label_default(out, start, {"ranges": ranges, "block_n": tiles.block_n,
+                               "stages": tiles.num_stages})
+    return tiles, ranges
+
+
 def short_rows_sweep() -> tuple[list, list]:
     """GB/s of contiguous calls (:data:`SHORT_ROWS_PROBLEMS`) by cuDNN (``SDPA cuDNN``), the
     default (``teachkit split-KV, default``) and the plan before the short-row and short-cache
@@ -1058,10 +1071,7 @@ def short_rows_sweep() -> tuple[list, list]:
                     start = len(out)
                     best = checked_best_times(runs, "SDPA cuDNN", "short rows", B, S, nbytes,
                                               out, graph=graph, rounds=3, head_dim=D)
-                    tiles, ranges = decode.default_launch(B, 32, D, S, torch.float16, q.device,
-                                                          captured=graph)
-                    label_default(out, start, {"ranges": ranges, "block_n": tiles.block_n,
-                                               "stages": tiles.num_stages})
+                    tiles, ranges = label_default_launch(out, start, B, S, D, q.device, graph)
                     base = best["SDPA cuDNN"]
                     say(f"D={D} B={B} S={S // 1024}k {'graph' if graph else 'plain'}: x cuDNN "
                         f"default ({ranges} ranges of {tiles.block_n}x"
@@ -1135,7 +1145,6 @@ def nearly_full_sweep() -> tuple[list, list]:
     :data:`NEARLY_FULL_TILES` (passed with its config: a plain call given one checks it);
     launched plainly, then on CUDA-graph replays, interleaved, best of three. The default's
     rows carry its ranges and tiles (``provider_params``). Returns (plain rows, graph rows)."""
-    from teachkit.kernels import decode
     from teachkit.kernels.decode import DecodeConfig, decode_attention
 
     found: tuple[list, list] = ([], [])
@@ -1153,10 +1162,7 @@ def nearly_full_sweep() -> tuple[list, list]:
                 start = len(out)
                 best = checked_best_times(runs, "SDPA cuDNN", "nearly full", B, S, nbytes,
                                           out, graph=graph, rounds=3, head_dim=64)
-                tiles, ranges = decode.default_launch(B, 32, 64, S, torch.float16, q.device,
-                                                      captured=graph)
-                label_default(out, start, {"ranges": ranges, "block_n": tiles.block_n,
-                                           "stages": tiles.num_stages})
+                tiles, ranges = label_default_launch(out, start, B, S, 64, q.device, graph)
                 base = best["SDPA cuDNN"]
                 say(f"D=64 B={B} S={S / 1024:g}k {'graph' if graph else 'plain'}: x cuDNN "
                     f"default ({ranges} ranges of {tiles.block_n}x{tiles.num_stages}) "

@@ -51,7 +51,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 15. with --nearly-full-sweep, unsplit grids of nearly one program an SM at D = 64 (three and
    four sequences, 1k-64k tokens) by the default and by its two tiles (256 and 128 keys in 3
    stages), beside cuDNN, plain and on CUDA-graph replays, saved as records
-   (decode._NEARLY_FULL_MIN_BLOCKS).
+   (decode._NEARLY_FULL_MIN_BLOCKS);
+16. with --tail-loop-sweep, contiguous calls at D = 128 (one to sixteen sequences, 1k-64k
+   tokens) and D = 64 (one to eight, 1k and 4k) and paged calls at batch 8, by the default,
+   whose loop over masked key blocks is not pipelined, and with it pipelined, beside cuDNN,
+   plain and on CUDA-graph replays, saved as records (decode._TAIL_STAGES).
 """
 
 from __future__ import annotations
@@ -139,6 +143,11 @@ def main() -> int:
                              "default and by 256- and 128-key tiles, beside cuDNN, plain and on "
                              "CUDA-graph replays, saved as teachkit/benchmarks/"
                              "decode_nearly_full_<device>.json and ..._cudagraph.json")
+    parser.add_argument("--tail-loop-sweep", action="store_true",
+                        help="only contiguous and paged calls by the default, its masked loop "
+                             "not pipelined, and with it pipelined, beside cuDNN, plain and on "
+                             "CUDA-graph replays, saved as teachkit/benchmarks/"
+                             "decode_tail_loop_<device>.json and ..._cudagraph.json")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
@@ -173,11 +182,12 @@ def main() -> int:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
     if (args.split_sweep or args.last_wave_sweep or args.short_rows_sweep
-            or args.nearly_full_sweep):
+            or args.nearly_full_sweep or args.tail_loop_sweep):
         copy = copy_bandwidth()
         kind, run = (("split", split_sweep) if args.split_sweep else
                      ("last_wave", last_wave_sweep) if args.last_wave_sweep else
                      ("short_rows", short_rows_sweep) if args.short_rows_sweep else
+                     ("tail_loop", tail_loop_sweep) if args.tail_loop_sweep else
                      ("nearly_full", nearly_full_sweep))
         for rows, graph in zip(run(), (False, True), strict=True):
             save_record(kind, rows, copy, graph, suffix="_cudagraph" if graph else "")
@@ -1172,6 +1182,81 @@ def nearly_full_sweep() -> tuple[list, list]:
             del q, k, v
     return found
 
+
+
+TAIL_LOOP_PROBLEMS = {128: ((1, (1024, 4096, 16384, 65536)), (4, (1024, 4096)),
+                            (8, (1024, 4096, 16384)), (16, (1024, 4096, 16384))),
+                      64: ((1, (1024, 4096)), (4, (1024, 4096)), (8, (1024, 4096)))}
+"""The tail-loop sweep: head dim -> (batch, cache lengths) of contiguous calls (H = 32 fp16):
+the decoding record's batches 1, 8 and 16 at ``D = 128``, and the unsplit grids of nearly one
+and two programs an SM (four and eight sequences)."""
+
+TAIL_LOOP_PAGED = ((128, 8, 1024), (128, 8, 16384), (64, 8, 1024))
+"""The tail-loop sweep's paged problems (head dim, batch, cache length; pages of 16, shuffled)."""
+
+PIPELINED_TAIL = "teachkit, masked loop pipelined"
+"""The default with its masked loop pipelined as deep as its unmasked loop (``TAIL_STAGES``
+``None``), as the split kernel was before ``decode._TAIL_STAGES``."""
+
+
+def pipelined_tail(call: functools.partial) -> torch.Tensor:
+    """``call()`` with the split kernel's masked loop pipelined (``decode._TAIL_STAGES`` set to
+    ``None`` while it runs). The launch reads it, not the plan, so unlike :func:`planned_with`
+    this leaves the plans alone and adds nothing to a plain call's host time."""
+    from teachkit.kernels import decode
+
+    kept, decode._TAIL_STAGES = decode._TAIL_STAGES, None
+    try:
+        return call()
+    finally:
+        decode._TAIL_STAGES = kept
+
+
+def tail_loop_sweep() -> tuple[list, list]:
+    """GB/s of contiguous calls (:data:`TAIL_LOOP_PROBLEMS`) by cuDNN (``SDPA cuDNN``), the
+    default (``teachkit split-KV, default``, its masked loop not pipelined) and the same call
+    with it pipelined (:data:`PIPELINED_TAIL`); then of paged calls
+    (:data:`TAIL_LOOP_PAGED`: ``teachkit paged`` and ``teachkit paged, masked loop pipelined``,
+    beside the contiguous default and cuDNN); launched plainly, then on CUDA-graph replays,
+    interleaved, best of three. The default's rows carry its ranges and tiles
+    (``provider_params``). Returns (plain rows, graph rows)."""
+    from teachkit.kernels.decode import decode_attention
+
+    found: tuple[list, list] = ([], [])
+    problems = [(D, B, S, False) for D, rows in TAIL_LOOP_PROBLEMS.items()
+                for B, lengths in rows for S in lengths]
+    problems += [(D, B, S, True) for D, B, S in TAIL_LOOP_PAGED]
+    for D, B, S, paged in problems:
+        q, k, v, nbytes = decoding_inputs(B, S, D)
+        call = functools.partial(decode_attention, q, k, v, check_values=False)
+        runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                "teachkit split-KV, default": call}
+        if paged:
+            lens, kp, vp, table = paged_copy(k, v)
+            paged_call = functools.partial(decode_attention, q, kp, vp, lens, table,
+                                           check_values=False)
+            runs["teachkit paged"] = paged_call
+            runs[f"teachkit paged, {PIPELINED_TAIL.removeprefix('teachkit, ')}"] = (
+                functools.partial(pipelined_tail, paged_call))
+        else:
+            runs[PIPELINED_TAIL] = functools.partial(pipelined_tail, call)
+        for graph, out in zip((False, True), found, strict=True):
+            start = len(out)
+            best = checked_best_times(runs, "SDPA cuDNN", "tail loop", B, S, nbytes, out,
+                                      graph=graph, rounds=3, head_dim=D)
+            if paged:  # the problem's label and parameters say so
+                out[start:] = [dataclasses.replace(m, problem=f"paged {m.problem}",
+                                                   params={**m.params, "page_size": 16})
+                               for m in out[start:]]
+            tiles, ranges = label_default_launch(out, start, B, S, D, q.device, graph)
+            base = best["SDPA cuDNN"]
+            say(f"D={D} B={B} S={S / 1024:g}k{' paged' if paged else ''} "
+                f"{'graph' if graph else 'plain'} ({ranges} ranges of {tiles.block_n}x"
+                f"{tiles.num_stages}): x cuDNN "
+                + ", ".join(f"{name.removeprefix('teachkit ')} {base / ms:.3f}"
+                            for name, ms in best.items() if name != "SDPA cuDNN"))
+        del q, k, v
+    return found
 
 def host_profile() -> None:
     """Where the host time of one decode_attention call goes (cProfile, B=1, S=4k)."""

@@ -44,6 +44,7 @@ OPTIONAL_KEYS = {  # params a result may add: an attention run given its tokens 
     "decode_short_rows_": {"D"},
     "decode_dependent_merge_": {"D"},
     "decode_nearly_full_": {"D"},
+    "decode_tail_loop_": {"D", "page_size"},  # and a paged problem its pages
 }
 
 

@@ -17,7 +17,10 @@ unsplit grid of more than two programs an SM chooses from, contiguous and paged,
 shared memory; ``--short-rows-residency`` for the tiles a captured call at ``D = 64`` splits
 with. ``--dependent-merge-evidence`` compiles the decode merge kernel for each GPU class and
 prints its grid dependency control: ``griddepcontrol.wait`` before its first load where it is a
-programmatic dependent launch (sm_90), none elsewhere.
+programmatic dependent launch (sm_90), none elsewhere. ``--tail-loop-evidence`` compiles the
+decode split kernel for sm_90 with its loop over masked key blocks not pipelined, as it is
+launched, and pipelined, and counts the copies to shared memory, their waits and the loads into
+registers of each.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as
@@ -110,6 +113,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="the decode merge kernel's grid dependency control in PTX, per GPU "
                              "class: griddepcontrol.wait where it is a programmatic dependent "
                              "launch")
+    parser.add_argument("--tail-loop-evidence", action="store_true",
+                        help="the decode split kernel's PTX with its masked loop not pipelined "
+                             "(as launched) and pipelined: copies to shared memory, their "
+                             "waits, loads into registers (sm_90)")
     parser.add_argument("--exchange-evidence", action="store_true",
                         help="the resident softmax's exchange of (m, d) in sm_90 SASS: memory "
                              "barriers and atomics, as an arrival counter and as one 64-bit word")
@@ -310,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dependent_merge_evidence:
         print("\n".join(cc.dependent_merge_evidence()))
+        return 0
+    if args.tail_loop_evidence:
+        print("\n".join(cc.tail_loop_evidence()))
         return 0
     if args.resident_registers:
         print("\n".join(cc.resident_register_evidence(args.arch)))

@@ -482,8 +482,8 @@ def _split_config(ty: str, d: int, cls: int, cfg: decode.DecodeConfig, page_size
         {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size, "TABLE_TILE": table_tile,
          "INTERLEAVE_PAGES": interleave, "PRECISION": "ieee" if ty == "fp32" else "tf32",
-         "DOT_FP32": False, "ONE_LAUNCH": merge, "stride_qd": 1, "stride_kd": 1,
-         "stride_vd": 1},
+         "DOT_FP32": False, "ONE_LAUNCH": merge, "TAIL_STAGES": decode._TAIL_STAGES,
+         "stride_qd": 1, "stride_kd": 1, "stride_vd": 1},
         cfg.num_warps, cfg.num_stages, (cls,))
 
 
@@ -1018,6 +1018,42 @@ def dependent_merge_evidence() -> list[str]:
                               else line for i, line in control)
             lines.append(f"sm_{capability}, {config.name}: {shown or 'no griddepcontrol'}")
     return sorted(lines)
+
+
+TAIL_LOOP_COUNTED = ("cp.async.cg", "cp.async.commit_group", "cp.async.wait_group", "ld.global")
+"""What :func:`tail_loop_evidence` counts in PTX: copies to shared memory that do not wait
+(``cp.async``, 16 bytes each), the groups they are committed in and the waits for them, and
+loads straight into registers (``ld.global``)."""
+
+
+def tail_loop_evidence(capability: int = 90) -> list[str]:
+    """The decode split kernel's PTX with its loop over masked key blocks not pipelined
+    (``TAIL_STAGES`` = :data:`~teachkit.kernels.decode._TAIL_STAGES`, as launched) and
+    pipelined as deep as the unmasked loop (``TAIL_STAGES=None``), compiled for
+    ``sm_<capability>`` as an unsplit grid of one or two programs an SM launches it (``D = 128``,
+    bfloat16, one query row, 128 keys in 2 stages): a line per form with the counts of
+    :data:`TAIL_LOOP_COUNTED` and its shared memory.
+
+    Not pipelined, the masked loop loads its tiles into registers (``ld.global``); pipelined, it
+    has its own copies to shared memory, commit groups and waits, beside the unmasked loop's.
+    Needs no GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels
+    --tail-loop-evidence`` arranges that).
+    """
+    config = _split_config("bf16", 128, capability, decode.DecodeConfig(128, 4, 2), 0, 0, False,
+                           16, False, False)
+    lines = []
+    for stages, form in ((decode._TAIL_STAGES, "not pipelined"),
+                         (None, "pipelined as the unmasked loop")):
+        form_config = replace(config, constexprs={**config.constexprs, "TAIL_STAGES": stages})
+        compiled = _compile(form_config, capability)
+        # an instruction, its guard (``@%p1``) dropped
+        ptx = [line.strip().split(" ", 1)[-1] if line.strip().startswith("@")
+               else line.strip() for line in compiled.asm["ptx"].splitlines()]
+        counts = ", ".join(f"{sum(line.startswith(op) for line in ptx)} {op}"
+                           for op in TAIL_LOOP_COUNTED)
+        lines.append(f"sm_{capability}, masked loop {form} (TAIL_STAGES={stages}): {counts}; "
+                     f"{compiled.metadata.shared} bytes of shared memory")
+    return lines
 
 
 def sass(config: KernelConfig, capability: int = 90) -> str:

@@ -220,6 +220,7 @@ def decode_split_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr, TABLE_TILE: tl.constexpr, INTERLEAVE_PAGES: tl.constexpr,
     PRECISION: tl.constexpr, DOT_FP32: tl.constexpr, ONE_LAUNCH: tl.constexpr,
+    TAIL_STAGES: tl.constexpr,
 ):
     """Program ``(split, b * H_KV + kv_head, row block)``: the rows ``(query head, query token)``
     that share one cache head, against one range of its keys. Writes the rows' output normalised
@@ -296,7 +297,8 @@ def decode_split_kernel(
                                        stride_vb, stride_vn, stride_vd, qk_scale,
                                        False, PAGE_SIZE, BLOCK_N, TABLE_TILE,
                                        INTERLEAVE_PAGES, PRECISION, DOT_FP32)
-    for start_n in range(full_end, end, BLOCK_N):
+    # The masked blocks, at most a few: pipelined, their loop would only add waits (_TAIL_STAGES).
+    for start_n in tl.range(full_end, end, BLOCK_N, num_stages=TAIL_STAGES):
         acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, pages,
                                        start_n, offs_n, offs_d, seqlen, row_pos,
                                        stride_kb, stride_kn, stride_kd,
@@ -433,6 +435,20 @@ on sm_89 and sm_90, 2 x 16 KB on a T4. On an H100, 2 x 32 KB (three programs fit
 cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 2763-2806, and the
 two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
+
+_TAIL_STAGES = 1
+"""Pipeline depth of the split kernel's loop over masked key blocks (``TAIL_STAGES``, its own
+``tl.range(..., num_stages=...)``): 1, not pipelined; ``None`` pipelines it as deep as the
+unmasked loop (the kernel's ``num_stages``), as Triton does a loop that says nothing. That loop
+runs a few blocks at most, and none for one new token against a full cache; not pipelined, it
+loads its tiles into registers, without copies to shared memory, commit groups and waits of its
+own (``python -m teachkit.kernels --tail-loop-evidence``). On an H200 (contiguous calls at
+``D = 128``, one to sixteen sequences, 1k-64k tokens, and at ``D = 64``, one to eight, 1k and 4k,
+H = 32 fp16, interleaved, best of three; ``gpu_checks/decode_gpu.py --tail-loop-sweep``, records
+``decode_tail_loop_nvidia_h200`` and ``..._cudagraph``) every call read faster so: 1.003-1.038x
+on CUDA-graph replays of up to 4k tokens, 1.001-1.011x on longer caches, paged calls at eight
+sequences 1.003-1.032x, and 1.001-1.064x launched plainly. Replayed, one sequence of 1k tokens at
+``D = 128`` then reads at 1.01x cuDNN (0.97x pipelined) and four sequences at 0.99x (0.96x)."""
 
 _WIDE_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for an unsplit grid of one or two
@@ -1648,7 +1664,7 @@ def decode_attention(
         PAGE_SIZE=page_size, TABLE_TILE=plan.table_tile, INTERLEAVE_PAGES=plan.interleave_pages,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        TAIL_STAGES=_TAIL_STAGES, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1 and not one_launch:
         decode_merge_kernel[(B * H * Lq,)](

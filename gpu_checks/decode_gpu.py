@@ -54,8 +54,9 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    (decode._NEARLY_FULL_MIN_BLOCKS);
 16. with --tail-loop-sweep, contiguous calls at D = 128 (one to sixteen sequences, 1k-64k
    tokens) and D = 64 (one to eight, 1k and 4k) and paged calls at batch 8, by the default,
-   whose loop over masked key blocks is not pipelined, and with it pipelined, beside cuDNN,
-   plain and on CUDA-graph replays, saved as records (decode._TAIL_STAGES).
+   whose loop over masked key blocks is not pipelined on a grid of at most two programs an SM,
+   and with it pipelined, beside cuDNN, plain and on CUDA-graph replays, saved as records
+   (decode._TAIL_STAGES, decode._TAIL_MOST_PER_SM).
 """
 
 from __future__ import annotations
@@ -1196,29 +1197,36 @@ TAIL_LOOP_PAGED = ((128, 8, 1024), (128, 8, 16384), (64, 8, 1024))
 
 PIPELINED_TAIL = "teachkit, masked loop pipelined"
 """The default with its masked loop pipelined as deep as its unmasked loop (``TAIL_STAGES``
-``None``), as the split kernel was before ``decode._TAIL_STAGES``."""
+``None``), as the split kernel was before ``decode._TAIL_STAGES`` and as grids of more than
+``decode._TAIL_MOST_PER_SM`` programs an SM still run it."""
 
 
 def pipelined_tail(call: functools.partial) -> torch.Tensor:
-    """``call()`` with the split kernel's masked loop pipelined (``decode._TAIL_STAGES`` set to
-    ``None`` while it runs). The launch reads it, not the plan, so unlike :func:`planned_with`
-    this leaves the plans alone and adds nothing to a plain call's host time."""
+    """``call()`` with the split kernel's masked loop pipelined: its launch plan, found as
+    usual (and cached), with ``tail_stages`` ``None`` while it runs. Unlike
+    :func:`planned_with` this works no plan out again, so it adds next to nothing to a plain
+    call's host time."""
     from teachkit.kernels import decode
 
-    kept, decode._TAIL_STAGES = decode._TAIL_STAGES, None
+    kept = decode._launch_plan
+
+    def pipelined(*args, **kwargs):
+        return kept(*args, **kwargs)._replace(tail_stages=None)
+
+    decode._launch_plan = pipelined
     try:
         return call()
     finally:
-        decode._TAIL_STAGES = kept
+        decode._launch_plan = kept
 
 
 def tail_loop_sweep() -> tuple[list, list]:
     """GB/s of contiguous calls (:data:`TAIL_LOOP_PROBLEMS`) by cuDNN (``SDPA cuDNN``), the
-    default (``teachkit split-KV, default``, its masked loop not pipelined) and the same call
-    with it pipelined (:data:`PIPELINED_TAIL`); then of paged calls
-    (:data:`TAIL_LOOP_PAGED`: ``teachkit paged`` and ``teachkit paged, masked loop pipelined``,
-    beside the contiguous default and cuDNN); launched plainly, then on CUDA-graph replays,
-    interleaved, best of three. The default's rows carry its ranges and tiles
+    default (``teachkit split-KV, default``, its masked loop not pipelined where its grid has
+    few programs an SM) and the same call with it pipelined (:data:`PIPELINED_TAIL`); then of
+    paged calls (:data:`TAIL_LOOP_PAGED`: ``teachkit paged`` and ``teachkit paged, masked
+    loop pipelined``, beside the contiguous default and cuDNN); launched plainly, then on
+    CUDA-graph replays, interleaved, best of three. The default's rows carry its ranges and tiles
     (``provider_params``). Returns (plain rows, graph rows)."""
     from teachkit.kernels.decode import decode_attention
 

@@ -865,6 +865,32 @@ def test_a_nearly_full_grid_on_a_short_cache_takes_at_most_128_keys_a_tile():
         assert decode.default_config(4, 32, 64, 1024, torch.float16, dev).block_n == 128
 
 
+
+def test_the_masked_loop_is_not_pipelined_on_a_grid_of_few_programs_an_sm():
+    """On sm_90 (132 SMs) a grid of at most ``_TAIL_MOST_PER_SM`` = 2 programs an SM runs the
+    split kernel's masked loop unpipelined (``tail_stages`` 1): one sequence of 32 heads split
+    8 ways (1.9 an SM), four and eight unsplit, paged alike, a forced config too; sixteen
+    sequences (3.9) and one sequence at D = 64 captured, split 16 ways (3.9), keep it pipelined
+    (``None``), and so does every call on a GPU class not measured."""
+    dev = torch.device(DEV)
+
+    def stages(B, D=128, S=1024, page_size=0, captured=False, config=None):
+        return decode._launch_plan(B, 32, 1, D, 32, torch.float16, dev, S, None, config,
+                                   page_size, captured).tail_stages
+
+    with planned_on((9, 0)):
+        assert decode._TAIL_STAGES[90] == 1 and decode._TAIL_MOST_PER_SM == 2
+        for B in (1, 4, 8):
+            assert stages(B) == 1, B
+            assert stages(B, page_size=16) == 1, B
+        assert stages(1, D=64) == 1
+        assert stages(4, config=decode.DecodeConfig(64, 4, 2)) == 1
+        assert stages(16) is None
+        assert stages(1, D=64, captured=True) is None
+        assert stages(8, D=64) == 1
+    with planned_on((8, 0)):
+        assert stages(1) is None and stages(4) is None
+
 def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
     """On sm_90 (132 SMs) a paged call whose tiles hold several whole pages interleaves them
     where its grid has at most two programs an SM (``INTERLEAVE_PAGES_PER_SM``), held row or

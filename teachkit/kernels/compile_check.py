@@ -43,7 +43,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-312
+386
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -466,9 +466,10 @@ for short caches wherever it has them (its ``cache_keys``)."""
 
 def _split_config(ty: str, d: int, cls: int, cfg: decode.DecodeConfig, page_size: int,
                   table_tile: int, interleave: bool, block_m: int, merge: bool,
-                  split_tiles: bool) -> KernelConfig:
+                  split_tiles: bool, tail_stages: int | None = None) -> KernelConfig:
     """One variant of the decode split kernel for :func:`decode_launch_configs`, its tensors
-    in ``ty`` (``"bf16"`` or ``"fp32"``)."""
+    in ``ty`` (``"bf16"`` or ``"fp32"``), its masked loop pipelined as deep as ``tail_stages``
+    (``None``: as the kernel, the form of grids of many programs an SM)."""
     types = {**dict.fromkeys(("Q", "K", "V", "O", "OUT"), f"*{ty}"), "SEQLENS": "*i32",
              "TABLE": "*i32", "COUNTERS": "*i32", "LSE": "*fp32", "LSE_OUT": "*fp32",
              "qk_scale": "fp32"}
@@ -476,13 +477,14 @@ def _split_config(ty: str, d: int, cls: int, cfg: decode.DecodeConfig, page_size
         f"decode split {ty} D={d} BLOCK_M={block_m} BLOCK_N={cfg.block_n} "
         f"page={page_size or 'none'}{f' table held={table_tile}' if table_tile else ''}"
         f"{' interleaved' if interleave else ''} warps={cfg.num_warps} stages={cfg.num_stages}"
-        f"{' one launch' if merge else ''}{' split tiles' if split_tiles else ''} "
+        f"{' one launch' if merge else ''}{' split tiles' if split_tiles else ''}"
+        f"{'' if tail_stages is None else f' masked loop in {tail_stages} stages'} "
         f"(for sm_{cls}-class GPUs)",
         decode.decode_split_kernel, types,
         {"GROUP": max(1, block_m // 2), "HEAD_DIM": d, "BLOCK_M": block_m,
          "BLOCK_N": cfg.block_n, "PAGE_SIZE": page_size, "TABLE_TILE": table_tile,
          "INTERLEAVE_PAGES": interleave, "PRECISION": "ieee" if ty == "fp32" else "tf32",
-         "DOT_FP32": False, "ONE_LAUNCH": merge, "TAIL_STAGES": decode._TAIL_STAGES,
+         "DOT_FP32": False, "ONE_LAUNCH": merge, "TAIL_STAGES": tail_stages,
          "stride_qd": 1, "stride_kd": 1, "stride_vd": 1},
         cfg.num_warps, cfg.num_stages, (cls,))
 
@@ -568,9 +570,11 @@ def decode_launch_configs() -> list[KernelConfig]:
                             if key in compiled:
                                 continue
                             compiled.add(key)
-                            configs.append(_split_config(ty, d, cls, cfg, page_size, table_tile,
-                                                         interleave, block_m, merge,
-                                                         split_keys is not None))
+                            # a grid of few programs an SM: the masked loop not pipelined too
+                            for tail in dict.fromkeys((None, decode._TAIL_STAGES.get(cls))):
+                                configs.append(_split_config(
+                                    ty, d, cls, cfg, page_size, table_tile, interleave,
+                                    block_m, merge, split_keys is not None, tail))
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):
             for splits in (2, decode.MAX_SPLITS):
@@ -1028,11 +1032,12 @@ loads straight into registers (``ld.global``)."""
 
 def tail_loop_evidence(capability: int = 90) -> list[str]:
     """The decode split kernel's PTX with its loop over masked key blocks not pipelined
-    (``TAIL_STAGES`` = :data:`~teachkit.kernels.decode._TAIL_STAGES`, as launched) and
-    pipelined as deep as the unmasked loop (``TAIL_STAGES=None``), compiled for
-    ``sm_<capability>`` as an unsplit grid of one or two programs an SM launches it (``D = 128``,
-    bfloat16, one query row, 128 keys in 2 stages): a line per form with the counts of
-    :data:`TAIL_LOOP_COUNTED` and its shared memory.
+    (``TAIL_STAGES`` = :data:`~teachkit.kernels.decode._TAIL_STAGES`, as a grid of few programs
+    an SM launches it) and pipelined as deep as the unmasked loop (``TAIL_STAGES=None``, as a
+    grid of more launches it), compiled for ``sm_<capability>`` (a class of ``_TAIL_STAGES``) as
+    an unsplit grid of one or two programs an SM (``D = 128``, bfloat16, one query row, 128 keys
+    in 2 stages): a line per form with the counts of :data:`TAIL_LOOP_COUNTED` and its shared
+    memory.
 
     Not pipelined, the masked loop loads its tiles into registers (``ld.global``); pipelined, it
     has its own copies to shared memory, commit groups and waits, beside the unmasked loop's.
@@ -1042,7 +1047,7 @@ def tail_loop_evidence(capability: int = 90) -> list[str]:
     config = _split_config("bf16", 128, capability, decode.DecodeConfig(128, 4, 2), 0, 0, False,
                            16, False, False)
     lines = []
-    for stages, form in ((decode._TAIL_STAGES, "not pipelined"),
+    for stages, form in ((decode._TAIL_STAGES[capability], "not pipelined"),
                          (None, "pipelined as the unmasked loop")):
         form_config = replace(config, constexprs={**config.constexprs, "TAIL_STAGES": stages})
         compiled = _compile(form_config, capability)

@@ -297,7 +297,7 @@ def decode_split_kernel(
                                        stride_vb, stride_vn, stride_vd, qk_scale,
                                        False, PAGE_SIZE, BLOCK_N, TABLE_TILE,
                                        INTERLEAVE_PAGES, PRECISION, DOT_FP32)
-    # The masked blocks, at most a few: pipelined, their loop would only add waits (_TAIL_STAGES).
+    # The masked blocks, at most a few; on a grid of few programs an SM not pipelined (_TAIL_STAGES)
     for start_n in tl.range(full_end, end, BLOCK_N, num_stages=TAIL_STAGES):
         acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, pages,
                                        start_n, offs_n, offs_d, seqlen, row_pos,
@@ -436,19 +436,32 @@ cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 276
 two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
-_TAIL_STAGES = 1
+_TAIL_STAGES = {90: 1}
 """Pipeline depth of the split kernel's loop over masked key blocks (``TAIL_STAGES``, its own
-``tl.range(..., num_stages=...)``): 1, not pipelined; ``None`` pipelines it as deep as the
-unmasked loop (the kernel's ``num_stages``), as Triton does a loop that says nothing. That loop
-runs a few blocks at most, and none for one new token against a full cache; not pipelined, it
-loads its tiles into registers, without copies to shared memory, commit groups and waits of its
-own (``python -m teachkit.kernels --tail-loop-evidence``). On an H200 (contiguous calls at
-``D = 128``, one to sixteen sequences, 1k-64k tokens, and at ``D = 64``, one to eight, 1k and 4k,
-H = 32 fp16, interleaved, best of three; ``gpu_checks/decode_gpu.py --tail-loop-sweep``, records
-``decode_tail_loop_nvidia_h200`` and ``..._cudagraph``) every call read faster so: 1.003-1.038x
-on CUDA-graph replays of up to 4k tokens, 1.001-1.011x on longer caches, paged calls at eight
-sequences 1.003-1.032x, and 1.001-1.064x launched plainly. Replayed, one sequence of 1k tokens at
-``D = 128`` then reads at 1.01x cuDNN (0.97x pipelined) and four sequences at 0.99x (0.96x)."""
+``tl.range(..., num_stages=...)``) per GPU class, where measured, for a grid of at most
+:data:`_TAIL_MOST_PER_SM` programs an SM: 1, not pipelined. Elsewhere ``None``: pipelined as deep
+as the unmasked loop (the kernel's ``num_stages``), as Triton does a loop that says nothing.
+That loop runs a few blocks at most, and none for one new token against a full cache; not
+pipelined, it loads its tiles into registers, without copies to shared memory, commit groups and
+waits of its own (``python -m teachkit.kernels --tail-loop-evidence``). On an H200 (contiguous
+calls at ``D = 128``, one to sixteen sequences, 1k-64k tokens, and at ``D = 64``, one to eight,
+1k and 4k, H = 32 fp16, interleaved, best of three; ``gpu_checks/decode_gpu.py
+--tail-loop-sweep``, records ``decode_tail_loop_nvidia_h200`` and ``..._cudagraph``) every call
+read faster so: 1.003-1.038x on CUDA-graph replays of up to 4k tokens, 1.001-1.011x on longer
+caches, paged calls at eight sequences 1.003-1.032x, and 1.001-1.064x launched plainly.
+Replayed, one sequence of 1k tokens at ``D = 128`` then reads at 1.01x cuDNN (0.97x pipelined)
+and four sequences at 0.99x (0.96x)."""
+
+_TAIL_MOST_PER_SM = 2
+"""The most programs an SM a grid has for its masked loop to go unpipelined (:data:`_TAIL_STAGES`).
+Its tiles then live in registers: compiled with Triton 3.6, a thread of the 64-key tiles takes
+up to 128 registers where pipelined it took 96, so five such programs no longer fit an SM, and
+the rules that count programs an SM (:data:`_PAGED_ENTRY_WAVES`, :data:`_FULLEST_WAVE_TILES`,
+:data:`_SHORT_ROW_SPLITS`) were measured with the loop pipelined; every tile still fits two
+(``compile_check``'s residency functions). Grids of more programs keep it pipelined: on the
+H200's replays sixteen sequences at ``D = 128`` (3.9 programs an SM) read 1.001-1.009x faster not
+pipelined, and one sequence at ``D = 64`` split for four programs an SM 1.016-1.021x, which they
+forgo."""
 
 _WIDE_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for an unsplit grid of one or two
@@ -1664,7 +1677,7 @@ def decode_attention(
         PAGE_SIZE=page_size, TABLE_TILE=plan.table_tile, INTERLEAVE_PAGES=plan.interleave_pages,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
-        TAIL_STAGES=_TAIL_STAGES, num_warps=config.num_warps, num_stages=config.num_stages,
+        TAIL_STAGES=plan.tail_stages, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if num_splits > 1 and not one_launch:
         decode_merge_kernel[(B * H * Lq,)](
@@ -1680,10 +1693,11 @@ class _DecodePlan(NamedTuple):
     ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``, the row blocks, the splits, whether the
     split kernel merges, its counters, the key of the buffers the call keeps
     (:func:`_decode_buffers`), whether the merge kernel is a programmatic dependent launch
-    (:data:`_DEPENDENT_MERGE`), and for a paged call whose programs hold their table row the
-    row's width in the kernel (``TABLE_TILE``, a power of two; 0: the entries are read as the
-    keys need them, :func:`held_table_pages`). The kernels address the buffers a call
-    allocates (``out`` ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials
+    (:data:`_DEPENDENT_MERGE`), the pipeline depth of the split kernel's masked loop
+    (:data:`_TAIL_STAGES`; ``None``: the kernel's), and for a paged call whose programs hold
+    their table row the row's width in the kernel (``TABLE_TILE``, a power of two; 0: the
+    entries are read as the keys need them, :func:`held_table_pages`). The kernels address the
+    buffers a call allocates (``out`` ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials
     ``(num_splits, B, H, Lq, D)`` and ``(num_splits, B, H, Lq)``) as contiguous, from these
     sizes."""
 
@@ -1698,6 +1712,7 @@ class _DecodePlan(NamedTuple):
     table_tile: int = 0
     interleave_pages: bool = False
     dependent_merge: bool = False
+    tail_stages: int | None = None
 
 
 @functools.lru_cache(maxsize=256)
@@ -1817,12 +1832,16 @@ def _with_pages(plan: _DecodePlan, table_tile: int, page_size: int, heads: int,
     """``plan`` with how its programs read pages of ``page_size`` tokens (0: contiguous): the
     table row held (``table_tile``), and the tiles' pages interleaved where they hold several
     whole pages and the grid (``heads`` cache heads of all sequences) has at most
-    :func:`interleave_pages_per_sm` programs an SM."""
+    :func:`interleave_pages_per_sm` programs an SM; and the pipeline depth of its masked loop
+    (:data:`_TAIL_STAGES`, for a grid of at most :data:`_TAIL_MOST_PER_SM` programs an SM)."""
     block_n = plan.config.block_n
     programs = plan.num_splits * heads * plan.row_blocks
     interleave = (0 < page_size < block_n and block_n % page_size == 0
                   and programs <= interleave_pages_per_sm(capability) * sm_count(device))
-    return plan._replace(table_tile=table_tile, interleave_pages=interleave)
+    few = programs <= _TAIL_MOST_PER_SM * sm_count(device)
+    tail_stages = _TAIL_STAGES.get(gpu_class(capability)) if capability and few else None
+    return plan._replace(table_tile=table_tile, interleave_pages=interleave,
+                         tail_stages=tail_stages)
 
 
 def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,

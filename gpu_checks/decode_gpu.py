@@ -1184,7 +1184,6 @@ def nearly_full_sweep() -> tuple[list, list]:
     return found
 
 
-
 TAIL_LOOP_PROBLEMS = {128: ((1, (1024, 4096, 16384, 65536)), (4, (1024, 4096)),
                             (8, (1024, 4096, 16384)), (16, (1024, 4096, 16384))),
                       64: ((1, (1024, 4096)), (4, (1024, 4096)), (8, (1024, 4096)))}
@@ -1199,6 +1198,9 @@ PIPELINED_TAIL = "teachkit, masked loop pipelined"
 """The default with its masked loop pipelined as deep as its unmasked loop (``TAIL_STAGES``
 ``None``), as the split kernel was before ``decode._TAIL_STAGES`` and as grids of more than
 ``decode._TAIL_MOST_PER_SM`` programs an SM still run it."""
+
+PAGED_PIPELINED_TAIL = "teachkit paged, masked loop pipelined"
+"""The paged default with its masked loop pipelined, as :data:`PIPELINED_TAIL`."""
 
 
 def pipelined_tail(call: functools.partial) -> torch.Tensor:
@@ -1224,9 +1226,9 @@ def tail_loop_sweep() -> tuple[list, list]:
     """GB/s of contiguous calls (:data:`TAIL_LOOP_PROBLEMS`) by cuDNN (``SDPA cuDNN``), the
     default (``teachkit split-KV, default``, its masked loop not pipelined where its grid has
     few programs an SM) and the same call with it pipelined (:data:`PIPELINED_TAIL`); then of
-    paged calls (:data:`TAIL_LOOP_PAGED`: ``teachkit paged`` and ``teachkit paged, masked
-    loop pipelined``, beside the contiguous default and cuDNN); launched plainly, then on
-    CUDA-graph replays, interleaved, best of three. The default's rows carry its ranges and tiles
+    paged calls (:data:`TAIL_LOOP_PAGED`: ``teachkit paged`` and :data:`PAGED_PIPELINED_TAIL`,
+    beside the contiguous default and cuDNN); launched plainly, then on CUDA-graph replays,
+    interleaved, best of three. The default's rows carry its ranges and tiles
     (``provider_params``). Returns (plain rows, graph rows)."""
     from teachkit.kernels.decode import decode_attention
 
@@ -1244,8 +1246,7 @@ def tail_loop_sweep() -> tuple[list, list]:
             paged_call = functools.partial(decode_attention, q, kp, vp, lens, table,
                                            check_values=False)
             runs["teachkit paged"] = paged_call
-            runs[f"teachkit paged, {PIPELINED_TAIL.removeprefix('teachkit, ')}"] = (
-                functools.partial(pipelined_tail, paged_call))
+            runs[PAGED_PIPELINED_TAIL] = functools.partial(pipelined_tail, paged_call)
         else:
             runs[PIPELINED_TAIL] = functools.partial(pipelined_tail, call)
         for graph, out in zip((False, True), found, strict=True):
@@ -1265,6 +1266,7 @@ def tail_loop_sweep() -> tuple[list, list]:
                             for name, ms in best.items() if name != "SDPA cuDNN"))
         del q, k, v
     return found
+
 
 def host_profile() -> None:
     """Where the host time of one decode_attention call goes (cProfile, B=1, S=4k)."""

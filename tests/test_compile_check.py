@@ -455,11 +455,11 @@ def test_the_merge_kernel_waits_for_the_split_grid_where_it_is_a_dependent_launc
     assert lines[3].endswith("dependent launch: griddepcontrol.wait (before the first load)")
 
 
-
 def test_the_decode_masked_loop_loads_into_registers_where_it_is_not_pipelined():
-    """``--tail-loop-evidence``: as launched (``decode._TAIL_STAGES`` = 1) the split kernel's
-    masked loop loads its tiles into registers; pipelined like the unmasked loop it has its own
-    copies to shared memory, commit groups and waits, in the same shared memory."""
+    """``--tail-loop-evidence``: as a grid of few programs an SM launches it on sm_90
+    (``decode._TAIL_STAGES[90]`` = 1) the split kernel's masked loop loads its tiles into
+    registers; pipelined like the unmasked loop it has its own copies to shared memory, commit
+    groups and waits, in the same shared memory."""
     done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--tail-loop-evidence"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -476,6 +476,7 @@ def test_the_decode_masked_loop_loads_into_registers_where_it_is_not_pipelined()
         assert 0 < plain[op] < pipelined[op], (op, lines)
     assert plain["ld.global"] > pipelined["ld.global"], lines
     assert plain["bytes of shared memory"] == pipelined["bytes of shared memory"]
+
 
 def test_exchange_evidence_shows_the_fence_of_the_counter_and_none_in_the_word():
     """``--exchange-evidence``: the arrival counter's release-acquire atomic compiles to a

@@ -865,7 +865,6 @@ def test_a_nearly_full_grid_on_a_short_cache_takes_at_most_128_keys_a_tile():
         assert decode.default_config(4, 32, 64, 1024, torch.float16, dev).block_n == 128
 
 
-
 def test_the_masked_loop_is_not_pipelined_on_a_grid_of_few_programs_an_sm():
     """On sm_90 (132 SMs) a grid of at most ``_TAIL_MOST_PER_SM`` = 2 programs an SM runs the
     split kernel's masked loop unpipelined (``tail_stages`` 1): one sequence of 32 heads split
@@ -890,6 +889,7 @@ def test_the_masked_loop_is_not_pipelined_on_a_grid_of_few_programs_an_sm():
         assert stages(8, D=64) == 1
     with planned_on((8, 0)):
         assert stages(1) is None and stages(4) is None
+
 
 def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
     """On sm_90 (132 SMs) a paged call whose tiles hold several whole pages interleaves them

@@ -18,9 +18,9 @@ shared memory; ``--short-rows-residency`` for the tiles a captured call at ``D =
 with. ``--dependent-merge-evidence`` compiles the decode merge kernel for each GPU class and
 prints its grid dependency control: ``griddepcontrol.wait`` before its first load where it is a
 programmatic dependent launch (sm_90), none elsewhere. ``--tail-loop-evidence`` compiles the
-decode split kernel for sm_90 with its loop over masked key blocks not pipelined, as it is
-launched, and pipelined, and counts the copies to shared memory, their waits and the loads into
-registers of each.
+decode split kernel for sm_90 with its loop over masked key blocks not pipelined, as a grid of
+few programs an SM launches it, and pipelined, and counts the copies to shared memory, their
+waits and the loads into registers of each.
 ``--wgmma-operands`` compiles notebook 08's configuration for sm_90 and counts its ``wgmma``
 instructions by where their A operand comes from: shared memory or registers.
 ``--wgmma-overlap`` lists that kernel's key loop on sm_90 as

@@ -1024,10 +1024,13 @@ def dependent_merge_evidence() -> list[str]:
     return sorted(lines)
 
 
-TAIL_LOOP_COUNTED = ("cp.async.cg", "cp.async.commit_group", "cp.async.wait_group", "ld.global")
-"""What :func:`tail_loop_evidence` counts in PTX: copies to shared memory that do not wait
-(``cp.async``, 16 bytes each), the groups they are committed in and the waits for them, and
-loads straight into registers (``ld.global``)."""
+TAIL_LOOP_INSTRUCTIONS = {"cp.async.cg": r"\bcp\.async\.cg\b",
+                          "cp.async.commit_group": r"\bcp\.async\.commit_group\b",
+                          "cp.async.wait_group": r"\bcp\.async\.wait_group\b",
+                          "ld.global": r"\bld\.global\b"}
+"""What :func:`tail_loop_evidence` counts in PTX, name to pattern: copies to shared memory that
+do not wait (``cp.async``, 16 bytes each), the groups they are committed in and the waits for
+them, and loads straight into registers (``ld.global``)."""
 
 
 def tail_loop_evidence(capability: int = 90) -> list[str]:
@@ -1036,7 +1039,7 @@ def tail_loop_evidence(capability: int = 90) -> list[str]:
     an SM launches it) and pipelined as deep as the unmasked loop (``TAIL_STAGES=None``, as a
     grid of more launches it), compiled for ``sm_<capability>`` (a class of ``_TAIL_STAGES``) as
     an unsplit grid of one or two programs an SM (``D = 128``, bfloat16, one query row, 128 keys
-    in 2 stages): a line per form with the counts of :data:`TAIL_LOOP_COUNTED` and its shared
+    in 2 stages): a line per form with the counts of :data:`TAIL_LOOP_INSTRUCTIONS` and its shared
     memory.
 
     Not pipelined, the masked loop loads its tiles into registers (``ld.global``); pipelined, it
@@ -1051,11 +1054,8 @@ def tail_loop_evidence(capability: int = 90) -> list[str]:
                          (None, "pipelined as the unmasked loop")):
         form_config = replace(config, constexprs={**config.constexprs, "TAIL_STAGES": stages})
         compiled = _compile(form_config, capability)
-        # an instruction, its guard (``@%p1``) dropped
-        ptx = [line.strip().split(" ", 1)[-1] if line.strip().startswith("@")
-               else line.strip() for line in compiled.asm["ptx"].splitlines()]
-        counts = ", ".join(f"{sum(line.startswith(op) for line in ptx)} {op}"
-                           for op in TAIL_LOOP_COUNTED)
+        counts = ", ".join(f"{len(re.findall(pattern, compiled.asm['ptx']))} {name}"
+                           for name, pattern in TAIL_LOOP_INSTRUCTIONS.items())
         lines.append(f"sm_{capability}, masked loop {form} (TAIL_STAGES={stages}): {counts}; "
                      f"{compiled.metadata.shared} bytes of shared memory")
     return lines

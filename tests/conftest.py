@@ -29,3 +29,11 @@ def unwatched(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(checking, "forbidden_calls",
                         lambda *args, **kwargs: contextlib.nullcontext())
+
+
+@pytest.fixture(autouse=True)
+def figures_elsewhere(tmp_path_factory: pytest.TempPathFactory,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figures a test saves go to a temporary folder, not to the checkout's ``figures/``: the
+    committed ones come from a clean run of the notebooks (``scripts/execute_notebooks.py``)."""
+    monkeypatch.setenv("TEACHKIT_FIGURES", str(tmp_path_factory.getbasetemp() / "figures"))

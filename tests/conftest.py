@@ -37,3 +37,10 @@ def figures_elsewhere(tmp_path_factory: pytest.TempPathFactory,
     """Figures a test saves go to a temporary folder, not to the checkout's ``figures/``: the
     committed ones come from a clean run of the notebooks (``scripts/execute_notebooks.py``)."""
     monkeypatch.setenv("TEACHKIT_FIGURES", str(tmp_path_factory.getbasetemp() / "figures"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The compile check of every configuration first: it is the longest test file by far, and
+    pytest-xdist's ``--dist loadfile`` hands files to its workers in the order collected, so a
+    file that starts last would end last, with the other workers idle."""
+    items.sort(key=lambda item: item.path.name != "test_compile_check.py")

@@ -1,7 +1,8 @@
 """The Gluon dK/dV kernel of the backward for Hopper: where it is chosen, and its gradients.
 
 The kernel compiles for sm_90 only (Gluon has no interpreter), so on a CPU these tests check the
-table and the conditions; ``tests/test_compile_check.py`` compiles it for sm_90 without a GPU.
+table and the conditions; ``tests/test_compile_check.py`` and ``tests/test_compiled_evidence.py``
+compile it for sm_90 without a GPU.
 On a Hopper GPU they compare ``flash_attention``'s gradients through it with float64 autograd.
 """
 

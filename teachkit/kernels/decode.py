@@ -1751,7 +1751,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     if config is not None:
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
                          paged_waves if paged and not config.one_launch else 2)
-        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+        return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     entries = paged and not table_tile  # every key waits for its table entry
     full_from = unsplit_from(capability, dtype, D, entries)  # full enough not to split
     base = decode_config(D, dtype, capability, entries, programs_per_sm=per_sm,
@@ -1770,7 +1770,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         tiles = base._replace(block_n=_keys_per_block(short_cache[0], D, dtype.itemsize),
                               num_stages=short_cache[1])
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
-        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+        return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     if last_wave_grid and capacity >= _LAST_WAVE_FEWEST_KEYS:
         # some SMs hold two programs, the rest one: ranges that fill the last wave
         splits = last_wave_splits(B * H_kv * plan.row_blocks, sm_count(device), last_wave[1])
@@ -1778,7 +1778,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                  decode_config(D, dtype, capability, False, captured,
                                keys_per_split=cdiv(capacity, splits)))
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
-        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+        return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     entry_waves = _paged_rule(_PAGED_ENTRY_WAVES, capability)
     if entries and num_splits is None and plan.num_splits == 1 and entry_waves:
         # a grid of one or more programs an SM waiting on every entry: more programs
@@ -1786,7 +1786,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         more = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, None, tiles, entry_waves,
                          entry_waves)
         if more.num_splits > 1:
-            return _with_pages(more, table_tile, page_size, B * H_kv, capability, device)
+            return _finished_plan(more, table_tile, page_size, B * H_kv, capability, device)
     wave_tiles = _FULLEST_WAVE_TILES.get(gpu_class(capability), {}) if capability else {}
     if (paged in wave_tiles and wave_measured and (not paged or H == H_kv)
             and plan.num_splits == 1 and per_sm > _WIDE_PROGRAMS[1]):
@@ -1799,7 +1799,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
                               num_stages=stages, one_launch=base.one_launch and splits == 1)
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
-        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+        return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     short_rows = _SHORT_ROW_SPLITS.get(gpu_class(capability)) if capability else None
     if (short_rows and captured and plan.num_splits > 1
             and _short_rows(D, dtype.itemsize, paged)):
@@ -1811,7 +1811,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                          full_from)
         if cdiv(capacity, plan.num_splits) >= _SPLIT_MIN_BLOCKS * block_n:
             plan = plan._replace(config=fine._replace(block_n=block_n))
-        return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+        return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
         split = decode_config(D, dtype, capability, paged, captured, per_sm,
                               keys_per_split=cdiv(capacity, plan.num_splits))
@@ -1824,16 +1824,17 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
             if short != split:
                 plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, plan.num_splits,
                                  short)
-    return _with_pages(plan, table_tile, page_size, B * H_kv, capability, device)
+    return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
 
 
-def _with_pages(plan: _DecodePlan, table_tile: int, page_size: int, heads: int,
-                capability: tuple[int, int] | None, device: torch.device) -> _DecodePlan:
-    """``plan`` with how its programs read pages of ``page_size`` tokens (0: contiguous): the
-    table row held (``table_tile``), and the tiles' pages interleaved where they hold several
-    whole pages and the grid (``heads`` cache heads of all sequences) has at most
-    :func:`interleave_pages_per_sm` programs an SM; and the pipeline depth of its masked loop
-    (:data:`_TAIL_STAGES`, for a grid of at most :data:`_TAIL_MOST_PER_SM` programs an SM)."""
+def _finished_plan(plan: _DecodePlan, table_tile: int, page_size: int, heads: int,
+                   capability: tuple[int, int] | None, device: torch.device) -> _DecodePlan:
+    """``plan`` finished with the choices that depend on its whole grid. How its programs read
+    pages of ``page_size`` tokens (0: contiguous): the table row held (``table_tile``), and the
+    tiles' pages interleaved where they hold several whole pages and the grid (``heads`` cache
+    heads of all sequences) has at most :func:`interleave_pages_per_sm` programs an SM; and the
+    pipeline depth of its masked loop (:data:`_TAIL_STAGES`, for a grid of at most
+    :data:`_TAIL_MOST_PER_SM` programs an SM)."""
     block_n = plan.config.block_n
     programs = plan.num_splits * heads * plan.row_blocks
     interleave = (0 < page_size < block_n and block_n % page_size == 0

@@ -43,7 +43,7 @@ shuffles (:func:`layout_evidence`).
 Examples
 --------
 >>> len(all_launch_configs())
-386
+324
 >>> config = flash_forward_config(90)
 >>> config.constexprs["BLOCK_M"], config.constexprs["BLOCK_N"], config.num_warps
 (128, 64, 8)
@@ -510,6 +510,12 @@ def decode_launch_configs() -> list[KernelConfig]:
     :data:`~teachkit.kernels.decode.MAX_SPLITS` splits (``D`` of 64, 128, 256), waiting for
     the split kernel's grid where it is a programmatic dependent launch (``PDL``). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
+
+    On a GPU class of ``decode._TAIL_STAGES`` a grid of few programs an SM runs the split
+    kernel's loop over masked key blocks not pipelined. That form loads its tiles into
+    registers (:func:`tail_loop_evidence`), so it never needs more shared memory than the
+    pipelined form of the same variant, which is checked: it is compiled once contiguous and
+    once paged per head dim and element size, to show that it compiles, not for every variant.
     """
     configs = []
     for ty, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
@@ -551,6 +557,11 @@ def decode_launch_configs() -> list[KernelConfig]:
                                  for p, m in _decode_variants(ty, d)]
                 compiled = set()  # (page size, row held, interleaved, BLOCK_M, merge, tiles)
                 interleaves = decode.interleave_pages_per_sm(capability) > 0
+                # A grid of few programs an SM runs the masked loop not pipelined: it loads its
+                # tiles into registers (tail_loop_evidence), so its shared memory is never more
+                # than the pipelined form's and fits wherever that fits. Compiled once for a
+                # contiguous cache and once for a paged one, to check that it compiles.
+                unpipelined = {paged: decode._TAIL_STAGES.get(cls) for paged in (False, True)}
                 for page_size, block_m, merge, split_keys, per_sm, cache_keys, halved in variants:
                     # a paged program holds its table row (the widest it holds) or reads it;
                     # unsplit, a held row takes the contiguous tiles (decode_attention's plan)
@@ -570,11 +581,12 @@ def decode_launch_configs() -> list[KernelConfig]:
                             if key in compiled:
                                 continue
                             compiled.add(key)
-                            # a grid of few programs an SM: the masked loop not pipelined too
-                            for tail in dict.fromkeys((None, decode._TAIL_STAGES.get(cls))):
+                            tail = unpipelined[page_size > 0]
+                            unpipelined[page_size > 0] = None
+                            for tail_stages in dict.fromkeys((None, tail)):
                                 configs.append(_split_config(
                                     ty, d, cls, cfg, page_size, table_tile, interleave,
-                                    block_m, merge, split_keys is not None, tail))
+                                    block_m, merge, split_keys is not None, tail_stages))
         merge_types = {"O_PART": "*fp32", "LSE_PART": "*fp32", "O": f"*{ty}", "LSE": "*fp32"}
         for d in (64, 128, 256):
             for splits in (2, decode.MAX_SPLITS):

@@ -84,7 +84,7 @@ def test_launcher_calls_put_the_launchers_back_after_an_error():
 
 
 def test_bench_host_times_every_op_four_ways_and_the_launcher_alone_on_a_gpu():
-    results = host.bench_host(calls=2, show_progress=False)
+    results = host.bench_host(calls=2, show_progress=False, rounds=2)
     ways = (*host.PROVIDERS, host.LAUNCHER_ALONE) if host.ON_GPU else host.PROVIDERS
     assert [(r.params["op"], r.provider) for r in results] == [
         (op, p) for op in host.OPS for p in ways]

@@ -557,10 +557,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                                  for p, m in _decode_variants(ty, d)]
                 compiled = set()  # (page size, row held, interleaved, BLOCK_M, merge, tiles)
                 interleaves = decode.interleave_pages_per_sm(capability) > 0
-                # A grid of few programs an SM runs the masked loop not pipelined: it loads its
-                # tiles into registers (tail_loop_evidence), so its shared memory is never more
-                # than the pipelined form's and fits wherever that fits. Compiled once for a
-                # contiguous cache and once for a paged one, to check that it compiles.
+                # the masked loop not pipelined: once contiguous, once paged (the docstring's why)
                 unpipelined = {paged: decode._TAIL_STAGES.get(cls) for paged in (False, True)}
                 for page_size, block_m, merge, split_keys, per_sm, cache_keys, halved in variants:
                     # a paged program holds its table row (the widest it holds) or reads it;

@@ -117,7 +117,7 @@ def held_streamed_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y,
 
 
 def held_streamed(x: torch.Tensor, programs: int, chunk: int = 8192, num_warps: int = 4,
-                  max_registers: int = 120, lanes: int = 512, depth: int = 4) -> torch.Tensor:
+                  max_registers: int = 120, lanes: int = 512, depth: int = 16) -> torch.Tensor:
     """The softmax of the rows of ``x`` (2-D, contiguous rows) by :func:`held_streamed_kernel`
     on ``programs`` programs, which must all fit on the GPU at once to wait for each other (else
     each reads its row itself after its polls: right, and slow)."""
@@ -127,7 +127,12 @@ def held_streamed(x: torch.Tensor, programs: int, chunk: int = 8192, num_warps: 
 def launch_held_streamed(x: torch.Tensor, programs: int, chunk: int, num_warps: int,
                          max_registers: int, lanes: int, depth: int) -> tuple:
     """:func:`held_streamed`'s output and the launch's compiled kernel (on a GPU, its
-    ``n_regs`` and ``n_spills`` say whether the kept chunk stayed in registers)."""
+    ``n_regs`` and ``n_spills`` say whether the kept chunk stayed in registers).
+
+    The streamed tiles are ``(depth, lanes)``: 512 lanes give each thread of four warps four
+    adjacent elements a row, 8-byte loads in bfloat16 (256 lanes give 4-byte loads), and a depth
+    of 16 keeps 8192 elements of a program in flight. On an H200 a depth of 4 read 4 x 16M
+    bfloat16 at 21 % of the copy and a depth of 16 at 47 % (float32: 63 % and 66 %)."""
     n_rows, n_cols = x.shape
     y = torch.empty_like(x)
     slots = torch.full((n_rows * programs,), sk.EMPTY_SLOT.value, dtype=torch.int64,
@@ -257,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in (torch.float32, torch.bfloat16):
             x = torch.randn(4, 1 << 20, device="cuda", dtype=dtype)
             kernel = launch_held_streamed(x, per_sm * props.multi_processor_count, chunk,
-                                          warps, registers, 512, 4)[1]
+                                          warps, registers, 512, 16)[1]
             compiled[name, str(dtype)[6:]] = {"registers": kernel.n_regs,
                                               "spills": kernel.n_spills}
             print(f"{name}, {str(dtype)[6:]}: {kernel.n_regs} registers, "

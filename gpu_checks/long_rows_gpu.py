@@ -3,9 +3,9 @@ kernels from on-chip memory or L2 instead of HBM, checked and timed on a CUDA GP
 split kernels, the entry point and a copy of the same bytes. Run from the repository root:
 `python gpu_checks/long_rows_gpu.py [--json PATH]`.
 
-A row of 4M float32 columns or more no longer fits in the registers of a whole H100 or H200, so
-`teachkit.kernels.softmax` reads it twice (split rows) and is held to 2/3 of the copy rate. The
-two alternatives timed here:
+A row of more than 4.3M float32 columns (8.7M in float16 or bfloat16) no longer fits in the
+registers of a whole H100 or H200 (`resident_fits`), so `teachkit.kernels.softmax` reads it twice
+(split rows) and is held to 2/3 of the copy rate. The two alternatives timed here:
 
 - **held + streamed** (`held_streamed_kernel`): a persistent grid of programs, all on the GPU
   at once, takes one row at a time. Each program streams its chunks of the row but the last,
@@ -57,7 +57,8 @@ BAND_BYTES = 24 << 20
 HELD_CONFIGS = {"held + streamed, 4 warps x 4 an SM": (8192, 4, 4, 120),
                 "held + streamed, 8 warps x 2 an SM": (16384, 8, 2, 128)}
 """Provider name: ``(chunk, num_warps, programs an SM, registers a thread)`` of
-:func:`held_streamed`, the two configurations of the resident kernel's sweep that fit."""
+:func:`held_streamed`: two of the candidates of the resident kernel's sweep
+(``gpu_checks/resident_sweep.py``), with one chunk a program held as float32 weights."""
 
 
 @triton.jit

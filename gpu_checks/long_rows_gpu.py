@@ -210,15 +210,14 @@ def bands(x: torch.Tensor, band_bytes: int = BAND_BYTES, chunk: int = sk.SPLIT_C
     d = torch.empty_like(m)
     band = max(1, band_bytes // (n_cols * x.element_size()))
     lanes_p = min(1024, next_power_of_2(n_chunks))
+    depth = sk.split_depth(chunk, lanes)
     for r in range(0, n_rows, band):
-        rows = slice(r, r + band)
-        grid = (x[rows].shape[0], n_chunks)
-        band_stats_kernel[grid](x[rows], m[rows], d[rows], n_cols, x.stride(0), n_chunks,
-                                CHUNK=chunk, LANES=lanes, DEPTH=sk.split_depth(chunk, lanes),
-                                num_warps=8)
-        band_normalize_kernel[grid](x[rows], y[rows], m[rows], d[rows], n_cols, x.stride(0),
-                                    y.stride(0), n_chunks, CHUNK=chunk, LANES=lanes,
-                                    LANES_P=lanes_p, num_warps=8)
+        xs, ys, ms, ds = (t[r:r + band] for t in (x, y, m, d))
+        grid = (xs.shape[0], n_chunks)
+        band_stats_kernel[grid](xs, ms, ds, n_cols, x.stride(0), n_chunks, CHUNK=chunk,
+                                LANES=lanes, DEPTH=depth, num_warps=8)
+        band_normalize_kernel[grid](xs, ys, ms, ds, n_cols, x.stride(0), y.stride(0), n_chunks,
+                                    CHUNK=chunk, LANES=lanes, LANES_P=lanes_p, num_warps=8)
     return y
 
 

@@ -298,3 +298,39 @@ def test_entry_point_takes_resident_rows_where_they_were_measured_faster(gen, mo
     ks.softmax(torch.zeros(1, 50_257, dtype=torch.bfloat16, device=DEV))  # odd: not as words
     assert taken == ([ks.RESIDENT_CONFIGS[4], ks.RESIDENT_CONFIGS[2], "split",
                       ks.UNPAIRED_CONFIG] if teachkit.ON_GPU else ["split"] * 4)
+
+
+def test_wait_constants_follow_the_row_length():
+    """The L2 prefetch and the pauses between polls start at the configuration's row lengths,
+    never under the interpreter (they are PTX), and not at all when the configuration says so."""
+    config = ks.RESIDENT_CONFIGS[4]
+    assert ks.wait_constants(config, 63, (9, 0)) == {"L2_PREFETCH": False, "BACKOFF": False}
+    assert ks.wait_constants(config, 64, (7, 5)) == {"L2_PREFETCH": True, "BACKOFF": False}
+    assert ks.wait_constants(config, 256, (8, 9)) == {"L2_PREFETCH": True, "BACKOFF": True}
+    assert ks.wait_constants(config, 4096, None) == {"L2_PREFETCH": False, "BACKOFF": False}
+    idle = config._replace(l2_prefetch_from=None, backoff_from=None)
+    assert ks.wait_constants(idle, 4096, (9, 0)) == {"L2_PREFETCH": False, "BACKOFF": False}
+
+
+@pytest.mark.skipif(not teachkit.ON_GPU, reason="the prefetch and the pauses are PTX")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_resident_rows_with_prefetch_and_pauses(dtype, gen):
+    """Compiled: rows of 40 chunks of 1024 columns (both waits on from 2 chunks), more rows
+    than a round takes and a last round that is not full, so some prefetches point past the
+    last item; a masked stretch, a row of -inf (NaN, as torch gives) and a ragged last chunk.
+    Every way of waiting gives torch's softmax."""
+    n_cols = 40 * 1024 - 300
+    x = (randn(23, n_cols, gen=gen, scale=10)).to(DEV, dtype)
+    x[2, 5000:20000] = -INF
+    x[7] = -INF
+    want = torch.softmax(x.double(), -1)
+    base = ks.ResidentConfig(1024, 4, 2, words=dtype != torch.float32)
+    for start in (None, 2):
+        for backoff in (None, 2):
+            y = ks.softmax_resident(x, config=base._replace(l2_prefetch_from=start,
+                                                            backoff_from=backoff))
+            assert y.dtype == dtype and torch.isnan(y[7]).all()
+            keep = torch.ones(23, dtype=torch.bool)
+            keep[7] = False
+            assert relative_error(y[keep], want[keep]) < (1e-5 if dtype == torch.float32
+                                                         else 1e-2)

@@ -258,9 +258,12 @@ def resident_launch_config(config: sk.ResidentConfig, ty: str, shape: dict,
     ``shape`` (``G`` and ``G_POW2`` at least) and ``constexprs``, and the register cap ``cap``
     (``True``: :func:`~teachkit.kernels.softmax_kernels.register_cap`'s; ``None``: uncapped),
     with the constants a launch on ``sm_<capability>`` passes
-    (:func:`~teachkit.kernels.softmax_kernels.resident_constants`)."""
+    (:func:`~teachkit.kernels.softmax_kernels.resident_constants` and, for rows of ``G``
+    chunks, :func:`~teachkit.kernels.softmax_kernels.wait_constants`)."""
     constants = {"CHUNK": config.chunk, "BLOCK": 1024, "MAX_SPIN": sk.SPIN_POLLS,
-                 **sk.resident_constants(config, GPU_CLASSES[capability]), **shape, **constexprs}
+                 **sk.resident_constants(config, GPU_CLASSES[capability]),
+                 **sk.wait_constants(config, shape["G"], GPU_CLASSES[capability]), **shape,
+                 **constexprs}
     name = (f"resident {ty} CHUNK={config.chunk} G={shape['G']}"
             f"{' words' if config.words else ''}{' cvt.x2' if constants.get('CVT_X2') else ''}")
     return replace(_config(name, sk.resident_kernel_for(config),

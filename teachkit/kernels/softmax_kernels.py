@@ -60,12 +60,15 @@ __all__ = [
     "fused_kernel",
     "halves",
     "merge_combine",
+    "nap",
     "online_kernel",
     "online_update",
     "online_update_tile",
     "pack_halves",
     "pack_halves_x2",
     "pack_pair",
+    "prefetch_chunk",
+    "prefetch_l2",
     "programs_by_registers",
     "read_pairs",
     "register_cap",
@@ -88,6 +91,7 @@ __all__ = [
     "split_normalize_kernel",
     "split_stats_kernel",
     "unpack_pair",
+    "wait_constants",
     "words_fit",
 ]
 
@@ -346,10 +350,21 @@ def unpack_pair(word):
 
 
 @triton.jit
-def read_pairs(SLOTS, G: tl.constexpr, G_POW2: tl.constexpr, MAX_SPIN: tl.constexpr):
+def nap(x):
+    """``x`` (an int32), after the thread has slept about 256 ns (PTX ``nanosleep``, sm_70 and
+    later): a pause between two polls, so that hundreds of waiting programs do not keep L2 busy
+    answering them while the data the others wait for is on its way through it."""
+    return tl.inline_asm_elementwise("nanosleep.u32 256; mov.u32 $0, $1;", "=r,r", [x],
+                                     dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def read_pairs(SLOTS, G: tl.constexpr, G_POW2: tl.constexpr, MAX_SPIN: tl.constexpr,
+               BACKOFF: tl.constexpr = False):
     """Wait for the ``G`` words at ``SLOTS`` (:func:`pack_pair`'s, :data:`EMPTY_SLOT` until
     written): read them with volatile loads, which go past the SM's L1 cache to L2, where every
-    program's writes meet, until none is empty or ``MAX_SPIN`` polls have passed.
+    program's writes meet, until none is empty or ``MAX_SPIN`` polls have passed. With
+    ``BACKOFF``, sleep a moment (:func:`nap`) before each poll but the first.
 
     Returns ``(m, d, complete)``: the pairs, ``(G_POW2,)`` each with the lanes past ``G`` as
     ``(-inf, 0)``, which a merge ignores, and whether every word had arrived.
@@ -359,6 +374,8 @@ def read_pairs(SLOTS, G: tl.constexpr, G_POW2: tl.constexpr, MAX_SPIN: tl.conste
     missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
     polls = 0
     while (missing > 0) & (polls < MAX_SPIN):
+        if BACKOFF:
+            missing = nap(missing)
         words = tl.load(SLOTS + lanes, mask=lanes < G, other=0, volatile=True)
         missing = tl.sum((words == EMPTY_SLOT).to(tl.int32), axis=0)
         polls += 1
@@ -368,12 +385,12 @@ def read_pairs(SLOTS, G: tl.constexpr, G_POW2: tl.constexpr, MAX_SPIN: tl.conste
 
 @triton.jit
 def row_pair(ROW_SLOTS, x_row, n_cols, G: tl.constexpr, G_POW2: tl.constexpr,
-             MAX_SPIN: tl.constexpr, BLOCK: tl.constexpr):
+             MAX_SPIN: tl.constexpr, BLOCK: tl.constexpr, BACKOFF: tl.constexpr = False):
     """The ``(m, d)`` of a whole row: its ``G`` chunks' pairs at ``ROW_SLOTS``, waited for
-    (:func:`read_pairs`) and merged; or, if they do not all arrive (the row's programs are not
-    all running at once), the row's ``n_cols`` values at ``x_row`` read again
-    (:func:`row_stats`, ``BLOCK`` lanes): slower, never stuck."""
-    m_p, d_p, complete = read_pairs(ROW_SLOTS, G, G_POW2, MAX_SPIN)
+    (:func:`read_pairs`, pausing between polls with ``BACKOFF``) and merged; or, if they do not
+    all arrive (the row's programs are not all running at once), the row's ``n_cols`` values at
+    ``x_row`` read again (:func:`row_stats`, ``BLOCK`` lanes): slower, never stuck."""
+    m_p, d_p, complete = read_pairs(ROW_SLOTS, G, G_POW2, MAX_SPIN, BACKOFF)
     if complete:  # every chunk of the row has written its pair: merge them
         m_row, d_row = tl.reduce((m_p, d_p), 0, merge_combine)
     else:  # the others are not running beside this program: read the row itself
@@ -381,11 +398,33 @@ def row_pair(ROW_SLOTS, x_row, n_cols, G: tl.constexpr, G_POW2: tl.constexpr,
     return m_row, d_row
 
 
+@triton.jit
+def prefetch_l2(pointers):
+    """Ask L2 for the 128-byte line at each of ``pointers`` (PTX ``prefetch.global.L2``) and go
+    on without waiting for it: the line comes from HBM meanwhile, so a later load finds it in
+    L2. Returns zeros, which nothing needs."""
+    return tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l",
+                                     [pointers], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def prefetch_chunk(X, item, n_items, n_cols, stride_x, G: tl.constexpr, CHUNK: tl.constexpr):
+    """:func:`prefetch_l2` of the lines of ``item``'s chunk of ``X`` (the ``(item // G)``-th
+    row's ``(item % G)``-th chunk of ``CHUNK`` columns), one address a line; an item past the
+    last stands for the last, and columns past the row for its last column, so every address is
+    inside ``X``."""
+    LINE: tl.constexpr = 1024 // X.dtype.element_ty.primitive_bitwidth  # elements a line
+    item = tl.minimum(item, n_items - 1)
+    cols = tl.minimum((item % G) * CHUNK + tl.arange(0, CHUNK // LINE) * LINE, n_cols - 1)
+    return prefetch_l2(X + (item // G).to(tl.int64) * stride_x + cols)
+
+
 @cached_launch
 @triton.jit
 def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
                     G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
-                    BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr, PREFETCH: tl.constexpr):
+                    BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr, PREFETCH: tl.constexpr,
+                    L2_PREFETCH: tl.constexpr = False, BACKOFF: tl.constexpr = False):
     """A persistent grid of ``n_programs`` programs (a multiple of ``G``, all on the GPU at
     once) takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks
     of ``CHUNK`` columns to a row, so the ``G`` chunks of a row are taken by ``G`` neighbouring
@@ -402,7 +441,10 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
        tensor, one exponential per element.
 
     With ``PREFETCH``, the program loads the chunk of its next item before it reads the slots,
-    so that load runs while the row's other programs arrive.
+    so that load runs while the row's other programs arrive. ``L2_PREFETCH`` does the same
+    without registers: it asks L2 for that chunk (:func:`prefetch_chunk`) and loads it from
+    there in the next round. ``BACKOFF`` pauses between polls (:func:`read_pairs`). Both pay
+    on rows of many chunks, where the wait is long (:func:`wait_constants`).
 
     If the slots are still not all written after ``MAX_SPIN`` polls (another kernel holding part
     of the GPU, or the interpreter, which runs programs one after another), the program reads
@@ -434,8 +476,10 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
             x_next = tl.load(X + (after // G).to(tl.int64) * stride_x + cols_after,
                              mask=cols_after < tl.where(after < n_items, n_cols, 0),
                              other=float("-inf"))
+        if L2_PREFETCH:  # the next item's chunk comes into L2 while the row's programs arrive
+            prefetch_chunk(X, item + n_programs, n_items, n_cols, stride_x, G, CHUNK)
         m_row, d_row = row_pair(SLOTS + row.to(tl.int64) * G, x_row, n_cols, G, G_POW2,
-                                MAX_SPIN, BLOCK)
+                                MAX_SPIN, BLOCK, BACKOFF)
         # exp(x - m_row) = e * exp(m_c - m_row): the chunk's weights rescaled, as a merge does
         y = e * (tl.exp2((m_c - m_row) * LOG2E) / d_row)
         tl.store(Y + row.to(tl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
@@ -507,7 +551,8 @@ def fresh(words, m):
 def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
                           G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
                           BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr,
-                          FRESH: tl.constexpr = True, CVT_X2: tl.constexpr = False):
+                          FRESH: tl.constexpr = True, CVT_X2: tl.constexpr = False,
+                          L2_PREFETCH: tl.constexpr = False, BACKOFF: tl.constexpr = False):
     """:func:`resident_kernel` for float16 and bfloat16 rows of an even number of columns,
     holding its chunk as the input itself, two elements to a 32-bit register, instead of
     float32 weights: twice the columns in the same registers, so half the rounds, for a
@@ -522,6 +567,8 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
        ``exp(x - m_row) / d_row`` from the kept words (:func:`pack_halves`, or with
        ``CVT_X2`` :func:`pack_halves_x2`, one conversion for two elements).
 
+    ``L2_PREFETCH`` and ``BACKOFF`` are :func:`resident_kernel`'s.
+
     Without :func:`fresh` (``FRESH=False``) the compiler computes the halves once and keeps
     all of them, twice the registers of the words, through the wait
     (``python -m teachkit.kernels --resident-registers`` shows the spills).
@@ -534,7 +581,8 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
     minus_inf = tl.full((), float("-inf"), tl.float32)
     padding = pack_halves(minus_inf, minus_inf, HALF)  # a word of two -inf
     offs = tl.arange(0, CHUNK // 2)
-    for item in range(pid, n_rows * G, n_programs):
+    n_items = n_rows * G
+    for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * (CHUNK // 2) + offs
         words = tl.load(x_words + row.to(tl.int64) * (stride_x // 2) + cols,
@@ -546,8 +594,10 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
             low, high = halves(fresh(words, m_c), HALF)
         d_c = tl.sum(tl.exp2((low - safe) * LOG2E) + tl.exp2((high - safe) * LOG2E), axis=0)
         tl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+        if L2_PREFETCH:
+            prefetch_chunk(X, item + n_programs, n_items, n_cols, stride_x, G, CHUNK)
         m_row, d_row = row_pair(SLOTS + row.to(tl.int64) * G, X + row.to(tl.int64) * stride_x,
-                                n_cols, G, G_POW2, MAX_SPIN, BLOCK)
+                                n_cols, G, G_POW2, MAX_SPIN, BLOCK, BACKOFF)
         if FRESH:
             low, high = halves(fresh(words, m_row), HALF)
         scale = 1.0 / d_row
@@ -569,7 +619,10 @@ class ResidentConfig(NamedTuple):
     ``words``: hold a float16 or bfloat16 chunk as the input's own 32-bit words, two elements
     each (:func:`resident_words_kernel`; no ``prefetch``), instead of float32 weights, and
     ``cvt_x2``: with ``words``, round the results two to an instruction
-    (:func:`pack_halves_x2`) on GPUs that have it (:func:`cvt_x2`), instead of one."""
+    (:func:`pack_halves_x2`) on GPUs that have it (:func:`cvt_x2`), instead of one;
+    ``l2_prefetch_from`` and ``backoff_from``: the chunks a row spans from which the compiled
+    kernel has L2 fetch the next item's chunk during the wait, and pauses between its polls
+    (``None``: never; :func:`wait_constants`)."""
 
     chunk: int
     num_warps: int
@@ -578,6 +631,8 @@ class ResidentConfig(NamedTuple):
     max_registers: int | None = None
     words: bool = False
     cvt_x2: bool = True
+    l2_prefetch_from: int | None = 64
+    backoff_from: int | None = 256
 
 
 RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
@@ -585,7 +640,10 @@ RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
 """By element size, timed on the H100 (``gpu_checks/resident_sweep.py``) on rows of 64k to 4M
 columns. float32: 8192 columns per program, float32 weights kept. float16 and bfloat16: 16384
 columns per program, kept as the input's words. Both: four programs of four warps a
-multiprocessor, capped at 120 registers a thread (128 would be allowed; 120 was timed)."""
+multiprocessor, capped at 120 registers a thread (128 would be allowed; 120 was timed). The
+L2 prefetch from 64 chunks a row and the pauses between polls from 256 were timed on an H200
+(``gpu_checks/resident_wait_gpu.py``): below those the kernel waits only briefly, and the same
+instructions cost more than they save."""
 UNPAIRED_CONFIG = RESIDENT_CONFIGS[4]
 """For float16 and bfloat16 rows that :func:`resident_words_kernel` cannot read as words (an odd
 number of columns, such as a vocabulary of 50257, or rows starting at odd elements): float32's
@@ -647,6 +705,31 @@ def resident_constants(config: ResidentConfig, capability: tuple[int, int] | Non
     if config.words:
         return {"FRESH": True, "CVT_X2": config.cvt_x2 and cvt_x2(capability)}
     return {"PREFETCH": config.prefetch}
+
+
+def wait_constants(config: ResidentConfig, g: int, capability: tuple[int, int] | None) -> dict:
+    """``L2_PREFETCH`` and ``BACKOFF``, what the resident kernel of ``config`` does while it
+    waits for the pairs of a row of ``g`` chunks, on a GPU of compute ``capability``: each is on
+    when the row spans at least ``config.l2_prefetch_from`` (``config.backoff_from``) chunks.
+    Both are PTX (:func:`prefetch_l2`, :func:`nap`), so both are off under the interpreter
+    (``capability=None``), which runs no PTX.
+
+    >>> wait_constants(RESIDENT_CONFIGS[4], 128, (9, 0))
+    {'L2_PREFETCH': True, 'BACKOFF': False}
+    >>> wait_constants(RESIDENT_CONFIGS[4], 512, None)
+    {'L2_PREFETCH': False, 'BACKOFF': False}
+    """
+    def on(start: int | None) -> bool:
+        return capability is not None and start is not None and g >= start
+
+    return {"L2_PREFETCH": on(config.l2_prefetch_from), "BACKOFF": on(config.backoff_from)}
+
+
+@functools.cache
+def _wait_options(config: ResidentConfig, g: int, device: int) -> dict:
+    """:func:`wait_constants` on GPU ``device`` (the interpreter's without a GPU), worked out
+    once per configuration, row length in chunks and device."""
+    return wait_constants(config, g, compute_capability(device) if ON_GPU else None)
 
 
 @functools.cache
@@ -730,7 +813,8 @@ def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig)
     resident_kernel_for(config)[(programs,)](
         x2, y2, slots, n_rows, n_cols, x2.stride(0), y2.stride(0), programs, G=g,
         G_POW2=next_power_of_2(g), CHUNK=config.chunk, BLOCK=min(1024, config.chunk),
-        MAX_SPIN=MAX_SPIN, **_resident_options(config, device))
+        MAX_SPIN=MAX_SPIN, **_resident_options(config, device),
+        **_wait_options(config, g, device))
 
 
 # ---------------------------------------------------------------------------------------------

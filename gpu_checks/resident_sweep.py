@@ -26,7 +26,8 @@ CANDIDATES = [(8192, 4, 4, False, 120), (8192, 4, 4, True, 120), (16384, 8, 2, F
 """``ResidentConfig`` fields ``(chunk, num_warps, per_sm, prefetch, max_registers, words)`` the
 sweep times; ``max_registers=None`` is ``register_cap``'s default, the most that ``per_sm``
 programs can share (128 for these). The ``words`` configurations are timed for bfloat16
-only."""
+only. Each waits for its rows as the table's do (``l2_prefetch_from``, ``backoff_from``;
+``gpu_checks/resident_wait_gpu.py`` times the ways of waiting)."""
 SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304), (1024, 50257)]
 """Rows of 64k to 4M columns, and rows of an odd length (a vocabulary of 50257), which start at
 2-byte boundaries in 16-bit dtypes: the words configurations cannot read them, and no

@@ -313,18 +313,21 @@ def test_wait_constants_follow_the_row_length():
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the prefetch and the pauses are PTX")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_resident_rows_with_prefetch_and_pauses(dtype, gen):
+@pytest.mark.parametrize("dtype, words", [(torch.float32, False), (torch.bfloat16, True),
+                                          (torch.bfloat16, False)])
+def test_resident_rows_with_prefetch_and_pauses(dtype, words, gen):
     """Compiled: rows of 40 chunks of 1024 columns (both waits on from 2 chunks), more rows
     than a round takes and a last round that is not full, so some prefetches point past the
-    last item; a masked stretch, a row of -inf (NaN, as torch gives) and a ragged last chunk.
-    Every way of waiting gives torch's softmax."""
-    n_cols = 40 * 1024 - 300
+    last item; a masked stretch, a row of -inf (NaN, as torch gives) and a ragged last chunk;
+    bfloat16 rows read as words and, with an odd length (rows starting at 2-byte boundaries,
+    prefetched at such addresses), as float32 weights. Every way of waiting gives torch's
+    softmax."""
+    n_cols = 40 * 1024 - (300 if words or dtype == torch.float32 else 301)
     x = (randn(23, n_cols, gen=gen, scale=10)).to(DEV, dtype)
     x[2, 5000:20000] = -INF
     x[7] = -INF
     want = torch.softmax(x.double(), -1)
-    base = ks.ResidentConfig(1024, 4, 2, words=dtype != torch.float32)
+    base = ks.ResidentConfig(1024, 4, 2, words=words)
     for start in (None, 2):
         for backoff in (None, 2):
             y = ks.softmax_resident(x, config=base._replace(l2_prefetch_from=start,

@@ -352,8 +352,8 @@ def unpack_pair(word):
 @triton.jit
 def nap(x):
     """``x`` (an int32), after the thread has slept about 256 ns (PTX ``nanosleep``, sm_70 and
-    later): a pause between two polls, so that hundreds of waiting programs do not keep L2 busy
-    answering them while the data the others wait for is on its way through it."""
+    later): a pause between two polls, meant to keep hundreds of waiting programs from
+    crowding L2 with polls while the data the others wait for is on its way through it."""
     return tl.inline_asm_elementwise("nanosleep.u32 256; mov.u32 $0, $1;", "=r,r", [x],
                                      dtype=tl.int32, is_pure=False, pack=1)
 

@@ -246,9 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA GPU: checking the kernels under Triton's interpreter, timing nothing")
         return 0 if check_small() else 1
     from teachkit.bench import copy_bandwidth
-    from teachkit.bench.core import Measurement, save_results, time_ms, timing_description
-    from teachkit.bench.softmax import SAME_BYTES_COPY, softmax_params
-    from teachkit.compare import relative_error
+    from teachkit.bench.core import save_results, timing_description
+    from teachkit.bench.softmax import SAME_BYTES_COPY, time_softmax_provider
     from teachkit.kernels import softmax
 
     print(teachkit.describe())
@@ -274,19 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         for rows, cols in SHAPES:
             x = torch.randn(rows, cols, device="cuda",
                             dtype=torch.float32 if dtype == "fp32" else torch.bfloat16)
-            want = torch.softmax(x.float(), -1)
             line = f"{rows}x{cols} {dtype}:"
             for name, fn in providers.items():
-                err = relative_error(fn(x), x if name == SAME_BYTES_COPY else want)
-                if not err < 1e-2:
+                try:
+                    found = time_softmax_provider(name, fn, x, dtype, graph=True, tolerance=1e-2)
+                except AssertionError as wrong:
                     ok = False
-                    line += f" | {name} WRONG ({err:.1e})"
+                    line += f" | WRONG: {wrong}"
                     continue
-                ms = time_ms(lambda fn=fn, x=x: fn(x), graph=True)
-                gbps = 2 * x.numel() * x.element_size() / ms / 1e6
-                results.append(Measurement(f"{rows}x{cols}", dtype, name, ms, gbps, "GB/s",
-                                           softmax_params(rows, cols, dtype)))
-                line += f" | {name} {gbps / copy:.0%}"
+                results.append(found)
+                line += f" | {name} {found.value / copy:.0%}"
             print(line, flush=True)
     if args.json:
         held = [{"provider": name, "dtype": dtype, **found}

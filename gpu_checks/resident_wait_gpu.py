@@ -14,8 +14,9 @@ waiting, each a `ResidentConfig` of the table's (`RESIDENT_CONFIGS`) with its
 - **pauses**: sleep about 256 ns before each poll but the first (`nap`);
 - **both**; and the table's own choice, **shipped**, which turns each on from a row length.
 
-Rows of 64k to 4M columns, float32 and bfloat16, beside the split kernels; plain launches, each
-after the L2 cache is cleared (`teachkit.bench.core.time_ms`); GB/s = 2 x tensor bytes / time.
+Rows of 64k to 4M columns, float32 and bfloat16, beside the split kernels, each checked and
+timed by `teachkit.bench.softmax.time_softmax_provider`: plain launches, each after the L2 cache
+is cleared; GB/s = 2 x tensor bytes / time.
 With `--json` the figures are saved as a record (`softmax_resident_wait_<device>.json`).
 Without a GPU the configurations are checked under Triton's interpreter on small rows (where
 both are off: they are PTX), and nothing is timed. Exits 1 if a result is wrong.
@@ -80,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     from teachkit.bench import copy_bandwidth
-    from teachkit.bench.core import Measurement, save_results, time_ms
-    from teachkit.bench.softmax import softmax_params
-    from teachkit.compare import relative_error
+    from teachkit.bench.core import save_results
+    from teachkit.bench.softmax import time_softmax_provider
 
     print(teachkit.describe())
     copy = copy_bandwidth()
@@ -92,25 +92,22 @@ def main(argv: list[str] | None = None) -> int:
     for dt, (rows, cols) in tqdm(jobs, desc="shapes"):
         dtype = torch.float32 if dt == "fp32" else torch.bfloat16
         x = torch.randn(rows, cols, device="cuda", dtype=dtype)
-        want = torch.softmax(x.float(), -1)
         providers = {"split rows": sk.softmax_split}
         for name, config in wait_configs(dtype).items():
             if sk.resident_fits(cols, dtype, 0, config):
                 providers[name] = lambda x, c=config: sk.softmax_resident(x, config=c)
         line = f"{rows}x{cols} {dt}:"
         for name, fn in providers.items():
-            err = relative_error(fn(x), want)
-            if not err < 1e-2:
+            try:
+                found = time_softmax_provider(name, fn, x, dt, tolerance=1e-2)
+            except AssertionError as wrong:
                 ok = False
-                line += f" | {name} WRONG ({err:.1e})"
+                line += f" | WRONG: {wrong}"
                 continue
-            ms = time_ms(lambda fn=fn, x=x: fn(x))
-            gbps = 2 * x.numel() * x.element_size() / ms / 1e6
-            results.append(Measurement(f"{rows}x{cols}", dt, name, ms, gbps, "GB/s",
-                                       softmax_params(rows, cols, dt)))
-            line += f" | {name} {gbps / copy:.1%}"
+            results.append(found)
+            line += f" | {name} {found.value / copy:.1%}"
         tqdm.write(line)
-        del x, want
+        del x
     if args.json:
         path = save_results(args.json, results, copy_gbps=copy)
         print(f"results: {path}")

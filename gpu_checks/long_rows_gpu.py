@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if check_small() else 1
     from teachkit.bench import copy_bandwidth
     from teachkit.bench.core import save_results, timing_description
-    from teachkit.bench.softmax import SAME_BYTES_COPY, time_softmax_provider
+    from teachkit.bench.softmax import SAME_BYTES_COPY, time_softmax_providers
     from teachkit.kernels import softmax
 
     print(teachkit.describe())
@@ -273,17 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         for rows, cols in SHAPES:
             x = torch.randn(rows, cols, device="cuda",
                             dtype=torch.float32 if dtype == "fp32" else torch.bfloat16)
-            line = f"{rows}x{cols} {dtype}:"
-            for name, fn in providers.items():
-                try:
-                    found = time_softmax_provider(name, fn, x, dtype, graph=True, tolerance=1e-2)
-                except AssertionError as wrong:
-                    ok = False
-                    line += f" | WRONG: {wrong}"
-                    continue
-                results.append(found)
-                line += f" | {name} {found.value / copy:.0%}"
-            print(line, flush=True)
+            found, report, right = time_softmax_providers(providers, x, dtype, copy, graph=True,
+                                                          tolerance=1e-2)
+            results += found
+            ok &= right
+            print(f"{rows}x{cols} {dtype}:{report}", flush=True)
     if args.json:
         held = [{"provider": name, "dtype": dtype, **found}
                 for (name, dtype), found in compiled.items()]

@@ -15,7 +15,7 @@ waiting, each a `ResidentConfig` of the table's (`RESIDENT_CONFIGS`) with its
 - **both**; and the table's own choice, **shipped**, which turns each on from a row length.
 
 Rows of 64k to 4M columns, float32 and bfloat16, beside the split kernels, each checked and
-timed by `teachkit.bench.softmax.time_softmax_provider`: plain launches, each after the L2 cache
+timed by `teachkit.bench.softmax.time_softmax_providers`: plain launches, each after the L2 cache
 is cleared; GB/s = 2 x tensor bytes / time.
 With `--json` the figures are saved as a record (`softmax_resident_wait_<device>.json`).
 Without a GPU the configurations are checked under Triton's interpreter on small rows (where
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from teachkit.bench import copy_bandwidth
     from teachkit.bench.core import save_results
-    from teachkit.bench.softmax import time_softmax_provider
+    from teachkit.bench.softmax import time_softmax_providers
 
     print(teachkit.describe())
     copy = copy_bandwidth()
@@ -96,17 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, config in wait_configs(dtype).items():
             if sk.resident_fits(cols, dtype, 0, config):
                 providers[name] = lambda x, c=config: sk.softmax_resident(x, config=c)
-        line = f"{rows}x{cols} {dt}:"
-        for name, fn in providers.items():
-            try:
-                found = time_softmax_provider(name, fn, x, dt, tolerance=1e-2)
-            except AssertionError as wrong:
-                ok = False
-                line += f" | WRONG: {wrong}"
-                continue
-            results.append(found)
-            line += f" | {name} {found.value / copy:.1%}"
-        tqdm.write(line)
+        found, report, right = time_softmax_providers(providers, x, dt, copy, tolerance=1e-2,
+                                                      share=".1%")
+        results += found
+        ok &= right
+        tqdm.write(f"{rows}x{cols} {dt}:{report}")
         del x
     if args.json:
         path = save_results(args.json, results, copy_gbps=copy)

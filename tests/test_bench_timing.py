@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import teachkit
+
 
 def test_warm_l2_is_a_kind_of_graph_timing():
     from teachkit.bench.core import time_ms
@@ -42,6 +44,22 @@ def test_the_softmax_benchmark_times_a_copy_of_the_same_bytes():
                             progress=False)
     assert [r.provider for r in results] == ["torch", SAME_BYTES_COPY]
     assert all(r.value == 2 * 4 * 100 * 4 / r.ms / 1e6 for r in results)
+
+
+def test_softmax_providers_are_timed_in_order_and_a_wrong_one_is_reported_not_timed():
+    from teachkit.bench.softmax import time_softmax_providers
+
+    x = torch.randn(4, 100, device=teachkit.DEVICE)
+    providers = {"torch": lambda t: torch.softmax(t, -1), "identity": lambda t: t,
+                 "torch again": lambda t: torch.softmax(t, -1)}
+    found, report, ok = time_softmax_providers(providers, x, "fp32", copy_gbps=1.0,
+                                               share=".1%")
+    assert [r.provider for r in found] == ["torch", "torch again"] and not ok
+    parts = report.split(" | ")[1:]
+    assert parts[0] == f"torch {found[0].value:.1%}"
+    assert parts[1].startswith("WRONG: identity is wrong on 4x100 fp32")
+    assert parts[2] == f"torch again {found[1].value:.1%}"
+    assert time_softmax_providers({"torch": providers["torch"]}, x, "fp32", 1.0)[2]
 
 
 def test_timing_description_names_the_settling_on_a_gpu(monkeypatch):

@@ -29,7 +29,8 @@ from .core import (
 )
 
 __all__ = ["SOFTMAX_SHAPES", "SAME_BYTES_COPY", "RESIDENT_F2F", "softmax_providers",
-           "softmax_bytes", "softmax_params", "time_softmax_provider", "bench_softmax",
+           "softmax_bytes", "softmax_params", "time_softmax_provider", "time_softmax_providers",
+           "bench_softmax",
            "main"]
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
@@ -174,6 +175,27 @@ def time_softmax_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor],
     gbps = 2 * x.numel() * x.element_size() / ms / 1e6
     return Measurement(problem, dtype, name, ms, gbps, "GB/s",
                        softmax_params(x.shape[0], x.shape[1], dtype))
+
+
+def time_softmax_providers(providers: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+                           x: torch.Tensor, dtype: str, copy_gbps: float, graph: bool = False,
+                           tolerance: float = 2e-2, share: str = ".0%",
+                           ) -> tuple[list[Measurement], str, bool]:
+    """:func:`time_softmax_provider` of every provider of ``providers`` (name: function) on the
+    rows ``x``, in order: the measurements of those that were right, a report of the rows'
+    figures (`` | name share`` each, the share of ``copy_gbps`` in the format ``share``, or
+    `` | WRONG: ...`` for a provider that was wrong) and whether every provider was right."""
+    results, report, ok = [], "", True
+    for name, fn in providers.items():
+        try:
+            found = time_softmax_provider(name, fn, x, dtype, graph=graph, tolerance=tolerance)
+        except AssertionError as wrong:
+            ok = False
+            report += f" | WRONG: {wrong}"
+            continue
+        results.append(found)
+        report += f" | {name} {found.value / copy_gbps:{share}}"
+    return results, report, ok
 
 
 def _parse_shape(text: str) -> tuple[int, int]:

@@ -30,8 +30,7 @@ from .core import (
 
 __all__ = ["SOFTMAX_SHAPES", "SAME_BYTES_COPY", "RESIDENT_F2F", "softmax_providers",
            "softmax_bytes", "softmax_params", "time_softmax_provider", "time_softmax_providers",
-           "bench_softmax",
-           "main"]
+           "bench_softmax", "main"]
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
                   (64, 1048576), (4, 16777216)]

@@ -63,11 +63,30 @@ def test_launcher_calls_record_the_cached_launches_of_one_call_and_replay_them()
     launch(*args)  # the launcher alone writes the same softmax into the held output
     torch.testing.assert_close(y, torch.softmax(x, -1))
     run = vars(softmax_kernels.fused_kernel)["run"]
-    assert not any(getattr(entry[1], "__name__", "") == "launch_and_record"
-                   for entry in run.compiled.values())
-    hits = run.hits
-    softmax_kernels.softmax(x)  # the cache's own launcher is back: nothing more recorded
-    assert run.hits == hits + 1 and len(made) == 1
+    launchers = [entry[1] for entry in run.compiled.values()]
+    launchers += [replay.launch for replay in softmax_kernels.FUSED_REPLAYS.values()]
+    assert launchers and not any(getattr(launch, "__name__", "") == "launch_and_record"
+                                 for launch in launchers)
+    softmax_kernels.softmax(x)  # the own launchers are back: nothing more recorded
+    assert len(made) == 1
+
+
+def test_the_ways_of_timing_put_softmaxs_kept_launches_back():
+    x = torch.randn(3, 40, device=host.DEVICE)
+    softmax_kernels.softmax(x)
+    kept = dict(softmax_kernels.FUSED_REPLAYS)  # one launch on a GPU, none in the interpreter
+    assert len(kept) == (0 if INTERPRETED else 1)
+    with host.launches_skipped():
+        y = softmax_kernels.softmax(x)  # a kept launch whose launcher does nothing
+        assert all(r.launch is host._no_launch for r in softmax_kernels.FUSED_REPLAYS.values())
+    assert softmax_kernels.FUSED_REPLAYS == kept
+    with host.launch_cache_bypassed():
+        assert softmax_kernels.FUSED_REPLAYS == {}
+        z = softmax_kernels.softmax(x)
+        assert softmax_kernels.FUSED_REPLAYS == {}  # nothing kept without the cache
+    assert softmax_kernels.FUSED_REPLAYS == kept
+    torch.testing.assert_close(z, torch.softmax(x, -1))
+    assert y.shape == x.shape
 
 
 def test_launcher_calls_put_the_launchers_back_after_an_error():

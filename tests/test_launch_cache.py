@@ -36,20 +36,21 @@ def test_anything_but_a_jit_function_is_returned_untouched():
 @pytest.mark.skipif(INTERPRETED, reason="the cache is only installed on a GPU")
 def test_a_repeated_launch_hits_and_agrees_and_a_new_specialisation_misses():
     run = vars(softmax_kernels.fused_kernel)["run"]
+    fused = softmax_kernels.softmax_fused  # softmax itself would make its kept launch again
     x = torch.randn(37, 200, device=DEVICE)
     want = torch.softmax(x, -1)
-    softmax_kernels.softmax(x)  # compiled, and its key kept
+    fused(x)  # compiled, and its key kept
     hits, misses = run.hits, run.misses
     for _ in range(3):
-        torch.testing.assert_close(softmax_kernels.softmax(x), want)
+        torch.testing.assert_close(fused(x), want)
     assert (run.hits - hits, run.misses - misses) == (3, 0)
     # another dtype, and a base that is not 16-byte aligned: each its own compiled kernel
     for other in (x.half(), torch.randn(37 * 200 + 1, device=DEVICE)[1:].view(37, 200)):
         misses = run.misses
-        torch.testing.assert_close(softmax_kernels.softmax(other).float(),
+        torch.testing.assert_close(fused(other).float(),
                                    torch.softmax(other.float(), -1), atol=2e-3, rtol=2e-3)
         assert run.misses == misses + 1
-        torch.testing.assert_close(softmax_kernels.softmax(other).float(),
+        torch.testing.assert_close(fused(other).float(),
                                    torch.softmax(other.float(), -1), atol=2e-3, rtol=2e-3)
         assert run.misses == misses + 1  # the second call hit
 
@@ -242,3 +243,115 @@ def test_profiler_hooks_and_warmup_take_tritons_path():
         assert run.hits == hits and len(seen) == 1  # the hook saw the launch
     finally:
         knobs.runtime.launch_enter_hook.remove(hook)
+
+
+def test_replay_keys_are_for_gpu_tensors_and_int_dims_only():
+    from teachkit.kernels.launch_cache import launch_replay
+
+    x = torch.randn(4, 8)
+    assert softmax_kernels.replay_key(x, -1) is None  # a CPU tensor
+    assert softmax_kernels.replay_key([1.0, 2.0], -1) is None
+    assert launch_replay(cached_launch(lambda: None), (1,), (), {}) is None
+    if ON_GPU:
+        x = x.to(DEVICE)
+        assert softmax_kernels.replay_key(x, 1.0) is None and softmax_kernels.replay_key(x, 1)
+    else:  # the interpreter: no launch cache, so nothing kept
+        softmax_kernels.softmax(x)
+        assert softmax_kernels.FUSED_REPLAYS == {}
+
+
+KINDS_OF_SHORT_ROWS = ["2-D float32", "2-D, dim=1", "bfloat16", "3-D contiguous", "3-D, dim=2",
+                       "1-D", "rows of a wider tensor", "one row repeated (row stride 0)",
+                       "not 16-byte aligned", "a row of 16384"]
+"""Calls of softmax that its kept launches serve (:func:`short_rows`)."""
+
+
+def short_rows(kind: str, seed: int) -> tuple[torch.Tensor, int]:
+    """A fresh input of the kind named ``kind`` of :data:`KINDS_OF_SHORT_ROWS` (its values
+    drawn from ``seed``), and the dim of the call."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=DEVICE, generator=gen)
+
+    return {
+        "2-D float32": lambda: (randn(37, 200), -1),
+        "2-D, dim=1": lambda: (randn(37, 200), 1),
+        "bfloat16": lambda: (randn(64, 256).bfloat16(), -1),
+        "3-D contiguous": lambda: (randn(2, 3, 100).half(), -1),
+        "3-D, dim=2": lambda: (randn(2, 3, 100), 2),
+        "1-D": lambda: (randn(1000), 0),
+        "rows of a wider tensor": lambda: (randn(32, 256)[:, :200], -1),
+        "one row repeated (row stride 0)": lambda: (randn(1, 300).expand(5, 300), -1),
+        "not 16-byte aligned": lambda: (randn(37 * 200 + 1)[1:].view(37, 200), -1),
+        "a row of 16384": lambda: (randn(3, 16384), -1),
+    }[kind]()
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the launch cache is only installed on a GPU")
+@pytest.mark.parametrize("kind", KINDS_OF_SHORT_ROWS)
+def test_softmax_keeps_its_fused_launch_and_a_repeat_makes_it_again(kind):
+    run = vars(softmax_kernels.fused_kernel)["run"]
+    softmax_kernels.FUSED_REPLAYS.clear()
+    x, dim = short_rows(kind, 0)
+    first = softmax_kernels.softmax(x, dim)
+    assert len(softmax_kernels.FUSED_REPLAYS) == 1
+    hits, misses = run.hits, run.misses
+    for t in (x, short_rows(kind, 1)[0]):  # the same tensor, and another of the same kind
+        got = softmax_kernels.softmax(t, dim)
+        want = torch.softmax(t.float(), dim).to(t.dtype)
+        assert got.shape == want.shape and got.stride() == first.stride()
+        torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(softmax_kernels.softmax(x, dim), first, atol=0, rtol=0)
+    assert (run.hits, run.misses) == (hits, misses)  # made again, not through the cache
+    assert len(softmax_kernels.FUSED_REPLAYS) == 1
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the launch cache is only installed on a GPU")
+def test_calls_the_kept_launches_do_not_serve_take_the_full_path():
+    softmax_kernels.FUSED_REPLAYS.clear()
+    x = torch.randn(48, 64, device=DEVICE)
+    for call in (lambda: softmax_kernels.softmax(x, 0),  # not the last axis
+                 lambda: softmax_kernels.softmax(x.t(), -1),  # columns 48 elements apart
+                 lambda: softmax_kernels.softmax(torch.randn(2, 5, 6, device=DEVICE)[:, 1:], -1),
+                 lambda: softmax_kernels.softmax(torch.randn(2, 70000, device=DEVICE)),
+                 lambda: softmax_kernels.softmax(torch.randn(0, 64, device=DEVICE)),
+                 lambda: softmax_kernels.softmax(torch.tensor(3.0, device=DEVICE))):
+        call()
+        call()
+    assert softmax_kernels.FUSED_REPLAYS == {}
+    torch.testing.assert_close(softmax_kernels.softmax(x, 0), torch.softmax(x, 0))
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the launch cache is only installed on a GPU")
+def test_a_kept_launch_still_refuses_what_the_full_path_refuses_and_follows_the_settings():
+    from triton import knobs
+
+    x = torch.randn(8, 64, device=DEVICE, requires_grad=True)
+    with torch.no_grad():
+        softmax_kernels.softmax(x)  # kept: autograd does not record this call
+        softmax_kernels.softmax(x)
+    with pytest.raises(ValueError, match="requires grad"):
+        softmax_kernels.softmax(x)  # autograd would record this one: the full checks refuse
+    y = x.detach()
+    before = softmax_kernels.replay_key(y, -1)
+    with knobs.runtime.scope():
+        knobs.runtime.debug = not knobs.runtime.debug
+        assert softmax_kernels.replay_key(y, -1) != before  # another compiled kernel
+    assert softmax_kernels.replay_key(y, -1) == before
+
+
+@pytest.mark.skipif(INTERPRETED, reason="the launch cache is only installed on a GPU")
+def test_a_kept_launch_is_captured_into_a_cuda_graph_on_the_capturing_stream():
+    x = torch.randn(16, 128, device=DEVICE)
+    softmax_kernels.softmax(x)
+    softmax_kernels.softmax(x)  # the kept launch, before and during capture
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        y = softmax_kernels.softmax(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.testing.assert_close(y, torch.softmax(x, -1))

@@ -14,8 +14,8 @@ process, the ways taking turns in rounds (:data:`ROUNDS`), each keeping its fast
     The course's entry point, as a user calls it.
 ``teachkit, Triton's launch path``
     The same call with each kernel launched through ``JITFunction.run`` rather than the short
-    path of :func:`teachkit.kernels.launch_cache.cached_launch` (:func:`launch_cache_bypassed`):
-    what the cache saves.
+    path of :func:`teachkit.kernels.launch_cache.cached_launch` and without the launches an
+    entry point keeps to make again (:func:`launch_cache_bypassed`): what the cache saves.
 ``teachkit, no launch``
     The same call with every Triton launch of :mod:`teachkit.kernels` skipped
     (:func:`launches_skipped`): the checks, the allocations and the Python around them.
@@ -161,25 +161,56 @@ def _runs_replaced(run_for: Callable[[object], Callable | None]) -> Iterator[Non
                 kernel.run = run
 
 
-def launches_skipped() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def _replays_replaced(launch_for: Callable[[Callable], Callable | None]) -> Iterator[None]:
+    """Within the block each entry point's kept launches
+    (:data:`~teachkit.kernels.launch_cache.REPLAY_TABLES`) call ``launch_for(launcher)``
+    instead of their launcher, or are dropped where it gives ``None`` (so the entry point takes
+    its first call's path); on the way out each table holds what it held before, and nothing
+    kept within the block."""
+    from ..kernels.launch_cache import REPLAY_TABLES
+
+    held = [dict(table) for table in REPLAY_TABLES]
+    try:
+        for table in REPLAY_TABLES:
+            for key, replay in list(table.items()):
+                launch = launch_for(replay.launch)
+                if launch is None:
+                    del table[key]
+                else:
+                    table[key] = replay._replace(launch=launch)
+        yield
+    finally:
+        for table, before in zip(REPLAY_TABLES, held, strict=True):
+            table.clear()
+            table.update(before)
+
+
+@contextlib.contextmanager
+def launches_skipped() -> Iterator[None]:
     """Within the block, launching any Triton kernel of :mod:`teachkit.kernels` does nothing.
 
     ``kernel[grid](...)`` calls the kernel's ``run``; each kernel object gets a ``run`` of its
-    own that returns at once, and its own ``run`` back on the way out (an exception included).
-    """
-    return _runs_replaced(lambda kernel: _no_launch)
+    own that returns at once, and an entry point's kept launches
+    (:class:`~teachkit.kernels.launch_cache.LaunchReplay`) a launcher that does; each gets its
+    own back on the way out (an exception included)."""
+    with _runs_replaced(lambda kernel: _no_launch), _replays_replaced(lambda launch: _no_launch):
+        yield
 
 
-def launch_cache_bypassed() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def launch_cache_bypassed() -> Iterator[None]:
     """Within the block, every kernel of :mod:`teachkit.kernels` is launched through Triton's
     ``JITFunction.run``, as if it had no
-    :func:`~teachkit.kernels.launch_cache.cached_launch`."""
-    return _runs_replaced(lambda kernel: None)
+    :func:`~teachkit.kernels.launch_cache.cached_launch` (and so no kept launches either)."""
+    with _runs_replaced(lambda kernel: None), _replays_replaced(lambda launch: None):
+        yield
 
 
 def launcher_calls(fn: Callable[[], object]) -> tuple[object, list[tuple[Callable, tuple]]]:
     """Call ``fn`` once and return what it returned, with each call it made of a Triton
-    launcher through the launch cache (:class:`~teachkit.kernels.launch_cache.CachedRun`): the
+    launcher through the launch cache (:class:`~teachkit.kernels.launch_cache.CachedRun`, or
+    a launch an entry point kept, :class:`~teachkit.kernels.launch_cache.LaunchReplay`): the
     launcher and its arguments, in order. Empty where no launch took the cache's short path
     (Triton's interpreter, or a call that missed).
 
@@ -205,7 +236,8 @@ def launcher_calls(fn: Callable[[], object]) -> tuple[object, list[tuple[Callabl
                 entry = (compiled, recording(launch), head, rest)
                 run.compiled[key] = entry
                 swapped.append((run, key, entry, launch))
-        result = fn()
+        with _replays_replaced(recording):
+            result = fn()
     finally:
         for run, key, entry, launch in swapped:
             if run.compiled.get(key) is entry:

@@ -36,6 +36,14 @@ the same key, and give the launcher the tensors. With the Triton versions in
 :data:`DIRECT_LAUNCH_VERSIONS` a hit calls the launcher's compiled C function without its
 Python wrapper, when the kernel needs no scratch memory.
 
+An entry point can go one step further where a few properties of its inputs decide every
+argument of its launch but the tensors' addresses (``softmax`` of short rows: dtype, shape,
+strides, alignment, device). It keys its own dictionary (:func:`replay_table`) by those
+properties and keeps there the launcher call of its first such launch
+(:meth:`CachedRun.replay`, a :class:`LaunchReplay`); the next call of that kind makes it again
+with its own addresses, skipping the key of every argument. Such a key must hold what
+:func:`launch_settings` reads, as the cache's does.
+
 Under Triton's interpreter (no GPU) the kernel is returned as it is.
 
 Used as::
@@ -50,12 +58,17 @@ Used as::
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 
 from ..device import INTERPRETED, current_gpu
 
+try:
+    from triton import knobs
+except ImportError:  # no Triton (macOS, Windows): no kernel to launch
+    knobs = None
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # a Triton without host-side tensor descriptors
@@ -65,8 +78,9 @@ try:
 except ImportError:  # a Triton without Gluon
     GluonTensorDescriptor = None
 
-__all__ = ["cached_launch", "CachedRun", "argument_key", "key_function", "slow_key", "MAX_KEYS",
-           "DIRECT_LAUNCH_VERSIONS"]
+__all__ = ["cached_launch", "CachedRun", "LaunchReplay", "argument_key", "key_function",
+           "launch_replay", "launch_settings", "replay_table", "slow_key", "MAX_KEYS",
+           "REPLAY_TABLES", "DIRECT_LAUNCH_VERSIONS"]
 
 K = TypeVar("K")
 
@@ -206,6 +220,45 @@ def slow_key(constexpr: tuple[bool, ...], args: tuple) -> tuple | None:
     return tuple(parts)
 
 
+def launch_settings() -> tuple[Any, Any, bool]:
+    """What besides its arguments decides how a cached launch may be made, read anew on every
+    call since a user may change it at any time: Triton's debug and instrumentation settings
+    (each compiles other code) and whether no profiler hook wants to see launches (a hook's
+    chain is empty; a hook set some other way than a ``HookChain`` counts as one).
+
+    >>> debug, instrumentation, hooks_free = launch_settings()
+    >>> hooks_free
+    True
+    """
+    runtime = knobs.runtime
+    return (runtime.debug, knobs.compilation.instrumentation_mode,
+            not (getattr(runtime.launch_enter_hook, "calls", True)
+                 or getattr(runtime.launch_exit_hook, "calls", True)))
+
+
+class LaunchReplay(NamedTuple):
+    """The call of Triton's launcher that one launch through :class:`CachedRun`'s short path
+    makes, kept to be made again on other tensors of the same kinds
+    (:meth:`CachedRun.replay`): ``launch(*grid, stream, *head, *addresses, *tail)``, the
+    tensors' ``addresses`` in the places of the launch's leading tensor arguments and the
+    current CUDA stream of the device it is called with (``stream(device)``).
+
+    An entry point whose call decides every other argument (the shape's integers, the
+    constexprs) from a few properties of its inputs keys its replays by those properties and
+    so skips the launch cache's key, which reads every argument."""
+
+    launch: Callable[..., Any]
+    grid: tuple[int, int, int]
+    head: tuple
+    tail: tuple
+    stream: Callable[[int], int]
+
+    def __call__(self, device: int, *addresses: int) -> None:
+        grid = self.grid
+        self.launch(grid[0], grid[1], grid[2], self.stream(device), *self.head, *addresses,
+                    *self.tail)
+
+
 class CachedRun:
     """The ``run`` that :func:`cached_launch` gives a kernel: ``kernel[grid](...)`` calls it.
 
@@ -217,7 +270,6 @@ class CachedRun:
 
     def __init__(self, kernel: Any) -> None:
         import triton
-        from triton import knobs
         from triton.runtime import driver
         from triton.runtime.jit import JITFunction
 
@@ -231,15 +283,12 @@ class CachedRun:
         self._current_stream: Any = None
         self._full_run = JITFunction.run
         self._driver = driver
-        self._knobs = knobs
         self._direct = triton.__version__.startswith(DIRECT_LAUNCH_VERSIONS)
 
     def _hooks_free(self) -> bool:
         """True when no profiler hook wants to see launches (their chains are empty; a hook
         set some other way than a ``HookChain`` counts as one)."""
-        runtime = self._knobs.runtime
-        return not (getattr(runtime.launch_enter_hook, "calls", True)
-                    or getattr(runtime.launch_exit_hook, "calls", True))
+        return launch_settings()[2]
 
     def key(self, device: int, args: tuple, kwargs: dict) -> tuple[tuple | None, tuple]:
         """The launch's key and the positional arguments to give the launcher.
@@ -261,7 +310,7 @@ class CachedRun:
                 return None, args
             found = part, args
         part, values = found
-        return (device, self._knobs.runtime.debug, self._knobs.compilation.instrumentation_mode,
+        return (device, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
                 tuple(kwargs), tuple(kwargs.values()), part), values
 
     def _remember(self, key: tuple, compiled: Any, device: int, args: tuple,
@@ -290,6 +339,25 @@ class CachedRun:
             self.compiled.clear()
         self.compiled[key] = (compiled, launch, head, tuple(bound[n] for n in rest))
         self._key_of = key_function(self._constexpr, args)
+
+    def replay(self, grid: tuple, args: tuple, kwargs: dict) -> LaunchReplay | None:
+        """The launcher call that ``kernel[grid](*args, **kwargs)`` makes on a hit of the short
+        path, as a :class:`LaunchReplay` on the current device; ``None`` where that launch
+        would not take it (not launched before, a profiler hook, a pre-run hook, a grid
+        function) or where a tensor argument follows one of another kind. Launches nothing."""
+        if (callable(grid) or self.kernel.pre_run_hooks or not self._hooks_free()
+                or self._current_device is None):
+            return None
+        device = self._current_device()
+        key, values = self.key(device, args, kwargs)
+        hit = self.compiled.get(key) if key is not None else None
+        tensors = next((i for i, arg in enumerate(args) if not isinstance(arg, torch.Tensor)),
+                       len(args))
+        if hit is None or any(isinstance(arg, torch.Tensor) for arg in args[tensors:]):
+            return None
+        _, launch, head, rest = hit
+        grid = (*grid, 1, 1)[:3]
+        return LaunchReplay(launch, grid, head, (*values[tensors:], *rest), self._current_stream)
 
     def __call__(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = self.kernel
@@ -320,6 +388,26 @@ class CachedRun:
         launch(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
                self._current_stream(device), *head, *values, *rest)
         return compiled
+
+
+REPLAY_TABLES: list[dict[Any, LaunchReplay]] = []
+"""Every entry point's dictionary of :class:`LaunchReplay` (:func:`replay_table`), for tools
+that swap launchers, such as ``python -m teachkit.bench host``."""
+
+
+def replay_table() -> dict[Any, LaunchReplay]:
+    """A new, empty dictionary for an entry point's :class:`LaunchReplay`, registered in
+    :data:`REPLAY_TABLES`."""
+    table: dict[Any, LaunchReplay] = {}
+    REPLAY_TABLES.append(table)
+    return table
+
+
+def launch_replay(kernel: Any, grid: tuple, args: tuple, kwargs: dict) -> LaunchReplay | None:
+    """``kernel``'s :meth:`CachedRun.replay` of ``kernel[grid](*args, **kwargs)``, or ``None``
+    for a kernel without the launch cache (Triton's interpreter)."""
+    run = vars(kernel).get("run") if hasattr(kernel, "__dict__") else None
+    return run.replay(grid, args, kwargs) if isinstance(run, CachedRun) else None
 
 
 def cached_launch(kernel: K) -> K:

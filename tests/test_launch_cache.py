@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("teachkit.kernels")
 from teachkit.device import DEVICE, INTERPRETED, ON_GPU  # noqa: E402
 from teachkit.kernels import decode, flash, flash_backward, softmax_kernels  # noqa: E402
-from teachkit.kernels.launch_cache import CachedRun, cached_launch  # noqa: E402
+from teachkit.kernels.launch_cache import CachedRun, cached_launch, key_function  # noqa: E402
 
 ENTRY_KERNELS = [softmax_kernels.fused_kernel, softmax_kernels.split_stats_kernel,
                  softmax_kernels.split_normalize_kernel, flash.flash_fwd_kernel,
@@ -355,3 +355,31 @@ def test_a_kept_launch_is_captured_into_a_cuda_graph_on_the_capturing_stream():
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.testing.assert_close(y, torch.softmax(x, -1))
+
+
+def test_a_replay_makes_the_cached_launchers_call_again_with_other_addresses():
+    """On any machine: a CachedRun around a stand-in kernel, its launcher a recorder."""
+    from types import SimpleNamespace
+
+    from teachkit.kernels.launch_cache import LaunchReplay
+
+    params = [SimpleNamespace(is_constexpr=c) for c in (False, False, False, False, True)]
+    run = CachedRun(SimpleNamespace(params=params, pre_run_hooks=[]))
+    x, y = torch.zeros(8), torch.zeros(8)
+    args, kwargs = (x, y, 8, 1, 64), {"num_warps": 2}
+    assert run.replay((2,), args, kwargs) is None  # never launched: nothing to make again
+    run._current_device, run._current_stream = (lambda: 0), (lambda device: 1000 + device)
+    assert run.replay((2,), args, kwargs) is None  # launched, but not kept
+    calls = []
+    run._key_of = key_function(run._constexpr, args)  # as after the first launch's miss
+    key, values = run.key(0, args, kwargs)
+    head, rest = ("function", "metadata"), ("DEFAULT",)
+    run.compiled[key] = ("compiled", lambda *a: calls.append(a), head, rest)
+    replay = run.replay((2,), args, kwargs)
+    assert isinstance(replay, LaunchReplay) and replay.grid == (2, 1, 1)
+    replay(3, 111, 222)
+    assert calls == [(2, 1, 1, 1003, *head, 111, 222, 8, 1, 64, *rest)]
+    assert values[:2] == (x.data_ptr(), y.data_ptr()) and values[2:] == (8, 1, 64)
+    # a tensor after an integer: the addresses would not all lead, so no replay
+    assert run.replay((2,), (x, 8, y, 1, 64), kwargs) is None
+    assert run.replay(lambda meta: (2,), args, kwargs) is None  # a grid function

@@ -79,7 +79,7 @@ except ImportError:  # a Triton without Gluon
     GluonTensorDescriptor = None
 
 __all__ = ["cached_launch", "CachedRun", "LaunchReplay", "argument_key", "key_function",
-           "launch_replay", "launch_settings", "replay_table", "slow_key", "MAX_KEYS",
+           "hooks_free", "launch_replay", "launch_settings", "replay_table", "slow_key", "MAX_KEYS",
            "REPLAY_TABLES", "DIRECT_LAUNCH_VERSIONS"]
 
 K = TypeVar("K")
@@ -230,10 +230,15 @@ def launch_settings() -> tuple[Any, Any, bool]:
     >>> hooks_free
     True
     """
+    return knobs.runtime.debug, knobs.compilation.instrumentation_mode, hooks_free()
+
+
+def hooks_free() -> bool:
+    """True when no profiler hook wants to see launches: Triton's launch hook chains are empty
+    (a hook set some other way than a ``HookChain`` counts as one)."""
     runtime = knobs.runtime
-    return (runtime.debug, knobs.compilation.instrumentation_mode,
-            not (getattr(runtime.launch_enter_hook, "calls", True)
-                 or getattr(runtime.launch_exit_hook, "calls", True)))
+    return not (getattr(runtime.launch_enter_hook, "calls", True)
+                or getattr(runtime.launch_exit_hook, "calls", True))
 
 
 class LaunchReplay(NamedTuple):
@@ -285,10 +290,6 @@ class CachedRun:
         self._driver = driver
         self._direct = triton.__version__.startswith(DIRECT_LAUNCH_VERSIONS)
 
-    def _hooks_free(self) -> bool:
-        """True when no profiler hook wants to see launches (their chains are empty; a hook
-        set some other way than a ``HookChain`` counts as one)."""
-        return launch_settings()[2]
 
     def key(self, device: int, args: tuple, kwargs: dict) -> tuple[tuple | None, tuple]:
         """The launch's key and the positional arguments to give the launcher.
@@ -345,7 +346,7 @@ class CachedRun:
         path, as a :class:`LaunchReplay` on the current device; ``None`` where that launch
         would not take it (not launched before, a profiler hook, a pre-run hook, a grid
         function) or where a tensor argument follows one of another kind. Launches nothing."""
-        if (callable(grid) or self.kernel.pre_run_hooks or not self._hooks_free()
+        if (callable(grid) or self.kernel.pre_run_hooks or not hooks_free()
                 or self._current_device is None):
             return None
         device = self._current_device()
@@ -361,7 +362,7 @@ class CachedRun:
 
     def __call__(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = self.kernel
-        if warmup or callable(grid) or kernel.pre_run_hooks or not self._hooks_free():
+        if warmup or callable(grid) or kernel.pre_run_hooks or not hooks_free():
             return self._full_run(kernel, *args, grid=grid, warmup=warmup, **kwargs)
         if self._current_device is None:  # Triton's driver's functions, looked up once
             self._current_device = self._driver.active.get_current_device

@@ -257,6 +257,8 @@ class LaunchReplay(NamedTuple):
     head: tuple
     tail: tuple
     stream: Callable[[int], int]
+    compiled: Any = None
+    """The compiled kernel whose function ``head`` names, held as long as the replay is."""
 
     def __call__(self, device: int, *addresses: int) -> None:
         grid = self.grid
@@ -356,9 +358,10 @@ class CachedRun:
                        len(args))
         if hit is None or any(isinstance(arg, torch.Tensor) for arg in args[tensors:]):
             return None
-        _, launch, head, rest = hit
+        compiled, launch, head, rest = hit
         grid = (*grid, 1, 1)[:3]
-        return LaunchReplay(launch, grid, head, (*values[tensors:], *rest), self._current_stream)
+        return LaunchReplay(launch, grid, head, (*values[tensors:], *rest), self._current_stream,
+                            compiled)
 
     def __call__(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kernel = self.kernel

@@ -630,12 +630,12 @@ def planned_with(setting: str, value: object, call: functools.partial) -> torch.
 
     kept = getattr(decode, setting)
     setattr(decode, setting, value)
-    decode._launch_plan.cache_clear()
+    decode.forget_plans()
     try:
         return call()
     finally:
         setattr(decode, setting, kept)
-        decode._launch_plan.cache_clear()
+        decode.forget_plans()
 
 
 def entry_by_entry(call: functools.partial) -> torch.Tensor:

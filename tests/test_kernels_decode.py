@@ -138,12 +138,12 @@ def test_a_held_table_row_reads_as_the_entries_do(page_size, Lq, gen, monkeypatc
     assert table_tile() == next_power_of_2(table.shape[1])
     held = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
     monkeypatch.setattr(decode, "HELD_TABLE_PAGES", {})
-    decode._launch_plan.cache_clear()  # plans hold the row's width: work them out again
+    decode.forget_plans()  # plans hold the row's width: work them out again
     try:
         assert decode.held_table_pages(None) == 0 and table_tile() == 0
         entries = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
     finally:
-        decode._launch_plan.cache_clear()
+        decode.forget_plans()
     for a, b in zip(held, entries, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
@@ -167,7 +167,7 @@ def test_interleaved_pages_read_as_key_order_does(page_size, Lq, held, gen, monk
 
     def run(per_sm):
         monkeypatch.setattr(decode, "INTERLEAVE_PAGES_PER_SM", per_sm)
-        decode._launch_plan.cache_clear()  # plans hold the choice: work them out again
+        decode.forget_plans()  # plans hold the choice: work them out again
         try:
             plan = decode._launch_plan(3, 4, Lq, 16, 2, torch.float16, torch.device(DEV),
                                        table.shape[1] * page_size, 2, tiles, page_size)
@@ -176,7 +176,7 @@ def test_interleaved_pages_read_as_key_order_does(page_size, Lq, held, gen, monk
                         config=tiles)
             return plan.interleave_pages, got
         finally:
-            decode._launch_plan.cache_clear()
+            decode.forget_plans()
 
     interleaved, by_page = run({90: math.inf})
     in_order, by_key = run({})
@@ -587,6 +587,7 @@ def test_a_captured_call_launches_the_merge_kernel_and_a_plain_one_does_not():
     q = torch.randn(1, 8, 1, 128, device=dev, dtype=torch.float16)
     k, v = (torch.randn(1, 8, 4096, 128, device=dev, dtype=torch.float16) for _ in range(2))
     merge = decode.decode_merge_kernel.run
+    decode.DECODE_REPLAYS.clear()  # every launch counted: none made again by a kept call
     launches = merge.hits + merge.misses
     want = decode_attention(q, k, v)  # one launch: the split kernel merges
     assert merge.hits + merge.misses == launches
@@ -646,11 +647,11 @@ def planned_on(capability: tuple[int, int], sms: int = 132):
     with mock.patch.object(decode, "INTERPRETED", False), \
             mock.patch.object(decode, "compute_capability", lambda device: capability), \
             mock.patch.object(decode, "sm_count", lambda device=None: sms):
-        decode._launch_plan.cache_clear()
+        decode.forget_plans()
         try:
             yield
         finally:
-            decode._launch_plan.cache_clear()
+            decode.forget_plans()
 
 
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():

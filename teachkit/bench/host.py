@@ -161,6 +161,26 @@ def _runs_replaced(run_for: Callable[[object], Callable | None]) -> Iterator[Non
                 kernel.run = run
 
 
+def _launchers_replaced(replay: tuple, launch_for: Callable[[Callable], Callable | None],
+                        ) -> tuple | None:
+    """``replay`` with the launcher of each of its
+    :class:`~teachkit.kernels.launch_cache.LaunchReplay` (itself, or a field of the named tuple
+    an entry point keeps, such as :class:`~teachkit.kernels.decode.DecodeReplay`) replaced by
+    ``launch_for(launcher)``; ``None`` where that gives ``None`` for any of them."""
+    from ..kernels.launch_cache import LaunchReplay
+
+    if isinstance(replay, LaunchReplay):
+        launch = launch_for(replay.launch)
+        return None if launch is None else replay._replace(launch=launch)
+    fields = {}
+    for name, value in zip(replay._fields, replay, strict=True):
+        if isinstance(value, LaunchReplay):
+            fields[name] = _launchers_replaced(value, launch_for)
+            if fields[name] is None:
+                return None
+    return replay._replace(**fields)
+
+
 @contextlib.contextmanager
 def _replays_replaced(launch_for: Callable[[Callable], Callable | None]) -> Iterator[None]:
     """Within the block each entry point's kept launches
@@ -174,11 +194,11 @@ def _replays_replaced(launch_for: Callable[[Callable], Callable | None]) -> Iter
     try:
         for table in REPLAY_TABLES:
             for key, replay in list(table.items()):
-                launch = launch_for(replay.launch)
-                if launch is None:
+                replaced = _launchers_replaced(replay, launch_for)
+                if replaced is None:
                     del table[key]
                 else:
-                    table[key] = replay._replace(launch=launch)
+                    table[key] = replaced
         yield
     finally:
         for table, before in zip(REPLAY_TABLES, held, strict=True):

@@ -73,7 +73,14 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from ..device import INTERPRETED, ON_GPU, compute_capability, multiprocessors, on_other_gpu
+from ..device import (
+    INTERPRETED,
+    ON_GPU,
+    compute_capability,
+    current_gpu,
+    multiprocessors,
+    on_other_gpu,
+)
 from ..gpus import gpu_class
 from ..validation import (
     KERNEL_DTYPES,
@@ -89,7 +96,14 @@ from ..validation import (
 )
 from .flash import HEAD_DIMS, LN2, LOG2E
 from .grid_math import cdiv, next_power_of_2
-from .launch_cache import cached_launch
+from .launch_cache import (
+    MAX_KEYS,
+    LaunchReplay,
+    cached_launch,
+    launch_replay,
+    launch_settings,
+    replay_table,
+)
 from .scratch import contiguous_like, stream_id, stream_scratch
 
 __all__ = [
@@ -97,7 +111,9 @@ __all__ = [
     "HELD_TABLE_PAGES",
     "INTERLEAVE_PAGES_PER_SM",
     "MAX_SPLITS",
+    "DECODE_REPLAYS",
     "DecodeConfig",
+    "DecodeReplay",
     "choose_num_splits",
     "last_wave_fill",
     "last_wave_splits",
@@ -111,6 +127,7 @@ __all__ = [
     "decode_merge_kernel",
     "decode_split_kernel",
     "fold_key_block",
+    "forget_plans",
     "fullest_wave_plan",
     "fullest_wave_tiles",
     "held_table_pages",
@@ -118,6 +135,7 @@ __all__ = [
     "max_rows",
     "merge_counters",
     "merge_splits",
+    "replay_key",
     "sm_count",
 ]
 
@@ -1550,9 +1568,13 @@ def decode_attention(
     timed one call at a time after clearing the L2 cache, most of it hides (19 µs a call at 1k
     tokens, 18 for the GPU alone: records ``decode_nvidia_h100`` and ``..._cudagraph``). The
     partial results, and the lse unless ``return_lse``, live in buffers kept per CUDA stream
-    between calls (:mod:`teachkit.kernels.scratch`). A decoding loop should capture its step in
-    a CUDA graph (``torch.cuda.graph``) and replay it, as serving engines do; pass
-    ``check_values=False`` there, since the value checks synchronise with the GPU, which a
+    between calls (:mod:`teachkit.kernels.scratch`). A call of a kind met before (the same
+    dtypes, shapes, strides, alignment and other arguments: :func:`replay_key`) skips the
+    checks, the plan and the launch cache's keys, and makes the first call's launches again
+    with its own tensors (:class:`DecodeReplay`); the values of ``cache_seqlens`` and
+    ``block_table`` are still checked unless ``check_values=False``. A decoding loop should
+    capture its step in a CUDA graph (``torch.cuda.graph``) and replay it, as serving engines
+    do; pass ``check_values=False`` there, since the value checks synchronise with the GPU, which a
     capture forbids. Without a ``config``, a call being captured takes the merge kernel where it
     splits the keys (:func:`decode_config` with ``captured``): on an H100's replays that read one
     sequence's cache at 0.98-1.00x cuDNN, where one launch read it at 0.90-1.00x (record
@@ -1572,6 +1594,11 @@ def decode_attention(
     >>> teachkit.relative_error(out, ref) < 1e-5
     True
     """
+    key = replay_key(q, k_cache, v_cache, cache_seqlens, block_table, scale, num_splits,
+                     return_lse, config, check_values)
+    replay = DECODE_REPLAYS.get(key)
+    if replay is not None:  # a kind of call met before: its launches, made again
+        return replay(q, k_cache, v_cache, cache_seqlens, block_table, return_lse)
     paged = block_table is not None
     B, H, Lq, D, H_kv = _validate(q, k_cache, v_cache, paged)
     if on_other_gpu(q):  # as torch's ops do: launch on q's GPU, whichever device is current
@@ -1637,8 +1664,8 @@ def decode_attention(
         raise ValueError(f"batch * kv heads must be at most {_MAX_GRID_YZ}, got {B * H_kv}; "
                          "split the batch into several calls")
 
-    out = contiguous_like(q)
-    if out.numel() == 0 or capacity == 0:
+    if q.numel() == 0 or capacity == 0:
+        out = contiguous_like(q)
         lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
         if out.numel():  # no keys at all: zeros and -inf, as scaled_dot_product_attention gives
             out.zero_()
@@ -1649,43 +1676,84 @@ def decode_attention(
     capturing = ON_GPU and torch.cuda.is_current_stream_capturing()
     plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config,
                         page_size, config is None and capturing)
-    config, num_splits, one_launch = plan.config, plan.num_splits, plan.one_launch
-    # Buffers the caller never sees (the splits' partials, the lse unless asked for, the merge's
-    # counters) are kept per CUDA stream from one call to the next (teachkit.kernels.scratch).
+    table = block_table if paged else seqlens  # not read without pages: any int32 tensor
+    tensors = _call_tensors(plan, q, seqlens, return_lse, capturing)
+    split = _split_launch(plan, (q, k_cache, v_cache, seqlens, table, *tensors), page_size,
+                          H_kv, scale)
+    decode_split_kernel[split[0]](*split[1], **split[2])
+    merge = _merge_launch(plan, tensors)
+    if merge is not None:
+        decode_merge_kernel[merge[0]](*merge[1], **merge[2])
+    if key is not None:
+        lengths = seqlens if cache_seqlens is None else None
+        checks = ((capacity, page_size, num_pages) if check_values
+                  and (cache_seqlens is not None or paged) else None)
+        _remember(key, DecodeReplay(plan, None, None, lengths, checks, capturing), split, merge)
+    out, lse = tensors[3], tensors[4]
+    return (out, lse) if return_lse else out
+
+
+def _call_tensors(plan: _DecodePlan, q: torch.Tensor, seqlens: torch.Tensor, return_lse: bool,
+                  capturing: bool) -> tuple[torch.Tensor, ...]:
+    """The tensors a call of ``plan`` writes, in the split kernel's order: the splits'
+    partial outputs and lse, the merge's counters, the output and its lse. The caller gets the
+    output (contiguous, q's dtype) and, with ``return_lse``, an lse of its own; the rest are
+    kept per CUDA stream (:func:`~teachkit.kernels.scratch.stream_scratch`). Unsplit, the
+    partials are the output and its lse; without the one-launch merge, the counters are
+    ``seqlens`` (not read)."""
+    device = q.device
+    out = contiguous_like(q)
     o_part, lse_part, lse, counters = stream_scratch(
         (plan.buffers, return_lse), lambda: _decode_buffers(plan, return_lse, device), device,
         capturing)
     if return_lse:
-        lse = torch.empty((B, H, Lq), dtype=torch.float32, device=device)
-    if num_splits == 1:  # the unsplit forward pass: final output and lse directly
+        lse = torch.empty(plan.out_shape[:3], dtype=torch.float32, device=device)
+    if plan.num_splits == 1:  # the unsplit forward pass: final output and lse directly
         o_part, lse_part = out, lse
-    if not one_launch:
+    if not plan.one_launch:
         counters = seqlens  # not read: any int32 tensor
-    if paged:  # pool strides: page, head, slot, dim (the kernel's "batch" axis is the page)
+    return o_part, lse_part, counters, out, lse
+
+
+def _split_launch(plan: _DecodePlan, tensors: tuple[torch.Tensor, ...], page_size: int,
+                  H_kv: int, scale: float) -> tuple[tuple, tuple, dict]:
+    """:func:`decode_split_kernel`'s grid, arguments and keywords for ``tensors``: q, the
+    caches, the int32 lengths and table (the lengths again for a contiguous cache), then
+    :func:`_call_tensors`."""
+    q, k_cache, v_cache, _, table = tensors[:5]
+    B, H, Lq, D = plan.out_shape
+    config = plan.config
+    if page_size:  # pool strides: page, head, slot, dim (the kernel's "batch" axis is the page)
         (kp, ks, kh, kd), (vp, vs, vh, vd) = k_cache.stride(), v_cache.stride()
         k_strides, v_strides = (kp, kh, ks, kd), (vp, vh, vs, vd)
-        table, stride_tb = block_table, block_table.stride(0)
-        n_pages = block_table.shape[1]
+        stride_tb, n_pages = table.stride(0), table.shape[1]
     else:
         k_strides, v_strides = k_cache.stride(), v_cache.stride()
-        table, stride_tb = seqlens, 0  # not read: any int32 tensor
-        n_pages = 0
-    decode_split_kernel[(num_splits, B * H_kv, plan.row_blocks)](
-        q, k_cache, v_cache, seqlens, table, o_part, lse_part, counters, out, lse,
-        *q.stride(), *k_strides, *v_strides, stride_tb, H_kv, Lq, scale, n_pages,
-        GROUP=H // H_kv, HEAD_DIM=D, BLOCK_M=plan.block_m, BLOCK_N=config.block_n,
-        PAGE_SIZE=page_size, TABLE_TILE=plan.table_tile, INTERLEAVE_PAGES=plan.interleave_pages,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, ONE_LAUNCH=one_launch,
-        TAIL_STAGES=plan.tail_stages, num_warps=config.num_warps, num_stages=config.num_stages,
-    )
-    if num_splits > 1 and not one_launch:
-        decode_merge_kernel[(B * H * Lq,)](
-            o_part, lse_part, out, lse, B * H * Lq, num_splits,
-            HEAD_DIM=D, SPLITS=next_power_of_2(num_splits), PDL=plan.dependent_merge,
-            num_warps=4, launch_pdl=plan.dependent_merge,
-        )
-    return (out, lse) if return_lse else out
+        stride_tb, n_pages = 0, 0
+    return ((plan.num_splits, B * H_kv, plan.row_blocks),
+            (*tensors, *q.stride(), *k_strides, *v_strides, stride_tb, H_kv, Lq, scale, n_pages),
+            {"GROUP": H // H_kv, "HEAD_DIM": D, "BLOCK_M": plan.block_m,
+             "BLOCK_N": config.block_n, "PAGE_SIZE": page_size, "TABLE_TILE": plan.table_tile,
+             "INTERLEAVE_PAGES": plan.interleave_pages,
+             "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+             "DOT_FP32": INTERPRETED and q.dtype == torch.bfloat16,
+             "ONE_LAUNCH": plan.one_launch, "TAIL_STAGES": plan.tail_stages,
+             "num_warps": config.num_warps, "num_stages": config.num_stages})
+
+
+def _merge_launch(plan: _DecodePlan, tensors: tuple[torch.Tensor, ...],
+                  ) -> tuple[tuple, tuple, dict] | None:
+    """:func:`decode_merge_kernel`'s grid, arguments and keywords for :func:`_call_tensors`'s
+    ``tensors``; ``None`` where the call needs no merge kernel (unsplit, or merged in one
+    launch)."""
+    if plan.num_splits == 1 or plan.one_launch:
+        return None
+    o_part, lse_part, _, out, lse = tensors
+    B, H, Lq, D = plan.out_shape
+    rows = B * H * Lq
+    return ((rows,), (o_part, lse_part, out, lse, rows, plan.num_splits),
+            {"HEAD_DIM": D, "SPLITS": next_power_of_2(plan.num_splits),
+             "PDL": plan.dependent_merge, "num_warps": 4, "launch_pdl": plan.dependent_merge})
 
 
 class _DecodePlan(NamedTuple):
@@ -1713,6 +1781,111 @@ class _DecodePlan(NamedTuple):
     interleave_pages: bool = False
     dependent_merge: bool = False
     tail_stages: int | None = None
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.get_device()
+
+
+def replay_key(q: object, k_cache: object, v_cache: object, cache_seqlens: object,
+               block_table: object, scale: object, num_splits: object, return_lse: object,
+               config: object, check_values: object) -> tuple | None:
+    """What decides :func:`decode_attention`'s launches for these arguments, besides the
+    tensors' addresses and the index tensors' values: each tensor's dtype, shape, strides,
+    16-byte alignment and GPU, the other arguments, the current GPU, whether the current stream
+    is being captured into a CUDA graph, and Triton's
+    :func:`~teachkit.kernels.launch_cache.launch_settings`. ``None`` for a call that is not
+    kept (:data:`DECODE_REPLAYS`): q not on the kernels' device, a tensor subclass, a
+    ``config`` whose fields are not of ``DecodeConfig``'s types, a ``scale`` that is not a
+    Python number, a call that autograd would record (it raises). Under Triton's interpreter
+    a call has a key but nothing is kept: there is no launcher to call again
+    (:func:`~teachkit.kernels.launch_cache.launch_replay`)."""
+    tensors = (q, k_cache, v_cache)
+    if not (type(q) is torch.Tensor and type(k_cache) is torch.Tensor
+            and type(v_cache) is torch.Tensor and q.is_cuda == ON_GPU
+            and (config is None or type(config) is DecodeConfig
+                 and tuple(map(type, config)) == (int, int, int, bool))
+            and type(return_lse) is bool and type(check_values) is bool
+            and (scale is None or type(scale) is float or type(scale) is int)
+            and (num_splits is None or type(num_splits) is int)):
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad
+                                    or v_cache.requires_grad):
+        return None
+    indices = []
+    for t in (cache_seqlens, block_table):
+        if t is None:
+            indices.append(None)
+        elif type(t) is torch.Tensor:
+            indices.append(_tensor_key(t))
+        else:
+            return None
+    gpu = (current_gpu(), torch.cuda.is_current_stream_capturing()) if ON_GPU else ()
+    return (*map(_tensor_key, tensors), *indices, scale, num_splits, return_lse, check_values,
+            config, *gpu, launch_settings())
+
+
+class DecodeReplay(NamedTuple):
+    """What :func:`decode_attention` needs to make one kind of call's launches again
+    (:func:`replay_key`): the call's plan, the launcher calls of its split kernel and of its
+    merge kernel (``None``: it has none), the lengths it made itself (a call without
+    ``cache_seqlens``), the sizes its values are checked against (``capacity``, ``page_size``,
+    ``num_pages``; ``None``: not checked) and whether it was captured into a CUDA graph."""
+
+    plan: _DecodePlan
+    split: LaunchReplay | None
+    merge: LaunchReplay | None
+    lengths: torch.Tensor | None
+    checks: tuple[int, int, int] | None
+    captured: bool
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 cache_seqlens: torch.Tensor | None, block_table: torch.Tensor | None,
+                 return_lse: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """:func:`decode_attention` of these tensors, of the kind this replay was kept for."""
+        if self.checks is not None:
+            _check_values(cache_seqlens, block_table, *self.checks)
+        seqlens = self.lengths if cache_seqlens is None else _as_int32_rows(cache_seqlens)
+        table = seqlens if block_table is None else _as_int32_rows(block_table)
+        tensors = _call_tensors(self.plan, q, seqlens, return_lse, self.captured)
+        device = q.get_device()
+        self.split(device, q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                   seqlens.data_ptr(), table.data_ptr(), *[t.data_ptr() for t in tensors])
+        o_part, lse_part, _, out, lse = tensors
+        if self.merge is not None:
+            self.merge(device, o_part.data_ptr(), lse_part.data_ptr(), out.data_ptr(),
+                       lse.data_ptr())
+        return (out, lse) if return_lse else out
+
+
+DECODE_REPLAYS: dict[tuple, DecodeReplay] = replay_table()
+"""For each kind of call of :func:`decode_attention` that launched (:func:`replay_key`), its
+:class:`DecodeReplay`: the next call of that kind skips the checks, the plan and the launch
+cache's keys, and pays the host little more than its output's allocation and Triton's
+launcher (``python -m teachkit.bench host``). At most
+:data:`~teachkit.kernels.launch_cache.MAX_KEYS` kinds; the next one empties it."""
+
+
+def forget_plans() -> None:
+    """Forget what :func:`decode_attention` worked out for every kind of call it met: the plans
+    and the kept launches (:data:`DECODE_REPLAYS`). Call it after changing one of this module's
+    tables (such as :data:`HELD_TABLE_PAGES`), so that the next call plans with the new one."""
+    _launch_plan.cache_clear()
+    DECODE_REPLAYS.clear()
+
+
+def _remember(key: tuple, replay: DecodeReplay, split: tuple[tuple, tuple, dict],
+              merge: tuple[tuple, tuple, dict] | None) -> None:
+    """Keep ``replay`` in :data:`DECODE_REPLAYS` under ``key``, with the launcher calls of the
+    ``split`` and ``merge`` launches just made, where both can be made again
+    (:func:`~teachkit.kernels.launch_cache.launch_replay`)."""
+    split_replay = launch_replay(decode_split_kernel, *split)
+    merge_replay = None if merge is None else launch_replay(decode_merge_kernel, *merge)
+    if split_replay is None or (merge is not None and merge_replay is None):
+        return
+    if len(DECODE_REPLAYS) >= MAX_KEYS:
+        DECODE_REPLAYS.clear()
+    DECODE_REPLAYS[key] = replay._replace(split=split_replay, merge=merge_replay)
 
 
 @functools.lru_cache(maxsize=256)

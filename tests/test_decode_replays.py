@@ -15,6 +15,8 @@ import ctypes
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import teachkit
 
@@ -151,6 +153,42 @@ def test_a_kind_of_call_met_before_makes_its_launches_again(kind, kept):
     assert launches() < before if not ON_GPU else launches() == before  # none through Triton
     kept.clear()
     want = decode_attention(*other, **other_kwargs)  # the full path
+    for a, b in zip(outputs(got), outputs(want), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(B=st.integers(1, 3), group=st.sampled_from([1, 2]), Lq=st.integers(1, 3),
+       S=st.integers(1, 40), splits=st.sampled_from([None, 1, 2, 5]),
+       page_size=st.sampled_from([0, 8]), dtype=st.sampled_from([torch.float16, torch.float32]),
+       lse=st.booleans(), seed=st.integers(0, 2**16))
+def test_any_kept_call_gives_what_the_full_path_gives(kept, B, group, Lq, S, splits, page_size,
+                                                      dtype, lse, seed):
+    """Random kinds of calls: sizes, grouped heads, new tokens, splits, pages, dtypes, lse; the
+    second call of a kind, on new values, equals the full path's call bit for bit."""
+    kept.clear()
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    D = 16 if not ON_GPU else 64
+
+    def call():
+        q = torch.randn(B, 2 * group, Lq, D, device=DEV, generator=gen).to(dtype)
+        k, v = (torch.randn(B, 2, S, D, device=DEV, generator=gen).to(dtype) for _ in "kv")
+        lens = torch.randint(0, S + 1, (B,), device=DEV, generator=gen)
+        lens[0] = S  # the longest sets the table's width, which the kind holds
+        kwargs = {"cache_seqlens": lens, "num_splits": splits, "return_lse": lse}
+        if page_size:
+            k, v, table = paged_from_contiguous(k.cpu(), v.cpu(), lens.cpu(), page_size,
+                                                num_pages=B * S // page_size + B + 2)
+            k, v, kwargs["block_table"] = k.to(DEV), v.to(DEV), table.to(DEV)
+        return (q, k, v), kwargs
+
+    decode_attention(*call()[0], **call()[1])  # kept (on a GPU, or by the stand-in)
+    tensors, kwargs = call()
+    got = decode_attention(*tensors, **kwargs)
+    assert len(kept) == 1
+    kept.clear()
+    want = decode_attention(*tensors, **kwargs)
     for a, b in zip(outputs(got), outputs(want), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 

@@ -11,12 +11,11 @@ too.
 
 from __future__ import annotations
 
-import ctypes
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kept_launches import InterpretedReplay
 
 import teachkit
 
@@ -82,35 +81,6 @@ def decode_call(kind: str, seed: int) -> tuple[tuple, dict]:
         "a scale": lambda: (contiguous(), {"scale": 0.05}),
         "strided cache": strided,
     }[kind]()
-
-
-class InterpretedReplay:
-    """A stand-in for :class:`~teachkit.kernels.launch_cache.LaunchReplay` under Triton's
-    interpreter: ``kernel[grid](*args, **kwargs)`` made again with the leading tensor arguments
-    rebuilt, each of its first launch's dtype, shape and strides, at the addresses it is given
-    (CPU memory that the call's tensors own). ``made`` counts its launches."""
-
-    made = 0
-
-    def __init__(self, kernel, grid, args, kwargs):
-        self.kernel, self.grid, self.kwargs = kernel, grid, kwargs
-        leading = 0
-        while leading < len(args) and isinstance(args[leading], torch.Tensor):
-            leading += 1
-        self.layouts = [(t.dtype, t.shape, t.stride()) for t in args[:leading]]
-        self.rest = args[leading:]
-
-    @staticmethod
-    def at(address, dtype, shape, stride):
-        extent = 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True))
-        nbytes = extent * dtype.itemsize
-        raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), dtype=torch.uint8)
-        return raw.view(dtype).as_strided(shape, stride)
-
-    def __call__(self, device, *addresses):
-        InterpretedReplay.made += 1
-        tensors = [self.at(a, *layout) for a, layout in zip(addresses, self.layouts, strict=True)]
-        self.kernel[self.grid](*tensors, *self.rest, **self.kwargs)
 
 
 def launches() -> int:

@@ -39,13 +39,27 @@ import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
 
-from ..device import INTERPRETED, compute_capability, multiprocessors, on_other_gpu
+from ..device import (
+    INTERPRETED,
+    ON_GPU,
+    compute_capability,
+    current_gpu,
+    multiprocessors,
+    on_other_gpu,
+)
 from ..gpus import SHARED_MEMORY_LIMIT, gpu_class
 from ..validation import require_bool, resolve_scale
 from .attention_inputs import HEAD_DIMS, check_inputs
 from .flash_backward import BackwardConfig, flash_backward
 from .grid_math import cdiv
-from .launch_cache import cached_launch
+from .launch_cache import (
+    MAX_KEYS,
+    LaunchReplay,
+    cached_launch,
+    launch_replay,
+    launch_settings,
+    replay_table,
+)
 from .scratch import contiguous_like, stream_scratch
 
 try:  # Gluon is experimental: a Triton whose Gluon differs keeps flash_attention on this kernel
@@ -54,18 +68,21 @@ except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 ha
     hopper_form = hopper_preferred = launch_hopper = None
 
 __all__ = [
+    "FLASH_REPLAYS",
     "HEAD_DIMS",
     "LN2",
     "LOG2E",
     "TUNED",
     "FlashAttentionFunction",
     "FlashConfig",
+    "FlashReplay",
     "attend_key_block",
     "candidate_configs",
     "flash_attention",
     "flash_config",
     "flash_fwd_kernel",
     "launch",
+    "replay_key",
     "sweep",
     "table_config",
     "tuned_config",
@@ -413,6 +430,10 @@ def flash_attention(
     >>> teachkit.relative_error(out, ref) < 1e-5
     True
     """
+    key = replay_key(q, k, v, causal, scale, return_lse, config, autotune, backward_config)
+    replay = FLASH_REPLAYS.get(key)
+    if replay is not None:  # a kind of call met before: its launch, made again
+        return replay(q, k, v, return_lse)
     check_inputs(q, k, v)
     if config is not None:
         _check_config(config)
@@ -428,7 +449,86 @@ def flash_attention(
                                                 backward_config)
     else:
         out, lse = _forward(q, k, v, causal, scale, config, autotune, return_lse)
+        if key is not None:
+            _remember(key, q, k, v, out, lse, causal, scale, config)
     return (out, lse) if return_lse else out
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.get_device()
+
+
+def replay_key(q: object, k: object, v: object, causal: object, scale: object,
+               return_lse: object, config: object, autotune: object,
+               backward_config: object) -> tuple | None:
+    """What decides :func:`flash_attention`'s launch for these arguments, besides the tensors'
+    addresses: each tensor's dtype, shape, strides, 16-byte alignment and GPU, the other
+    arguments, the current GPU and Triton's
+    :func:`~teachkit.kernels.launch_cache.launch_settings`. ``None`` for a call that is not
+    kept (:data:`FLASH_REPLAYS`): q not on the kernels' device, a tensor subclass, a call that
+    autograd would record, ``autotune``, a ``backward_config``, a negative ``scale`` (the call
+    negates q) or one that is not a Python number, a ``config`` whose fields are not of
+    ``FlashConfig``'s types."""
+    if not (type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+            and q.is_cuda == ON_GPU and type(causal) is bool and type(return_lse) is bool
+            and autotune is False and backward_config is None
+            and (scale is None or (type(scale) is float or type(scale) is int) and scale >= 0)
+            and (config is None or type(config) is FlashConfig
+                 and tuple(map(type, config)) == (int, int, int, int, bool))):
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return None
+    gpu = (current_gpu(),) if ON_GPU else ()
+    return (_tensor_key(q), _tensor_key(k), _tensor_key(v), causal, scale, return_lse, config,
+            *gpu, launch_settings())
+
+
+class FlashReplay(NamedTuple):
+    """What :func:`flash_attention` needs to make one kind of call's launch again
+    (:func:`replay_key`): the launcher call of :func:`flash_fwd_kernel`, the configuration it
+    ran and whether it read q, k and v through TMA descriptors."""
+
+    launch: LaunchReplay | None
+    config: FlashConfig
+    tma: bool
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_lse: bool,
+                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """:func:`flash_attention` of these tensors, of the kind this replay was kept for."""
+        out, lse = _outputs(q, return_lse)
+        operands = (*_operands(q, k, v, self.config, self.tma), out, lse)
+        self.launch(q.get_device(), *[t.data_ptr() if type(t) is torch.Tensor else t
+                                      for t in operands])
+        return (out, lse) if return_lse else out
+
+
+FLASH_REPLAYS: dict[tuple, FlashReplay] = replay_table()
+"""For each kind of call of :func:`flash_attention` that ran this module's Triton kernel
+without autograd (:func:`replay_key`), its :class:`FlashReplay`: the next call of that kind
+skips the checks, the configuration's lookup and the launch cache's key. Calls that run the
+Gluon kernel (:mod:`teachkit.kernels.flash_hopper`) are not kept. At most
+:data:`~teachkit.kernels.launch_cache.MAX_KEYS` kinds; the next one empties it."""
+
+
+def _remember(key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float | None,
+              config: FlashConfig | None) -> None:
+    """After :func:`flash_attention` wrote ``out`` and ``lse`` without autograd: keep its
+    launch in :data:`FLASH_REPLAYS` under ``key`` where it ran this module's Triton kernel on
+    the current GPU, on keys and queries that are not empty."""
+    if on_other_gpu(q) or q.numel() == 0 or k.shape[2] == 0:
+        return
+    if (config is None and hopper_preferred is not None
+            and hopper_preferred(q, k, v, causal)):
+        return  # the Gluon kernel ran
+    config = table_config(q, causal) if config is None else config
+    grid, args, kwargs = _fwd_launch(q, k, v, out, lse, causal,
+                                     resolve_scale(scale, q.shape[-1]), config)
+    replay = launch_replay(flash_fwd_kernel, grid, args, kwargs)
+    if replay is not None:
+        if len(FLASH_REPLAYS) >= MAX_KEYS:
+            FLASH_REPLAYS.clear()
+        FLASH_REPLAYS[key] = FlashReplay(replay, config, kwargs["USE_TMA"])
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
@@ -446,12 +546,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         out = torch.zeros((B, H, L, D), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, L), float("-inf"), dtype=torch.float32, device=q.device)
         return out, lse
-    out = contiguous_like(q)  # every row is written
-    if lse_wanted:
-        lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    else:
-        lse = stream_scratch(("flash lse", B, H, L), lambda: torch.empty(
-            (B, H, L), dtype=torch.float32, device=q.device), q.device)
+    out, lse = _outputs(q, lse_wanted)
     if out.numel() > 0:
         if (config is None and not autotune and hopper_preferred is not None
                 and hopper_preferred(q, k, v, causal)):
@@ -465,6 +560,19 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
         if config is None:
             config = table_config(q, causal)
         launch(q, k, v, out, lse, causal, scale, config)
+    return out, lse
+
+
+def _outputs(q: torch.Tensor, lse_wanted: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The output (contiguous, q's shape and dtype; every row is written) and the lse of a
+    forward pass: the caller's own with ``lse_wanted``, else a buffer kept per CUDA stream."""
+    B, H, L = q.shape[:3]
+    out = contiguous_like(q)
+    if lse_wanted:
+        lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
+    else:
+        lse = stream_scratch(("flash lse", B, H, L), lambda: torch.empty(
+            (B, H, L), dtype=torch.float32, device=q.device), q.device)
     return out, lse
 
 
@@ -545,28 +653,39 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
 
     No checks: :func:`flash_attention` is the entry point; tuning sweeps call this directly.
     """
+    grid, args, kwargs = _fwd_launch(q, k, v, out, lse, causal, scale, config)
+    flash_fwd_kernel[grid](*args, **kwargs)
+
+
+def _fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                lse: torch.Tensor, causal: bool, scale: float, config: FlashConfig,
+                ) -> tuple[tuple, tuple, dict]:
+    """:func:`flash_fwd_kernel`'s grid, arguments and keywords for :func:`launch`."""
     B, H, L, D = q.shape
-    grid = (cdiv(L, config.block_m), B * H)
     use_tma = config.tma and _tma_ok(q, k, v)
-    if use_tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
+    return ((cdiv(L, config.block_m), B * H),
+            (*_operands(q, k, v, config, use_tma), out, lse,
+             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+             H, k.shape[1], L, k.shape[2], scale),
+            {"CAUSAL": causal, "HEAD_DIM": D, "BLOCK_M": config.block_m,
+             "BLOCK_N": config.block_n,
+             "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
+             "DOT_FP32": INTERPRETED and q.dtype == torch.bfloat16, "USE_TMA": use_tma,
+             "EVEN_S": k.shape[2] % config.block_n == 0,
+             "num_warps": config.num_warps, "num_stages": config.num_stages})
 
-        def desc(t: torch.Tensor, rows: int) -> TensorDescriptor:
-            return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, D])
 
-        Q, K, V = desc(q, config.block_m), desc(k, config.block_n), desc(v, config.block_n)
-    else:
-        Q, K, V = q, k, v
-    flash_fwd_kernel[grid](
-        Q, K, V, out, lse,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        H, k.shape[1], L, k.shape[2], scale,
-        CAUSAL=causal, HEAD_DIM=D, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, USE_TMA=use_tma,
-        EVEN_S=k.shape[2] % config.block_n == 0,
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+def _operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: FlashConfig,
+              use_tma: bool) -> tuple:
+    """What the kernel reads q, k and v through: the tensors, or with ``use_tma`` TMA
+    descriptors of ``config``'s tiles (``block_m`` query rows, ``block_n`` key rows)."""
+    if not use_tma:
+        return q, k, v
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    D = q.shape[-1]
+    return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, D])
+                 for t, rows in ((q, config.block_m), (k, config.block_n), (v, config.block_n)))
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:

@@ -241,12 +241,19 @@ def hooks_free() -> bool:
                 or getattr(runtime.launch_exit_hook, "calls", True))
 
 
+def _per_call(arg: Any) -> bool:
+    """Whether a launch argument is one a :class:`LaunchReplay` takes anew on every call: a
+    tensor (its address) or a TMA descriptor (itself, which holds its tensor)."""
+    return isinstance(arg, torch.Tensor) or type(arg) in (TensorDescriptor, GluonTensorDescriptor)
+
+
 class LaunchReplay(NamedTuple):
     """The call of Triton's launcher that one launch through :class:`CachedRun`'s short path
     makes, kept to be made again on other tensors of the same kinds
-    (:meth:`CachedRun.replay`): ``launch(*grid, stream, *head, *addresses, *tail)``, the
-    tensors' ``addresses`` in the places of the launch's leading tensor arguments and the
-    current CUDA stream of the device it is called with (``stream(device)``).
+    (:meth:`CachedRun.replay`): ``launch(*grid, stream, *head, *addresses, *tail)``, in the
+    places of the launch's leading tensor arguments what the launcher takes for each (a
+    tensor's address, a TMA descriptor itself), and the current CUDA stream of the device it is
+    called with (``stream(device)``).
 
     An entry point whose call decides every other argument (the shape's integers, the
     constexprs) from a few properties of its inputs keys its replays by those properties and
@@ -347,20 +354,20 @@ class CachedRun:
         """The launcher call that ``kernel[grid](*args, **kwargs)`` makes on a hit of the short
         path, as a :class:`LaunchReplay` on the current device; ``None`` where that launch
         would not take it (not launched before, a profiler hook, a pre-run hook, a grid
-        function) or where a tensor argument follows one of another kind. Launches nothing."""
+        function) or where a tensor (or a TMA descriptor) follows an argument of another kind.
+        Launches nothing."""
         if (callable(grid) or self.kernel.pre_run_hooks or not hooks_free()
                 or self._current_device is None):
             return None
         device = self._current_device()
         key, values = self.key(device, args, kwargs)
         hit = self.compiled.get(key) if key is not None else None
-        tensors = next((i for i, arg in enumerate(args) if not isinstance(arg, torch.Tensor)),
-                       len(args))
-        if hit is None or any(isinstance(arg, torch.Tensor) for arg in args[tensors:]):
+        leading = next((i for i, arg in enumerate(args) if not _per_call(arg)), len(args))
+        if hit is None or any(_per_call(arg) for arg in args[leading:]):
             return None
         compiled, launch, head, rest = hit
         grid = (*grid, 1, 1)[:3]
-        return LaunchReplay(launch, grid, head, (*values[tensors:], *rest), self._current_stream,
+        return LaunchReplay(launch, grid, head, (*values[leading:], *rest), self._current_stream,
                             compiled)
 
     def __call__(self, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:

@@ -81,7 +81,9 @@ __all__ = [
     "flash_attention",
     "flash_config",
     "flash_fwd_kernel",
+    "kernel_operands",
     "launch",
+    "launch_arguments",
     "replay_key",
     "sweep",
     "table_config",
@@ -496,7 +498,7 @@ class FlashReplay(NamedTuple):
                  ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """:func:`flash_attention` of these tensors, of the kind this replay was kept for."""
         out, lse = _outputs(q, return_lse)
-        operands = (*_operands(q, k, v, self.config, self.tma), out, lse)
+        operands = (*kernel_operands(q, k, v, self.config, self.tma), out, lse)
         self.launch(q.get_device(), *[t.data_ptr() if type(t) is torch.Tensor else t
                                       for t in operands])
         return (out, lse) if return_lse else out
@@ -522,7 +524,7 @@ def _remember(key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             and hopper_preferred(q, k, v, causal)):
         return  # the Gluon kernel ran
     config = table_config(q, causal) if config is None else config
-    grid, args, kwargs = _fwd_launch(q, k, v, out, lse, causal,
+    grid, args, kwargs = launch_arguments(q, k, v, out, lse, causal,
                                      resolve_scale(scale, q.shape[-1]), config)
     replay = launch_replay(flash_fwd_kernel, grid, args, kwargs)
     if replay is not None:
@@ -653,30 +655,36 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
 
     No checks: :func:`flash_attention` is the entry point; tuning sweeps call this directly.
     """
-    grid, args, kwargs = _fwd_launch(q, k, v, out, lse, causal, scale, config)
-    flash_fwd_kernel[grid](*args, **kwargs)
+    grid, args, options = launch_arguments(q, k, v, out, lse, causal, scale, config)
+    flash_fwd_kernel[grid](*args, **options)
 
 
-def _fwd_launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                lse: torch.Tensor, causal: bool, scale: float, config: FlashConfig,
-                ) -> tuple[tuple, tuple, dict]:
-    """:func:`flash_fwd_kernel`'s grid, arguments and keywords for :func:`launch`."""
+def launch_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                     lse: torch.Tensor, causal: bool, scale: float, config: FlashConfig,
+                     ) -> tuple[tuple, tuple, dict]:
+    """The grid, the arguments and the options (constexprs, warps, stages) with which
+    :func:`launch` launches :func:`flash_fwd_kernel`: a program per ``block_m`` query rows of
+    each (batch, head); q, k and v as :func:`kernel_operands` gives them, the output and its
+    lse, every tensor's strides, the sizes and the scale."""
     B, H, L, D = q.shape
+    grid = (cdiv(L, config.block_m), B * H)
     use_tma = config.tma and _tma_ok(q, k, v)
-    return ((cdiv(L, config.block_m), B * H),
-            (*_operands(q, k, v, config, use_tma), out, lse,
-             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-             H, k.shape[1], L, k.shape[2], scale),
-            {"CAUSAL": causal, "HEAD_DIM": D, "BLOCK_M": config.block_m,
-             "BLOCK_N": config.block_n,
-             "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32",
-             "DOT_FP32": INTERPRETED and q.dtype == torch.bfloat16, "USE_TMA": use_tma,
-             "EVEN_S": k.shape[2] % config.block_n == 0,
-             "num_warps": config.num_warps, "num_stages": config.num_stages})
+    Q, K, V = kernel_operands(q, k, v, config, use_tma)
+    args = (Q, K, V, out, lse,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            H, k.shape[1], L, k.shape[2], scale)
+    options = dict(
+        CAUSAL=causal, HEAD_DIM=D, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_FP32=INTERPRETED and q.dtype == torch.bfloat16, USE_TMA=use_tma,
+        EVEN_S=k.shape[2] % config.block_n == 0,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return grid, args, options
 
 
-def _operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: FlashConfig,
-              use_tma: bool) -> tuple:
+def kernel_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: FlashConfig,
+                    use_tma: bool) -> tuple:
     """What the kernel reads q, k and v through: the tensors, or with ``use_tma`` TMA
     descriptors of ``config``'s tiles (``block_m`` query rows, ``block_n`` key rows)."""
     if not use_tma:
@@ -684,8 +692,12 @@ def _operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: FlashCo
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     D = q.shape[-1]
-    return tuple(TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, D])
-                 for t, rows in ((q, config.block_m), (k, config.block_n), (v, config.block_n)))
+
+    def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:  # tiles of rows x D
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, D])
+
+    return (descriptor(q, config.block_m), descriptor(k, config.block_n),
+            descriptor(v, config.block_n))
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:

@@ -21,7 +21,8 @@ ON_GPU = teachkit.ON_GPU
 L, D = (200, 64) if ON_GPU else (40, 16)
 
 KINDS_OF_CALLS = ["plain", "causal", "with its lse", "grouped heads", "a scale", "strided",
-                  "float32", "bfloat16", "a config", "TMA descriptors"]
+                  "float32", "bfloat16", "a config", "TMA descriptors", "Hopper's sizes",
+                  "Hopper's sizes, causal"]
 """Calls of flash_attention that its kept launches serve (:func:`flash_call`)."""
 
 
@@ -30,9 +31,11 @@ def flash_call(kind: str, seed: int) -> tuple[tuple, dict]:
     the keywords."""
     gen = torch.Generator(device=DEV).manual_seed(seed)
 
-    def qkv(H_kv=2, dtype=torch.float16):
+    def qkv(H_kv=2, dtype=torch.float16, L=L, D=D):
         return tuple(torch.randn(2, heads, L, D, device=DEV, generator=gen).to(dtype)
                      for heads in (4, H_kv, H_kv))
+
+    hopper = {"L": 256, "D": 128} if ON_GPU else {}  # the Gluon kernel's sizes on Hopper
 
     def strided():  # (B, L, H, D) in memory, seen as (B, H, L, D)
         return tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in qkv())
@@ -49,6 +52,8 @@ def flash_call(kind: str, seed: int) -> tuple[tuple, dict]:
         "bfloat16": lambda: (qkv(dtype=torch.bfloat16), {"causal": True}),
         "a config": lambda: (qkv(), {"config": tiles}),
         "TMA descriptors": lambda: (qkv(), {"config": tiles._replace(tma=True)}),
+        "Hopper's sizes": lambda: (qkv(**hopper), {}),
+        "Hopper's sizes, causal": lambda: (qkv(**hopper), {"causal": True, "return_lse": True}),
     }[kind]()
 
 
@@ -79,12 +84,11 @@ def kept(monkeypatch):
 def test_a_kind_of_call_met_before_makes_its_launch_again(kind, kept):
     tensors, kwargs = flash_call(kind, 0)
     first = flash_attention(*tensors, **kwargs)
-    if ON_GPU and flash.hopper_preferred is not None and "config" not in kwargs and \
-            flash.hopper_preferred(*tensors, kwargs.get("causal", False)):
-        assert kept == {}  # the Gluon kernel ran: not kept
-        return
     assert len(kept) == 1
     replay = next(iter(kept.values()))
+    gluon = (flash.hopper_preferred is not None and "config" not in kwargs
+             and flash.hopper_preferred(*tensors, kwargs.get("causal", False)))
+    assert (replay.config is None) == gluon  # the Gluon kernel's launch, kept too
     assert replay.tma == (kind == "TMA descriptors" and flash._tma_ok(*tensors))
     before = launches()
     again = flash_attention(*tensors, **kwargs)

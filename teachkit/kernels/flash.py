@@ -63,9 +63,16 @@ from .launch_cache import (
 from .scratch import contiguous_like, stream_scratch
 
 try:  # Gluon is experimental: a Triton whose Gluon differs keeps flash_attention on this kernel
-    from .flash_hopper import hopper_form, hopper_preferred, launch_hopper
+    from .flash_hopper import (
+        hopper_descriptors,
+        hopper_form,
+        hopper_launch_arguments,
+        hopper_preferred,
+        launch_hopper,
+    )
 except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
     hopper_form = hopper_preferred = launch_hopper = None
+    hopper_descriptors = hopper_launch_arguments = None
 
 __all__ = [
     "FLASH_REPLAYS",
@@ -487,50 +494,60 @@ def replay_key(q: object, k: object, v: object, causal: object, scale: object,
 
 class FlashReplay(NamedTuple):
     """What :func:`flash_attention` needs to make one kind of call's launch again
-    (:func:`replay_key`): the launcher call of :func:`flash_fwd_kernel`, the configuration it
-    ran and whether it read q, k and v through TMA descriptors."""
+    (:func:`replay_key`): the launcher call, and the kernel it launches. That is this module's
+    :func:`flash_fwd_kernel` with ``config``, reading q, k and v through TMA descriptors where
+    ``tma``; or, where ``config`` is ``None``, the Gluon kernel of
+    :mod:`teachkit.kernels.flash_hopper` in key blocks of ``hopper_block_n``."""
 
     launch: LaunchReplay | None
-    config: FlashConfig
-    tma: bool
+    config: FlashConfig | None
+    tma: bool = False
+    hopper_block_n: int | None = None
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_lse: bool,
                  ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """:func:`flash_attention` of these tensors, of the kind this replay was kept for."""
         out, lse = _outputs(q, return_lse)
-        operands = (*kernel_operands(q, k, v, self.config, self.tma), out, lse)
+        if self.config is None:  # the Gluon kernel: descriptors of q, k, v and out, the lse
+            operands = (*hopper_descriptors(q, k, v, out, self.hopper_block_n), lse)
+        else:
+            operands = (*kernel_operands(q, k, v, self.config, self.tma), out, lse)
         self.launch(q.get_device(), *[t.data_ptr() if type(t) is torch.Tensor else t
                                       for t in operands])
         return (out, lse) if return_lse else out
 
 
 FLASH_REPLAYS: dict[tuple, FlashReplay] = replay_table()
-"""For each kind of call of :func:`flash_attention` that ran this module's Triton kernel
-without autograd (:func:`replay_key`), its :class:`FlashReplay`: the next call of that kind
-skips the checks, the configuration's lookup and the launch cache's key. Calls that run the
-Gluon kernel (:mod:`teachkit.kernels.flash_hopper`) are not kept. At most
+"""For each kind of call of :func:`flash_attention` without autograd (:func:`replay_key`), its
+:class:`FlashReplay`: the next call of that kind skips the checks, the choice of kernel and
+configuration and the launch cache's key. At most
 :data:`~teachkit.kernels.launch_cache.MAX_KEYS` kinds; the next one empties it."""
 
 
 def _remember(key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float | None,
+              out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
               config: FlashConfig | None) -> None:
-    """After :func:`flash_attention` wrote ``out`` and ``lse`` without autograd: keep its
-    launch in :data:`FLASH_REPLAYS` under ``key`` where it ran this module's Triton kernel on
-    the current GPU, on keys and queries that are not empty."""
+    """After :func:`flash_attention` wrote ``out`` and ``lse`` without autograd (``scale``
+    resolved, not negative): keep the launch it made in :data:`FLASH_REPLAYS` under ``key``,
+    where it made one on the current GPU (keys and queries not empty)."""
     if on_other_gpu(q) or q.numel() == 0 or k.shape[2] == 0:
         return
-    if (config is None and hopper_preferred is not None
-            and hopper_preferred(q, k, v, causal)):
-        return  # the Gluon kernel ran
-    config = table_config(q, causal) if config is None else config
-    grid, args, kwargs = launch_arguments(q, k, v, out, lse, causal,
-                                     resolve_scale(scale, q.shape[-1]), config)
-    replay = launch_replay(flash_fwd_kernel, grid, args, kwargs)
-    if replay is not None:
+    B, H, L, D = q.shape
+    if config is None and hopper_preferred is not None and hopper_preferred(q, k, v, causal):
+        form = hopper_form(D, L, k.shape[2], causal, B * H, multiprocessors(q.device))
+        kernel, grid, args, options = hopper_launch_arguments(
+            q, k, v, out, lse, causal, scale, form.overlap, form.block_n, form.persistent)
+        kept = FlashReplay(launch_replay(kernel, grid, args, options), None,
+                           hopper_block_n=form.block_n)
+    else:
+        config = table_config(q, causal) if config is None else config
+        grid, args, options = launch_arguments(q, k, v, out, lse, causal, scale, config)
+        kept = FlashReplay(launch_replay(flash_fwd_kernel, grid, args, options), config,
+                           options["USE_TMA"])
+    if kept.launch is not None:
         if len(FLASH_REPLAYS) >= MAX_KEYS:
             FLASH_REPLAYS.clear()
-        FLASH_REPLAYS[key] = FlashReplay(replay, config, kwargs["USE_TMA"])
+        FLASH_REPLAYS[key] = kept
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,

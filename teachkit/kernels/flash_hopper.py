@@ -67,7 +67,7 @@ its Triton kernel for everything else.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from triton.experimental import gluon
@@ -91,7 +91,8 @@ __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOP
            "HOPPER_ROWS", "HOPPER_TILES", "HopperForm", "TMA_LOAD",
            "TMA_STORE", "attend_rows", "diagonal_first", "flash_attention_hopper",
            "flash_fwd_hopper_kernel", "flash_fwd_hopper_persistent_kernel", "handover_barriers",
-           "hopper_descriptors", "hopper_device", "hopper_form", "hopper_preferred",
+           "hopper_descriptors", "hopper_device", "hopper_form", "hopper_launch_arguments",
+           "hopper_preferred",
            "hopper_ready", "hopper_units", "key_block_order", "launch_hopper", "load_key_blocks",
            "next_tile", "program_tiles", "query_row", "softmax_block", "tile_at", "tile_blocks",
            "tile_descriptor", "tile_layout", "unit_count", "unit_tiles", "walk_key_blocks",
@@ -802,20 +803,33 @@ def launch_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.
     if on_other_gpu(q):
         with torch.cuda.device(q.device):
             return launch_hopper(q, k, v, out, lse, causal, scale, overlap, block_n, persistent)
+    kernel, grid, args, options = hopper_launch_arguments(q, k, v, out, lse, causal, scale,
+                                                          overlap, block_n, persistent)
+    kernel[grid](*args, **options)
+    return None
+
+
+def hopper_launch_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
+                            overlap: bool = True, block_n: int | None = None,
+                            persistent: bool = False) -> tuple[Any, tuple, tuple, dict]:
+    """The kernel :func:`launch_hopper` launches (:func:`flash_fwd_hopper_kernel`, or
+    :func:`flash_fwd_hopper_persistent_kernel` with ``persistent``), its grid, its arguments
+    (the TMA descriptors of :func:`hopper_descriptors`, the lse, the sizes and the scale in
+    log2 units) and its options."""
     B, H, L, D = q.shape
     H_kv, S = k.shape[1], k.shape[2]
     descriptors = hopper_descriptors(q, k, v, out, block_n)
     if not persistent:
-        flash_fwd_hopper_kernel[(L // HOPPER_ROWS, B * H)](
-            *descriptors, lse, L, S, H, H_kv, scale * LOG2E, CAUSAL=causal, OVERLAP=overlap,
-            STAGES=HOPPER_TILES[D][1], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS)
-        return None
+        return (flash_fwd_hopper_kernel, (L // HOPPER_ROWS, B * H),
+                (*descriptors, lse, L, S, H, H_kv, scale * LOG2E),
+                dict(CAUSAL=causal, OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], num_warps=4,
+                     maxnreg=HOPPER_MAX_REGISTERS))
     units = hopper_units(L, B * H, causal)
-    flash_fwd_hopper_persistent_kernel[(min(units, multiprocessors(q.device)),)](
-        *descriptors, lse, L, S, H, H_kv, B * H, scale * LOG2E, CAUSAL=causal,
-        OVERLAP=overlap, STAGES=HOPPER_TILES[D][1], Q_BUFS=HOPPER_QUERY_BUFFERS[D], num_warps=4,
-        maxnreg=HOPPER_MAX_REGISTERS)
-    return None
+    return (flash_fwd_hopper_persistent_kernel, (min(units, multiprocessors(q.device)),),
+            (*descriptors, lse, L, S, H, H_kv, B * H, scale * LOG2E),
+            dict(CAUSAL=causal, OVERLAP=overlap, STAGES=HOPPER_TILES[D][1],
+                 Q_BUFS=HOPPER_QUERY_BUFFERS[D], num_warps=4, maxnreg=HOPPER_MAX_REGISTERS))
 
 
 @functools.cache

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 pytest.importorskip("teachkit.kernels")
+from kept_launches import InterpretedReplay  # noqa: E402
+
 from teachkit.device import DEVICE, INTERPRETED, ON_GPU  # noqa: E402
 from teachkit.kernels import decode, flash, flash_backward, softmax_kernels  # noqa: E402
 from teachkit.kernels.launch_cache import CachedRun, cached_launch, key_function  # noqa: E402
@@ -245,17 +247,17 @@ def test_profiler_hooks_and_warmup_take_tritons_path():
         knobs.runtime.launch_enter_hook.remove(hook)
 
 
-def test_replay_keys_are_for_gpu_tensors_and_int_dims_only():
+def test_replay_keys_are_for_tensors_on_the_kernels_device_and_int_dims_only():
     from teachkit.kernels.launch_cache import launch_replay
 
-    x = torch.randn(4, 8)
-    assert softmax_kernels.replay_key(x, -1) is None  # a CPU tensor
+    x = torch.randn(4, 8, device=DEVICE)
+    assert softmax_kernels.replay_key(x, 1.0) is None and softmax_kernels.replay_key(x, 1)
     assert softmax_kernels.replay_key([1.0, 2.0], -1) is None
     assert launch_replay(cached_launch(lambda: None), (1,), (), {}) is None
     if ON_GPU:
-        x = x.to(DEVICE)
-        assert softmax_kernels.replay_key(x, 1.0) is None and softmax_kernels.replay_key(x, 1)
-    else:  # the interpreter: no launch cache, so nothing kept
+        assert softmax_kernels.replay_key(x.cpu(), -1) is None  # a CPU tensor
+    else:  # the interpreter: a key, but no launcher to keep
+        softmax_kernels.FUSED_REPLAYS.clear()
         softmax_kernels.softmax(x)
         assert softmax_kernels.FUSED_REPLAYS == {}
 
@@ -288,28 +290,38 @@ def short_rows(kind: str, seed: int) -> tuple[torch.Tensor, int]:
     }[kind]()
 
 
-@pytest.mark.skipif(INTERPRETED, reason="the launch cache is only installed on a GPU")
-@pytest.mark.parametrize("kind", KINDS_OF_SHORT_ROWS)
-def test_softmax_keeps_its_fused_launch_and_a_repeat_makes_it_again(kind):
-    run = vars(softmax_kernels.fused_kernel)["run"]
+@pytest.fixture
+def kept_softmax(monkeypatch):
+    """:data:`softmax_kernels.FUSED_REPLAYS` emptied before and after; under the interpreter,
+    its kept launches are :class:`kept_launches.InterpretedReplay` stand-ins."""
+    if INTERPRETED:
+        monkeypatch.setattr(softmax_kernels, "launch_replay", InterpretedReplay)
     softmax_kernels.FUSED_REPLAYS.clear()
+    yield softmax_kernels.FUSED_REPLAYS
+    softmax_kernels.FUSED_REPLAYS.clear()
+
+
+@pytest.mark.parametrize("kind", KINDS_OF_SHORT_ROWS)
+def test_softmax_keeps_its_fused_launch_and_a_repeat_makes_it_again(kind, kept_softmax):
     x, dim = short_rows(kind, 0)
     first = softmax_kernels.softmax(x, dim)
-    assert len(softmax_kernels.FUSED_REPLAYS) == 1
-    hits, misses = run.hits, run.misses
+    assert len(kept_softmax) == 1
+    run = vars(softmax_kernels.fused_kernel).get("run")  # the launch cache's, on a GPU
+    before = (run.hits, run.misses) if run else -InterpretedReplay.made
     for t in (x, short_rows(kind, 1)[0]):  # the same tensor, and another of the same kind
         got = softmax_kernels.softmax(t, dim)
         want = torch.softmax(t.float(), dim).to(t.dtype)
         assert got.shape == want.shape and got.stride() == first.stride()
         torch.testing.assert_close(got, want, atol=2e-3, rtol=2e-3)
     torch.testing.assert_close(softmax_kernels.softmax(x, dim), first, atol=0, rtol=0)
-    assert (run.hits, run.misses) == (hits, misses)  # made again, not through the cache
-    assert len(softmax_kernels.FUSED_REPLAYS) == 1
+    if run:
+        assert (run.hits, run.misses) == before  # made again, not through the cache
+    else:
+        assert -InterpretedReplay.made == before - 3  # three launches made again
+    assert len(kept_softmax) == 1
 
 
-@pytest.mark.skipif(INTERPRETED, reason="the launch cache is only installed on a GPU")
-def test_calls_the_kept_launches_do_not_serve_take_the_full_path():
-    softmax_kernels.FUSED_REPLAYS.clear()
+def test_calls_the_kept_launches_do_not_serve_take_the_full_path(kept_softmax):
     x = torch.randn(48, 64, device=DEVICE)
     for call in (lambda: softmax_kernels.softmax(x, 0),  # not the last axis
                  lambda: softmax_kernels.softmax(x.t(), -1),  # columns 48 elements apart
@@ -319,18 +331,19 @@ def test_calls_the_kept_launches_do_not_serve_take_the_full_path():
                  lambda: softmax_kernels.softmax(torch.tensor(3.0, device=DEVICE))):
         call()
         call()
-    assert softmax_kernels.FUSED_REPLAYS == {}
+    assert kept_softmax == {}
     torch.testing.assert_close(softmax_kernels.softmax(x, 0), torch.softmax(x, 0))
 
 
-@pytest.mark.skipif(INTERPRETED, reason="the launch cache is only installed on a GPU")
-def test_a_kept_launch_still_refuses_what_the_full_path_refuses_and_follows_the_settings():
+def test_a_kept_launch_still_refuses_what_the_full_path_refuses_and_follows_the_settings(
+        kept_softmax):
     from triton import knobs
 
     x = torch.randn(8, 64, device=DEVICE, requires_grad=True)
     with torch.no_grad():
         softmax_kernels.softmax(x)  # kept: autograd does not record this call
         softmax_kernels.softmax(x)
+    assert len(kept_softmax) == 1
     with pytest.raises(ValueError, match="requires grad"):
         softmax_kernels.softmax(x)  # autograd would record this one: the full checks refuse
     y = x.detach()

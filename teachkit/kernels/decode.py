@@ -103,6 +103,7 @@ from .launch_cache import (
     launch_replay,
     launch_settings,
     replay_table,
+    tensor_key,
 )
 from .scratch import contiguous_like, stream_id, stream_scratch
 
@@ -1783,10 +1784,6 @@ class _DecodePlan(NamedTuple):
     tail_stages: int | None = None
 
 
-def _tensor_key(t: torch.Tensor) -> tuple:
-    return t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.get_device()
-
-
 def replay_key(q: object, k_cache: object, v_cache: object, cache_seqlens: object,
                block_table: object, scale: object, num_splits: object, return_lse: object,
                config: object, check_values: object) -> tuple | None:
@@ -1817,11 +1814,11 @@ def replay_key(q: object, k_cache: object, v_cache: object, cache_seqlens: objec
         if t is None:
             indices.append(None)
         elif type(t) is torch.Tensor:
-            indices.append(_tensor_key(t))
+            indices.append(tensor_key(t))
         else:
             return None
     gpu = (current_gpu(), torch.cuda.is_current_stream_capturing()) if ON_GPU else ()
-    return (*map(_tensor_key, tensors), *indices, scale, num_splits, return_lse, check_values,
+    return (*map(tensor_key, tensors), *indices, scale, num_splits, return_lse, check_values,
             config, *gpu, launch_settings())
 
 

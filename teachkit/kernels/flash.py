@@ -59,6 +59,7 @@ from .launch_cache import (
     launch_replay,
     launch_settings,
     replay_table,
+    tensor_key,
 )
 from .scratch import contiguous_like, stream_scratch
 
@@ -463,10 +464,6 @@ def flash_attention(
     return (out, lse) if return_lse else out
 
 
-def _tensor_key(t: torch.Tensor) -> tuple:
-    return t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.get_device()
-
-
 def replay_key(q: object, k: object, v: object, causal: object, scale: object,
                return_lse: object, config: object, autotune: object,
                backward_config: object) -> tuple | None:
@@ -488,7 +485,7 @@ def replay_key(q: object, k: object, v: object, causal: object, scale: object,
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return None
     gpu = (current_gpu(),) if ON_GPU else ()
-    return (_tensor_key(q), _tensor_key(k), _tensor_key(v), causal, scale, return_lse, config,
+    return (tensor_key(q), tensor_key(k), tensor_key(v), causal, scale, return_lse, config,
             *gpu, launch_settings())
 
 

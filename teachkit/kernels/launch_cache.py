@@ -79,8 +79,8 @@ except ImportError:  # a Triton without Gluon
     GluonTensorDescriptor = None
 
 __all__ = ["cached_launch", "CachedRun", "LaunchReplay", "argument_key", "key_function",
-           "hooks_free", "launch_replay", "launch_settings", "replay_table", "slow_key", "MAX_KEYS",
-           "REPLAY_TABLES", "DIRECT_LAUNCH_VERSIONS"]
+           "hooks_free", "launch_replay", "launch_settings", "replay_table", "slow_key",
+           "tensor_key", "MAX_KEYS", "REPLAY_TABLES", "DIRECT_LAUNCH_VERSIONS"]
 
 K = TypeVar("K")
 
@@ -399,6 +399,17 @@ class CachedRun:
         launch(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,
                self._current_stream(device), *head, *values, *rest)
         return compiled
+
+
+def tensor_key(t: torch.Tensor) -> tuple:
+    """What an entry point's replay key holds of a tensor argument (:func:`replay_table`):
+    its dtype, shape, strides, whether its address is a multiple of 16 bytes and its GPU,
+    everything about it that decides a launch but its address.
+
+    >>> tensor_key(torch.zeros(2, 3))
+    (torch.float32, torch.Size([2, 3]), (3, 1), True, -1)
+    """
+    return t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.get_device()
 
 
 REPLAY_TABLES: list[dict[Any, LaunchReplay]] = []

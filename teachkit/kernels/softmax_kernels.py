@@ -47,6 +47,7 @@ from .launch_cache import (
     launch_replay,
     launch_settings,
     replay_table,
+    tensor_key,
 )
 
 __all__ = [
@@ -980,13 +981,15 @@ def replay_key(x: object, dim: object) -> tuple | None:
     """What decides :func:`softmax`'s launch for ``x`` along ``dim``, besides the tensors'
     addresses: dtype, shape, strides, ``dim``, 16-byte alignment, ``x``'s GPU and the current
     one, whether autograd would record the call, and Triton's
-    :func:`~teachkit.kernels.launch_cache.launch_settings`. ``None`` unless ``x`` is a CUDA
-    tensor (not a subclass) and ``dim`` an int. A few attribute reads, fewer than the checks
-    and the launch cache's key that a first call goes through."""
-    if type(x) is not torch.Tensor or not x.is_cuda or type(dim) is not int:
+    :func:`~teachkit.kernels.launch_cache.launch_settings`. ``None`` unless ``x`` is a tensor
+    (not a subclass) on the kernels' device and ``dim`` an int. A few attribute reads, fewer
+    than the checks and the launch cache's key that a first call goes through. Under Triton's
+    interpreter a call has a key but nothing is kept: there is no launcher to call again."""
+    if type(x) is not torch.Tensor or x.is_cuda != ON_GPU or type(dim) is not int:
         return None
-    return (x.dtype, x.shape, x.stride(), dim, x.data_ptr() % 16 == 0, x.get_device(),
-            current_gpu(), x.requires_grad and torch.is_grad_enabled(), launch_settings())
+    gpu = (current_gpu(),) if ON_GPU else ()
+    return (tensor_key(x), dim, *gpu, x.requires_grad and torch.is_grad_enabled(),
+            launch_settings())
 
 
 def _remember_fused(key: tuple | None, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -998,7 +1001,7 @@ def _remember_fused(key: tuple | None, x: torch.Tensor, y: torch.Tensor) -> None
     has raised before it gets here)."""
     if key is None or x.dim() == 0 or x.numel() == 0 or on_other_gpu(x):
         return
-    dim = key[3]  # an int (replay_key), and a valid one: the call has run
+    dim = key[1]  # an int (replay_key), and a valid one: the call has run
     n_cols = x.shape[-1]
     if dim not in (-1, x.dim() - 1) or n_cols > FUSED_MAX_COLS:
         return

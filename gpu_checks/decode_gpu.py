@@ -1206,20 +1206,26 @@ PAGED_PIPELINED_TAIL = "teachkit paged, masked loop pipelined"
 def pipelined_tail(call: functools.partial) -> torch.Tensor:
     """``call()`` with the split kernel's masked loop pipelined: its launch plan, found as
     usual (and cached), with ``tail_stages`` ``None`` while it runs. Unlike
-    :func:`planned_with` this works no plan out again, so it adds next to nothing to a plain
-    call's host time."""
+    :func:`planned_with` this works no plan out again. The kept calls
+    (``decode.DECODE_REPLAYS``) are set aside while it runs, so that the call plans rather than
+    making a kept default's launch again, and what it keeps is dropped: a plain launch of it
+    pays the full path's host time, which a kept default call does not."""
     from teachkit.kernels import decode
 
     kept = decode._launch_plan
+    kept_calls = dict(decode.DECODE_REPLAYS)
 
     def pipelined(*args, **kwargs):
         return kept(*args, **kwargs)._replace(tail_stages=None)
 
     decode._launch_plan = pipelined
+    decode.DECODE_REPLAYS.clear()
     try:
         return call()
     finally:
         decode._launch_plan = kept
+        decode.DECODE_REPLAYS.clear()
+        decode.DECODE_REPLAYS.update(kept_calls)
 
 
 def tail_loop_sweep() -> tuple[list, list]:

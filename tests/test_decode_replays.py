@@ -11,6 +11,8 @@ too.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -255,3 +257,39 @@ def test_the_host_benchmark_swaps_the_launchers_a_kept_call_holds():
     assert host._launchers_replaced(kept, lambda launch: None) is None
     assert host._launchers_replaced(kept._replace(merge=None), str.upper).merge is None
     assert host._launchers_replaced(replay("alone"), str.upper).launch == "ALONE"
+
+
+def test_the_decoding_sweeps_variants_plan_rather_than_make_a_kept_call_again(kept,
+                                                                             monkeypatch):
+    """``gpu_checks/decode_gpu.py`` times variants of a call by changing how it plans
+    (``pipelined_tail``, ``planned_with``): each variant's call must plan, not make a kept
+    default call's launches again, and leave the kept calls as they were (``pipelined_tail``)
+    or forgotten (``planned_with``, which changes a table)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "gpu_checks" / "decode_gpu.py"
+    spec = importlib.util.spec_from_file_location("decode_gpu", path)
+    decode_gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(decode_gpu)
+
+    planned = []
+    own = decode._launch_plan
+
+    def spy(*args, **kwargs):
+        planned.append(args)
+        return own(*args, **kwargs)
+
+    spy.cache_clear = own.cache_clear
+    monkeypatch.setattr(decode, "_launch_plan", spy)
+    tensors, kwargs = decode_call("paged", 0)
+    call = functools.partial(decode_attention, *tensors, **kwargs)
+    want = call()
+    before = dict(kept)
+    assert len(before) == 1 and len(planned) == 1
+    call()
+    assert len(planned) == 1  # the kept call: no plan
+    torch.testing.assert_close(decode_gpu.pipelined_tail(call), want, rtol=0, atol=0)
+    assert len(planned) == 2 and kept == before
+    decode_gpu.planned_with("HELD_TABLE_PAGES", {}, call)
+    assert len(planned) == 3 and kept == {}

@@ -97,9 +97,9 @@ from ..validation import (
 from .flash import HEAD_DIMS, LN2, LOG2E
 from .grid_math import cdiv, next_power_of_2
 from .launch_cache import (
-    MAX_KEYS,
     LaunchReplay,
     cached_launch,
+    keep,
     launch_replay,
     launch_settings,
     replay_table,
@@ -1880,9 +1880,7 @@ def _remember(key: tuple, replay: DecodeReplay, split: tuple[tuple, tuple, dict]
     merge_replay = None if merge is None else launch_replay(decode_merge_kernel, *merge)
     if split_replay is None or (merge is not None and merge_replay is None):
         return
-    if len(DECODE_REPLAYS) >= MAX_KEYS:
-        DECODE_REPLAYS.clear()
-    DECODE_REPLAYS[key] = replay._replace(split=split_replay, merge=merge_replay)
+    keep(DECODE_REPLAYS, key, replay._replace(split=split_replay, merge=merge_replay))
 
 
 @functools.lru_cache(maxsize=256)

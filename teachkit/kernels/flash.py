@@ -53,9 +53,9 @@ from .attention_inputs import HEAD_DIMS, check_inputs
 from .flash_backward import BackwardConfig, flash_backward
 from .grid_math import cdiv
 from .launch_cache import (
-    MAX_KEYS,
     LaunchReplay,
     cached_launch,
+    keep,
     launch_replay,
     launch_settings,
     replay_table,
@@ -69,11 +69,9 @@ try:  # Gluon is experimental: a Triton whose Gluon differs keeps flash_attentio
         hopper_form,
         hopper_launch_arguments,
         hopper_preferred,
-        launch_hopper,
     )
 except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
-    hopper_form = hopper_preferred = launch_hopper = None
-    hopper_descriptors = hopper_launch_arguments = None
+    hopper_descriptors = hopper_form = hopper_launch_arguments = hopper_preferred = None
 
 __all__ = [
     "FLASH_REPLAYS",
@@ -458,9 +456,9 @@ def flash_attention(
         out, lse = FlashAttentionFunction.apply(q, k, v, causal, scale, config, autotune,
                                                 backward_config)
     else:
-        out, lse = _forward(q, k, v, causal, scale, config, autotune, return_lse)
-        if key is not None:
-            _remember(key, q, k, v, out, lse, causal, scale, config)
+        out, lse, made = _forward(q, k, v, causal, scale, config, autotune, return_lse)
+        if key is not None and made is not None:
+            _remember(key, made)
     return (out, lse) if return_lse else out
 
 
@@ -521,62 +519,63 @@ configuration and the launch cache's key. At most
 :data:`~teachkit.kernels.launch_cache.MAX_KEYS` kinds; the next one empties it."""
 
 
-def _remember(key: tuple, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-              out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
-              config: FlashConfig | None) -> None:
-    """After :func:`flash_attention` wrote ``out`` and ``lse`` without autograd (``scale``
-    resolved, not negative): keep the launch it made in :data:`FLASH_REPLAYS` under ``key``,
-    where it made one on the current GPU (keys and queries not empty)."""
-    if on_other_gpu(q) or q.numel() == 0 or k.shape[2] == 0:
-        return
-    B, H, L, D = q.shape
-    if config is None and hopper_preferred is not None and hopper_preferred(q, k, v, causal):
-        form = hopper_form(D, L, k.shape[2], causal, B * H, multiprocessors(q.device))
-        kernel, grid, args, options = hopper_launch_arguments(
-            q, k, v, out, lse, causal, scale, form.overlap, form.block_n, form.persistent)
-        kept = FlashReplay(launch_replay(kernel, grid, args, options), None,
-                           hopper_block_n=form.block_n)
-    else:
-        config = table_config(q, causal) if config is None else config
-        grid, args, options = launch_arguments(q, k, v, out, lse, causal, scale, config)
-        kept = FlashReplay(launch_replay(flash_fwd_kernel, grid, args, options), config,
-                           options["USE_TMA"])
-    if kept.launch is not None:
-        if len(FLASH_REPLAYS) >= MAX_KEYS:
-            FLASH_REPLAYS.clear()
-        FLASH_REPLAYS[key] = kept
+def _remember(key: tuple, made: tuple) -> None:
+    """Keep the launch a call without autograd made (``made``, from :func:`_forward`) in
+    :data:`FLASH_REPLAYS` under ``key``, where it can be made again."""
+    kernel, grid, args, options, kept = made
+    launch = launch_replay(kernel, grid, args, options)
+    if launch is not None:
+        keep(FLASH_REPLAYS, key, kept._replace(launch=launch))
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
              config: FlashConfig | None, autotune: bool, lse_wanted: bool = True,
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` of validated inputs with ``scale >= 0``. Without ``lse_wanted`` the lse
-    is written to a buffer kept for the next call on this CUDA stream
+             ) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+    """``(out, lse, made)`` of validated inputs with ``scale >= 0``: ``made`` is the launch it
+    made on the current GPU (:func:`_launch_for`), ``None`` where it made none there. Without
+    ``lse_wanted`` the lse is written to a buffer kept for the next call on this CUDA stream
     (:func:`~teachkit.kernels.scratch.stream_scratch`), which the caller must not keep."""
     if on_other_gpu(q):  # as torch's ops do: launch on q's GPU, whichever device is current
         with torch.cuda.device(q.device):
-            return _forward(q, k, v, causal, scale, config, autotune, lse_wanted)
+            out, lse, _ = _forward(q, k, v, causal, scale, config, autotune, lse_wanted)
+            return out, lse, None  # made on q's GPU, not the current one: not to be kept
     B, H, L, D = q.shape
-    S = k.shape[2]
-    if S == 0:  # no keys: zeros and -inf, as scaled_dot_product_attention gives
+    if k.shape[2] == 0:  # no keys: zeros and -inf, as scaled_dot_product_attention gives
         out = torch.zeros((B, H, L, D), dtype=q.dtype, device=q.device)
         lse = torch.full((B, H, L), float("-inf"), dtype=torch.float32, device=q.device)
-        return out, lse
+        return out, lse, None
     out, lse = _outputs(q, lse_wanted)
-    if out.numel() > 0:
-        if (config is None and not autotune and hopper_preferred is not None
-                and hopper_preferred(q, k, v, causal)):
-            # FlashAttention-3's structure, in the form for these sizes on this GPU
-            form = hopper_form(D, L, S, causal, B * H, multiprocessors(q.device))
-            launch_hopper(q, k, v, out, lse, causal, scale, form.overlap, form.block_n,
-                          form.persistent)
-            return out, lse
-        if config is None and autotune:
-            config = tuned_config(q, k, v, causal, scale)
-        if config is None:
-            config = table_config(q, causal)
-        launch(q, k, v, out, lse, causal, scale, config)
-    return out, lse
+    if out.numel() == 0:
+        return out, lse, None
+    made = _launch_for(q, k, v, out, lse, causal, scale, config, autotune)
+    kernel, grid, args, options, _ = made
+    kernel[grid](*args, **options)
+    return out, lse, made
+
+
+def _launch_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                lse: torch.Tensor, causal: bool, scale: float, config: FlashConfig | None,
+                autotune: bool) -> tuple:
+    """The launch of a forward pass: the kernel, its grid, arguments and options, and the
+    :class:`FlashReplay` (its launcher call still ``None``) that makes it again for another
+    call of its kind. The Gluon kernel (``launch_hopper``'s arguments) where
+    :func:`~teachkit.kernels.flash_hopper.hopper_preferred` takes the inputs and no
+    configuration is asked for, else this module's kernel with ``config``, the autotuner's or
+    the table's (:func:`launch`'s arguments)."""
+    if (config is None and not autotune and hopper_preferred is not None
+            and hopper_preferred(q, k, v, causal)):
+        # FlashAttention-3's structure, in the form for these sizes on this GPU
+        B, H, L, D = q.shape
+        form = hopper_form(D, L, k.shape[2], causal, B * H, multiprocessors(q.device))
+        kernel, grid, args, options = hopper_launch_arguments(
+            q, k, v, out, lse, causal, scale, form.overlap, form.block_n, form.persistent)
+        return kernel, grid, args, options, FlashReplay(None, None, hopper_block_n=form.block_n)
+    if config is None and autotune:
+        config = tuned_config(q, k, v, causal, scale)
+    if config is None:
+        config = table_config(q, causal)
+    grid, args, options = launch_arguments(q, k, v, out, lse, causal, scale, config)
+    return flash_fwd_kernel, grid, args, options, FlashReplay(None, config, options["USE_TMA"])
 
 
 def _outputs(q: torch.Tensor, lse_wanted: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -606,7 +605,7 @@ class FlashAttentionFunction(torch.autograd.Function):
                 v: torch.Tensor, causal: bool, scale: float, config: FlashConfig | None,
                 autotune: bool, backward_config: BackwardConfig | None,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        out, lse = _forward(q, k, v, causal, scale, config, autotune)
+        out, lse, _ = _forward(q, k, v, causal, scale, config, autotune)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale, ctx.backward_config = causal, scale, backward_config
         ctx.set_materialize_grads(False)

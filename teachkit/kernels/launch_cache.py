@@ -79,8 +79,8 @@ except ImportError:  # a Triton without Gluon
     GluonTensorDescriptor = None
 
 __all__ = ["cached_launch", "CachedRun", "LaunchReplay", "argument_key", "key_function",
-           "hooks_free", "launch_replay", "launch_settings", "replay_table", "slow_key",
-           "tensor_key", "MAX_KEYS", "REPLAY_TABLES", "DIRECT_LAUNCH_VERSIONS"]
+           "hooks_free", "keep", "launch_replay", "launch_settings", "replay_table",
+           "slow_key", "tensor_key", "MAX_KEYS", "REPLAY_TABLES", "DIRECT_LAUNCH_VERSIONS"]
 
 K = TypeVar("K")
 
@@ -412,17 +412,32 @@ def tensor_key(t: torch.Tensor) -> tuple:
     return t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.get_device()
 
 
-REPLAY_TABLES: list[dict[Any, LaunchReplay]] = []
-"""Every entry point's dictionary of :class:`LaunchReplay` (:func:`replay_table`), for tools
-that swap launchers, such as ``python -m teachkit.bench host``."""
+REPLAY_TABLES: list[dict[Any, Any]] = []
+"""Every entry point's dictionary of kept launches (:func:`replay_table`): each value a
+:class:`LaunchReplay`, or a named tuple holding some (a decoding call's split and merge
+launches), for tools that swap launchers, such as ``python -m teachkit.bench host``."""
 
 
-def replay_table() -> dict[Any, LaunchReplay]:
-    """A new, empty dictionary for an entry point's :class:`LaunchReplay`, registered in
-    :data:`REPLAY_TABLES`."""
-    table: dict[Any, LaunchReplay] = {}
+def replay_table() -> dict[Any, Any]:
+    """A new, empty dictionary for an entry point's kept launches, registered in
+    :data:`REPLAY_TABLES`; :func:`keep` adds to it."""
+    table: dict[Any, Any] = {}
     REPLAY_TABLES.append(table)
     return table
+
+
+def keep(table: dict[Any, Any], key: Any, replay: Any) -> None:
+    """Put ``replay`` in an entry point's ``table`` (:func:`replay_table`) under ``key``. At most
+    :data:`MAX_KEYS` keys, as a kernel's own dictionary: the next new one empties it first.
+
+    >>> table = {}
+    >>> keep(table, "a kind", "its launch")
+    >>> table
+    {'a kind': 'its launch'}
+    """
+    if len(table) >= MAX_KEYS:
+        table.clear()
+    table[key] = replay
 
 
 def launch_replay(kernel: Any, grid: tuple, args: tuple, kwargs: dict) -> LaunchReplay | None:

@@ -41,9 +41,9 @@ from ..device import ON_GPU, compute_capability, current_gpu, multiprocessors, o
 from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
 from .grid_math import cdiv, next_power_of_2
 from .launch_cache import (
-    MAX_KEYS,
     LaunchReplay,
     cached_launch,
+    keep,
     launch_replay,
     launch_settings,
     replay_table,
@@ -1013,9 +1013,7 @@ def _remember_fused(key: tuple | None, x: torch.Tensor, y: torch.Tensor) -> None
         return
     replay = launch_replay(fused_kernel, *_fused_launch(x2, y2))
     if replay is not None:
-        if len(FUSED_REPLAYS) >= MAX_KEYS:
-            FUSED_REPLAYS.clear()
-        FUSED_REPLAYS[key] = replay
+        keep(FUSED_REPLAYS, key, replay)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -44,3 +44,8 @@ class InterpretedReplay:
         leading = [value if layout is None else self.at(value, *layout)
                    for value, layout in zip(values, self.layouts, strict=True)]
         self.kernel[self.grid](*leading, *self.rest, **self.kwargs)
+
+
+def outputs(result) -> tuple:
+    """An entry point's result as a tuple: ``(out, lse)`` as it is, ``out`` alone as ``(out,)``."""
+    return result if isinstance(result, tuple) else (result,)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kept_launches import InterpretedReplay
+from kept_launches import InterpretedReplay, outputs
 
 import teachkit
 
@@ -104,10 +104,6 @@ def kept(monkeypatch):
     decode.DECODE_REPLAYS.clear()
     yield decode.DECODE_REPLAYS
     decode.DECODE_REPLAYS.clear()
-
-
-def outputs(result) -> tuple[torch.Tensor, ...]:
-    return result if isinstance(result, tuple) else (result,)
 
 
 @pytest.mark.parametrize("kind", KINDS_OF_CALLS)

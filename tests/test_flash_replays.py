@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kept_launches import InterpretedReplay
+from kept_launches import InterpretedReplay, outputs
 
 import teachkit
 
@@ -55,10 +55,6 @@ def flash_call(kind: str, seed: int) -> tuple[tuple, dict]:
         "Hopper's sizes": lambda: (qkv(**hopper), {}),
         "Hopper's sizes, causal": lambda: (qkv(**hopper), {"causal": True, "return_lse": True}),
     }[kind]()
-
-
-def outputs(result) -> tuple[torch.Tensor, ...]:
-    return result if isinstance(result, tuple) else (result,)
 
 
 def launches() -> int:

@@ -3,9 +3,14 @@ Triton's interpreter, where there is no launcher and so nothing is kept."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from collections.abc import Iterator
 
+import pytest
 import torch
+
+from teachkit.device import INTERPRETED
 
 
 class InterpretedReplay:
@@ -49,3 +54,17 @@ class InterpretedReplay:
 def outputs(result) -> tuple:
     """An entry point's result as a tuple: ``(out, lse)`` as it is, ``out`` alone as ``(out,)``."""
     return result if isinstance(result, tuple) else (result,)
+
+
+@contextlib.contextmanager
+def kept_in(module: object, table: dict, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
+    """An entry point's table of kept launches (``table``, of ``module``), emptied before and
+    after the block; under the interpreter, ``module``'s kept launches are
+    :class:`InterpretedReplay` stand-ins while ``monkeypatch`` lasts."""
+    if INTERPRETED:
+        monkeypatch.setattr(module, "launch_replay", InterpretedReplay)
+    table.clear()
+    try:
+        yield table
+    finally:
+        table.clear()

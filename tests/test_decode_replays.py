@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kept_launches import InterpretedReplay, outputs
+from kept_launches import InterpretedReplay, kept_in, outputs
 
 import teachkit
 
@@ -97,13 +97,9 @@ def launches() -> int:
 
 @pytest.fixture
 def kept(monkeypatch):
-    """:data:`decode.DECODE_REPLAYS` emptied before and after; under the interpreter, its kept
-    launches are :class:`InterpretedReplay` stand-ins."""
-    if not ON_GPU:
-        monkeypatch.setattr(decode, "launch_replay", InterpretedReplay)
-    decode.DECODE_REPLAYS.clear()
-    yield decode.DECODE_REPLAYS
-    decode.DECODE_REPLAYS.clear()
+    """:data:`decode.DECODE_REPLAYS`, empty, with stand-in launchers under the interpreter."""
+    with kept_in(decode, decode.DECODE_REPLAYS, monkeypatch) as table:
+        yield table
 
 
 @pytest.mark.parametrize("kind", KINDS_OF_CALLS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kept_launches import InterpretedReplay, outputs
+from kept_launches import InterpretedReplay, kept_in, outputs
 
 import teachkit
 
@@ -67,13 +67,9 @@ def launches() -> int:
 
 @pytest.fixture
 def kept(monkeypatch):
-    """:data:`flash.FLASH_REPLAYS` emptied before and after; under the interpreter, its kept
-    launches are :class:`InterpretedReplay` stand-ins."""
-    if not ON_GPU:
-        monkeypatch.setattr(flash, "launch_replay", InterpretedReplay)
-    flash.FLASH_REPLAYS.clear()
-    yield flash.FLASH_REPLAYS
-    flash.FLASH_REPLAYS.clear()
+    """:data:`flash.FLASH_REPLAYS`, empty, with stand-in launchers under the interpreter."""
+    with kept_in(flash, flash.FLASH_REPLAYS, monkeypatch) as table:
+        yield table
 
 
 @pytest.mark.parametrize("kind", KINDS_OF_CALLS)

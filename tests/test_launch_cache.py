@@ -8,7 +8,7 @@ import pytest
 import torch
 
 pytest.importorskip("teachkit.kernels")
-from kept_launches import InterpretedReplay  # noqa: E402
+from kept_launches import InterpretedReplay, kept_in  # noqa: E402
 
 from teachkit.device import DEVICE, INTERPRETED, ON_GPU  # noqa: E402
 from teachkit.kernels import decode, flash, flash_backward, softmax_kernels  # noqa: E402
@@ -292,13 +292,10 @@ def short_rows(kind: str, seed: int) -> tuple[torch.Tensor, int]:
 
 @pytest.fixture
 def kept_softmax(monkeypatch):
-    """:data:`softmax_kernels.FUSED_REPLAYS` emptied before and after; under the interpreter,
-    its kept launches are :class:`kept_launches.InterpretedReplay` stand-ins."""
-    if INTERPRETED:
-        monkeypatch.setattr(softmax_kernels, "launch_replay", InterpretedReplay)
-    softmax_kernels.FUSED_REPLAYS.clear()
-    yield softmax_kernels.FUSED_REPLAYS
-    softmax_kernels.FUSED_REPLAYS.clear()
+    """:data:`softmax_kernels.FUSED_REPLAYS`, empty, with stand-in launchers under the
+    interpreter (:func:`kept_launches.kept_in`)."""
+    with kept_in(softmax_kernels, softmax_kernels.FUSED_REPLAYS, monkeypatch) as table:
+        yield table
 
 
 @pytest.mark.parametrize("kind", KINDS_OF_SHORT_ROWS)

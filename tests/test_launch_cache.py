@@ -393,3 +393,17 @@ def test_a_replay_makes_the_cached_launchers_call_again_with_other_addresses():
     # a tensor after an integer: the addresses would not all lead, so no replay
     assert run.replay((2,), (x, 8, y, 1, 64), kwargs) is None
     assert run.replay(lambda meta: (2,), args, kwargs) is None  # a grid function
+
+
+@pytest.mark.parametrize("entry", ["softmax", "flash_attention", "decode_attention"])
+def test_a_tensor_without_strides_gets_the_checks_message(entry):
+    """A sparse tensor has no address to key: the call goes to the checks, which refuse it
+    with their own words, not torch's 'Cannot access data pointer'."""
+    import teachkit.kernels as kernels
+
+    sparse = torch.randn(1, 2, 4, 16).to_sparse()
+    call = getattr(kernels, entry)
+    args = (sparse,) if entry == "softmax" else (sparse, sparse, sparse)
+    with pytest.raises((TypeError, ValueError, RuntimeError)) as err:
+        call(*args)
+    assert "data pointer" not in str(err.value)

@@ -1635,8 +1635,11 @@ def decode_attention(
     if cache_seqlens is None and paged:
         raise ValueError("a paged cache has no length of its own: pass cache_seqlens (B,) with "
                          "the block_table, the number of tokens of every sequence")
-    if cache_seqlens is None:
-        seqlens = _full_lengths(B, capacity, device)
+    # a call captured into a CUDA graph gets the configuration for replays (decode_config)
+    capturing = ON_GPU and torch.cuda.is_current_stream_capturing()
+    if cache_seqlens is None:  # made anew while captured: the graph's fill is its only one
+        seqlens = (torch.full((B,), capacity, dtype=torch.int32, device=device) if capturing
+                   else _full_lengths(B, capacity, device))
     else:
         seqlens = _require_index_tensor(cache_seqlens, "cache_seqlens", (B,), device,
                                         "lengths (one per sequence)")
@@ -1673,8 +1676,6 @@ def decode_attention(
             lse.fill_(float("-inf"))
         return (out, lse) if return_lse else out
 
-    # a call captured into a CUDA graph gets the configuration for replays (decode_config)
-    capturing = ON_GPU and torch.cuda.is_current_stream_capturing()
     plan = _launch_plan(B, H, Lq, D, H_kv, q.dtype, device, capacity, num_splits, config,
                         page_size, config is None and capturing)
     table = block_table if paged else seqlens  # not read without pages: any int32 tensor
@@ -1686,7 +1687,7 @@ def decode_attention(
     if merge is not None:
         decode_merge_kernel[merge[0]](*merge[1], **merge[2])
     if key is not None:
-        lengths = seqlens if cache_seqlens is None else None
+        lengths = seqlens if cache_seqlens is None and not capturing else None
         checks = ((capacity, page_size, num_pages) if check_values
                   and (cache_seqlens is not None or paged) else None)
         _remember(key, DecodeReplay(plan, None, None, lengths, checks, capturing), split, merge)
@@ -1826,7 +1827,8 @@ class DecodeReplay(NamedTuple):
     """What :func:`decode_attention` needs to make one kind of call's launches again
     (:func:`replay_key`): the call's plan, the launcher calls of its split kernel and of its
     merge kernel (``None``: it has none), the lengths it made itself (a call without
-    ``cache_seqlens``), the sizes its values are checked against (``capacity``, ``page_size``,
+    ``cache_seqlens``; ``None`` when it was captured, and a captured replay makes them anew, for
+    the graph to fill), the sizes its values are checked against (``capacity``, ``page_size``,
     ``num_pages``; ``None``: not checked) and whether it was captured into a CUDA graph."""
 
     plan: _DecodePlan
@@ -1842,7 +1844,13 @@ class DecodeReplay(NamedTuple):
         """:func:`decode_attention` of these tensors, of the kind this replay was kept for."""
         if self.checks is not None:
             _check_values(cache_seqlens, block_table, *self.checks)
-        seqlens = self.lengths if cache_seqlens is None else _as_int32_rows(cache_seqlens)
+        if cache_seqlens is not None:
+            seqlens = _as_int32_rows(cache_seqlens)
+        elif self.lengths is not None:
+            seqlens = self.lengths
+        else:  # a captured call's lengths, made in this capture (the graph fills them)
+            seqlens = torch.full((q.shape[0],), k_cache.shape[2], dtype=torch.int32,
+                                 device=q.device)
         table = seqlens if block_table is None else _as_int32_rows(block_table)
         tensors = _call_tensors(self.plan, q, seqlens, return_lse, self.captured)
         device = q.get_device()

@@ -257,7 +257,9 @@ class LaunchReplay(NamedTuple):
 
     An entry point whose call decides every other argument (the shape's integers, the
     constexprs) from a few properties of its inputs keys its replays by those properties and
-    so skips the launch cache's key, which reads every argument."""
+    so skips the launch cache's key, which reads every argument. A pre-run hook added to the
+    kernel later (``add_pre_run_hook``) is not called by a replay kept before it: add hooks
+    before the first call, or empty the entry point's table."""
 
     launch: Callable[..., Any]
     grid: tuple[int, int, int]
@@ -361,7 +363,10 @@ class CachedRun:
             return None
         device = self._current_device()
         key, values = self.key(device, args, kwargs)
-        hit = self.compiled.get(key) if key is not None else None
+        try:
+            hit = self.compiled.get(key) if key is not None else None
+        except (TypeError, RuntimeError):  # an unhashable (or uncomparable) keyword value
+            return None
         leading = next((i for i, arg in enumerate(args) if not _per_call(arg)), len(args))
         if hit is None or any(_per_call(arg) for arg in args[leading:]):
             return None
@@ -409,6 +414,8 @@ def tensor_key(t: torch.Tensor) -> tuple:
     >>> tensor_key(torch.zeros(2, 3))
     (torch.float32, torch.Size([2, 3]), (3, 1), True, -1)
     """
+    if t.layout is not torch.strided or t.is_nested:  # no strides, no address of its own
+        return (t.layout, t.is_nested)  # such a call is refused by the checks that follow
     return t.dtype, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.get_device()
 
 

@@ -232,9 +232,10 @@ def test_a_kept_call_is_captured_with_the_plan_for_replays(kept):
         q.copy_(torch.randn_like(q))
         graph.replay()
         torch.cuda.synchronize()
-        torch.testing.assert_close(out, decode_attention(q, k, v), atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(out, decode_attention(q, k, v, check_values=False),
+                                   atol=1e-3, rtol=1e-3)
         graph.reset()
-    assert len(kept) == 2
+    assert len(kept) == 2  # plain and captured
 
 
 def test_the_host_benchmark_swaps_the_launchers_a_kept_call_holds():

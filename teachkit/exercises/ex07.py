@@ -28,7 +28,6 @@ import math
 from collections.abc import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..attention import attention_block_update, attention_scores, causal_mask
 from ..compare import relative_error
@@ -36,6 +35,7 @@ from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, schedule_from_mask, tile_ki
 from .checking import (
     SOFTMAX_FUNCTIONS,
     ExerciseFailed,
+    LargestFloat,
     call_learner,
     exercise,
     expect,
@@ -340,27 +340,7 @@ def _has_nan(got: object) -> bool:
             and any(isinstance(t, torch.Tensor) and bool(torch.isnan(t).any()) for t in got))
 
 
-class _LargestFloat(TorchDispatchMode):
-    """Watch every torch operation run inside and keep the floating-point result with the most
-    values per head: a tiled answer never makes one larger than a tile of scores or than its
-    inputs and output, a materialised softmax makes an ``L x S`` one (``L x bn`` or
-    ``bm x S`` for half-tiled loops)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.numel = 0
-        self.shape: tuple[int, ...] = ()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if (isinstance(t, torch.Tensor) and t.is_floating_point()
-                    and t.numel() > self.numel):
-                self.numel, self.shape = t.numel(), tuple(t.shape)
-        return out
-
-
-def _expect_tiles(watch: _LargestFloat, case: str, batch: tuple[int, ...], L: int, S: int,
+def _expect_tiles(watch: LargestFloat, case: str, batch: tuple[int, ...], L: int, S: int,
                   D: int, bm: int, bn: int) -> None:
     """Fail unless the learner's run made no float tensor larger, per head, than one tile of
     scores or than q, k, v and the output: a larger one is a row, a column or the whole of the
@@ -433,7 +413,7 @@ def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) 
         k_in, v_in = k.clone(), v.clone()
         k_in[..., unseen:, :] = float("nan")
         v_in[..., unseen:, :] = float("nan")
-        with _LargestFloat() as watch:
+        with LargestFloat() as watch:
             got = call_learner(fn, case, q.clone(), k_in, v_in, bm, bn, causal,
                                advice=SHAPE_ADVICE)
         if unseen < S and _has_nan(got):

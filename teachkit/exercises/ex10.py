@@ -36,6 +36,7 @@ from ..ring.layout import LAYOUTS, block_mask, positions, shard, source_rank
 from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
 from .checking import (
     ExerciseFailed,
+    LargestFloat,
     call_learner,
     exercise,
     expect,
@@ -44,7 +45,6 @@ from .checking import (
     matching_mistake,
     random_int,
 )
-from .ex07 import _LargestFloat
 
 __all__ = [
     "check_ring_plan",
@@ -309,7 +309,7 @@ _RING_MISTAKES: dict[str, Callable[..., Pair]] = {
 }
 
 
-def _expect_one_block(watch: _LargestFloat, case: str, n: int, D: int, heads: int) -> None:
+def _expect_one_block(watch: LargestFloat, case: str, n: int, D: int, heads: int) -> None:
     """Fail if the learner's run made a float tensor larger, per head, than one block's scores
     (``n x n``) or one block of q, k or v (``n x D``): a rank never holds more than one block of
     keys at a time, so that tensor spans several blocks (a concatenation of the blocks, or the
@@ -369,7 +369,7 @@ def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Non
                     f"{'causal' if causal else 'no mask'}, blocks of {n} tokens, "
                     f"{str(dtype).replace('torch.', '')}")
             qr = shard(q, rank, world_size, layout)
-            with _LargestFloat() as watch:
+            with LargestFloat() as watch:
                 got = call_learner(fn, case, qr.clone(), [t.clone() for t in ks],
                                    [t.clone() for t in vs], rank, causal, layout)
             _expect_one_block(watch, case, n, q.shape[-1], q.shape[:-2].numel())

@@ -139,41 +139,80 @@ def test_warp_allreduce_hints_on_stub(capsys):
     assert "lane ^ offset" in capsys.readouterr().out
 
 
-def test_warp_allreduce_shuffle_down():
-    def shuffle_down(m, d):
-        n = m.shape[-1]
-        lanes, offset = torch.arange(n), n // 2
-        while offset:
-            partner = lanes + offset
-            inside = partner < n
-            partner = partner.clamp(max=n - 1)
-            m_o = torch.where(inside, m[..., partner], NEG_INF)
-            d_o = torch.where(inside, d[..., partner], 0.0)
-            m, d = merge_stats(m, d, m_o, d_o)
-            offset //= 2
-        return m, d
-
-    with pytest.raises(ExerciseFailed, match="lane 0 holds the right"):
-        ex03.check_warp_allreduce(shuffle_down)
-
-
 def test_warp_allreduce_one_step_only():
-    def one_step(m, d):
-        partner = torch.arange(m.shape[-1]) ^ (m.shape[-1] // 2)
-        return merge_stats(m, d, m[..., partner], d[..., partner])
+    def one_step(m, d, shfl_xor, lanes):
+        return merge_stats(m, d, shfl_xor(m, lanes // 2), shfl_xor(d, lanes // 2))
 
-    with pytest.raises(ExerciseFailed, match="butterfly steps"):
+    with pytest.raises(ExerciseFailed, match=r"(?s)hears from only 2 of.*butterfly steps"):
         ex03.check_warp_allreduce(one_step)
 
 
+def test_warp_allreduce_repeated_offset():
+    def same_offset(m, d, shfl_xor, lanes):
+        for _ in range(lanes.bit_length() - 1):
+            m, d = merge_stats(m, d, shfl_xor(m, 1), shfl_xor(d, 1))
+        return m, d
+
+    with pytest.raises(ExerciseFailed, match="offsets you shuffled at, \\[1\\]"):
+        ex03.check_warp_allreduce(same_offset)
+
+
 def test_warp_allreduce_plain_sum():
-    def plain_sum(m, d):
-        lanes, offset = torch.arange(m.shape[-1]), m.shape[-1] // 2
+    def plain_sum(m, d, shfl_xor, lanes):
+        offset = lanes // 2
         while offset:
-            partner = lanes ^ offset
-            m, d = torch.maximum(m, m[..., partner]), d + d[..., partner]
+            m, d = torch.maximum(m, shfl_xor(m, offset)), d + shfl_xor(d, offset)
             offset //= 2
         return m, d
 
     with pytest.raises(ExerciseFailed, match="rescale both d's"):
         ex03.check_warp_allreduce(plain_sum)
+
+
+def test_warp_allreduce_refuses_a_reduction_without_butterfly():
+    # The answer that used to pass: the maximum and the rescaled sum over the lane axis,
+    # broadcast back to every lane, with no lane ^ offset exchange at all.
+    def amax_and_sum(m, d, shfl_xor, lanes):
+        top = m.amax(dim=-1, keepdim=True)
+        total = (d * exp_shift(m, top)).sum(dim=-1, keepdim=True)
+        return top.expand_as(m), total.expand_as(d)
+
+    with pytest.raises(ExerciseFailed, match="never called shfl_xor"):
+        ex03.check_warp_allreduce(amax_and_sum)
+
+    def per_warp_reshape(m, d, shfl_xor, lanes):  # assumes the lanes of a warp sit together
+        shfl_xor(m, 1)
+        mw, dw = m.reshape(-1, lanes), d.reshape(-1, lanes)
+        top = mw.amax(dim=-1, keepdim=True)
+        total = (dw * exp_shift(mw, top)).sum(dim=-1, keepdim=True)
+        return top.expand_as(mw).reshape(-1), total.expand_as(dw).reshape(-1)
+
+    with pytest.raises(ExerciseFailed, match="other warps got mixed in"):
+        ex03.check_warp_allreduce(per_warp_reshape)
+
+
+def test_warp_allreduce_refuses_gathering_every_lane():
+    def gather_all(m, d, shfl_xor, lanes):  # right values, but lanes - 1 exchanges, no butterfly
+        acc_m, acc_d = m, d
+        for offset in range(1, lanes):
+            acc_m, acc_d = merge_stats(acc_m, acc_d, shfl_xor(m, offset), shfl_xor(d, offset))
+        return acc_m, acc_d
+
+    with pytest.raises(ExerciseFailed, match="called shfl_xor 62 times"):
+        ex03.check_warp_allreduce(gather_all)
+
+
+def test_warp_allreduce_bad_shuffle_arguments():
+    def row_of_lanes(m, d, shfl_xor, lanes):
+        shfl_xor(m[:4], 1)
+        return m, d
+
+    with pytest.raises(ExerciseFailed, match="one value per lane"):
+        ex03.check_warp_allreduce(row_of_lanes)
+
+    def offset_too_large(m, d, shfl_xor, lanes):
+        shfl_xor(m, lanes)
+        return m, d
+
+    with pytest.raises(ExerciseFailed, match="offset must be an int from 0 to 31"):
+        ex03.check_warp_allreduce(offset_too_large)

@@ -328,6 +328,80 @@ def _three_passes(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _three_while_passes(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    # _three_passes with while loops: the maximum, the sum, the output, each a read of the row.
+    row = tl.program_id(0).to(tl.int64)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    start = 0
+    while start < n_cols:
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        m = tl.maximum(m, x.to(tl.float32))
+        start += BLOCK
+    m_row = tl.max(m, 0)
+    d = tl.zeros([BLOCK], tl.float32)
+    start = 0
+    while start < n_cols:
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        d += tl.exp(x.to(tl.float32) - m_row)
+        start += BLOCK
+    d_row = tl.sum(d, 0)
+    start = 0
+    while start < n_cols:
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        tl.store(Y + row * stride_y + cols, (tl.exp(x.to(tl.float32) - m_row) / d_row)
+                 .to(Y.dtype.element_ty), mask=cols < n_cols)
+        start += BLOCK
+
+
+@triton.jit
+def _three_passes_in_a_helper(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    _three_passes(X, Y, n_cols, stride_x, stride_y, BLOCK)  # no loop in sight here
+
+
+@triton.jit
+def _passes_counted_by_range(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    # One loop nest of two loops, run three times: the maximum, the sum, then the output.
+    row = tl.program_id(0).to(tl.int64)
+    m_row = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), 0)
+    d_row = tl.sum(tl.zeros([BLOCK], tl.float32), 0)
+    for p in range(3):
+        m = tl.full([BLOCK], float("-inf"), tl.float32)
+        d = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            x = x.to(tl.float32)
+            if p == 0:
+                m = tl.maximum(m, x)
+            elif p == 1:
+                d += tl.exp(x - m_row)
+            else:
+                tl.store(Y + row * stride_y + cols, (tl.exp(x - m_row) / d_row)
+                         .to(Y.dtype.element_ty), mask=cols < n_cols)
+        if p == 0:
+            m_row = tl.max(m, 0)
+        elif p == 1:
+            d_row = tl.sum(d, 0)
+
+
+@triton.jit
+def _one_block_fused(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    # Ignores BLOCK and holds the whole row at once: right on the checker's rows, one read.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, 4096)
+    x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+    x = x.to(tl.float32)
+    m = tl.max(x, 0)
+    shift = tl.where(m == float("-inf"), 0.0, m)
+    e = tl.exp(x - shift)
+    tl.store(Y + row * stride_y + cols, (e / tl.sum(e, 0)).to(Y.dtype.element_ty),
+             mask=cols < n_cols)
+
+
+@triton.jit
 def _online_stub(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     raise NotImplementedError  # delete this line when your kernel is written
 
@@ -349,12 +423,25 @@ def test_online_kernel_accepts_solution_and_one_scalar_pair(capsys):
     (_online_unmasked_load, "mask=cols < n_cols"),
     (_online_n_cols_stride, "stride_x is not n_cols"),
     (_online_unmasked_store, "stored past column"),
-    (_three_passes, "three times"),
+    (_three_passes, "read each element of a row 3 times"),
+    (_three_while_passes, "read each element of a row 3 times"),
+    (_three_passes_in_a_helper, "read each element of a row 3 times"),
+    (_passes_counted_by_range, "read each element of a row 3 times"),
+    (_one_block_fused, "read each element of a row once"),
     (lambda x: torch.softmax(x, -1), "not a Triton kernel"),
 ])
 def test_online_kernel_mistakes_are_named(kernel, says):
     with pytest.raises(ExerciseFailed, match=says):
         ex06.check_online_kernel(kernel)
+
+
+def test_online_kernel_loops_where_loads_cannot_be_counted():
+    """Compiled (on a GPU) the checker counts loops, while loops and those of the helpers a
+    kernel calls included."""
+    assert ex06._loops(solutions.solution_online_kernel) == 2
+    assert ex06._loops(_scalar_online) == 2
+    assert ex06._loops(_three_while_passes) == 3
+    assert ex06._loops(_three_passes_in_a_helper) == 3
 
 
 def test_online_kernel_rejects_the_library_kernel():
@@ -428,7 +515,8 @@ def test_pack_pair_accepts_the_solution_and_hints_on_a_stub(capsys):
         assert ex06.check_pack_pair(fn) is None
     said = capsys.readouterr().out
     assert "[correct] two floats in one word" in said
-    assert "[not attempted] two floats in one word" in said and ".view(torch.int32)" in said
+    assert "[not attempted] two floats in one word" in said and "Hint 1" in said
+    assert ".view(" not in said  # the method is the hints' to give, not the first nudge's
 
 
 @pytest.mark.parametrize(("kwargs", "says"), [
@@ -446,7 +534,8 @@ def test_pack_pair_wants_int64_words_of_the_pairs_shape():
         ex06.check_pack_pair(lambda m, d: _packed(m, d).to(torch.float64))
     with pytest.raises(ExerciseFailed, match="int64 tensor of shape"):
         ex06.check_pack_pair(lambda m, d: _packed(m, d).flatten()[:1])
-    with pytest.raises(ExerciseFailed, match="words differ"):
+    with pytest.raises(ExerciseFailed, match=r"words differ.*bits 0x.*where \(m bits << 32\) "
+                       r"\| d bits is 0x[0-9a-f]{16}.*hints below"):
         ex06.check_pack_pair(lambda m, d: _packed(m, d) + 1)
 
 
@@ -513,7 +602,20 @@ def test_halves_accepts_the_solution_and_the_int16_way(capsys):
 
 def test_halves_hints_on_stub(capsys):
     assert ex06.check_halves(_halves_stub) is None
-    assert "[not attempted]" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "[not attempted]" in said and "hints below" in said and "bitcast" not in said
+
+
+@triton.jit
+def _halves_plus_one(words):
+    return (words << 16).to(tl.float32, bitcast=True), (words & -65535).to(tl.float32,
+                                                                         bitcast=True)
+
+
+def test_halves_shows_the_bits_of_a_wrong_answer():
+    with pytest.raises(ExerciseFailed, match=r"the word 0x[0-9a-f]{8}, gives low = .*\(0x"
+                       r"[0-9a-f]{8}\).* where its elements are .*hints below"):
+        ex06.check_halves(_halves_plus_one)
 
 
 @pytest.mark.parametrize("fn, says", [

@@ -158,3 +158,30 @@ def test_tiled_attention_refuses_a_materialised_softmax():
 
     with pytest.raises(ExerciseFailed, match="SKIP.*NaN|NaN.*SKIP"):
         ex07.check_tiled_attention(materialised)
+
+
+def test_tiled_attention_refuses_plain_attention_over_the_seen_keys():
+    """Plain masked attention over the keys some query sees (no tiles, no NaN key read) is
+    refused by the size of its score matrix."""
+    def plain(q, k, v, block_m, block_n, causal):
+        n = min(q.shape[-2], k.shape[-2]) if causal else k.shape[-2]
+        s = attention_scores(q.double(), k[..., :n, :].double(), causal)
+        lse = torch.logsumexp(s, dim=-1)
+        out = torch.exp(s - lse.unsqueeze(-1)) @ v[..., :n, :].double()
+        return out.to(q.dtype), lse.to(torch.float64 if q.dtype == torch.float64
+                                       else torch.float32)
+
+    with pytest.raises(ExerciseFailed, match="whole score matrix") as info:
+        ex07.check_tiled_attention(plain)
+    assert "one block_m x block_n tile at a time" in str(info.value)
+
+
+def test_tiled_attention_refuses_all_queries_against_a_key_block():
+    """Walking key blocks with every query at once (L x block_n scores) is not the tiled loop."""
+    def key_blocks_only(q, k, v, block_m, block_n, causal):
+        out, lse = _tiled_with("", q, k, v, q.shape[-2], block_n, causal)
+        return out.to(q.dtype), lse.to(torch.float64 if q.dtype == torch.float64
+                                       else torch.float32)
+
+    with pytest.raises(ExerciseFailed, match="a row or a column of tiles"):
+        ex07.check_tiled_attention(key_blocks_only)

@@ -164,3 +164,26 @@ def test_ring_rank_without_a_known_mistake_gets_the_general_advice(unwatched):
 
     with pytest.raises(ExerciseFailed, match="Merge each block's partial with merge_partials"):
         ex10.check_ring_rank(own_block_only)
+
+
+def test_ring_rank_refuses_the_blocks_joined_into_one_sequence():
+    """Concatenating the blocks and masking by token position gives the right numbers without
+    the ring or a merge; the checker refuses it by the size of what it builds."""
+    from teachkit.ring.layout import positions
+
+    def joined(q, k_blocks, v_blocks, rank, causal, layout):
+        W, n = len(k_blocks), q.shape[-2]
+        k, v = torch.cat(k_blocks, dim=-2).double(), torch.cat(v_blocks, dim=-2).double()
+        key_pos = torch.cat([positions(s, W, n, layout) for s in range(W)])
+        s = q.double() @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+        if causal:
+            s = s.masked_fill(key_pos[None, :] > positions(rank, W, n, layout)[:, None],
+                              float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        out = torch.exp(s - lse.unsqueeze(-1)) @ v
+        return out.to(q.dtype), lse.to(torch.float64 if q.dtype == torch.float64
+                                       else torch.float32)
+
+    with pytest.raises(ExerciseFailed, match="spans several blocks at once") as info:
+        ex10.check_ring_rank(joined)
+    assert "merge the partial (out, lse)" in str(info.value)

@@ -9,6 +9,7 @@ import torch
 from teachkit.exercises import ex11
 from teachkit.exercises.checking import ExerciseFailed
 from teachkit.exercises.solutions import ex11 as solutions
+from teachkit.reduction import tree_reduce
 from teachkit.softmax import exp_shift, merge_stats
 
 
@@ -126,10 +127,29 @@ def test_block_nan_from_idle_warps_is_explained():
 
 
 def test_block_any_order_is_accepted():
-    def left_fold(m, d):
+    def left_fold(m, d):  # warp after warp rather than a tree, with the merge written out
+        acc_m, acc_d = m[..., 0], d[..., 0]
+        for w in range(1, m.shape[-1]):
+            new = torch.maximum(acc_m, m[..., w])
+            acc_d = acc_d * exp_shift(acc_m, new) + d[..., w] * exp_shift(m[..., w], new)
+            acc_m = new
+        return acc_m, acc_d
+
+    assert ex11.check_block_merge(left_fold) is None
+
+
+@pytest.mark.parametrize("name", ["tree_reduce", "merge_stats"])
+def test_block_merge_refuses_the_library_tree_and_merge(name):
+    """The learner writes the tree and the pair merge: the library's are refused, by name."""
+    def with_tree_reduce(m, d):
+        pairs = list(zip(m.unbind(-1), d.unbind(-1), strict=True))
+        return tree_reduce(pairs)[0]
+
+    def with_merge_stats(m, d):
         acc = (m[..., 0], d[..., 0])
         for w in range(1, m.shape[-1]):
             acc = merge_stats(*acc, m[..., w], d[..., w])
         return acc
 
-    assert ex11.check_block_merge(left_fold) is None
+    wrong = with_tree_reduce if name == "tree_reduce" else with_merge_stats
+    _fails(ex11.check_block_merge, wrong, f"{name}", "library's version")

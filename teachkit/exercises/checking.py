@@ -56,6 +56,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..compare import describe_mismatch, relative_error
 from ..source import SourceCode, show_source
@@ -63,7 +64,7 @@ from ..source import SourceCode, show_source
 __all__ = ["ExerciseFailed", "exercise", "expect_close", "expect", "fresh_generator",
            "call_learner", "random_int", "raise_if_stub", "random_normal", "matching_mistake",
            "expect_stats_pair", "SOFTMAX_FUNCTIONS", "forbidden_calls", "resolve_name",
-           "show_solution", "SolutionCode"]
+           "show_solution", "SolutionCode", "LargestFloat"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,6 +77,26 @@ SOFTMAX_FUNCTIONS: tuple[str, ...] = (
 )
 """The softmaxes of PyTorch and of the library, for ``forbid=`` of the exercises that ask the
 learner to write one."""
+
+
+class LargestFloat(TorchDispatchMode):
+    """Watch every torch operation run inside (``with LargestFloat() as watch:``) and keep
+    the shape and size of the largest floating-point result: a checker compares it with the
+    largest tensor the method it teaches ever holds (a tile of scores, one block of keys), since
+    an answer that skips the method (a softmax over all the keys) makes a larger one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel = 0
+        self.shape: tuple[int, ...] = ()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if (isinstance(t, torch.Tensor) and t.is_floating_point()
+                    and t.numel() > self.numel):
+                self.numel, self.shape = t.numel(), tuple(t.shape)
+        return out
 
 
 class ExerciseFailed(AssertionError):

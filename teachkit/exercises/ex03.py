@@ -6,7 +6,8 @@ Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_
 * :func:`check_online_step` -- one step of the running update
   :math:`m_j = \max(m_{j-1}, x_j)`, :math:`d_j = d_{j-1} e^{m_{j-1}-m_j} + e^{x_j - m_j}`;
 * :func:`check_merge` -- merging the statistics of two parts of a row;
-* :func:`check_warp_allreduce` -- the butterfly (``lane ^ offset``) reduction of one warp.
+* :func:`check_warp_allreduce` -- the butterfly (``lane ^ offset``) reduction of one warp,
+  written as the code of one lane that reaches the others only through ``shfl_xor``.
 
 The checkers feed fresh random rows of odd lengths, rows scaled by 1000, ``-inf`` masks and
 all-masked parts, and compare with :func:`teachkit.softmax.softmax_stats` of the whole row,
@@ -23,6 +24,7 @@ from ..compare import relative_error
 from ..softmax import exp_shift, softmax_stats
 from .checking import (
     ExerciseFailed,
+    call_learner,
     exercise,
     expect,
     expect_close,
@@ -331,64 +333,142 @@ def _lane_stats(x: torch.Tensor, lanes: int) -> Stats:
     return m.float(), d.float()
 
 
+class _Warps:
+    """The lanes of many warps, laid out in one flat tensor in a random order, and the only way
+    between them: ``shfl_xor(t, offset)``, which gives every entry the value ``t`` holds in lane
+    ``lane ^ offset`` of the same warp (``__shfl_xor_sync`` on a GPU). The random order hides
+    which entries share a warp, so a reduction over the tensor mixes warps; the calls are logged.
+    """
+
+    def __init__(self, warps: int, lanes: int, case: str, g: torch.Generator) -> None:
+        self.lanes, self.case, self.n = lanes, case, warps * lanes
+        self.thread = torch.randperm(self.n, generator=g)  # entry i is thread self.thread[i]
+        self.warp, self.lane = self.thread // lanes, self.thread % lanes
+        self.entry = torch.empty_like(self.thread)
+        self.entry[self.thread] = torch.arange(self.n)  # where thread t sits
+        self.offsets: list[int] = []
+
+    def spread(self, t: torch.Tensor) -> torch.Tensor:
+        """``(..., lanes)`` per-warp values -> the flat, shuffled layout ``(n,)``."""
+        return t.reshape(-1)[self.thread]
+
+    def __call__(self, t: torch.Tensor, offset: int) -> torch.Tensor:
+        expect(
+            isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == self.n,
+            f"On {self.case}: shfl_xor(t, offset) takes a tensor holding one value per lane, "
+            f"like m (shape ({self.n},)); got "
+            f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}.",
+        )
+        ok = isinstance(offset, int) and not isinstance(offset, bool) and 0 <= offset < self.lanes
+        expect(ok, f"On {self.case}: shfl_xor's offset must be an int from 0 to "
+                   f"{self.lanes - 1} (the lane whose value comes back is lane ^ offset); "
+                   f"got {offset!r}.")
+        self.offsets.append(offset)
+        partner = self.warp * self.lanes + (self.lane ^ offset)
+        return t[self.entry[partner].to(t.device)]
+
+    def reach(self) -> int:
+        """How many lanes' values can reach a lane through the offsets used (the size of the
+        group that XOR-combinations of the offsets span)."""
+        group = {0}
+        for offset in self.offsets:
+            group |= {lane ^ offset for lane in group}
+        return len(group)
+
+
 @exercise(
     "a warp's butterfly all-reduce of (m, d) over lanes",
-    hint="After a round in which every lane merges with lane ^ offset, a lane holds the "
-         "statistics of a group twice as large. How many rounds cover the warp?",
+    hint="A lane sees the other lanes only through shfl_xor. After a round in which every lane "
+         "merges with lane ^ offset, a lane holds the statistics of a group twice as large. How "
+         "many rounds cover the warp?",
     forbid=("teachkit.cute.simulate.warp_butterfly", "teachkit.cute.simulate.butterfly_round",
             "teachkit.reduction.simulate_block_reduction", "teachkit.softmax.reduce_stats",
             "teachkit.softmax.softmax_stats",),
 )
-def check_warp_allreduce(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None:
-    """Give ``fn(m, d)`` per-lane statistics of strided slices of random rows; every lane of the
-    result must hold the whole row's float64 statistics.
+def check_warp_allreduce(
+    fn: Callable[[torch.Tensor, torch.Tensor, Callable[[torch.Tensor, int], torch.Tensor], int],
+                 Stats],
+) -> None:
+    """Give ``fn(m, d, shfl_xor, lanes)`` the per-lane statistics of strided slices of random
+    rows, one row per warp; every lane of the result must hold its warp's float64 statistics.
+
+    ``m`` and ``d`` are flat: entry ``i`` is one lane of one warp, the lanes of all warps in a
+    random order, so the learner's code works elementwise, as the code of one lane, and reaches
+    other lanes only through ``shfl_xor(t, offset)`` (the value of ``t`` in lane
+    ``lane ^ offset`` of the same warp). An answer that reduces over the whole tensor mixes the
+    warps and is refused, and so is one that gathers the warp with more than the ``log2(lanes)``
+    exchanges of ``m`` and ``d`` a butterfly makes.
 
     Parameters
     ----------
     fn
-        The learner's all-reduce over the last axis (the lanes).
+        The learner's all-reduce: ``(m, d, shfl_xor, lanes) -> (m, d)``.
     """
     g = fresh_generator()
     n = int(torch.randint(300, 500, (1,), generator=g)) | 1
     short = int(torch.randint(9, 20, (1,), generator=g)) | 1
     cases = [
-        (f"4 rows of {n} values over 32 lanes", torch.randn(4, n, generator=g), 32),
-        (f"4 rows of {n} values times 1000 over 32 lanes",
+        (f"4 warps of 32 lanes, each reducing a row of {n} values", torch.randn(4, n, generator=g),
+         32),
+        (f"4 warps of 32 lanes, rows of {n} values times 1000",
          torch.randn(4, n, generator=g) * 1000, 32),
-        (f"a (2, 3) batch of rows of {n} values over 8 lanes",
-         torch.randn(2, 3, n, generator=g), 8),
-        (f"3 short rows of {short} values over 32 lanes (lanes past the end hold (-inf, 0))",
+        (f"6 warps of 8 lanes, rows of {n} values", torch.randn(6, n, generator=g), 8),
+        (f"3 warps of 32 lanes, short rows of {short} values (lanes past the end hold (-inf, 0))",
          torch.randn(3, short, generator=g), 32),
-        ("2 rows of 101 values over 4 lanes", torch.randn(2, 101, generator=g) * 3, 4),
+        ("2 warps of 4 lanes, rows of 101 values", torch.randn(2, 101, generator=g) * 3, 4),
     ]
     for case, x, lanes in cases:
-        m, d = _lane_stats(x.double(), lanes)
+        m_w, d_w = _lane_stats(x.double(), lanes)  # (warps, lanes)
+        warps = _Warps(x.shape[0], lanes, case, g)
+        m, d = warps.spread(m_w), warps.spread(d_w)
         ref_m, ref_d = softmax_stats(x.double())
-        ref = (ref_m.unsqueeze(-1).expand(m.shape), ref_d.unsqueeze(-1).expand(d.shape))
-        got = expect_stats_pair(fn(m.clone(), d.clone()), case, "warp_allreduce")
+        ref = (ref_m[warps.warp], ref_d[warps.warp])  # every lane: its warp's statistics
+        got = expect_stats_pair(
+            call_learner(fn, case, m.clone(), d.clone(), warps, lanes), case, "warp_allreduce")
         expect(
             got[0].shape == m.shape and got[1].shape == d.shape,
             f"On {case}: expected (m, d) of shape {tuple(m.shape)} (one pair per lane, every lane "
-            f"holding the result), got {tuple(got[0].shape)} and {tuple(got[1].shape)}.",
+            f"holding its warp's result), got {tuple(got[0].shape)} and {tuple(got[1].shape)}.",
         )
-        _nan_check(got[1], ref[1], case, MASK_ADVICE + " (teachkit.merge_stats does.)")
-        lane0_ok = relative_error(got[0][..., 0], ref[0][..., 0]) <= 1e-5 and relative_error(
-            got[1][..., 0], ref[1][..., 0]) <= 1e-5
-        bad = [
-            lane for lane in range(lanes)
-            if relative_error(got[1][..., lane], ref[1][..., lane]) > 1e-5
-            or relative_error(got[0][..., lane], ref[0][..., lane]) > 1e-5
-        ]
-        if bad and lane0_ok:
+        steps = lanes.bit_length() - 1
+        wrong = relative_error(got[0], ref[0]) > 1e-5 or relative_error(got[1], ref[1]) > 1e-5
+        if wrong and not warps.offsets:
             raise ExerciseFailed(
-                f"On {case}: lane 0 holds the right (m, d) but lanes {bad[:6]} do not. A "
-                "shuffle-down (partner = lane + offset) gathers the total only in lane 0; the "
-                "butterfly partner lane ^ offset leaves it in every lane."
+                f"On {case}: your function never called shfl_xor, and the lanes do not hold "
+                "their warp's (m, d). The entries of m and d are lanes of many warps in no "
+                "particular order: a lane sees the other lanes of its warp only through "
+                "shfl_xor(t, offset)."
             )
+        m_got = got[0].detach().cpu().double()
+        leaked = m_got > ref[0] + 1e-6 * ref[0].abs().clamp(min=1.0)
+        if bool(leaked.any()):
+            raise ExerciseFailed(
+                f"On {case}: {int(leaked.sum())} lane(s) hold a maximum larger than any value of "
+                "their own warp: values from other warps got mixed in. m and d hold the lanes "
+                "of many warps in no particular order, so a reduction over the whole tensor "
+                "(amax, sum, a reshape into warps) mixes them. Work elementwise, as the code of "
+                "one lane, and reach the other lanes only through shfl_xor(t, offset)."
+            )
+        if wrong and warps.reach() < lanes:
+            raise ExerciseFailed(
+                f"On {case}: through the offsets you shuffled at, {sorted(set(warps.offsets))}, "
+                f"a lane hears from only {warps.reach()} of the {lanes} lanes of its warp. With "
+                f"{lanes} lanes every lane needs {steps} butterfly steps, at offsets "
+                f"{lanes // 2}, ..., 2, 1, merging after each one."
+            )
+        _nan_check(got[1], ref[1], case, MASK_ADVICE + " (teachkit.merge_stats does.)")
         _check_stats(
             got, ref, case, 1e-5,
             "Every lane must merge with lane ^ offset for every offset lanes/2, ..., 2, 1 "
             "(log2(lanes) steps), and the merge must rescale both d's to the common maximum.",
             advice_m=f"Some lanes miss part of the warp: with {lanes} lanes every lane needs "
-            f"{lanes.bit_length() - 1} butterfly steps, at offsets {lanes // 2}, ..., 2, 1.",
+            f"{steps} butterfly steps, at offsets {lanes // 2}, ..., 2, 1.",
+        )
+        expect(
+            len(warps.offsets) <= 2 * steps,
+            f"On {case}: every lane holds the right (m, d), but your function called shfl_xor "
+            f"{len(warps.offsets)} times. A butterfly needs {steps} exchanges of (m, d) for "
+            f"{lanes} lanes (at most {2 * steps} calls, one for m and one for d per step): merge "
+            "right after each exchange, so that each step doubles the group a lane holds, "
+            "instead of gathering the lanes' values one by one.",
         )

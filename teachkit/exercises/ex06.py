@@ -26,11 +26,13 @@ float64 references.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import math
 import textwrap
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -433,6 +435,11 @@ def _words(high: np.ndarray, low: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(((high << np.uint64(32)) | low).view(np.int64))
 
 
+def _hex64(word: int) -> str:
+    """An int64 word's 64 bits in hexadecimal, 16 digits."""
+    return f"{word & 0xFFFFFFFFFFFFFFFF:#018x}"
+
+
 def _pack_mistakes(m: torch.Tensor, d: torch.Tensor) -> dict[str, torch.Tensor]:
     """The words each usual mistake gives for the same pairs."""
     extended = d.detach().cpu().view(torch.int32).to(torch.int64)  # sign-extended low half
@@ -471,8 +478,8 @@ def _pack_cases(g: torch.Generator) -> list[tuple[str, torch.Tensor, torch.Tenso
 
 @exercise(
     "two floats in one word",
-    hint="Read each float's 32 bits with .view(torch.int32), widen them to int64, shift m's "
-         "into the high half and keep d's in the low half.",
+    hint="The word carries the two floats' bits, not their values: m's 32 bits above d's 32. "
+         "Hint 1 below the exercise says how to get at a float's bits.",
 )
 def check_pack_pair(fn: Callable[..., torch.Tensor]) -> None:
     """Check ``fn(m, d)`` against the resident kernel's packing (``pack_pair``): float32 ``m``
@@ -499,16 +506,18 @@ def check_pack_pair(fn: Callable[..., torch.Tensor]) -> None:
         want = _words(_bits(m), _bits(d)).reshape(m.shape)
         if torch.equal(got, want):
             continue
-        for advice, words in _pack_mistakes(m, d).items():
-            if torch.equal(got, words.reshape(m.shape)):
-                raise ExerciseFailed(f"On {case}: {advice}")
         wrong = int((got != want).sum())
         first = int((got != want).flatten().nonzero()[0])
-        raise ExerciseFailed(
-            f"On {case}: {wrong} of {m.numel()} words differ; the first, for m = "
-            f"{m.flatten()[first].item()!r} and d = {d.flatten()[first].item()!r}, is "
-            f"{got.flatten()[first].item():#x} where (m bits << 32) | d bits is "
-            f"{want.flatten()[first].item():#x}.")
+        mf, df = m.flatten()[first : first + 1], d.flatten()[first : first + 1]
+        detail = (f"{wrong} of {m.numel()} words differ; the first, for m = {mf.item()!r} "
+                  f"(bits {int(_bits(mf)[0]):#010x}) and d = {df.item()!r} (bits "
+                  f"{int(_bits(df)[0]):#010x}), is {_hex64(got.flatten()[first].item())} where "
+                  f"(m bits << 32) | d bits is {_hex64(want.flatten()[first].item())}")
+        for advice, words in _pack_mistakes(m, d).items():
+            if torch.equal(got, words.reshape(m.shape)):
+                raise ExerciseFailed(f"On {case}: {detail}. {advice}")
+        raise ExerciseFailed(f"On {case}: {detail}. The hints below the exercise go step by "
+                             "step.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,6 +541,26 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
 
 
+def _halves_detail(words: torch.Tensor, got: tuple[torch.Tensor, torch.Tensor],
+                   want: tuple[torch.Tensor, torch.Tensor]) -> str:
+    """How many ``(low, high)`` pairs differ from ``want`` (bit for bit), and the first of
+    them: its word, and what came out against what was expected, values and bits."""
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return t.contiguous().view(torch.int32).flatten()
+
+    wrong = (bits(got[0]) != bits(want[0])) | (bits(got[1]) != bits(want[1]))
+    first = int(wrong.nonzero()[0])
+
+    def show(pair: tuple[torch.Tensor, torch.Tensor]) -> str:
+        return ", ".join(f"{name} = {t.flatten()[first].item()!r} "
+                         f"({bits(t)[first].item() & 0xFFFFFFFF:#010x})"
+                         for name, t in zip(("low", "high"), pair, strict=True))
+
+    return (f"{int(wrong.sum())} of {wrong.numel()} words give wrong halves; the first, the word "
+            f"{words.flatten()[first].item() & 0xFFFFFFFF:#010x}, gives {show(got)} where its "
+            f"elements are {show(want)}")
+
+
 def _halves_mistakes(words: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The ``(low, high)`` float32 each usual mistake gives for int32 ``words`` (bit for bit)."""
     pairs = words.view(torch.bfloat16).float().view(*words.shape, 2)
@@ -550,8 +579,9 @@ def _halves_mistakes(words: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch
 
 @exercise(
     "two bfloat16 in one word",
-    hint="A bfloat16 is the top 16 bits of a float32: move each element's bits to the top of a "
-         "32-bit integer and read that as a float32 with .to(tl.float32, bitcast=True).",
+    hint="No value is converted here, bits only move: where are each element's 16 bits in the "
+         "word, and where must they be for a float32 of the same value? The hints below the "
+         "exercise go further.",
     forbid=("teachkit.kernels.softmax_kernels.halves",),
 )
 def check_halves(fn: object) -> None:
@@ -579,23 +609,17 @@ def check_halves(fn: object) -> None:
         low, high = (t.cpu() for t in _quiet(teaching.bf16_halves, values.to(DEVICE), fn))
         if _same_bits(low, pairs[..., 0]) and _same_bits(high, pairs[..., 1]):
             continue
+        detail = _halves_detail(words, (low, high), (pairs[..., 0], pairs[..., 1]))
         for advice, (mistake_low, mistake_high) in _halves_mistakes(words).items():
             if _same_bits(low, mistake_low) and _same_bits(high, mistake_high):
-                raise ExerciseFailed(f"On {case}: {advice}")
+                raise ExerciseFailed(f"On {case}: {detail}. {advice}")
         if torch.allclose(low, words.double().float(), rtol=1e-2, equal_nan=True):
             raise ExerciseFailed(
-                f"On {case}: low is the word's integer value converted to a float. Read the "
-                "bits instead: .to(tl.float32, bitcast=True) keeps them, .to(tl.float32) "
-                "converts the number they spell.")
-        for name, got, want in (("low", low, pairs[..., 0]), ("high", high, pairs[..., 1])):
-            wrong = got.view(torch.int32) != want.contiguous().view(torch.int32)
-            if bool(wrong.any()):
-                first = int(wrong.flatten().nonzero()[0])
-                raise ExerciseFailed(
-                    f"On {case}: {int(wrong.sum())} of {wrong.numel()} {name} values differ; "
-                    f"the first, from the word {words.flatten()[first].item() & 0xFFFFFFFF:#010x}"
-                    f", is {got.flatten()[first].item()!r} where its bfloat16 is "
-                    f"{want.flatten()[first].item()!r}.")
+                f"On {case}: {detail}. low is the word's integer value converted to a float. "
+                "Read the bits instead: .to(tl.float32, bitcast=True) keeps them, "
+                ".to(tl.float32) converts the number they spell.")
+        raise ExerciseFailed(f"On {case}: {detail}. The hints below the exercise go step by "
+                             "step.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -687,13 +711,87 @@ def _online_cases(g: torch.Generator, block: int) -> list[tuple[str, torch.Tenso
     ]
 
 
-def _passes(kernel: object) -> int:
-    """How many ``for`` loops the kernel's source holds (0 if it cannot be read)."""
+def _counts_loads(kernel: object) -> bool:
+    """Whether the checker can count ``kernel``'s loads: it runs under Triton's interpreter,
+    whose loads all go through one method of its builder."""
     try:
-        src = textwrap.dedent(inspect.getsource(kernel.fn))  # type: ignore[attr-defined]
-    except (OSError, TypeError, AttributeError):
+        from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder
+    except ImportError:  # pragma: no cover - a Triton without its interpreter
+        return False
+    return isinstance(kernel, InterpretedFunction) and hasattr(InterpreterBuilder,
+                                                               "create_masked_load")
+
+
+@contextlib.contextmanager
+def _counting_loads(buffers: tuple[torch.Tensor, ...]) -> Iterator[list[np.ndarray]]:
+    """While the block runs, count how many times a kernel run by Triton's interpreter loads
+    each element of each of ``buffers`` (CPU tensors, which the interpreter reads in place).
+    Yields one array of counts per buffer, of the buffer's shape, filled as the loads happen."""
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    counts = [np.zeros(b.shape, dtype=np.int64) for b in buffers]
+    spans = [(b.data_ptr(), b.element_size(), b.numel()) for b in buffers]
+    original = InterpreterBuilder.create_masked_load
+
+    def counted(self: object, ptrs: Any, mask: Any, *args: Any, **kwargs: Any) -> Any:
+        addresses = np.asarray(ptrs.data, dtype=np.uint64)
+        taken = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        addresses = addresses[taken].astype(np.int64)
+        for (start, size, numel), count in zip(spans, counts, strict=True):
+            offsets = addresses - start
+            inside = offsets[(offsets >= 0) & (offsets < size * numel)]
+            np.add.at(count.reshape(-1), inside // size, 1)
+        return original(self, ptrs, mask, *args, **kwargs)
+
+    InterpreterBuilder.create_masked_load = counted
+    try:
+        yield counts
+    finally:
+        InterpreterBuilder.create_masked_load = original
+
+
+def _loops(fn: object, seen: set[int] | None = None) -> int:
+    """Loops (``for`` and ``while``) in a ``@triton.jit`` function's source and in the learner's
+    ``@triton.jit`` functions it calls, once per call (0 if the source cannot be read). What the
+    checker falls back on where it cannot count loads (compiled kernels, on a GPU)."""
+    seen = set() if seen is None else seen
+    target = getattr(fn, "fn", fn)
+    if id(target) in seen:
         return 0
-    return sum(isinstance(node, ast.For) for node in ast.walk(ast.parse(src)))
+    seen.add(id(target))
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(target)))
+    except (OSError, TypeError, SyntaxError):
+        return 0
+    names = getattr(target, "__globals__", {})
+    total = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For | ast.While):
+            total += 1
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            callee = names.get(node.func.id)
+            module = getattr(getattr(callee, "fn", None), "__module__", "") or ""
+            if callee is not None and hasattr(callee, "fn") and not module.startswith(
+                    ("triton", "teachkit")):
+                total += _loops(callee, seen)
+    return total
+
+
+def _reads_message(reads: int) -> str:
+    """What to say about a kernel that gives the right numbers but reads each element ``reads``
+    times (counted), instead of twice."""
+    if reads < 2:
+        return (f"Your kernel gives the right numbers, but it read each element of a row "
+                f"{'once' if reads == 1 else 'not at all'} (the checker counted its loads "
+                "while it ran): it holds the whole row at once, which works only on rows "
+                "short enough for one block. Read the row in blocks of BLOCK columns, once "
+                "for (m, d) and once for the output.")
+    return (f"Your kernel gives the right numbers, but it read each element of a row {reads} "
+            "times (the checker counted its loads from X and Y while it ran), where a two-pass "
+            "kernel reads it twice: once for (m, d), once for the output. Does it take the "
+            "maximum in one pass and the sum in another (or load a block twice in one pass)? "
+            "Keep the maximum and the sum together in one pass with the online update (Hint 1 "
+            "below the exercise).")
 
 
 @exercise(
@@ -716,8 +814,11 @@ def check_online_kernel(kernel: object) -> None:
     :data:`~teachkit.exercises.launching.SENTINEL` (so a store past the row shows). Cases:
     random rows, rows whose maximum grows block after block, negative rows (padding read as 0
     shows), values times 1000, ``-inf`` prefixes and holes, a row shorter than one block and an
-    all ``-inf`` row, bfloat16 and float16. A kernel that passes with three loops over the row
-    made three passes, not two.
+    all ``-inf`` row, bfloat16 and float16. A kernel that gives the right numbers must also
+    read each element twice: under Triton's interpreter the checker counts the loads from ``X``
+    and ``Y`` of every element of the first case's rows (however the loops are written, in the
+    kernel or in functions it calls); compiled, it counts the ``for`` and ``while`` loops of the
+    kernel and of the ``@triton.jit`` functions it calls.
 
     Parameters
     ----------
@@ -727,14 +828,22 @@ def check_online_kernel(kernel: object) -> None:
     require_kernel(kernel, _ONLINE_SIGNATURE)
     g = fresh_generator()
     block = ONLINE_BLOCK
-    for case, x, rtol, advice in _online_cases(g, block):
+    reads = None  # loads per element of the first case's rows, X's and Y's together
+    for index, (case, x, rtol, advice) in enumerate(_online_cases(g, block)):
         rows, n = x.shape
         wide = torch.full((rows, n + block + 3), float("nan"), dtype=x.dtype)
         wide[:, :n] = x
         out = torch.full((rows, n + block + 3), SENTINEL, dtype=x.dtype, device=DEVICE)
-        x_dev = wide.to(DEVICE)[:, :n]
-        launch(kernel, (rows,), case, x_dev, out, n, x_dev.stride(0), out.stride(0), BLOCK=block,
-               advice=f"The kernel's arguments are {_ONLINE_SIGNATURE}; grid (n_rows,).")
+        wide_dev = wide.to(DEVICE)
+        x_dev = wide_dev[:, :n]
+        counting = index == 0 and _counts_loads(kernel)
+        with (_counting_loads((wide_dev, out)) if counting
+              else contextlib.nullcontext()) as counts:
+            launch(kernel, (rows,), case, x_dev, out, n, x_dev.stride(0), out.stride(0),
+                   BLOCK=block,
+                   advice=f"The kernel's arguments are {_ONLINE_SIGNATURE}; grid (n_rows,).")
+        if counts is not None and int(sum(c.sum() for c in counts)) > 0:
+            reads = int((counts[0][:, :n] + counts[1][:, :n]).max())
         outside = torch.zeros(out.shape, dtype=torch.bool)
         outside[:, n:] = True
         expect_untouched(out, outside, case,
@@ -759,9 +868,13 @@ def check_online_kernel(kernel: object) -> None:
         expect_close(got, ref, case, rtol=rtol,
                      advice=advice or "Rows start at X + row * stride_x and Y + row * "
                      "stride_y; m and d in float32; merge the lanes at the row's maximum.")
-    loops = _passes(kernel)
+    if reads is not None:
+        expect(reads == 2, _reads_message(reads))
+        return
+    loops = _loops(kernel)  # compiled kernels: their loads cannot be counted, their loops can
     expect(loops <= 2,
-           f"Your kernel gives the right numbers, but it has {loops} loops over the row: "
-           "that reads it three times (the maximum, then the sum, then the output). Keep the "
-           "maximum and the sum together in the first loop, with the online update, so the "
-           "row is read twice.")
+           f"Your kernel gives the right numbers, but it has {loops} loops (for or while, "
+           "counting those of the @triton.jit functions it calls): one for the maximum, one "
+           "for the sum and one for the output read the row three times. Keep the maximum and "
+           "the sum together in one loop with the online update (Hint 1 below the exercise), "
+           "so the row is read twice.")

@@ -35,6 +35,7 @@ from ..tiling import FULL, MASKED, SKIP, TILE_NAMES, schedule_from_mask, tile_ki
 from .checking import (
     SOFTMAX_FUNCTIONS,
     ExerciseFailed,
+    LargestFloat,
     call_learner,
     exercise,
     expect,
@@ -339,6 +340,27 @@ def _has_nan(got: object) -> bool:
             and any(isinstance(t, torch.Tensor) and bool(torch.isnan(t).any()) for t in got))
 
 
+def _expect_tiles(watch: LargestFloat, case: str, batch: tuple[int, ...], L: int, S: int,
+                  D: int, bm: int, bn: int) -> None:
+    """Fail unless the learner's run made no float tensor larger, per head, than one tile of
+    scores or than q, k, v and the output: a larger one is a row, a column or the whole of the
+    score matrix at once, which the tiled loop never holds."""
+    heads = math.prod(batch)
+    allowed = max(bm * bn, L * D, S * D)
+    per_head = watch.numel / heads
+    if per_head <= allowed:
+        return
+    what = ("the whole score matrix" if per_head >= L * min(L, S)
+            else "a row or a column of tiles at once")
+    raise ExerciseFailed(
+        f"On {case}: your function made a float tensor of shape {watch.shape}, "
+        f"{per_head:.0f} values per head; a tile of scores is {bm} x {bn} = {bm * bn}, and q, k, "
+        f"v and the output hold at most {max(L, S) * D}. That looks like {what}: plain "
+        "attention (a softmax or logsumexp over many keys) gives the right numbers but is not "
+        "the exercise. Compute the scores one block_m x block_n tile at a time (query blocks "
+        "outside, key blocks inside) and fold each tile into the running (m, l, acc).")
+
+
 def _first_unseen_block(L: int, S: int, bn: int) -> int:
     """The first key of the first whole key block that no query sees under the top-left causal
     mask (query ``L - 1`` sees keys ``0 .. L - 1``), or ``S`` if there is none."""
@@ -359,25 +381,30 @@ def _first_unseen_block(L: int, S: int, bn: int) -> int:
 def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Check ``fn(q, k, v, block_m, block_n, causal) -> (out, lse)`` against float64 attention.
 
-    Cases: causal, 37 queries and 101 keys in tiles of 16 x 32 for a ``(2, 3)`` batch; causal
-    with more queries than keys (150 x 61, tiles of 32 x 16); no mask, 45 x 70; float64; bfloat16
-    inputs (out in bfloat16, lse in float32).
+    Cases: causal, 37 queries and 101 keys in tiles of 16 x 32 for a ``(2, 3)`` batch; causal,
+    128 x 128 with head size 8 in tiles of 16 x 16; causal with more queries than keys (150 x 61,
+    tiles of 32 x 16); no mask, 45 x 70; float64; bfloat16 inputs (out in bfloat16, lse in
+    float32). Every torch operation of the learner's run is watched: a float tensor larger, per
+    head, than one tile of scores and than q, k, v and the output is refused (plain attention
+    makes an ``L x S`` one), and so is NaN from the whole key blocks that no query sees.
     """
     gen = fresh_generator()
     D = 16
     cases = [
         ("causal, a (2, 3) batch, 37 queries, 101 keys, tiles of 16 x 32, float32",
-         (2, 3), 37, 101, 16, 32, True, torch.float32, 1e-5),
+         (2, 3), 37, 101, 16, 32, True, torch.float32, 1e-5, D),
+        ("causal, 128 queries, 128 keys, head size 8, tiles of 16 x 16, float32",
+         (2,), 128, 128, 16, 16, True, torch.float32, 1e-5, 8),
         ("causal, 150 queries > 61 keys, tiles of 32 x 16, float32",
-         (2,), 150, 61, 32, 16, True, torch.float32, 1e-5),
+         (2,), 150, 61, 32, 16, True, torch.float32, 1e-5, D),
         ("no mask, 45 queries, 70 keys, tiles of 16 x 16, float32",
-         (2,), 45, 70, 16, 16, False, torch.float32, 1e-5),
+         (2,), 45, 70, 16, 16, False, torch.float32, 1e-5, D),
         ("causal, 29 queries, 53 keys, tiles of 8 x 12, float64",
-         (3,), 29, 53, 8, 12, True, torch.float64, 1e-12),
+         (3,), 29, 53, 8, 12, True, torch.float64, 1e-12, D),
         ("causal, bfloat16 inputs, 40 queries, 77 keys, tiles of 16 x 16",
-         (2,), 40, 77, 16, 16, True, torch.bfloat16, 1e-2),
+         (2,), 40, 77, 16, 16, True, torch.bfloat16, 1e-2, D),
     ]
-    for case, batch, L, S, bm, bn, causal, dtype, rtol in cases:
+    for case, batch, L, S, bm, bn, causal, dtype, rtol, D in cases:
         q, k, v = (random_normal(*batch, n, D, gen=gen).to(dtype) for n in (L, S, S))
         # Whole key blocks after the last query are SKIP for every query block: no query sees
         # them and a kernel never loads them. They hold NaN, so an answer that computes them
@@ -386,8 +413,9 @@ def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) 
         k_in, v_in = k.clone(), v.clone()
         k_in[..., unseen:, :] = float("nan")
         v_in[..., unseen:, :] = float("nan")
-        got = call_learner(fn, case, q.clone(), k_in, v_in, bm, bn, causal,
-                           advice=SHAPE_ADVICE)
+        with LargestFloat() as watch:
+            got = call_learner(fn, case, q.clone(), k_in, v_in, bm, bn, causal,
+                               advice=SHAPE_ADVICE)
         if unseen < S and _has_nan(got):
             # NaN may have another cause (a row that saw no key): run again without the NaN keys.
             got = call_learner(fn, case, q.clone(), k.clone(), v.clone(), bm, bn, causal,
@@ -397,6 +425,7 @@ def check_tiled_attention(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) 
                    "see (every tile of theirs is SKIP), and the checker filled them with NaN: "
                    "your answer has NaN, so it computed those tiles. Skip the SKIP tiles of "
                    "tile_schedule: never read their keys or values.")
+        _expect_tiles(watch, case, batch, L, S, D, bm, bn)
         expect(isinstance(got, tuple) and len(got) == 2,
                f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
         out, lse = got

@@ -36,6 +36,7 @@ from ..ring.layout import LAYOUTS, block_mask, positions, shard, source_rank
 from ..tiling import FULL, MASKED, SKIP, STRICT, TileKind
 from .checking import (
     ExerciseFailed,
+    LargestFloat,
     call_learner,
     exercise,
     expect,
@@ -308,6 +309,24 @@ _RING_MISTAKES: dict[str, Callable[..., Pair]] = {
 }
 
 
+def _expect_one_block(watch: LargestFloat, case: str, n: int, D: int, heads: int) -> None:
+    """Fail if the learner's run made a float tensor larger, per head, than one block's scores
+    (``n x n``) or one block of q, k or v (``n x D``): a rank never holds more than one block of
+    keys at a time, so that tensor spans several blocks (a concatenation of the blocks, or the
+    scores of the whole sequence), and the answer skipped the ring and its merge."""
+    per_head = watch.numel / heads
+    allowed = max(n * n, n * D)
+    if per_head <= allowed:
+        return
+    raise ExerciseFailed(
+        f"On {case}: your function made a float tensor of shape {watch.shape}, {per_head:.0f} "
+        f"values per head, where one block's scores hold {n} x {n} = {n * n} and one block of "
+        f"q, k or v {n} x {D} = {n * D}. It spans several blocks at once (the blocks "
+        "concatenated, or scores against the whole sequence): that is single-process "
+        "attention, and a rank of the ring never holds it. Take one block per step, attend to "
+        "it under its mask, and merge the partial (out, lse) into the running result.")
+
+
 @exercise(
     "One rank's ring: attend to each block in turn, merge by lse",
     "Walk your plan of exercise 1 step by step; every step gives a partial (out, lse) that "
@@ -324,7 +343,10 @@ def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Non
 
     The reference is float64 attention of the rank's queries over the whole sequence (its rows
     of the full causal or unmasked attention). Cases: ``W`` = 1 to 4 with both layouts, causal
-    and not, blocks of 5 to 9 tokens, a ``(2, 3)`` batch, float64 and float32.
+    and not, blocks of 5 to 9 tokens, a ``(2, 3)`` batch, float64 and float32. Every torch
+    operation of the learner's run is watched: a float tensor larger, per head, than one
+    block's scores or one block of q, k or v is refused, since only an answer that joins the
+    blocks (single-process attention in disguise) makes one.
     """
     gen = fresh_generator()
     cases = [(1, "contiguous", True, torch.float64), (2, "striped", True, torch.float64),
@@ -347,8 +369,10 @@ def check_ring_rank(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Non
                     f"{'causal' if causal else 'no mask'}, blocks of {n} tokens, "
                     f"{str(dtype).replace('torch.', '')}")
             qr = shard(q, rank, world_size, layout)
-            got = call_learner(fn, case, qr.clone(), [t.clone() for t in ks],
-                               [t.clone() for t in vs], rank, causal, layout)
+            with LargestFloat() as watch:
+                got = call_learner(fn, case, qr.clone(), [t.clone() for t in ks],
+                                   [t.clone() for t in vs], rank, causal, layout)
+            _expect_one_block(watch, case, n, q.shape[-1], q.shape[:-2].numel())
             expect(isinstance(got, tuple) and len(got) == 2,
                    f"On {case}: return a pair (out, lse), got {type(got).__name__}.")
             want_out = shard(ref_out, rank, world_size, layout)

@@ -52,8 +52,8 @@ Stats = tuple[torch.Tensor, torch.Tensor]
 NEG_INF = float("-inf")
 MASK_ADVICE = (
     "A part that has seen only -inf (or nothing: an idle thread or warp) holds (m, d) = "
-    "(-inf, 0), and exp(m - m_new) is then exp(-inf - (-inf)) = NaN. Take such a factor as 0: "
-    "teachkit.softmax.exp_shift and merge_stats do."
+    "(-inf, 0), and exp(m - m_new) is then exp(-inf - (-inf)) = NaN. Take such a factor as 0, "
+    "as teachkit.softmax.exp_shift does."
 )
 
 
@@ -247,14 +247,19 @@ def _block_wrong(m: torch.Tensor, d: torch.Tensor) -> dict[str, Stats]:
     "Merge the warps' pairs from shared memory into the row's (m, d)",
     "Merging is associative: any order of pairwise merges works. What must an idle warp add?",
     forbid=("teachkit.cute.simulate.block_merge", "teachkit.cute.simulate.warp_butterfly",
-            "teachkit.softmax.reduce_stats", "teachkit.cute.simulate.simulate_cute_softmax",),
+            "teachkit.softmax.reduce_stats", "teachkit.cute.simulate.simulate_cute_softmax",
+            "teachkit.reduction.tree_reduce", "teachkit.softmax.merge_stats",
+            "teachkit.reduction.simulate_block_reduction",),
 )
 def check_block_merge(fn: Callable[[torch.Tensor, torch.Tensor], Stats]) -> None:
     """Check ``fn(warp_m, warp_d)`` on the warps' pairs of simulated CTAs.
 
     Each case runs random rows through :func:`teachkit.cute.simulate_cute_softmax` and hands
     ``fn`` the pairs lane 0 of each warp wrote to shared memory; the result must equal the whole
-    row's float64 statistics. Cases: 4 warps; 32 warps (1024 threads); rows times 1000; a row
+    row's float64 statistics. The learner writes the merge and the tree:
+    :func:`teachkit.reduction.tree_reduce` and :func:`teachkit.softmax.merge_stats` are
+    forbidden (:func:`teachkit.softmax.exp_shift`, the guard against ``-inf - (-inf)``, is not).
+    Cases: 4 warps; 32 warps (1024 threads); rows times 1000; a row
     so short that most warps are idle; one warp alone; ``-inf`` masks.
     """
     gen = fresh_generator()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ...softmax import exp_shift, merge_stats
@@ -63,28 +65,35 @@ def solution_merge(
     return m, d_a * exp_shift(m_a, m) + d_b * exp_shift(m_b, m)
 
 
-def solution_warp_allreduce(m: torch.Tensor, d: torch.Tensor) -> Stats:
+def solution_warp_allreduce(
+    m: torch.Tensor, d: torch.Tensor, shfl_xor: Callable[[torch.Tensor, int], torch.Tensor],
+    lanes: int,
+) -> Stats:
     """Reduce the lanes of a warp by butterfly shuffles, so that every lane ends with the total.
 
-    The last axis holds the lanes (a power of two, 32 on NVIDIA GPUs). At each offset
-    ``lanes/2, ..., 2, 1``, every lane merges its pair with the one of lane ``lane ^ offset``
-    (``__shfl_xor_sync`` on a GPU). After ``log2(lanes)`` steps each lane has merged with every
-    other lane exactly once, so all lanes hold the warp's ``(m, d)``.
+    Written as the code of one lane, run by every lane at once (vectorised: entry ``i`` of
+    ``m`` and ``d`` is one lane of some warp). ``shfl_xor(t, offset)`` gives each lane the
+    value ``t`` holds in lane ``lane ^ offset`` (``__shfl_xor_sync`` on a GPU). At each offset
+    ``lanes/2, ..., 2, 1`` every lane merges its pair with its partner's; after ``log2(lanes)``
+    steps each lane has merged with every other lane exactly once, so all lanes hold the
+    warp's ``(m, d)``.
 
     Parameters
     ----------
     m, d : torch.Tensor
-        ``(..., lanes)``: each lane's statistics.
+        Each lane's statistics, one entry per lane.
+    shfl_xor : callable
+        ``shfl_xor(t, offset)``: the value of ``t`` in lane ``lane ^ offset``, for every lane.
+    lanes : int
+        Lanes per warp (a power of two, 32 on NVIDIA GPUs).
 
     Returns
     -------
     (torch.Tensor, torch.Tensor)
-        ``(..., lanes)``: the warp's statistics, in every lane.
+        The warp's statistics, in every lane.
     """
-    lanes = torch.arange(m.shape[-1], device=m.device)
-    offset = m.shape[-1] // 2
+    offset = lanes // 2
     while offset:
-        partner = lanes ^ offset
-        m, d = merge_stats(m, d, m[..., partner], d[..., partner])
+        m, d = merge_stats(m, d, shfl_xor(m, offset), shfl_xor(d, offset))
         offset //= 2
     return m, d

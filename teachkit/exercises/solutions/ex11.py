@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from ...reduction import tree_reduce
 from ...softmax import exp_shift
 
 __all__ = ["solution_thread_elements", "solution_fold_vector", "solution_block_merge"]
@@ -73,6 +72,11 @@ def solution_block_merge(warp_m: torch.Tensor, warp_d: torch.Tensor) -> Stats:
     kernel merges neighbours as a tree. An idle warp, whose threads all lay past the row's end,
     wrote the identity ``(-inf, 0)`` and must change nothing.
 
+    Each level of the tree merges neighbours ``2i`` and ``2i + 1`` (an odd pair out is merged
+    with the identity ``(-inf, 0)``), halving the number of pairs, as the kernel's warps do; a
+    factor ``exp(m_w - m)`` is 0 where ``m_w = -inf`` (:func:`~teachkit.softmax.exp_shift`), so
+    idle warps and all-masked rows give no NaN.
+
     Parameters
     ----------
     warp_m, warp_d : torch.Tensor
@@ -83,6 +87,12 @@ def solution_block_merge(warp_m: torch.Tensor, warp_d: torch.Tensor) -> Stats:
     (torch.Tensor, torch.Tensor)
         ``(...)``: the row's pair.
     """
-    pairs = list(zip(warp_m.unbind(-1), warp_d.unbind(-1), strict=True))
-    (m, d), _ = tree_reduce(pairs)  # merges neighbours with teachkit.softmax.merge_stats
-    return m, d
+    m, d = warp_m, warp_d
+    while m.shape[-1] > 1:  # one level of the tree
+        if m.shape[-1] % 2:  # an odd pair out: merge it with the identity (-inf, 0)
+            m = torch.cat([m, torch.full_like(m[..., :1], float("-inf"))], dim=-1)
+            d = torch.cat([d, torch.zeros_like(d[..., :1])], dim=-1)
+        m_a, m_b, d_a, d_b = m[..., 0::2], m[..., 1::2], d[..., 0::2], d[..., 1::2]
+        m = torch.maximum(m_a, m_b)
+        d = d_a * exp_shift(m_a, m) + d_b * exp_shift(m_b, m)
+    return m[..., 0], d[..., 0]

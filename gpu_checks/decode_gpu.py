@@ -31,32 +31,32 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 10. with --entry-waves-sweep, a paged cache too long for a program to hold its table row, read
    by the default, unsplit and in 2, 3 and 4 ranges, beside the contiguous default on CUDA-graph
    replays, batches 5 to 12 (1.2-2.9 programs an SM unsplit), 16k and 64k tokens, D = 64 and
-   128, saved as a record (decode._PAGED_ENTRY_WAVES);
+   128, saved as a record (decode.PAGED_ENTRY_WAVES);
 11. with --last-wave-sweep, contiguous grids of 1.0-1.45 programs an SM (D = 128, H = 32,
    grouped-query heads) by the default, unsplit and in 2 to 5 ranges beside cuDNN, 2k-64k
    tokens, and paged with the table row held, plain and on CUDA-graph replays, saved as records
-   (decode._LAST_WAVE_GRID);
+   (decode.LAST_WAVE_GRID);
 12. with --wave-tiles-sweep, grids of 2.9-11.6 programs an SM unsplit (D = 128, H = 32),
    contiguous and in pages of 16, by the default and by each tile they choose from, unsplit and
    in the ranges that fill its last wave the most, beside cuDNN, 4k and 16k tokens, on
    CUDA-graph replays, with what each kernel compiled to, saved as a record
-   (decode._FULLEST_WAVE_TILES, decode._WAVE_SPLIT_GAIN);
+   (decode.FULLEST_WAVE_TILES, decode.WAVE_SPLIT_GAIN);
 13. with --short-rows-sweep, split calls at D = 64 and short caches of 1.2-1.9 programs an SM
    at D = 128 by the default and the plan before their rules, beside cuDNN, plain and on
-   CUDA-graph replays, saved as records (decode._SHORT_ROW_SPLITS, decode._SHORT_CACHE_TILES);
+   CUDA-graph replays, saved as records (decode.SHORT_ROW_SPLITS, decode.SHORT_CACHE_TILES);
 14. with --dependent-merge-sweep, captured split calls at D = 64 and 128 (one to four
    sequences, 1k-64k tokens) by the default, whose merge kernel is a programmatic dependent
    launch on sm_90, and with the merge kernel launched after the split kernel, beside cuDNN on
-   CUDA-graph replays, saved as a record (decode._DEPENDENT_MERGE);
+   CUDA-graph replays, saved as a record (decode.DEPENDENT_MERGE);
 15. with --nearly-full-sweep, unsplit grids of nearly one program an SM at D = 64 (three and
    four sequences, 1k-64k tokens) by the default and by its two tiles (256 and 128 keys in 3
    stages), beside cuDNN, plain and on CUDA-graph replays, saved as records
-   (decode._NEARLY_FULL_MIN_BLOCKS);
+   (decode.NEARLY_FULL_MIN_BLOCKS);
 16. with --tail-loop-sweep, contiguous calls at D = 128 (one to sixteen sequences, 1k-64k
    tokens) and D = 64 (one to eight, 1k and 4k) and paged calls at batch 8, by the default,
    whose loop over masked key blocks is not pipelined on a grid of at most two programs an SM,
    and with it pipelined, beside cuDNN, plain and on CUDA-graph replays, saved as records
-   (decode._TAIL_STAGES, decode._TAIL_MOST_PER_SM).
+   (decode.TAIL_LOOP_STAGES, decode.TAIL_MOST_PER_SM).
 """
 
 from __future__ import annotations
@@ -623,7 +623,7 @@ def paged_sweep(copy: float) -> list:
 
 def planned_with(setting: str, value: object, call: functools.partial) -> torch.Tensor:
     """``call()`` with the ``decode`` module's per-GPU-class table ``setting`` (such as
-    ``"HELD_TABLE_PAGES"``, or ``"_DEPENDENT_MERGE"``'s set of classes) replaced by ``value``
+    ``"HELD_TABLE_PAGES"``, or ``"DEPENDENT_MERGE"``'s set of classes) replaced by ``value``
     while it runs, and the launch plans worked out again either side (a call captured into a
     CUDA graph keeps its kernel)."""
     from teachkit.kernels import decode
@@ -735,7 +735,7 @@ def entry_waves_sweep() -> list:
     """GB/s of a paged cache (pages of 16, shuffled; 1024 and 4096 pages a sequence, too many
     for a program to hold its table row) on CUDA-graph replays by the default (``teachkit
     paged``: a grid of one program an SM or more that reads its entries splits up to
-    ``decode._PAGED_ENTRY_WAVES`` programs an SM), unsplit (``paged, unsplit``: the plan before
+    ``decode.PAGED_ENTRY_WAVES`` programs an SM), unsplit (``paged, unsplit``: the plan before
     that rule) and in 2, 3 and 4 ranges with the usual tiles and the merge kernel (``paged, N
     ranges``), beside the contiguous default (``teachkit split-KV, default``), for head dims 64
     and 128, batches 5 to 12 and caches of 16k tokens (64k at batches 5 and 8); interleaved in
@@ -772,7 +772,7 @@ def last_wave_sweep() -> tuple[list, list]:
     """GB/s of contiguous calls (H = 32, D = 128 fp16, :data:`LAST_WAVE_GRIDS`, 2k-64k tokens)
     by cuDNN (``SDPA cuDNN``), the default (``teachkit split-KV, default``: where the grid holds
     one to four thirds programs an SM, from 4k tokens, the ranges that fill the last wave,
-    ``decode._LAST_WAVE_GRID``), unsplit (``teachkit 1 range``) and in 2 to 5 ranges
+    ``decode.LAST_WAVE_GRID``), unsplit (``teachkit 1 range``) and in 2 to 5 ranges
     (``teachkit N ranges``), and at five sequences of up to 4k tokens paged (pages of 16,
     shuffled, the table row held) by the default (``teachkit paged``) and unsplit (``paged,
     unsplit``); launched plainly, then on CUDA-graph replays, interleaved, best of two. The
@@ -862,7 +862,7 @@ def contiguous_sweep() -> list:
 
 WAVE_TILES_BATCHES = (12, 14, 16, 18, 20, 22, 24, 26, 28, 32, 36, 40, 44, 48)
 """The wave-tiles sweep's batches of 32 heads: 2.9 to 11.6 programs an SM on 132 SMs, the last
-wave of each of ``decode._FULLEST_WAVE_TILES`` from a fifth to wholly full."""
+wave of each of ``decode.FULLEST_WAVE_TILES`` from a fifth to wholly full."""
 
 
 def wave_tiles_sweep() -> list:
@@ -870,7 +870,7 @@ def wave_tiles_sweep() -> list:
     (H = 32, D = 128 fp16, :data:`WAVE_TILES_BATCHES`, caches of 4k and 16k tokens, contiguous
     and in pages of 16: at 4k tokens each program holds its table row, at 16k it reads it entry
     by entry) beside cuDNN (``SDPA cuDNN``): the default (``teachkit split-KV, default`` and
-    ``paged default``, ``decode.fullest_wave_plan``) and each of ``decode._FULLEST_WAVE_TILES``
+    ``paged default``, ``decode.fullest_wave_plan``) and each of ``decode.FULLEST_WAVE_TILES``
     unsplit (``contiguous <KB> KB x <stages>``, named as in :data:`CONTIGUOUS_TILES`, and
     ``paged <KB> KB x <stages>``) and cut into the 2 to 5 ranges that fill its last wave the
     most (``decode.last_wave_splits``, the count ``decode.fullest_wave_plan`` weighs for those
@@ -878,7 +878,7 @@ def wave_tiles_sweep() -> list:
     three. Each teachkit row's ``provider_params`` hold what its split kernel compiled to on
     this GPU (:func:`launched_residency`)."""
     from teachkit.kernels.decode import (
-        _FULLEST_WAVE_TILES,
+        FULLEST_WAVE_TILES,
         DecodeConfig,
         _keys_per_block,
         decode_attention,
@@ -898,7 +898,7 @@ def wave_tiles_sweep() -> list:
                         decode_attention, q, kp, vp, check_values=False, **paged)}
             for kind, inputs, extra in (("contiguous", (q, k, v), {}),
                                         ("paged", (q, kp, vp), paged)):
-                for stage_bytes, stages, resident in _FULLEST_WAVE_TILES[90][kind == "paged"]:
+                for stage_bytes, stages, resident in FULLEST_WAVE_TILES[90][kind == "paged"]:
                     name = f"{kind} {stage_bytes // 1024} KB x {stages}"
                     config = DecodeConfig(_keys_per_block(stage_bytes, 128, 2), 4, stages,
                                           one_launch=False)
@@ -1004,14 +1004,14 @@ def head_dim_sweep() -> list:
 SHORT_ROWS_PROBLEMS = {64: ((1, (1024, 4096, 16384, 65536)), (2, (1024, 4096, 16384))),
                        128: tuple((B, (1024, 2048)) for B in (5, 6, 7, 8))}
 """The short-rows sweep: head dim -> (batch, cache lengths) of contiguous calls, H = 32 fp16:
-at ``D = 64`` calls that split the keys (``decode._SHORT_ROW_SPLITS``), at ``D = 128`` unsplit
-grids of 1.2 to 1.9 programs an SM on caches shorter than ``decode._LAST_WAVE_FEWEST_KEYS``
-(``decode._SHORT_CACHE_TILES`` takes the first)."""
+at ``D = 64`` calls that split the keys (``decode.SHORT_ROW_SPLITS``), at ``D = 128`` unsplit
+grids of 1.2 to 1.9 programs an SM on caches shorter than ``decode.LAST_WAVE_FEWEST_KEYS``
+(``decode.SHORT_CACHE_TILES`` takes the first)."""
 
 
 def plan_before(B: int, S: int, D: int, graph: bool) -> tuple[int, object]:
     """``(num_splits, DecodeConfig)`` a call of :data:`SHORT_ROWS_PROBLEMS` launched with before
-    ``decode._SHORT_ROW_SPLITS`` and ``decode._SHORT_CACHE_TILES`` (H = 32, 132 SMs or the
+    ``decode.SHORT_ROW_SPLITS`` and ``decode.SHORT_CACHE_TILES`` (H = 32, 132 SMs or the
     GPU's): at ``D = 64`` the splits of two programs an SM over 128-key tiles, in 3 stages
     where a range holds four of them; at ``D = 128`` unsplit 128-key tiles in 2 stages;
     merging with the merge kernel on graph replays, in one launch plainly."""
@@ -1026,7 +1026,7 @@ def plan_before(B: int, S: int, D: int, graph: bool) -> tuple[int, object]:
 
 FOUR_ONE_LAUNCH = "teachkit, four an SM, one launch"
 """The short-rows sweep's plain D = 64 provider: a captured call's splits and tiles
-(``decode._SHORT_ROW_SPLITS``: four programs an SM) merging in one launch, as a plain call
+(``decode.SHORT_ROW_SPLITS``: four programs an SM) merging in one launch, as a plain call
 would if the rule took plain calls too. Compare it with ``teachkit, before``, which passes its
 splits and config too (a plain call given a config checks it: host time that can show)."""
 
@@ -1103,7 +1103,7 @@ fp16, that split the keys when captured (and so merge with the merge kernel)."""
 
 MERGE_AFTER = "teachkit, merge after the split kernel"
 """The dependent-merge sweep's provider whose merge kernel is launched as any kernel is, once
-the split kernel before it has finished (``decode._DEPENDENT_MERGE`` emptied while it is
+the split kernel before it has finished (``decode.DEPENDENT_MERGE`` emptied while it is
 captured)."""
 
 
@@ -1124,7 +1124,7 @@ def dependent_merge_sweep() -> list:
                 call = functools.partial(decode_attention, q, k, v, check_values=False)
                 runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
                         "teachkit split-KV, default": call,
-                        MERGE_AFTER: functools.partial(planned_with, "_DEPENDENT_MERGE",
+                        MERGE_AFTER: functools.partial(planned_with, "DEPENDENT_MERGE",
                                                        frozenset(), call)}
                 start = len(out)
                 best = checked_best_times(runs, "SDPA cuDNN", "dependent merge", B, S, nbytes,
@@ -1196,8 +1196,8 @@ TAIL_LOOP_PAGED = ((128, 8, 1024), (128, 8, 16384), (64, 8, 1024))
 
 PIPELINED_TAIL = "teachkit, masked loop pipelined"
 """The default with its masked loop pipelined as deep as its unmasked loop (``TAIL_STAGES``
-``None``), as the split kernel was before ``decode._TAIL_STAGES`` and as grids of more than
-``decode._TAIL_MOST_PER_SM`` programs an SM still run it."""
+``None``), as the split kernel was before ``decode.TAIL_LOOP_STAGES`` and as grids of more than
+``decode.TAIL_MOST_PER_SM`` programs an SM still run it."""
 
 PAGED_PIPELINED_TAIL = "teachkit paged, masked loop pipelined"
 """The paged default with its masked loop pipelined, as :data:`PIPELINED_TAIL`."""

@@ -139,7 +139,7 @@ def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_wi
     with (sm_90, D = 64 and 128, with the merge kernel and in one launch), compiled as launched,
     each line's programs an SM being what its registers and shared memory leave, at least
     three; with Triton 3.6 (Colab's, where the rule was measured) 96 registers each way, the
-    five programs an SM that ``decode._PAGED_ENTRY_WAVES`` aims for."""
+    five programs an SM that ``decode.PAGED_ENTRY_WAVES`` aims for."""
     from teachkit.kernels import decode
 
     found = {}
@@ -148,7 +148,7 @@ def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_wi
         found[int(used["head"][0]), used["merge"]] = used
     assert set(found) == {(D, m) for D in (64, 128) for m in ("merge kernel", "one launch")}
     if triton.__version__.startswith("3.6."):
-        assert {u["programs"] for u in found.values()} == {decode._PAGED_ENTRY_WAVES[90]}, found
+        assert {u["programs"] for u in found.values()} == {decode.PAGED_ENTRY_WAVES[90]}, found
 
 
 def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():
@@ -156,7 +156,7 @@ def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():
     last wave (sm_90, 128 keys, with the merge kernel and in one launch, compiled as launched)
     spill nothing, and each line's programs an SM are what its registers and shared memory
     leave: with Triton 3.6 (Colab's, where the rule was measured) as many as
-    ``decode._LAST_WAVE_GRID`` gives ``last_wave_splits`` (244 and 254 registers, two
+    ``decode.LAST_WAVE_GRID`` gives ``last_wave_splits`` (244 and 254 registers, two
     programs); Triton 3.9 takes 146 and 108 registers, three programs."""
     from teachkit.kernels import decode
 
@@ -166,17 +166,17 @@ def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():
     for used in found:
         assert used["programs"] >= 2, used
         if triton.__version__.startswith("3.6."):
-            assert used["programs"] == decode._LAST_WAVE_GRID[90][1], used
+            assert used["programs"] == decode.LAST_WAVE_GRID[90][1], used
 
 
 def test_short_rows_residency_holds_the_programs_an_sm_the_rule_aims_for():
     """``--short-rows-residency``: the tiles a captured contiguous call at D = 64 splits with
     (sm_90, 64 and 128 keys in 2 stages, the merge kernel, compiled as launched) leave at least
-    the programs an SM ``decode._SHORT_ROW_SPLITS`` aims for, so its grid runs in one wave, and
+    the programs an SM ``decode.SHORT_ROW_SPLITS`` aims for, so its grid runs in one wave, and
     each line's programs an SM are what its registers and shared memory leave."""
     from teachkit.kernels import decode
 
-    waves, stage_bytes, stages = decode._SHORT_ROW_SPLITS[90]
+    waves, stage_bytes, stages = decode.SHORT_ROW_SPLITS[90]
     found = _residency("--short-rows-residency")
     block_n = decode._keys_per_block(stage_bytes, 64, 2)
     assert [(u["block_n"], u["stages"], u["merge"]) for u in found] == [
@@ -191,7 +191,7 @@ def test_wave_tiles_residency_reads_the_programs_an_sm_the_tiles_rule_counts_on(
     and read entry by entry), compiled as launched: each line's programs an SM are what its
     registers and shared memory leave. With Triton 3.6, where the rule was measured and the
     record's kernels were launched, they spill nothing, their programs an SM are as many as
-    ``decode._FULLEST_WAVE_TILES`` gives ``fullest_wave_tiles`` (four, two and three; paged
+    ``decode.FULLEST_WAVE_TILES`` gives ``fullest_wave_tiles`` (four, two and three; paged
     five, three and three), and the registers are, tile for tile, those the launched kernels of
     the wave-tiles record took on an H200 (contiguous and held at 4k tokens, entry by entry at
     16k)."""
@@ -205,7 +205,7 @@ def test_wave_tiles_residency_reads_the_programs_an_sm_the_tiles_rule_counts_on(
     reads = {"contiguous": (False, 4096), "paged, row held": (True, 4096),
              "paged, entry by entry": (True, 16384)}
     tiles = [(name, b, stages, r) for name, (paged, _) in reads.items()
-             for b, stages, r in decode._FULLEST_WAVE_TILES[90][paged]]
+             for b, stages, r in decode.FULLEST_WAVE_TILES[90][paged]]
     want = [(name, decode._keys_per_block(b, 128, 2), stages, "unsplit", 0, r)
             for name, b, stages, r in tiles]
     got = [(u["head"][0], u["block_n"], u["stages"], u["merge"], u["spilled"], u["programs"])
@@ -251,7 +251,7 @@ def test_the_merge_kernel_waits_for_the_split_grid_where_it_is_a_dependent_launc
 
 def test_the_decode_masked_loop_loads_into_registers_where_it_is_not_pipelined():
     """``--tail-loop-evidence``: as a grid of few programs an SM launches it on sm_90
-    (``decode._TAIL_STAGES[90]`` = 1) the split kernel's masked loop loads its tiles into
+    (``decode.TAIL_LOOP_STAGES[90]`` = 1) the split kernel's masked loop loads its tiles into
     registers; pipelined like the unmasked loop it has its own copies to shared memory, commit
     groups and waits, in the same shared memory."""
     done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--tail-loop-evidence"],

@@ -621,7 +621,7 @@ def test_replays_of_a_captured_merge_read_every_partial_of_new_inputs():
 
 def test_a_captured_split_call_merges_as_a_dependent_launch_on_sm_90_only():
     """The merge kernel of a captured split call is a programmatic dependent launch on
-    ``decode._DEPENDENT_MERGE``'s GPU classes (sm_90); a plain call merges in one launch and an
+    ``decode.DEPENDENT_MERGE``'s GPU classes (sm_90); a plain call merges in one launch and an
     unsplit one has no merge (the plan is pure Python)."""
     dev = torch.device(DEV)
     for capability, dependent in (((9, 0), True), ((8, 0), False), ((8, 9), False),
@@ -660,7 +660,7 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     merges with the merge kernel aims for 4, and halves its tiles where a range would hold only
     one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
     two programs an SM takes 128-key tiles, contiguous (paged reading its entries, it splits:
-    ``_PAGED_ENTRY_WAVES``) (pages of 16; planned for an H100's 132 SMs; the plan is pure
+    ``PAGED_ENTRY_WAVES``) (pages of 16; planned for an H100's 132 SMs; the plan is pure
     Python)."""
     dev = torch.device(DEV)
     with planned_on((9, 0)):
@@ -692,7 +692,7 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
         assert plan(16, False).config.block_n == 64
         # 16 sequences reading entries fill one wave of the usual tiles 0.78 full: 3 ranges of
-        # 128 keys fill theirs 0.97 (_ENTRIES_FILL_ONE_WAVE)
+        # 128 keys fill theirs 0.97 (ENTRIES_FILL_ONE_WAVE)
         assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (3, 128)
         assert (plan(16, True, 4096).num_splits, plan(16, True, 4096).config.block_n) == (1, 64)
 
@@ -703,7 +703,7 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
     float32, D = 256), and 128 keys in 3 stages where it is 128 bytes and contiguous, or paged
     with the table row held (D = 64 in 16 bits: 64 KB would be 256 keys); paged reading its
     entries, or on sm_80, as before (132 SMs: 5 sequences of 32 heads are 1.2 an SM; 2k tokens,
-    too few for ``_LAST_WAVE_GRID`` to split them)."""
+    too few for ``LAST_WAVE_GRID`` to split them)."""
     dev = torch.device(DEV)
 
     def config(D, dtype=torch.float16, page_size=0, S=2048, B=5):
@@ -712,7 +712,7 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
         return plan.config[:3]
 
     with planned_on((9, 0)):
-        assert config(128, B=8) == (128, 4, 2)  # 1.9 an SM (5: _SHORT_CACHE_TILES)
+        assert config(128, B=8) == (128, 4, 2)  # 1.9 an SM (5: SHORT_CACHE_TILES)
         assert config(64, torch.float32) == (128, 4, 2)
         assert config(256, torch.bfloat16) == (64, 4, 2)
         assert config(64) == config(64, torch.bfloat16) == (128, 4, 3)
@@ -735,8 +735,8 @@ def test_wide_and_split_tiles_take_three_stages_of_short_rows():
 
 def test_a_short_cache_on_a_grid_the_last_wave_rule_would_split_takes_three_stages():
     """On sm_90 a contiguous 16-bit grid of one to four thirds programs an SM at D = 128 whose
-    cache is too short for ``_LAST_WAVE_GRID`` to split it (under 4k tokens) runs unsplit with
-    32 KB in 3 stages (``_SHORT_CACHE_TILES``), plain or captured, or paged holding its row; more
+    cache is too short for ``LAST_WAVE_GRID`` to split it (under 4k tokens) runs unsplit with
+    32 KB in 3 stages (``SHORT_CACHE_TILES``), plain or captured, or paged holding its row; more
     programs an SM, float32, another head dim, or sm_80 keep their tiles (132 SMs: 5 and 8
     sequences of 32 heads are 1.2 and 1.9 an SM)."""
     dev = torch.device(DEV)
@@ -764,7 +764,7 @@ def test_a_short_cache_on_a_grid_the_last_wave_rule_would_split_takes_three_stag
 def test_a_captured_split_call_of_128_byte_rows_aims_for_four_programs_an_sm():
     """On sm_90 a contiguous 16-bit call at D = 64 that splits the keys and is being captured
     (the merge kernel) aims for four programs an SM and loads 32 KB (128 keys) in 2 stages
-    where a range holds four such iterations, else 16 KB (``_SHORT_ROW_SPLITS``), also with
+    where a range holds four such iterations, else 16 KB (``SHORT_ROW_SPLITS``), also with
     ``num_splits`` given; merging in one launch, at D = 128, in float32 or paged it splits as
     before."""
     dev = torch.device(DEV)
@@ -841,7 +841,7 @@ def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
 
 def test_a_nearly_full_grid_on_a_short_cache_takes_at_most_128_keys_a_tile():
     """On sm_90 a nearly full unsplit grid at D = 64 (three or four sequences of 32 heads)
-    takes 256-key tiles from ``_NEARLY_FULL_MIN_BLOCKS`` such tiles of cache (2k tokens) and
+    takes 256-key tiles from ``NEARLY_FULL_MIN_BLOCKS`` such tiles of cache (2k tokens) and
     128-key ones in 3 stages below, contiguous or paged with its table row held, plain or
     captured; D = 128 and 256 keep their tiles, which hold fewer keys than that."""
     dev = torch.device(DEV)
@@ -852,7 +852,7 @@ def test_a_nearly_full_grid_on_a_short_cache_takes_at_most_128_keys_a_tile():
         assert plan.num_splits == 1, (B, S, D, page_size)
         return plan.config[:3]
 
-    assert decode._NEARLY_FULL_MIN_BLOCKS * decode._NEARLY_FULL_MOST_KEYS == 2048
+    assert decode.NEARLY_FULL_MIN_BLOCKS * decode.NEARLY_FULL_MOST_KEYS == 2048
     with planned_on((9, 0)):
         for B in (3, 4):
             for captured in (False, True):
@@ -867,7 +867,7 @@ def test_a_nearly_full_grid_on_a_short_cache_takes_at_most_128_keys_a_tile():
 
 
 def test_the_masked_loop_is_not_pipelined_on_a_grid_of_few_programs_an_sm():
-    """On sm_90 (132 SMs) a grid of at most ``_TAIL_MOST_PER_SM`` = 2 programs an SM runs the
+    """On sm_90 (132 SMs) a grid of at most ``TAIL_MOST_PER_SM`` = 2 programs an SM runs the
     split kernel's masked loop unpipelined (``tail_stages`` 1): one sequence of 32 heads split
     8 ways (1.9 an SM), four and eight unsplit, paged alike, a forced config too; sixteen
     sequences (3.9) and one sequence at D = 64 captured, split 16 ways (3.9), keep it pipelined
@@ -879,7 +879,7 @@ def test_the_masked_loop_is_not_pipelined_on_a_grid_of_few_programs_an_sm():
                                    page_size, captured).tail_stages
 
     with planned_on((9, 0)):
-        assert decode._TAIL_STAGES[90] == 1 and decode._TAIL_MOST_PER_SM == 2
+        assert decode.TAIL_LOOP_STAGES[90] == 1 and decode.TAIL_MOST_PER_SM == 2
         for B in (1, 4, 8):
             assert stages(B) == 1, B
             assert stages(B, page_size=16) == 1, B
@@ -923,7 +923,7 @@ def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
 def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
     """On sm_90 (132 SMs, pages of 16) a paged call reading its table entry by entry (16k
     tokens: 1024 pages) whose unsplit grid has one to two and a half programs an SM splits into
-    the most ranges that keep it within five an SM (``_PAGED_ENTRY_WAVES``), with the usual
+    the most ranges that keep it within five an SM (``PAGED_ENTRY_WAVES``), with the usual
     tiles, captured or in one launch, grouped-query heads counted by their cache heads; at
     twelve sequences (2.9 an SM) it does not split, nor where it holds its table row (2k
     tokens), nor a contiguous call at D = 64, nor on sm_80."""
@@ -958,7 +958,7 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
 def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
     """On sm_90 (132 SMs) a contiguous 16-bit call at D = 128 whose unsplit grid holds one to
     four thirds programs an SM, on a cache of 4k tokens or more, splits into the ranges whose
-    last wave of two programs an SM is the fullest (``_LAST_WAVE_GRID``, ``last_wave_splits``):
+    last wave of two programs an SM is the fullest (``LAST_WAVE_GRID``, ``last_wave_splits``):
     five sequences of 32 heads (160 programs) in 3 with the split tiles (128 keys, 2 stages),
     captured or in one launch; grouped-query heads counted by their cache heads (136 programs:
     5, 176: 3). A paged call holding its table row splits alike with the usual tiles. Not at
@@ -998,7 +998,7 @@ def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
 
 def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave():
     """On sm_90 (132 SMs) an unsplit 16-bit call at D = 128 of more than two programs an SM
-    takes, of ``_FULLEST_WAVE_TILES`` (contiguous: 64 keys in 2 stages, four an SM; 128 keys in
+    takes, of ``FULLEST_WAVE_TILES`` (contiguous: 64 keys in 2 stages, four an SM; 128 keys in
     2, two; 64 keys in 3, three), the usual first tiles while its grid fits in one wave of them
     and else those whose last wave is the fullest, the first on a tie (``fullest_wave_tiles``):
     at 12 and 16 sequences of 32 heads the usual tiles, at 18-24 and 40 128 keys, at 36 three
@@ -1025,7 +1025,7 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
         for B, pick in picks.items():
             assert tiles(B, dtype=torch.bfloat16) == tiles(B, S=2048, num_splits=None) == pick
         assert tiles(96, H_kv=8) == wide  # 768 programs, as 24 sequences of 32
-        assert decode.fullest_wave_tiles(768, 132, decode._FULLEST_WAVE_TILES[90][False])[:2] == (
+        assert decode.fullest_wave_tiles(768, 132, decode.FULLEST_WAVE_TILES[90][False])[:2] == (
             64 * 1024, 2)
         # paged, one query head a cache head: five programs of the usual tiles an SM, three of
         # the others; with its row held (4k tokens) or reading it entry by entry (16k)
@@ -1043,7 +1043,7 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
 def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fuller():
     """On sm_90 a call whose unsplit grid has more than two programs an SM (16-bit, D = 128,
     caches of 4k keys or more) cuts its keys into 2 to 5 ranges where some tiles so cut fill
-    their last wave more than ``_WAVE_SPLIT_GAIN`` fuller than the unsplit pick does
+    their last wave more than ``WAVE_SPLIT_GAIN`` fuller than the unsplit pick does
     (``fullest_wave_plan``), and merges them with the merge kernel, launched or captured:
     contiguous, 18 sequences of 32 heads in 5 ranges of 128 keys, 20 in 2, 22 in 3 of 64 keys,
     26 in 5 of 64 keys, 28 in 5 of 128 keys, 44 in 3 of 64 keys; 24, 32, 36, 40 and 48 and the
@@ -1066,7 +1066,7 @@ def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fu
         paged_picks = {18: (64, 1), 20: (64, 1), 22: (128, 5), 24: (128, 1), 26: (128, 5),
                        28: (128, 3), 32: (128, 5), 36: (128, 1), 40: (64, 1), 44: (128, 5)}
         # reading the table entry by entry (from 8k tokens), a grid within one wave of the usual
-        # tiles is weighed by that wave's fill too (_ENTRIES_FILL_ONE_WAVE)
+        # tiles is weighed by that wave's fill too (ENTRIES_FILL_ONE_WAVE)
         entry_picks = {**paged_picks, 11: (128, 1), 12: (128, 1), 14: (128, 5), 16: (128, 3),
                        18: (128, 2)}
         for S in (4096, 16384):
@@ -1167,7 +1167,7 @@ def test_a_grid_of_many_programs_an_sm_matches_the_reference():
 def test_a_grid_of_many_programs_an_sm_cut_into_ranges_matches_the_reference():
     """Whatever the GPU plans for grids of about 4.4 programs an SM on 4k tokens (5 ranges of
     128 keys on an H200), contiguous and paged with the table row held, and of about 3.9 an SM
-    on a table too wide to hold (3 ranges, ``_ENTRIES_FILL_ONE_WAVE``), the result matches
+    on a table too wide to hold (3 ranges, ``ENTRIES_FILL_ONE_WAVE``), the result matches
     float64 attention."""
     sms, gen = decode.sm_count(), torch.Generator().manual_seed(7)
     check_contiguous_and_paged(-(-sms * 436 // 3200), 4096, gen)  # 18 sequences on 132 SMs
@@ -1186,7 +1186,7 @@ def test_a_grid_a_little_past_a_program_an_sm_matches_the_reference():
 
 def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen):
     """300 pages of one token, two sequences of two heads (one program an SM under the
-    interpreter): the call splits its keys by default (``_PAGED_ENTRY_WAVES``) and its result
+    interpreter): the call splits its keys by default (``PAGED_ENTRY_WAVES``) and its result
     matches the reference."""
     S = decode.held_table_pages(None) + 44
     q, k, v, k_ref, v_ref, lens = make(2, 2, 2, 1, S, 16, gen, torch.float32, lens=[S, 123])

@@ -45,7 +45,7 @@ import triton
 from ..compare import relative_error
 from ..device import DEVICE
 from ..kernels.decode import (
-    _FULLEST_WAVE_TILES,
+    FULLEST_WAVE_TILES,
     MAX_SPLITS,
     choose_num_splits,
     fullest_wave_plan,
@@ -280,8 +280,8 @@ _TILE_MISTAKES: dict[str, Callable[[int, int, tuple], tuple]] = {
 }
 
 
-_TILE_SETS = tuple(_FULLEST_WAVE_TILES[90].values())
-"""The contiguous and paged tiles of an H200 at ``D = 128`` (``decode._FULLEST_WAVE_TILES``)."""
+_TILE_SETS = tuple(FULLEST_WAVE_TILES[90].values())
+"""The contiguous and paged tiles of an H200 at ``D = 128`` (``decode.FULLEST_WAVE_TILES``)."""
 
 
 def _tile_cases(gen: torch.Generator) -> list[tuple[int, int, tuple]]:

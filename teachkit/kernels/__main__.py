@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import decode
 
         print("contiguous decode split kernel on sm_90, bf16, D=128, the tiles of ranges of "
-              f"{decode._LAST_WAVE_FEWEST_KEYS // decode._LAST_WAVE_MOST_SPLITS} keys or more, "
+              f"{decode.LAST_WAVE_FEWEST_KEYS // decode.LAST_WAVE_MOST_SPLITS} keys or more, "
               "compiled as launched for one new token and one query head a cache head "
               "(ptxas -v):")
         for one_launch, used in cc.last_wave_residency().items():
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import decode
 
         print("contiguous decode split kernel on sm_90, bf16, D=64, the tiles of a captured "
-              f"call aiming for {decode._SHORT_ROW_SPLITS[90][0]} programs an SM, compiled as "
+              f"call aiming for {decode.SHORT_ROW_SPLITS[90][0]} programs an SM, compiled as "
               "launched for one new token and one query head a cache head (ptxas -v, "
               "metadata.shared):")
         for used in cc.short_rows_residency():

@@ -514,7 +514,7 @@ def decode_launch_configs() -> list[KernelConfig]:
     the split kernel's grid where it is a programmatic dependent launch (``PDL``). Head-dim
     strides of 1 are constants, as Triton specialises them at launch for contiguous tensors.
 
-    On a GPU class of ``decode._TAIL_STAGES`` a grid of few programs an SM runs the split
+    On a GPU class of ``decode.TAIL_LOOP_STAGES`` a grid of few programs an SM runs the split
     kernel's loop over masked key blocks not pipelined. That form loads its tiles into
     registers (:func:`tail_loop_evidence`), so it never needs more shared memory than the
     pipelined form of the same variant, which is checked: it is compiled once contiguous and
@@ -561,7 +561,7 @@ def decode_launch_configs() -> list[KernelConfig]:
                 compiled = set()  # (page size, row held, interleaved, BLOCK_M, merge, tiles)
                 interleaves = decode.interleave_pages_per_sm(capability) > 0
                 # the masked loop not pipelined: once contiguous, once paged (the docstring's why)
-                unpipelined = {paged: decode._TAIL_STAGES.get(cls) for paged in (False, True)}
+                unpipelined = {paged: decode.TAIL_LOOP_STAGES.get(cls) for paged in (False, True)}
                 for page_size, block_m, merge, split_keys, per_sm, cache_keys, halved in variants:
                     # a paged program holds its table row (the widest it holds) or reads it;
                     # unsplit, a held row takes the contiguous tiles (decode_attention's plan)
@@ -592,7 +592,7 @@ def decode_launch_configs() -> list[KernelConfig]:
             for splits in (2, decode.MAX_SPLITS):
                 for pdl in (False, True):  # a programmatic dependent launch where it is one
                     classes = tuple(cls for cls in GPU_CLASSES
-                                    if (cls in decode._DEPENDENT_MERGE) == pdl)
+                                    if (cls in decode.DEPENDENT_MERGE) == pdl)
                     configs.append(_config(
                         f"decode merge {ty} D={d} SPLITS={splits}"
                         f"{' dependent launch' if pdl else ''}", decode.decode_merge_kernel,
@@ -1014,7 +1014,7 @@ def dependent_merge_evidence() -> list[str]:
     """The grid dependency control (``griddepcontrol``) in the PTX of the decode merge kernel as
     :func:`decode_launch_configs` checks it for each GPU class (``D = 128``, bfloat16, two
     splits): ``griddepcontrol.wait`` before its first load on the classes where it is a
-    programmatic dependent launch (:data:`~teachkit.kernels.decode._DEPENDENT_MERGE`), none
+    programmatic dependent launch (:data:`~teachkit.kernels.decode.DEPENDENT_MERGE`), none
     elsewhere (sm_75 and sm_80 have no such instruction).
 
     Needs no GPU, and ``TRITON_INTERPRET=0`` (``python -m teachkit.kernels
@@ -1047,9 +1047,9 @@ them, and loads straight into registers (``ld.global``)."""
 
 def tail_loop_evidence(capability: int = 90) -> list[str]:
     """The decode split kernel's PTX with its loop over masked key blocks not pipelined
-    (``TAIL_STAGES`` = :data:`~teachkit.kernels.decode._TAIL_STAGES`, as a grid of few programs
+    (``TAIL_STAGES`` = :data:`~teachkit.kernels.decode.TAIL_LOOP_STAGES`, as a grid of few programs
     an SM launches it) and pipelined as deep as the unmasked loop (``TAIL_STAGES=None``, as a
-    grid of more launches it), compiled for ``sm_<capability>`` (a class of ``_TAIL_STAGES``) as
+    grid of more launches it), compiled for ``sm_<capability>`` (a class of ``TAIL_LOOP_STAGES``) as
     an unsplit grid of one or two programs an SM (``D = 128``, bfloat16, one query row, 128 keys
     in 2 stages): a line per form with the counts of :data:`TAIL_LOOP_INSTRUCTIONS` and its shared
     memory.
@@ -1062,7 +1062,7 @@ def tail_loop_evidence(capability: int = 90) -> list[str]:
     config = _split_config("bf16", 128, capability, decode.DecodeConfig(128, 4, 2), 0, 0, False,
                            16, False, False)
     lines = []
-    for stages, form in ((decode._TAIL_STAGES[capability], "not pipelined"),
+    for stages, form in ((decode.TAIL_LOOP_STAGES[capability], "not pipelined"),
                          (None, "pipelined as the unmasked loop")):
         form_config = replace(config, constexprs={**config.constexprs, "TAIL_STAGES": stages})
         compiled = _compile(form_config, capability)
@@ -1349,7 +1349,7 @@ def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[s
     (:func:`ptxas_resources`),
     and the programs of its warps an SM's registers hold
     (:func:`~teachkit.kernels.softmax_kernels.programs_by_registers`), the count the plan's
-    ``decode._PAGED_ENTRY_WAVES`` is set against. Must run with ``TRITON_INTERPRET=0``, as
+    ``decode.PAGED_ENTRY_WAVES`` is set against. Must run with ``TRITON_INTERPRET=0``, as
     :func:`check_all`."""
     found = {}
     for head_dim in (64, 128):
@@ -1363,8 +1363,8 @@ def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[s
 
 def last_wave_residency(capability: int = 90) -> dict[bool, dict[str, int]]:
     """What the tiles of a contiguous decode call at ``D = 128`` that splits a grid of one to
-    four thirds programs an SM (``decode._LAST_WAVE_GRID``: its shortest ranges, a cache of
-    ``decode._LAST_WAVE_FEWEST_KEYS`` keys in ``decode._LAST_WAVE_MOST_SPLITS``, take
+    four thirds programs an SM (``decode.LAST_WAVE_GRID``: its shortest ranges, a cache of
+    ``decode.LAST_WAVE_FEWEST_KEYS`` keys in ``decode.LAST_WAVE_MOST_SPLITS``, take
     ``decode_config(..., keys_per_split=...)``, bf16) cost a thread on ``sm_<capability>``,
     merging with the merge kernel (``False``) and in one launch (``True``), as
     :func:`paged_entry_residency` reports them: the programs an SM are what
@@ -1374,8 +1374,8 @@ def last_wave_residency(capability: int = 90) -> dict[bool, dict[str, int]]:
     for one_launch in (False, True):
         cfg = decode.decode_config(128, torch.bfloat16, divmod(capability, 10),
                                    captured=not one_launch,
-                                   keys_per_split=decode._LAST_WAVE_FEWEST_KEYS
-                                   // decode._LAST_WAVE_MOST_SPLITS)
+                                   keys_per_split=decode.LAST_WAVE_FEWEST_KEYS
+                                   // decode.LAST_WAVE_MOST_SPLITS)
         found[one_launch] = _split_residency(128, cfg, 0, one_launch, capability)
     return found
 
@@ -1389,7 +1389,7 @@ row held at 4k tokens, read entry by entry at 16k)."""
 
 def wave_tiles_residency(capability: int = 90) -> dict[str, list[dict[str, int]]]:
     """What each of the tiles an unsplit decode call at ``D = 128`` of more than two programs an
-    SM chooses from (``decode._FULLEST_WAVE_TILES[capability]``, contiguous and paged, bf16, one
+    SM chooses from (``decode.FULLEST_WAVE_TILES[capability]``, contiguous and paged, bf16, one
     query row) costs on ``sm_<capability>``, for each way of :data:`WAVE_TILE_READS`, compiled
     as a launch of one new token with one query head a cache head specialises it
     (:data:`AS_LAUNCHED`): the registers, shared memory (the compiled kernel's
@@ -1401,7 +1401,7 @@ def wave_tiles_residency(capability: int = 90) -> dict[str, list[dict[str, int]]
     found = {}
     for name, (page_size, table_tile) in WAVE_TILE_READS.items():
         found[name] = []
-        for stage_bytes, stages, _ in decode._FULLEST_WAVE_TILES[capability][page_size > 0]:
+        for stage_bytes, stages, _ in decode.FULLEST_WAVE_TILES[capability][page_size > 0]:
             block_n = decode._keys_per_block(stage_bytes, 128, 2)
             cfg = decode.DecodeConfig(block_n, 4, stages, one_launch=False)
             found[name].append(_split_residency(128, cfg, page_size, False, capability,
@@ -1411,12 +1411,12 @@ def wave_tiles_residency(capability: int = 90) -> dict[str, list[dict[str, int]]
 
 def short_rows_residency(capability: int = 90) -> list[dict[str, int]]:
     """What the tiles a captured contiguous decode call at ``D = 64`` (rows of 128 bytes) that
-    splits the keys takes (``decode._SHORT_ROW_SPLITS[capability]``: the short ranges' tiles,
+    splits the keys takes (``decode.SHORT_ROW_SPLITS[capability]``: the short ranges' tiles,
     then the long ones', bf16, with the merge kernel) cost on ``sm_<capability>``, compiled as a
     launch of one new token with one query head a cache head specialises them
     (:data:`AS_LAUNCHED`): the registers, shared memory and the programs an SM they leave, to
     set beside the programs an SM the rule aims for. Must run with ``TRITON_INTERPRET=0``."""
-    _, stage_bytes, stages = decode._SHORT_ROW_SPLITS[capability]
+    _, stage_bytes, stages = decode.SHORT_ROW_SPLITS[capability]
     block_n = decode._keys_per_block(stage_bytes, 64, 2)
     return [_split_residency(64, decode.DecodeConfig(n, 4, stages, one_launch=False), 0, False,
                              capability) for n in (block_n // 2, block_n)]

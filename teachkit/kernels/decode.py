@@ -59,8 +59,16 @@ every replay (:func:`merge_counters`), and the fence, the count and the last spl
 the partials cost the rest (``teachkit/benchmarks/decode_nvidia_h100.json`` and
 ``..._cudagraph.json`` time both; notebook 09 prints the ratios). On sm_90 that merge kernel
 is a programmatic dependent launch, set up while the split kernel finishes
-(:data:`_DEPENDENT_MERGE`). The compile check of ``python -m teachkit.kernels``
+(:data:`DEPENDENT_MERGE`). The compile check of ``python -m teachkit.kernels``
 (:mod:`teachkit.kernels.compile_check`) proves every configuration fits the GPUs learners use.
+
+The plan's rules are the module's constants, each with its measurement in its docstring, most of
+them tables keyed by the GPU class where they were measured (``90`` for sm_90): the tiles
+(:data:`STAGE_BYTES`, :data:`PIPELINE_STAGES`, :data:`WIDE_TILES`, :data:`SPLIT_RANGE_TILES`,
+:data:`FULLEST_WAVE_TILES`, ...), when to split (:data:`LAST_WAVE_GRID`, :data:`PAGED_ENTRY_WAVES`,
+...) and how a paged call reads its table (:data:`HELD_TABLE_PAGES`,
+:data:`INTERLEAVE_PAGES_PER_SM`). To tune for another GPU, add its class to a table and call
+:func:`forget_plans`, so that the next call plans again.
 """
 
 from __future__ import annotations
@@ -112,6 +120,34 @@ __all__ = [
     "HELD_TABLE_PAGES",
     "INTERLEAVE_PAGES_PER_SM",
     "MAX_SPLITS",
+    # the launch plan's measured rules (forget_plans after changing one)
+    "DEPENDENT_MERGE",
+    "ENTRIES_FILL_ONE_WAVE",
+    "FULLEST_WAVE_TILES",
+    "LAST_WAVE_FEWEST_KEYS",
+    "LAST_WAVE_GRID",
+    "LAST_WAVE_MOST_SPLITS",
+    "NEARLY_FULL_GRID",
+    "NEARLY_FULL_HEAD_DIMS",
+    "NEARLY_FULL_MIN_BLOCKS",
+    "NEARLY_FULL_MOST_KEYS",
+    "PAGED_ENTRY_WAVES",
+    "PAGED_MIN_BLOCKS",
+    "PAGED_SPLIT_WAVES",
+    "PIPELINE_STAGES",
+    "SHORT_CACHE_TILES",
+    "SHORT_ROW_SPLITS",
+    "SHORT_ROW_TILES",
+    "SPLIT_RANGE_MIN_BLOCKS",
+    "SPLIT_RANGE_TILES",
+    "STAGE_BYTES",
+    "TAIL_LOOP_STAGES",
+    "TAIL_MOST_PER_SM",
+    "WAVE_RULE_HEAD_DIMS",
+    "WAVE_RULE_ROWS",
+    "WAVE_SPLIT_GAIN",
+    "WIDE_PROGRAMS",
+    "WIDE_TILES",
     "DECODE_REPLAYS",
     "DecodeConfig",
     "DecodeReplay",
@@ -316,7 +352,8 @@ def decode_split_kernel(
                                        stride_vb, stride_vn, stride_vd, qk_scale,
                                        False, PAGE_SIZE, BLOCK_N, TABLE_TILE,
                                        INTERLEAVE_PAGES, PRECISION, DOT_FP32)
-    # The masked blocks, at most a few; on a grid of few programs an SM not pipelined (_TAIL_STAGES)
+    # The masked blocks, at most a few; on a grid of few programs an SM not pipelined
+    # (TAIL_LOOP_STAGES)
     for start_n in tl.range(full_end, end, BLOCK_N, num_stages=TAIL_STAGES):
         acc, l_i, m_i = fold_key_block(acc, l_i, m_i, q, k_base, v_base, table_row, pages,
                                        start_n, offs_n, offs_d, seqlen, row_pos,
@@ -403,7 +440,7 @@ def decode_merge_kernel(
     as rows). A row loads ``(SPLITS, HEAD_DIM)`` partials and ``(SPLITS,)`` lse.
 
     With ``PDL`` the kernel is launched as a programmatic dependent launch (``launch_pdl``,
-    sm_90 and later: :data:`_DEPENDENT_MERGE`): the GPU may start it before the split kernel
+    sm_90 and later: :data:`DEPENDENT_MERGE`): the GPU may start it before the split kernel
     before it on the stream has finished, so every program first waits, at
     ``griddepcontrol.wait``, until that grid is done and its partials are visible."""
     if PDL:  # launched early: wait for the split kernel's grid and its writes
@@ -445,20 +482,20 @@ class DecodeConfig(NamedTuple):
 _INTERPRETER_CONFIG = DecodeConfig(16, 4, 1)
 """Under the interpreter: small key blocks, so tests on tiny caches stay fast."""
 
-_STAGE_BYTES = 32 * 1024
+STAGE_BYTES = 32 * 1024
 """Bytes of K and V one iteration loads on a GPU (``2 * BLOCK_N * D * element size``): large
 contiguous tiles, several in flight (``num_stages``) to keep the memory system busy."""
-_STAGES = {75: 2, 80: 3, 89: 2, 90: 2}
+PIPELINE_STAGES = {75: 2, 80: 3, 89: 2, 90: 2}
 """Pipeline depth per GPU class (:func:`teachkit.gpus.gpu_class`): 3 x 32 KB on sm_80, 2 x 32 KB
 on sm_89 and sm_90, 2 x 16 KB on a T4. On an H100, 2 x 32 KB (three programs fit an SM) read the
 cache of 16 sequences at 3047-3098 GB/s where 3 x 32 KB (two fit) read it at 2763-2806, and the
 two were equal at batch 1 and 8 (``gpu_checks/decode_gpu.py --sweep-at``)."""
 
 
-_TAIL_STAGES = {90: 1}
+TAIL_LOOP_STAGES = {90: 1}
 """Pipeline depth of the split kernel's loop over masked key blocks (``TAIL_STAGES``, its own
 ``tl.range(..., num_stages=...)``) per GPU class, where measured, for a grid of at most
-:data:`_TAIL_MOST_PER_SM` programs an SM: 1, not pipelined. Elsewhere ``None``: pipelined as deep
+:data:`TAIL_MOST_PER_SM` programs an SM: 1, not pipelined. Elsewhere ``None``: pipelined as deep
 as the unmasked loop (the kernel's ``num_stages``), as Triton does a loop that says nothing.
 That loop runs a few blocks at most, and none for one new token against a full cache; not
 pipelined, it loads its tiles into registers, without copies to shared memory, commit groups and
@@ -471,20 +508,20 @@ caches, paged calls at eight sequences 1.003-1.032x, and 1.001-1.064x launched p
 Replayed, one sequence of 1k tokens at ``D = 128`` then reads at 1.01x cuDNN (0.97x pipelined)
 and four sequences at 0.99x (0.96x)."""
 
-_TAIL_MOST_PER_SM = 2
-"""The most programs an SM a grid has for its masked loop to go unpipelined (:data:`_TAIL_STAGES`).
-Its tiles then live in registers: compiled with Triton 3.6, a thread of the 64-key tiles takes
-up to 128 registers where pipelined it took 96, so five such programs no longer fit an SM, and
-the rules that count programs an SM (:data:`_PAGED_ENTRY_WAVES`, :data:`_FULLEST_WAVE_TILES`,
-:data:`_SHORT_ROW_SPLITS`) were measured with the loop pipelined; every tile still fits two
-(``compile_check``'s residency functions). Grids of more programs keep it pipelined: on the
-H200's replays sixteen sequences at ``D = 128`` (3.9 programs an SM) read 1.001-1.009x faster not
-pipelined, and one sequence at ``D = 64`` split for four programs an SM 1.016-1.021x, which they
-forgo."""
+TAIL_MOST_PER_SM = 2
+"""The most programs an SM a grid has for its masked loop to go unpipelined
+(:data:`TAIL_LOOP_STAGES`). Its tiles then live in registers: compiled with Triton 3.6, a thread of
+the 64-key tiles takes up to 128 registers where pipelined it took 96, so five such programs no
+longer fit an SM, and the rules that count programs an SM (:data:`PAGED_ENTRY_WAVES`,
+:data:`FULLEST_WAVE_TILES`, :data:`SHORT_ROW_SPLITS`) were measured with the loop pipelined; every
+tile still fits two (``compile_check``'s residency functions). Grids of more programs keep it
+pipelined: on the H200's replays sixteen sequences at ``D = 128`` (3.9 programs an SM) read
+1.001-1.009x faster not pipelined, and one sequence at ``D = 64`` split for four programs an SM
+1.016-1.021x, which they forgo."""
 
-_WIDE_TILES = {90: (64 * 1024, 2)}
+WIDE_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for an unsplit grid of one or two
-programs an SM (:data:`_WIDE_PROGRAMS`), where measured. With so few programs an SM, each must
+programs an SM (:data:`WIDE_PROGRAMS`), where measured. With so few programs an SM, each must
 keep more bytes in flight to keep the memory busy; with more, the programs themselves do. On an
 H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run each):
 
@@ -492,21 +529,21 @@ H200 (132 SMs, H = 32, D = 128 fp16, 1k-64k tokens, CUDA-graph replays, one run 
   ``decode_contiguous_nvidia_h200``): 64 KB in 2 stages (128 keys) read at 0.93-0.99x at batch
   5 and 0.98-1.00x at batch 8 (1.2 and 1.9 programs an SM), where the usual tiles (32 KB,
   2 stages) read at 0.74-0.83x and 0.93-0.98x (from 4k tokens batch 5 now splits to fill its
-  last wave, :data:`_LAST_WAVE_GRID`). With more programs the record is mixed: at batch
+  last wave, :data:`LAST_WAVE_GRID`). With more programs the record is mixed: at batch
   12 (2.9 an SM) the usual tiles read at 1.04-1.05x and the wide ones at 0.95-0.96x, at batch 24
   (5.8) at 0.92-0.95x and 0.99-1.01x, at batches 16 and 32 both at 0.99-1.02x, as full as
-  each tile leaves the grid's last wave (:data:`_FULLEST_WAVE_TILES` picks by that);
+  each tile leaves the grid's last wave (:data:`FULLEST_WAVE_TILES` picks by that);
 * paged caches (the block table adds a wait to every load) against the contiguous default
   (``gpu_checks/decode_gpu.py --paged-sweep``, record ``decode_paged_nvidia_h200``): at batch 8
   64 KB in 2 stages read at 99-100 % where the contiguous tiles read at 90-99 % and 3 stages
-  of 64 KB at 95-100 % (from 16k tokens such a call now splits, :data:`_PAGED_ENTRY_WAVES`,
+  of 64 KB at 95-100 % (from 16k tokens such a call now splits, :data:`PAGED_ENTRY_WAVES`,
   and reads at 98 % at 16k tokens, the record's one such problem); at batch 16 (3.9 programs
   an SM) the contiguous tiles read at 99-100 %, 64 KB in 2 stages at 87-90 % and in 3 stages at
   86-100 %."""
 
-_SHORT_ROW_TILES = {90: (32 * 1024, 3)}
-"""Bytes of K and V one iteration loads, and pipeline stages, where :data:`_WIDE_TILES` or
-:data:`_SPLIT_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes
+SHORT_ROW_TILES = {90: (32 * 1024, 3)}
+"""Bytes of K and V one iteration loads, and pipeline stages, where :data:`WIDE_TILES` or
+:data:`SPLIT_RANGE_TILES` would load 64 KB but a contiguous call's rows of K and V are 128 bytes
 (``D = 64`` in 16 bits), where measured; paged calls that read their table entry by entry keep those
 (a paged call whose programs hold the row takes these, :data:`HELD_TABLE_PAGES`). There 64 KB
 would be 256 keys, past a tile's 128, so those tiles leave 32 KB in 2 stages, the same as many
@@ -520,14 +557,14 @@ CUDA-graph replays, ``gpu_checks/decode_gpu.py --head-dim-sweep``, record
 * split into ranges of 512 keys or more (one and two sequences, 4k-64k tokens, the merge
   kernel): the default with these tiles reads at 0.94-0.98x cuDNN, where 2 stages read at
   0.92-0.94x and 256-key tiles in 2 stages at 0.90-0.99x. A captured split call now aims for
-  more programs with smaller tiles instead (:data:`_SHORT_ROW_SPLITS`); merging in one launch
+  more programs with smaller tiles instead (:data:`SHORT_ROW_SPLITS`); merging in one launch
   keeps these."""
 
-_SHORT_CACHE_TILES = {90: (32 * 1024, 3)}
+SHORT_CACHE_TILES = {90: (32 * 1024, 3)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a grid that
-:data:`_LAST_WAVE_GRID` would cut into ranges but whose cache is shorter than
-:data:`_LAST_WAVE_FEWEST_KEYS`, where measured: it runs unsplit, with these tiles in place of
-:data:`_WIDE_TILES`. A short cache is over before a few deep iterations have overlapped; twice
+:data:`LAST_WAVE_GRID` would cut into ranges but whose cache is shorter than
+:data:`LAST_WAVE_FEWEST_KEYS`, where measured: it runs unsplit, with these tiles in place of
+:data:`WIDE_TILES`. A short cache is over before a few deep iterations have overlapped; twice
 as many of half the bytes keep as much in flight. On an H200 (H = 32, D = 128 fp16, five
 sequences: 1.2 programs an SM): 32 KB in 3 stages read at 0.96x cuDNN at 1k tokens where
 64 KB in 2 stages read at 0.93x (graph replays, ``gpu_checks/decode_gpu.py
@@ -539,11 +576,11 @@ and ``..._cudagraph``, interleaved, best of three) these tiles read at 1.04x the
 sequences, 1.5-1.9 an SM: within 1.5 % either way in an earlier scratch run, the 64 KB tiles
 ahead from seven), and such grids keep the 64 KB tiles (0.98-1.02x cuDNN in those records)."""
 
-_SHORT_ROW_SPLITS = {90: (4, 32 * 1024, 2)}
+SHORT_ROW_SPLITS = {90: (4, 32 * 1024, 2)}
 """Programs an SM a contiguous 16-bit call with rows of K and V of 128 bytes (``D = 64``) aims
 for where it splits the keys and merges them with the merge kernel (being captured into a CUDA
 graph), and the bytes of K and V one iteration loads and its stages, with half the bytes where
-a range would hold fewer than :data:`_SPLIT_MIN_BLOCKS` such iterations; where measured. Such a
+a range would hold fewer than :data:`SPLIT_RANGE_MIN_BLOCKS` such iterations; where measured. Such a
 program keeps half the bytes of a ``D = 128`` one in flight for each key, so twice the
 programs keep the memory as busy, and these tiles hold them: compiled as launched with Triton
 3.6, 64 keys in 2 stages take 122 registers a thread (four programs an SM) and 128 keys 96
@@ -552,14 +589,14 @@ programs keep the memory as busy, and these tiles hold them: compiled as launche
 1k-64k tokens, graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py
 --short-rows-sweep``, record ``decode_short_rows_nvidia_h200_cudagraph``): four programs an SM
 with these tiles read at 0.93-0.99x cuDNN and 1.01-1.06x the two of the default before (128
-keys in 2 stages for short ranges, in 3 for long, :data:`_SHORT_ROW_TILES`), which read at
+keys in 2 stages for short ranges, in 3 for long, :data:`SHORT_ROW_TILES`), which read at
 0.92-0.98x; the most gained by short caches (one sequence of 4k tokens: 0.94x to 0.99x; two of
 1k: 0.94x to 0.99x; one of 1k, a 12 µs replay: 0.92x to 0.93x). Merging in one launch
 (plain launches) the last split of a row reads every partial of the row, twice as many with
 twice the splits: there four programs an SM read at 0.95-0.99x the two from 4k tokens (record
 ``decode_short_rows_nvidia_h200``: 0.91-0.97x cuDNN), and such a call keeps two."""
 
-_DEPENDENT_MERGE = frozenset({90})
+DEPENDENT_MERGE = frozenset({90})
 """GPU classes (:func:`~teachkit.gpus.gpu_class`) on which a call that merges with
 :func:`decode_merge_kernel` launches it as a programmatic dependent launch (Triton's
 ``launch_pdl``; sm_90 and later), where measured. A kernel launched after another on a stream
@@ -576,12 +613,12 @@ read at 1.00-1.02x the merge kernel launched after the split kernel, the most on
 shortest caches (1.01-1.02x at 1k-4k tokens at ``D = 64``, 0.2-0.3 µs of a 12-31 µs replay),
 against 1.00x where four sequences do not split (no merge kernel: the timing's noise)."""
 
-_WIDE_PROGRAMS = (1, 2)
+WIDE_PROGRAMS = (1, 2)
 """Programs of the unsplit grid per SM, from and to (both inclusive), for which a call takes
-:data:`_WIDE_TILES`: fewer than one means the call splits the keys (but see
-:data:`_NEARLY_FULL_GRID`)."""
+:data:`WIDE_TILES`: fewer than one means the call splits the keys (but see
+:data:`NEARLY_FULL_GRID`)."""
 
-_NEARLY_FULL_GRID = {90: (0.7, 64 * 1024, 3)}
+NEARLY_FULL_GRID = {90: (0.7, 64 * 1024, 3)}
 """Where measured: the fewest programs an SM (below one) from which an unsplit grid of a
 contiguous float16 or bfloat16 call is full enough not to split the keys, and the bytes of K and
 V one iteration then loads and its pipeline stages (:func:`unsplit_from`). Splitting such a grid
@@ -595,29 +632,29 @@ tokens; at batch 2 (0.48 an SM) the unsplit grid leaves half the GPU idle and re
 0.73-0.98x, the least on the longest caches, where the default's four splits read at
 0.97-1.00x. At D = 256 (64 keys a tile) batches 3 and 4 read at 1.12-1.51x cuDNN unsplit, at
 1.00-1.08x the rate of two splits (``--head-dim-sweep``, record
-``decode_head_dims_nvidia_h200``). At D = 64 (256 keys a tile, :data:`_NEARLY_FULL_MOST_KEYS`)
+``decode_head_dims_nvidia_h200``). At D = 64 (256 keys a tile, :data:`NEARLY_FULL_MOST_KEYS`)
 they read at 0.98-1.21x, at 1.01-1.10x two splits but at batch 3 from 16k tokens, where two
-splits (with :data:`_SHORT_ROW_TILES`) read 1-6 % faster. Paged calls that read their table
-entry by entry keep splitting (from one program an SM on as well, :data:`_PAGED_ENTRY_WAVES`):
+splits (with :data:`SHORT_ROW_TILES`) read 1-6 % faster. Paged calls that read their table
+entry by entry keep splitting (from one program an SM on as well, :data:`PAGED_ENTRY_WAVES`):
 with one program an SM nothing hides the wait for each entry (a
 paged call whose programs hold the row does not, :data:`HELD_TABLE_PAGES`). So do float32 calls,
 which their ieee products bound rather than the memory, and head dims other than
-:data:`_NEARLY_FULL_HEAD_DIMS`."""
+:data:`NEARLY_FULL_HEAD_DIMS`."""
 
-_NEARLY_FULL_HEAD_DIMS = (64, 128, 256)
-"""The head dims at which :data:`_NEARLY_FULL_GRID` was measured."""
+NEARLY_FULL_HEAD_DIMS = (64, 128, 256)
+"""The head dims at which :data:`NEARLY_FULL_GRID` was measured."""
 
-_NEARLY_FULL_MOST_KEYS = 256
-"""Most keys a tile of :data:`_NEARLY_FULL_GRID` holds (other tiles hold at most 128): at
+NEARLY_FULL_MOST_KEYS = 256
+"""Most keys a tile of :data:`NEARLY_FULL_GRID` holds (other tiles hold at most 128): at
 ``D = 64`` in 16 bits a 64 KB stage is 256 keys. Capped at 128 keys (32 KB a stage), batches
 3 and 4 read at 0.99-1.06x cuDNN where 256 keys read at 0.98-1.21x, the most on the longest
 caches (record ``decode_head_dims_nvidia_h200``, ``contiguous unsplit 32 KB x 3`` and ``64 KB
-x 3``); on caches shorter than :data:`_NEARLY_FULL_MIN_BLOCKS` such tiles 128 keys read
+x 3``); on caches shorter than :data:`NEARLY_FULL_MIN_BLOCKS` such tiles 128 keys read
 faster."""
 
-_NEARLY_FULL_MIN_BLOCKS = 8
-"""The fewest iterations of :data:`_NEARLY_FULL_MOST_KEYS` keys a cache must hold for an
-unsplit nearly full grid (:data:`_NEARLY_FULL_GRID`) to take tiles of that many keys; a shorter
+NEARLY_FULL_MIN_BLOCKS = 8
+"""The fewest iterations of :data:`NEARLY_FULL_MOST_KEYS` keys a cache must hold for an
+unsplit nearly full grid (:data:`NEARLY_FULL_GRID`) to take tiles of that many keys; a shorter
 cache takes at most 128 keys a tile, as other tiles do: with only a few iterations the loop is
 over before three deep stages have overlapped, and twice as many of half the keys keep as much
 in flight. On an H200 (three and four sequences at ``D = 64``, 0.73 and 0.97 programs an SM,
@@ -630,14 +667,14 @@ tokens on, 256-key tiles read at 1.04-1.21x cuDNN and at 1.00-1.21x the 128-key 
 most on the longest caches. Launched plainly, the host's time shows on caches of up to 2k
 tokens (cuDNN's plain times there are 1.4-2.6x its replayed ones), so the replays decide."""
 
-_LAST_WAVE_GRID = {90: (4 / 3, 2)}
+LAST_WAVE_GRID = {90: (4 / 3, 2)}
 """Where measured: the most programs an SM (from one) of an unsplit contiguous float16 or
 bfloat16 grid that splits its keys so that its last wave of programs is nearly full, and how
 many programs of its tiles an SM holds at once (:func:`last_wave_splits`). Such a grid gives
 some SMs two programs and the rest one, and the call lasts as long as the SMs with two. Split
 into ranges, the programs queue for the places that free up, and the call ends with a last
 wave as full as the count of ranges makes it. At ``D = 128`` the tiles of those ranges
-(:data:`_SPLIT_TILES`: 128 keys in 2 stages) take 244 registers a thread with the merge kernel
+(:data:`SPLIT_RANGE_TILES`: 128 keys in 2 stages) take 244 registers a thread with the merge kernel
 and 254 merging in one launch, compiled for sm_90 as a launch of one new token with one query
 head a cache head specialises them (``python -m teachkit.kernels --last-wave-residency``,
 Triton 3.6), so two fit an SM. (Triton 3.9 compiles them to 146 and 108 registers, three an SM,
@@ -652,33 +689,33 @@ least at 1.33 an SM), and at 0.98-1.09x cuDNN from 16k tokens where unsplit they
 0.82-1.03x. Ranges whose grid spills just past a whole wave lose: two ranges of 136 programs
 (272 places for 264) read at 0.84-0.86x the unsplit grid. At 1.45 programs an SM (192) four
 ranges gained 1-2 % from 16k tokens and lost 3-7 % below, so such a grid stays unsplit; and
-at 2k tokens, below :data:`_LAST_WAVE_FEWEST_KEYS`, the best split count lost 0-5 %. A
+at 2k tokens, below :data:`LAST_WAVE_FEWEST_KEYS`, the best split count lost 0-5 %. A
 paged call that holds its table row splits alike, with the usual tiles (32 KB in 2 stages) as
 any split paged call: five sequences of 4k tokens read at 100-102 % of the contiguous default,
 against 94-96 % unsplit (in a scratch run 128-key tiles read at 0.89x the contiguous default
 there)."""
 
-_WAVE_RULE_HEAD_DIMS = (128,)
-"""The head dims at which :data:`_LAST_WAVE_GRID` and :data:`_FULLEST_WAVE_TILES` were
+WAVE_RULE_HEAD_DIMS = (128,)
+"""The head dims at which :data:`LAST_WAVE_GRID` and :data:`FULLEST_WAVE_TILES` were
 measured: at ``D = 64`` (128 keys in 3 stages) last-wave splits gained at 16k tokens and lost at
 4k on the same grids in a scratch run."""
 
-_LAST_WAVE_FEWEST_KEYS = 4096
-"""The fewest keys a cache needs for :data:`_LAST_WAVE_GRID` to split it."""
+LAST_WAVE_FEWEST_KEYS = 4096
+"""The fewest keys a cache needs for :data:`LAST_WAVE_GRID` to split it."""
 
-_WAVE_RULE_ROWS = 16
-"""The most query rows a program holds (``BLOCK_M``) for :data:`_LAST_WAVE_GRID` to split its
-grid or :data:`_FULLEST_WAVE_TILES` to pick its tiles: the residency they count on was
+WAVE_RULE_ROWS = 16
+"""The most query rows a program holds (``BLOCK_M``) for :data:`LAST_WAVE_GRID` to split its
+grid or :data:`FULLEST_WAVE_TILES` to pick its tiles: the residency they count on was
 compiled, and the grids timed, with 16 (up to 16 query heads a cache head, one new token each);
 more rows take more registers a thread."""
 
-_LAST_WAVE_MOST_SPLITS = 5
+LAST_WAVE_MOST_SPLITS = 5
 """The most ranges :func:`last_wave_splits` cuts a row into (the most measured)."""
 
-_FULLEST_WAVE_TILES = {90: {False: ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3)),
+FULLEST_WAVE_TILES = {90: {False: ((32 * 1024, 2, 4), (64 * 1024, 2, 2), (32 * 1024, 3, 3)),
                              True: ((32 * 1024, 2, 5), (64 * 1024, 2, 3), (32 * 1024, 3, 3))}}
 """Where measured: the tiles an unsplit float16 or bfloat16 grid of more than two programs an SM
-(past :data:`_WIDE_PROGRAMS`) chooses from, contiguous (``False``) and paged (``True``), as
+(past :data:`WIDE_PROGRAMS`) chooses from, contiguous (``False``) and paged (``True``), as
 ``(bytes of K and V an iteration loads, pipeline stages, programs of those tiles an SM holds at
 once)``, the usual tiles first (:func:`fullest_wave_tiles`). Such a grid runs in waves of as
 many programs as the SMs hold, and the call waits for its last wave, full or not: the usual
@@ -701,15 +738,15 @@ where the usual ones read at 0.77-1.02x, at 1.01-1.27x the usual ones where they
 sequences on). Some grids no tile fills: at 26 sequences every contiguous tile's last wave is at
 most four fifths full, and the pick reads at 0.96x cuDNN at 16k tokens; paged, the picks at
 26-32 and 44 sequences leave last waves 70-89 % full and read at 0.88-0.98x. Those grids cut
-their keys into ranges instead (:func:`fullest_wave_plan`, :data:`_WAVE_SPLIT_GAIN`).
+their keys into ranges instead (:func:`fullest_wave_plan`, :data:`WAVE_SPLIT_GAIN`).
 Grouped-query paged calls keep the usual tiles: their residency was not measured."""
 
-_WAVE_SPLIT_GAIN = 0.03
+WAVE_SPLIT_GAIN = 0.03
 """How much fuller (a share of the last wave's places) the last wave of a grid of more than two
-programs an SM must come out cut into ranges, 2 to :data:`_LAST_WAVE_MOST_SPLITS` of them with
-any of :data:`_FULLEST_WAVE_TILES`, than it does unsplit with the tiles
+programs an SM must come out cut into ranges, 2 to :data:`LAST_WAVE_MOST_SPLITS` of them with
+any of :data:`FULLEST_WAVE_TILES`, than it does unsplit with the tiles
 :func:`fullest_wave_tiles` picks, for the call to split (:func:`fullest_wave_plan`), from
-:data:`_LAST_WAVE_FEWEST_KEYS` keys. Tiles alone leave some grids with no full last wave: at 18
+:data:`LAST_WAVE_FEWEST_KEYS` keys. Tiles alone leave some grids with no full last wave: at 18
 sequences of 32 heads (576 programs) the fullest contiguous one is 0.73 full, at 26 (832) 0.79,
 and paged 0.70. Ranges multiply the programs, so some count of them fills the last wave of some
 tiles: 18 sequences in 5 ranges of 128 keys in 2 stages fill 0.99 of theirs. Each range writes
@@ -719,7 +756,7 @@ with the merge kernel, launched or replayed: a call this long (a hundred microse
 hides the host's second launch, and merging in one launch would leave the same programs an SM
 (compiled as launched it takes 0-18 registers a thread more) and read the same (below).
 
-In the record of :data:`_FULLEST_WAVE_TILES` (H200, graph replays, which times each tile also in
+In the record of :data:`FULLEST_WAVE_TILES` (H200, graph replays, which times each tile also in
 the ranges that fill its last wave the most) the default reads contiguous caches at 0.98-1.05x
 cuDNN and paged ones at 0.96-1.02x, and paged at 96.9-99.9 % of the contiguous default. Where it
 splits, it reads at 1.02-1.14x the unsplit tiles of :func:`fullest_wave_tiles` contiguous at 18,
@@ -733,7 +770,7 @@ one launch instead read the same (within 0.3 %). Where the gain is at most this,
 not pay in a scratch run before the record: 32 sequences contiguous (0.97 full unsplit, 0.99 in
 5 ranges of 64 keys in 3 stages) read at 0.98-1.00x cuDNN split against 1.00x unsplit."""
 
-_ENTRIES_FILL_ONE_WAVE = True
+ENTRIES_FILL_ONE_WAVE = True
 """Whether a paged call that reads its table entry by entry, whose unsplit grid of more than two
 and a half programs an SM fits in one wave of the usual paged tiles (five an SM on sm_90, up to
 20 sequences of 32 heads), is planned by how full that one wave is (:func:`fullest_wave_plan`
@@ -746,11 +783,11 @@ against the contiguous default of the same run) 11 and 12 sequences so planned (
 stages, unsplit) read pages at 95-97 % of contiguous where the usual tiles read at 93-95 %, 14
 sequences (the same tiles in 5 ranges) at 98-101 % against 98-99 %, 18 (in 2 ranges) at 97-98 %
 against 94-97 %, and 16 (in 3 ranges) at 98-99 % as before; at 20 sequences the usual tiles'
-wave is 0.97 full and the plan keeps them. In the record of :data:`_FULLEST_WAVE_TILES` (16k
+wave is 0.97 full and the plan keeps them. In the record of :data:`FULLEST_WAVE_TILES` (16k
 tokens) 12, 14, 16 and 18 sequences so planned read pages at 96.9-99.9 % of the contiguous
 default, where the usual tiles read at 94.2-98.8 %."""
 
-_PAGED_SPLIT_WAVES = {90: 4}
+PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
 ``waves``) where it merges with the merge kernel (a call captured into a CUDA graph), where
 measured; elsewhere 2, as contiguous. More programs in flight hide the table's extra wait: on an
@@ -764,11 +801,11 @@ GPU's time of that launch on graph replays read at 83 / 84 / 88 % of the contigu
 programs an SM, against 74 / 82 / 88 % with 4 (``--split-sweep``, record
 ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one launch``)."""
 
-_PAGED_ENTRY_WAVES = {90: 5}
+PAGED_ENTRY_WAVES = {90: 5}
 """Programs per SM that a paged call reading its table entry by entry aims for where its unsplit
 grid already gives every SM a program (one to two and a half an SM; below one it aims for
-:data:`_PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguous grid that full
-keeps the memory busy unsplit (it splits only to fill its last wave, :data:`_LAST_WAVE_GRID`),
+:data:`PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguous grid that full
+keeps the memory busy unsplit (it splits only to fill its last wave, :data:`LAST_WAVE_GRID`),
 but one or two paged programs an SM leave each key's wait for its table entry in the open: such
 a call splits its keys into the most ranges whose grid stays within this many programs an SM,
 with the usual tiles (32 KB in 2 stages), merging as any split call does. Those tiles, compiled
@@ -787,7 +824,7 @@ one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the u
 Calls that hold their table row (:data:`HELD_TABLE_PAGES`) are planned as contiguous ones
 instead."""
 
-_PAGED_MIN_BLOCKS = {90: 2}
+PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
 hold, where measured: where its ranges would hold fewer, its tiles take half the keys (at least
 16), with the same splits. With one iteration a range nothing overlaps the table's wait and the
@@ -811,7 +848,7 @@ does, so the CPU tests run that path.
 With its row held a paged call no longer waits on the table inside its loop, so where it does
 not split the keys it is planned as the contiguous call of the same problem (``_launch_plan``):
 from :func:`unsplit_from` programs an SM it runs unsplit with that call's tiles, and at
-``D = 64`` it takes :data:`_SHORT_ROW_TILES`. Split calls keep the paged plan, which read at
+``D = 64`` it takes :data:`SHORT_ROW_TILES`. Split calls keep the paged plan, which read at
 1.00-1.08x the contiguous one there (a scratch run: one and two sequences of 1k-4k tokens,
 D = 64 and 128, graph replays). On an H200 (CUDA-graph replays, pages of 16
 shuffled, ``gpu_checks/decode_gpu.py --held-table-sweep``, record
@@ -824,10 +861,10 @@ against entry by entry:
 * three and four sequences (unsplit held, split entry by entry): D = 128 at 100-102 % against
   92-96 %; D = 64 at 100-101 % against 85-95 % (its tiles' pages interleaved,
   :data:`INTERLEAVE_PAGES_PER_SM`);
-* five and eight sequences (unsplit held, split entry by entry, :data:`_PAGED_ENTRY_WAVES`):
+* five and eight sequences (unsplit held, split entry by entry, :data:`PAGED_ENTRY_WAVES`):
   D = 64 at 98-100 % against 92-98 % (three stages of 128 keys); D = 128 at 99-101 % against
   94-101 %, five sequences of 4k tokens split as the contiguous call is
-  (:data:`_LAST_WAVE_GRID`).
+  (:data:`LAST_WAVE_GRID`).
 
 Where the row is not held the contiguous plan is slower: in a scratch run at 8k and 16k tokens
 (512 and 1024 pages), three and four sequences unsplit read at 58-75 % of contiguous against
@@ -869,7 +906,7 @@ compiler keeps each thread's row offsets in registers across the loop, though: 1
 registers at ``D = 64`` and 128-key tiles, 120 -> 128 and a spill at ``D = 128`` and 64-key
 tiles. Where a program's latency is the time (one or two programs an SM) interleaving gains;
 where the SM needs four resident programs (an unsplit grid of 16 sequences of 32 heads, or a
-split call aiming at :data:`_PAGED_SPLIT_WAVES`) the registers cost one of them. On an H200
+split call aiming at :data:`PAGED_SPLIT_WAVES`) the registers cost one of them. On an H200
 (CUDA-graph replays, pages of 16 shuffled, D = 64 and 128, 1-16 sequences of 1k-16k tokens,
 ``gpu_checks/decode_gpu.py --interleave-sweep``, record ``decode_interleave_nvidia_h200``),
 interleaved tiles read 1.01-1.11x as fast as key order on every problem whose grid has at most
@@ -890,9 +927,9 @@ def interleave_pages_per_sm(capability: tuple[int, int] | None) -> int:
     return _paged_rule(INTERLEAVE_PAGES_PER_SM, capability)
 
 
-_SPLIT_TILES = {90: (64 * 1024, 2)}
+SPLIT_RANGE_TILES = {90: (64 * 1024, 2)}
 """Bytes of K and V one iteration loads, and pipeline stages, for a call that splits the keys
-into ranges of at least :data:`_SPLIT_MIN_BLOCKS` such iterations, where measured: contiguous,
+into ranges of at least :data:`SPLIT_RANGE_MIN_BLOCKS` such iterations, where measured: contiguous,
 or paged and merging in one launch (such a call then aims for two programs an SM, as a
 contiguous one does). On an H200 (one, two or four sequences, H = 32, D = 128 fp16, 1k-64k
 tokens, each call after the L2 cache is cleared, three interleaved rounds,
@@ -915,10 +952,10 @@ four of 2k) where cuDNN's plain time was over 1.3x its replayed one: there the h
 showed in that run, as notebook 09 prints.
 
 Calls that do not split (8 sequences or more) keep the tiles for their programs an SM
-(:data:`_WIDE_TILES`)."""
+(:data:`WIDE_TILES`)."""
 
-_SPLIT_MIN_BLOCKS = 4
-"""The fewest iterations of :data:`_SPLIT_TILES` each range of a split call must hold for the
+SPLIT_RANGE_MIN_BLOCKS = 4
+"""The fewest iterations of :data:`SPLIT_RANGE_TILES` each range of a split call must hold for the
 call to take those tiles."""
 
 def decode_config(head_dim: int, dtype: torch.dtype,
@@ -930,23 +967,23 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 
     ``BLOCK_N`` is chosen so one iteration loads 32 KB of keys and values (16 KB on sm_75),
     between 16 and 128 keys. On sm_90 three kinds of call load 64 KB: an unsplit grid of one or
-    two programs an SM (:data:`_WIDE_TILES`); a contiguous float16 or bfloat16 grid nearly that
+    two programs an SM (:data:`WIDE_TILES`); a contiguous float16 or bfloat16 grid nearly that
     full, which then does not split the keys, in 3 stages and up to 256 keys
-    (:data:`_NEARLY_FULL_GRID`, :data:`_NEARLY_FULL_MOST_KEYS`, 128 keys on a cache shorter
-    than :data:`_NEARLY_FULL_MIN_BLOCKS` such tiles); and a call whose split ranges
-    hold at least :data:`_SPLIT_MIN_BLOCKS` such iterations, unless it is paged and captured
-    (:data:`_SPLIT_TILES`). Where a contiguous call's rows are 128 bytes (``D = 64`` in 16
-    bits), the first and last of these load 32 KB in 3 stages instead (:data:`_SHORT_ROW_TILES`).
+    (:data:`NEARLY_FULL_GRID`, :data:`NEARLY_FULL_MOST_KEYS`, 128 keys on a cache shorter
+    than :data:`NEARLY_FULL_MIN_BLOCKS` such tiles); and a call whose split ranges
+    hold at least :data:`SPLIT_RANGE_MIN_BLOCKS` such iterations, unless it is paged and captured
+    (:data:`SPLIT_RANGE_TILES`). Where a contiguous call's rows are 128 bytes (``D = 64`` in 16
+    bits), the first and last of these load 32 KB in 3 stages instead (:data:`SHORT_ROW_TILES`).
     :func:`decode_attention` also narrows the tiles of a captured paged call whose ranges would
     hold a single iteration (:func:`paged_range_tiles`), and gives an unsplit grid of more than
     two programs an SM the tiles whose last wave is the fullest (:func:`fullest_wave_tiles`), or
     cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`);
     it gives a grid of one to four thirds programs an SM on a cache too short to split 32 KB
-    tiles in 3 stages (:data:`_SHORT_CACHE_TILES`), and a captured split call at ``D = 64``
-    four programs an SM (:data:`_SHORT_ROW_SPLITS`).
+    tiles in 3 stages (:data:`SHORT_CACHE_TILES`), and a captured split call at ``D = 64``
+    four programs an SM (:data:`SHORT_ROW_SPLITS`).
 
     The split kernel merges by itself (``one_launch``) unless the call is being captured into a
-    CUDA graph, or its ranges come from :func:`fullest_wave_plan` (:data:`_WAVE_SPLIT_GAIN`). A
+    CUDA graph, or its ranges come from :func:`fullest_wave_plan` (:data:`WAVE_SPLIT_GAIN`). A
     replay launches without the host, so the launch that one-launch merging saves costs nothing
     there, while one launch costs the GPU more: a captured call makes its counters fresh, so
     every replay repeats their zero-fill, and every split fences its stores and counts on an
@@ -971,15 +1008,15 @@ def decode_config(head_dim: int, dtype: torch.dtype,
         Whether the call splits the keys and is being captured into a CUDA graph (the merge
         kernel).
     programs_per_sm : float, optional
-        Programs of the unsplit grid per SM (:data:`_WIDE_PROGRAMS` picks
-        :data:`_WIDE_TILES`, from :func:`unsplit_from` to one :data:`_NEARLY_FULL_GRID`'s
+        Programs of the unsplit grid per SM (:data:`WIDE_PROGRAMS` picks
+        :data:`WIDE_TILES`, from :func:`unsplit_from` to one :data:`NEARLY_FULL_GRID`'s
         tiles where the call does not split); ``None``: as for many.
     keys_per_split : int, optional
-        Keys in each range of a call that splits them (:data:`_SPLIT_MIN_BLOCKS` picks
-        :data:`_SPLIT_TILES`); ``None``: the call does not split.
+        Keys in each range of a call that splits them (:data:`SPLIT_RANGE_MIN_BLOCKS` picks
+        :data:`SPLIT_RANGE_TILES`); ``None``: the call does not split.
     cache_keys : int, optional
         Keys of the cache (its capacity): a nearly full grid's cache shorter than
-        :data:`_NEARLY_FULL_MIN_BLOCKS` tiles of :data:`_NEARLY_FULL_MOST_KEYS` keys takes at
+        :data:`NEARLY_FULL_MIN_BLOCKS` tiles of :data:`NEARLY_FULL_MOST_KEYS` keys takes at
         most 128 keys a tile; ``None``: as for a long cache.
 
     Examples
@@ -1003,22 +1040,22 @@ def decode_config(head_dim: int, dtype: torch.dtype,
         return _INTERPRETER_CONFIG._replace(one_launch=not captured)
     cls = gpu_class(capability)
     size = 4 if dtype == torch.float32 else 2
-    stage_bytes = _STAGE_BYTES // 2 if cls == 75 else _STAGE_BYTES
-    stages = _STAGES[cls]
-    low, high = _WIDE_PROGRAMS
+    stage_bytes = STAGE_BYTES // 2 if cls == 75 else STAGE_BYTES
+    stages = PIPELINE_STAGES[cls]
+    low, high = WIDE_PROGRAMS
     most_keys = 128
     if (programs_per_sm is not None and keys_per_split is None
             and unsplit_from(capability, dtype, head_dim, paged) <= programs_per_sm < low):
-        _, stage_bytes, stages = _NEARLY_FULL_GRID[cls]
-        if cache_keys is None or cache_keys >= _NEARLY_FULL_MIN_BLOCKS * _NEARLY_FULL_MOST_KEYS:
-            most_keys = _NEARLY_FULL_MOST_KEYS  # else a short cache: at most 128 keys a tile
+        _, stage_bytes, stages = NEARLY_FULL_GRID[cls]
+        if cache_keys is None or cache_keys >= NEARLY_FULL_MIN_BLOCKS * NEARLY_FULL_MOST_KEYS:
+            most_keys = NEARLY_FULL_MOST_KEYS  # else a short cache: at most 128 keys a tile
     elif programs_per_sm is not None and low <= programs_per_sm <= high:
-        stage_bytes, stages = _WIDE_TILES.get(cls, (stage_bytes, stages))
+        stage_bytes, stages = WIDE_TILES.get(cls, (stage_bytes, stages))
         stage_bytes, stages = _short_row_tiles(stage_bytes, stages, head_dim, size, paged, cls)
-    elif keys_per_split is not None and not (paged and captured) and cls in _SPLIT_TILES:
-        split_bytes, split_stages = _short_row_tiles(*_SPLIT_TILES[cls], head_dim, size, paged,
+    elif keys_per_split is not None and not (paged and captured) and cls in SPLIT_RANGE_TILES:
+        split_bytes, split_stages = _short_row_tiles(*SPLIT_RANGE_TILES[cls], head_dim, size, paged,
                                                      cls)
-        if keys_per_split >= _SPLIT_MIN_BLOCKS * _keys_per_block(split_bytes, head_dim, size):
+        if keys_per_split >= SPLIT_RANGE_MIN_BLOCKS * _keys_per_block(split_bytes, head_dim, size):
             stage_bytes, stages = split_bytes, split_stages
     return DecodeConfig(_keys_per_block(stage_bytes, head_dim, size, most_keys), 4, stages,
                         one_launch=not captured)
@@ -1026,19 +1063,19 @@ def decode_config(head_dim: int, dtype: torch.dtype,
 
 def _short_rows(head_dim: int, size: int, paged: bool) -> bool:
     """Whether a call reads contiguous 16-bit rows of K and V of 128 bytes (``D = 64``), the
-    rows :data:`_SHORT_ROW_TILES` and :data:`_SHORT_ROW_SPLITS` were measured on."""
+    rows :data:`SHORT_ROW_TILES` and :data:`SHORT_ROW_SPLITS` were measured on."""
     return head_dim * size == 128 and size == 2 and not paged
 
 
 def _short_row_tiles(stage_bytes: int, stages: int, head_dim: int, size: int, paged: bool,
                      cls: int) -> tuple[int, int]:
-    """``(stage_bytes, stages)``, or :data:`_SHORT_ROW_TILES` in their place where a contiguous
+    """``(stage_bytes, stages)``, or :data:`SHORT_ROW_TILES` in their place where a contiguous
     16-bit call's rows of K and V are 128 bytes and the 128-key cap of a tile would leave it
     fewer bytes than ``stage_bytes`` (64 KB of such rows is 256 keys), on a GPU class
     measured."""
     capped = 2 * head_dim * size * _keys_per_block(stage_bytes, head_dim, size) < stage_bytes
     if capped and _short_rows(head_dim, size, paged):
-        return _SHORT_ROW_TILES.get(cls, (stage_bytes, stages))
+        return SHORT_ROW_TILES.get(cls, (stage_bytes, stages))
     return stage_bytes, stages
 
 
@@ -1051,7 +1088,7 @@ def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_di
                  paged: bool = False) -> float:
     """Programs of the unsplit grid per SM from which :func:`decode_attention` does not split the
     keys by default: below one for contiguous float16 and bfloat16 calls of a head dim in
-    :data:`_NEARLY_FULL_HEAD_DIMS` on a GPU class in :data:`_NEARLY_FULL_GRID` (which then load
+    :data:`NEARLY_FULL_HEAD_DIMS` on a GPU class in :data:`NEARLY_FULL_GRID` (which then load
     bigger tiles, :func:`decode_config`), else one (:func:`choose_num_splits`: every SM has a
     program). ``paged`` means the keys wait for each entry of a block table; a paged call whose
     programs hold their table row (:data:`HELD_TABLE_PAGES`) is asked as a contiguous one.
@@ -1065,9 +1102,9 @@ def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_di
     >>> unsplit_from((8, 0), torch.bfloat16, 128), unsplit_from((9, 0), torch.float32, 128)
     (1.0, 1.0)
     """
-    nearly_full = _NEARLY_FULL_GRID.get(gpu_class(capability)) if capability else None
+    nearly_full = NEARLY_FULL_GRID.get(gpu_class(capability)) if capability else None
     if (nearly_full is None or paged or dtype == torch.float32
-            or head_dim not in _NEARLY_FULL_HEAD_DIMS):
+            or head_dim not in NEARLY_FULL_HEAD_DIMS):
         return 1.0
     return nearly_full[0]
 
@@ -1076,7 +1113,7 @@ def paged_range_tiles(config: DecodeConfig, keys_per_split: int,
                       capability: tuple[int, int] | None) -> DecodeConfig:
     """``config`` for a paged call that merges with the merge kernel and whose ranges hold
     ``keys_per_split`` keys: with half the keys a tile (at least 16) where a range would hold
-    fewer than :data:`_PAGED_MIN_BLOCKS` iterations on a GPU class measured, else unchanged.
+    fewer than :data:`PAGED_MIN_BLOCKS` iterations on a GPU class measured, else unchanged.
 
     Examples
     --------
@@ -1086,7 +1123,7 @@ def paged_range_tiles(config: DecodeConfig, keys_per_split: int,
     >>> paged_range_tiles(config, 128, (9, 0)).block_n, paged_range_tiles(config, 64, (8, 0))[0]
     (64, 64)
     """
-    min_blocks = _PAGED_MIN_BLOCKS.get(gpu_class(capability)) if capability else None
+    min_blocks = PAGED_MIN_BLOCKS.get(gpu_class(capability)) if capability else None
     if min_blocks and keys_per_split < min_blocks * config.block_n and config.block_n >= 32:
         return config._replace(block_n=config.block_n // 2)
     return config
@@ -1102,7 +1139,7 @@ def default_launch(batch: int, heads: int, head_dim: int, capacity: int, dtype: 
     given ``page_size``, paged (``capacity`` is then ``block_table.shape[1] * page_size``), on
     ``device`` (default the current one), being ``captured`` into a CUDA graph or not. Passed
     back to :func:`decode_attention` they launch the same kernels; several rules choose the
-    splits with the tiles (:func:`fullest_wave_plan`, :data:`_SHORT_ROW_SPLITS`), so the config
+    splits with the tiles (:func:`fullest_wave_plan`, :data:`SHORT_ROW_SPLITS`), so the config
     alone may not. The config is :func:`decode_config`'s tiles for the programs an SM and, where
     the call splits the keys, for its ranges, merging in one launch unless ``captured`` (a grid
     of many programs an SM cut into ranges to fill its last wave merges with the merge kernel
@@ -1232,12 +1269,12 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2,
 
 
 def last_wave_splits(programs: int, sms: int, resident: int,
-                     most: int = _LAST_WAVE_MOST_SPLITS) -> int:
+                     most: int = LAST_WAVE_MOST_SPLITS) -> int:
     """How many ranges (2 to ``most``) to cut every row's keys into so the grid's last wave is
     the fullest: ``programs`` of the unsplit grid, ``sms`` SMs each holding ``resident``
     programs at once. A grid of ``n`` waves (``programs * splits / (resident * sms)``) runs
     ``ceil(n)`` of them, the last one partly empty; this picks the splits with the largest
-    ``n / ceil(n)`` (:func:`last_wave_fill`), the fewest where two tie (:data:`_LAST_WAVE_GRID`).
+    ``n / ceil(n)`` (:func:`last_wave_fill`), the fewest where two tie (:data:`LAST_WAVE_GRID`).
 
     Examples
     --------
@@ -1274,7 +1311,7 @@ def fullest_wave_tiles(programs: int, sms: int, tiles: tuple[tuple[int, int, int
     """The tiles, of ``tiles`` (``(stage bytes, stages, programs an SM)``, the usual ones first),
     that an unsplit grid of ``programs`` on ``sms`` SMs runs: the usual tiles while the grid fits
     in one wave of them, else those whose last wave is the fullest (:func:`last_wave_fill`), the
-    first on a tie (:data:`_FULLEST_WAVE_TILES`).
+    first on a tie (:data:`FULLEST_WAVE_TILES`).
 
     Examples
     --------
@@ -1292,16 +1329,16 @@ def fullest_wave_tiles(programs: int, sms: int, tiles: tuple[tuple[int, int, int
 
 
 def fullest_wave_plan(programs: int, sms: int, tiles: tuple[tuple[int, int, int], ...],
-                      most: int = _LAST_WAVE_MOST_SPLITS, gain: float = _WAVE_SPLIT_GAIN,
+                      most: int = LAST_WAVE_MOST_SPLITS, gain: float = WAVE_SPLIT_GAIN,
                       one_wave: bool = True) -> tuple[tuple[int, int, int], int]:
     """The tiles, of ``tiles`` (as :func:`fullest_wave_tiles` takes them), and the ranges of
     every row's keys (1 to ``most``) that a grid of ``programs`` unsplit on ``sms`` SMs runs
     with: :func:`fullest_wave_tiles`'s tiles unsplit, unless some tiles cut into 2 to ``most``
     ranges (``programs * ranges`` programs) fill their last wave (:func:`last_wave_fill`) more
     than ``gain`` fuller; then those of the fullest last wave, the fewest ranges and then the
-    first tiles on a tie (:data:`_WAVE_SPLIT_GAIN`). With ``one_wave`` a grid that fits in one
+    first tiles on a tie (:data:`WAVE_SPLIT_GAIN`). With ``one_wave`` a grid that fits in one
     wave of the usual tiles keeps them unsplit; without it such a grid is weighed as any other,
-    its one wave's fill against the tiles and ranges (:data:`_ENTRIES_FILL_ONE_WAVE`).
+    its one wave's fill against the tiles and ranges (:data:`ENTRIES_FILL_ONE_WAVE`).
 
     Examples
     --------
@@ -1763,8 +1800,8 @@ class _DecodePlan(NamedTuple):
     ``(B, H, Lq, D)``, the configuration, ``BLOCK_M``, the row blocks, the splits, whether the
     split kernel merges, its counters, the key of the buffers the call keeps
     (:func:`_decode_buffers`), whether the merge kernel is a programmatic dependent launch
-    (:data:`_DEPENDENT_MERGE`), the pipeline depth of the split kernel's masked loop
-    (:data:`_TAIL_STAGES`; ``None``: the kernel's), and for a paged call whose programs hold
+    (:data:`DEPENDENT_MERGE`), the pipeline depth of the split kernel's masked loop
+    (:data:`TAIL_LOOP_STAGES`; ``None``: the kernel's), and for a paged call whose programs hold
     their table row the row's width in the kernel (``TABLE_TILE``, a power of two; 0: the
     entries are read as the keys need them, :func:`held_table_pages`). The kernels address the
     buffers a call allocates (``out`` ``(B, H, Lq, D)``, its lse ``(B, H, Lq)``, the partials
@@ -1900,20 +1937,20 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     :func:`choose_num_splits` where not given. A call that splits the keys gets
     :func:`decode_config`'s tiles for ranges of that many keys (``keys_per_split``) and, being
     ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
-    tiles. A paged call that merges with the merge kernel aims for :data:`_PAGED_SPLIT_WAVES`
+    tiles. A paged call that merges with the merge kernel aims for :data:`PAGED_SPLIT_WAVES`
     programs an SM, and halves its tiles where its ranges would hold too few iterations
     (:func:`paged_range_tiles`); one that reads its table entry by entry and whose unsplit grid
     already gives every SM a program still splits, with the usual tiles, up to
-    :data:`_PAGED_ENTRY_WAVES` programs an SM; a contiguous one whose unsplit grid gives some SMs
-    two programs and the rest one (:data:`_LAST_WAVE_GRID`) splits into the ranges that fill its
+    :data:`PAGED_ENTRY_WAVES` programs an SM; a contiguous one whose unsplit grid gives some SMs
+    two programs and the rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
-    cache is too short for that runs unsplit with :data:`_SHORT_CACHE_TILES`. An unsplit
+    cache is too short for that runs unsplit with :data:`SHORT_CACHE_TILES`. An unsplit
     16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest
-    (:func:`fullest_wave_tiles`, :data:`_FULLEST_WAVE_TILES`), or, from
-    :data:`_LAST_WAVE_FEWEST_KEYS` keys, the ranges and tiles that fill it fuller by more than
-    :data:`_WAVE_SPLIT_GAIN`, merged by the merge kernel (:func:`fullest_wave_plan`). A
+    (:func:`fullest_wave_tiles`, :data:`FULLEST_WAVE_TILES`), or, from
+    :data:`LAST_WAVE_FEWEST_KEYS` keys, the ranges and tiles that fill it fuller by more than
+    :data:`WAVE_SPLIT_GAIN`, merged by the merge kernel (:func:`fullest_wave_plan`). A
     contiguous 16-bit call at ``D = 64`` that splits and is captured aims for four programs an
-    SM, its tiles by how long a range is (:data:`_SHORT_ROW_SPLITS`). A paged call
+    SM, its tiles by how long a range is (:data:`SHORT_ROW_SPLITS`). A paged call
     (``page_size`` tokens a page; 0: contiguous) holds its table row where the table is narrow
     enough (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
     split the keys it takes the contiguous call's tiles, and splits where that call would.
@@ -1921,7 +1958,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
     paged = page_size > 0
-    paged_waves = _PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
+    paged_waves = PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
     pages = capacity // page_size if paged else 0
     table_tile = next_power_of_2(pages) if 0 < pages <= held_table_pages(capability) else 0
     if config is not None:
@@ -1935,19 +1972,19 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, base,
                      full_from=full_from)
     # where the wave rules were measured: 16-bit, their head dims, programs of few rows
-    wave_measured = (dtype != torch.float32 and D in _WAVE_RULE_HEAD_DIMS
-                     and plan.block_m <= _WAVE_RULE_ROWS)
-    last_wave = _LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
-    short_cache = _SHORT_CACHE_TILES.get(gpu_class(capability)) if capability else None
+    wave_measured = (dtype != torch.float32 and D in WAVE_RULE_HEAD_DIMS
+                     and plan.block_m <= WAVE_RULE_ROWS)
+    last_wave = LAST_WAVE_GRID.get(gpu_class(capability)) if capability else None
+    short_cache = SHORT_CACHE_TILES.get(gpu_class(capability)) if capability else None
     last_wave_grid = (last_wave and wave_measured and not entries and num_splits is None
                       and plan.num_splits == 1 and 1 <= per_sm <= last_wave[0])
-    if last_wave_grid and short_cache and capacity < _LAST_WAVE_FEWEST_KEYS:
+    if last_wave_grid and short_cache and capacity < LAST_WAVE_FEWEST_KEYS:
         # the same grid with too short a cache to split: half the bytes, one more stage
         tiles = base._replace(block_n=_keys_per_block(short_cache[0], D, dtype.itemsize),
                               num_stages=short_cache[1])
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
-    if last_wave_grid and capacity >= _LAST_WAVE_FEWEST_KEYS:
+    if last_wave_grid and capacity >= LAST_WAVE_FEWEST_KEYS:
         # some SMs hold two programs, the rest one: ranges that fill the last wave
         splits = last_wave_splits(B * H_kv * plan.row_blocks, sm_count(device), last_wave[1])
         tiles = (decode_config(D, dtype, capability, paged, captured) if paged else
@@ -1955,7 +1992,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                                keys_per_split=cdiv(capacity, splits)))
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
-    entry_waves = _paged_rule(_PAGED_ENTRY_WAVES, capability)
+    entry_waves = _paged_rule(PAGED_ENTRY_WAVES, capability)
     if entries and num_splits is None and plan.num_splits == 1 and entry_waves:
         # a grid of one or more programs an SM waiting on every entry: more programs
         tiles = decode_config(D, dtype, capability, paged, captured)
@@ -1963,20 +2000,20 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
                          entry_waves)
         if more.num_splits > 1:
             return _finished_plan(more, table_tile, page_size, B * H_kv, capability, device)
-    wave_tiles = _FULLEST_WAVE_TILES.get(gpu_class(capability), {}) if capability else {}
+    wave_tiles = FULLEST_WAVE_TILES.get(gpu_class(capability), {}) if capability else {}
     if (paged in wave_tiles and wave_measured and (not paged or H == H_kv)
-            and plan.num_splits == 1 and per_sm > _WIDE_PROGRAMS[1]):
+            and plan.num_splits == 1 and per_sm > WIDE_PROGRAMS[1]):
         # many programs an SM: the tiles, and ranges, whose last wave is the fullest
-        most = (_LAST_WAVE_MOST_SPLITS if num_splits is None
-                and capacity >= _LAST_WAVE_FEWEST_KEYS else 1)
+        most = (LAST_WAVE_MOST_SPLITS if num_splits is None
+                and capacity >= LAST_WAVE_FEWEST_KEYS else 1)
         (stage_bytes, stages, _), splits = fullest_wave_plan(
             B * H_kv * plan.row_blocks, sm_count(device), wave_tiles[paged], most,
-            one_wave=not (entries and _ENTRIES_FILL_ONE_WAVE))
+            one_wave=not (entries and ENTRIES_FILL_ONE_WAVE))
         tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
                               num_stages=stages, one_launch=base.one_launch and splits == 1)
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
-    short_rows = _SHORT_ROW_SPLITS.get(gpu_class(capability)) if capability else None
+    short_rows = SHORT_ROW_SPLITS.get(gpu_class(capability)) if capability else None
     if (short_rows and captured and plan.num_splits > 1
             and _short_rows(D, dtype.itemsize, paged)):
         # rows of 128 bytes: more programs an SM, tiles by how long a range is
@@ -1985,7 +2022,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         fine = base._replace(block_n=block_n // 2, num_stages=stages, one_launch=False)
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, fine, waves,
                          full_from)
-        if cdiv(capacity, plan.num_splits) >= _SPLIT_MIN_BLOCKS * block_n:
+        if cdiv(capacity, plan.num_splits) >= SPLIT_RANGE_MIN_BLOCKS * block_n:
             plan = plan._replace(config=fine._replace(block_n=block_n))
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     if plan.num_splits > 1:  # the tiles, merge and splits of a call that splits the keys
@@ -2009,14 +2046,14 @@ def _finished_plan(plan: _DecodePlan, table_tile: int, page_size: int, heads: in
     pages of ``page_size`` tokens (0: contiguous): the table row held (``table_tile``), and the
     tiles' pages interleaved where they hold several whole pages and the grid (``heads`` cache
     heads of all sequences) has at most :func:`interleave_pages_per_sm` programs an SM; and the
-    pipeline depth of its masked loop (:data:`_TAIL_STAGES`, for a grid of at most
-    :data:`_TAIL_MOST_PER_SM` programs an SM)."""
+    pipeline depth of its masked loop (:data:`TAIL_LOOP_STAGES`, for a grid of at most
+    :data:`TAIL_MOST_PER_SM` programs an SM)."""
     block_n = plan.config.block_n
     programs = plan.num_splits * heads * plan.row_blocks
     interleave = (0 < page_size < block_n and block_n % page_size == 0
                   and programs <= interleave_pages_per_sm(capability) * sm_count(device))
-    few = programs <= _TAIL_MOST_PER_SM * sm_count(device)
-    tail_stages = _TAIL_STAGES.get(gpu_class(capability)) if capability and few else None
+    few = programs <= TAIL_MOST_PER_SM * sm_count(device)
+    tail_stages = TAIL_LOOP_STAGES.get(gpu_class(capability)) if capability and few else None
     return plan._replace(table_tile=table_tile, interleave_pages=interleave,
                          tail_stages=tail_stages)
 
@@ -2040,7 +2077,7 @@ def _plan_for(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     buffers = (f"decode buffers: out {B}x{H}x{Lq}x{D}, {num_splits} splits, "
                f"{counters if one_launch else 0} counters")
     dependent = (num_splits > 1 and not one_launch and not INTERPRETED
-                 and gpu_class(compute_capability(device)) in _DEPENDENT_MERGE)
+                 and gpu_class(compute_capability(device)) in DEPENDENT_MERGE)
     return _DecodePlan((B, H, Lq, D), config, block_m, row_blocks, num_splits, one_launch,
                        counters, buffers, dependent_merge=dependent)
 

@@ -114,3 +114,39 @@ def test_valid_nbformat(path):
     """Jupyter opens the file: markdown cells carry no outputs, every field is nbformat's."""
     nbformat = pytest.importorskip("nbformat")
     nbformat.validate(nbformat.read(path, as_version=4))
+
+
+def private_names() -> set[str]:
+    """The module-level names of ``teachkit`` that start with one underscore: what a module
+    keeps to itself, so what the prose must not send a learner to."""
+    import ast
+
+    names = set()
+    for path in (ROOT / "teachkit").rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            targets = [node] if isinstance(node, ast.FunctionDef | ast.ClassDef) else (
+                node.targets if isinstance(node, ast.Assign)
+                else [node.target] if isinstance(node, ast.AnnAssign) else [])
+            for target in targets:
+                name = getattr(target, "name", None) or getattr(target, "id", None)
+                if name and name.startswith("_") and not name.startswith("__"):
+                    names.add(name)
+    return names
+
+
+PROSE = [*NOTEBOOKS, ROOT / "README.md", ROOT / "gpu_checks" / "README.md"]
+
+
+@pytest.mark.parametrize("path", PROSE, ids=lambda p: p.name[:2] if p.suffix == ".ipynb"
+                         else str(p.relative_to(ROOT)))
+def test_the_prose_names_no_private_name_of_teachkit(path):
+    """A name the text points a learner to is public: the code taught is the code shipped."""
+    if path.suffix == ".ipynb":
+        texts = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                 if c["cell_type"] == "markdown"]
+    else:
+        texts = [path.read_text()]
+    private = private_names()
+    named = sorted({word for text in texts for word in re.findall(r"\b_?\w+", text)
+                    if word in private})
+    assert named == [], f"{path.name} names private {named}: make them public or say it in words"

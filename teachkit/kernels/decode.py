@@ -1290,10 +1290,13 @@ def last_wave_splits(programs: int, sms: int, resident: int,
 
 
 def last_wave_fill(programs: int, places: int) -> float:
-    """How full the last wave of a grid of ``programs`` is, run in waves of ``places`` programs
+    """How fully a grid of ``programs`` fills the waves it runs in, ``places`` programs a wave
     (the SMs times the programs each holds at once): the grid runs ``ceil(programs / places)``
-    waves and fills ``programs`` of their places, ``n / ceil(n)`` for ``n`` waves: 1 when the
-    waves come out whole. Worked out as one division of whole numbers, so grids that fill their
+    waves and uses ``programs`` of their places, ``n / ceil(n)`` for ``n`` waves: 1 when the
+    waves come out whole. Only the last wave can be short of full, and it lasts as long as a full
+    one, so this is the last wave's loss spread over the whole grid: the share of the grid's time
+    the places are busy, what the grid's speed follows (for 1.45 waves 0.73, where the last wave
+    alone is 0.45 full). Worked out as one division of whole numbers, so grids that fill their
     waves alike read alike.
 
     Examples

@@ -78,7 +78,7 @@ def _fill(p, n, places):
 def test_last_wave_splits_explains_wrong_answers(wrong, message):
     with pytest.raises(ExerciseFailed, match=message) as info:
         ex09.check_last_wave_splits(wrong)
-    assert "On programs = " in str(info.value) and "the last" in str(info.value)
+    assert "On programs = " in str(info.value) and "places" in str(info.value)
 
 
 def test_last_wave_splits_wants_an_int(unwatched):
@@ -124,7 +124,7 @@ def _fill_tiles(fill):
 def test_fullest_wave_tiles_explains_wrong_answers(wrong, message):
     with pytest.raises(ExerciseFailed, match=message) as info:
         ex09.check_fullest_wave_tiles(wrong)
-    assert "On programs = " in str(info.value) and "the last" in str(info.value)
+    assert "On programs = " in str(info.value) and "places" in str(info.value)
 
 
 def test_fullest_wave_tiles_wants_one_of_the_tiles(unwatched):

@@ -171,9 +171,11 @@ def _split_hint(programs: int, blocks: int, sms: int) -> str:
 
 
 _WAVE_MISTAKES: dict[str, Callable[[int, int, int, int], int]] = {
-    "you measured the last wave by the fractional part of the waves (waves - floor(waves)): a "
-    "grid of exactly two waves then looks empty, though its last wave is full. Divide by the "
-    "waves it runs instead: waves / ceil(waves).":
+    "you measured the last wave alone, by the fractional part of the waves (waves - "
+    "floor(waves)): a grid of exactly two waves then looks empty, and 1.5 waves beat 2.4, though "
+    "each range's work shrinks as ranges are added and 2.4 waves of it end sooner. Every wave "
+    "lasts as long as a full one, so divide by the waves the grid runs: waves / ceil(waves), "
+    "the share of their places it fills.":
         lambda p, s, r, m: max(range(2, m + 1), key=lambda n: (
             p * n / (r * s) - math.floor(p * n / (r * s)), -n)),
     "on a tie you took the most ranges: take the fewest (each range writes a partial result "
@@ -243,8 +245,8 @@ def check_last_wave_splits(fn: Callable[[int, int, int, int], int]) -> None:
         if got == want:
             continue
         places = resident * sms
-        fills = ", ".join(f"{n} ranges: {programs * n / places:.2f} waves, the last "
-                          f"{last_wave_fill(programs * n, places):.0%} full"
+        fills = ", ".join(f"{n} ranges: {programs * n / places:.2f} waves, "
+                          f"{last_wave_fill(programs * n, places):.0%} of their places"
                           for n in range(2, most + 1))
         raise ExerciseFailed(
             f"On {case}: expected {want} ranges, got {got}.\n  With waves of {places} "
@@ -269,9 +271,10 @@ _TILE_MISTAKES: dict[str, Callable[[int, int, tuple], tuple]] = {
     "on a tie you took the later tiles: keep the first (the usual tiles come first, and the "
     "others must beat them).":
         lambda p, s, t: _picked(p, s, t, lambda x: last_wave_fill(p, x[2] * s), last=True),
-    "you measured the last wave by the fractional part of the waves (waves - floor(waves)): a "
-    "grid of whole waves then looks empty, though its last wave is full. Divide by the waves it "
-    "runs instead.":
+    "you measured the last wave alone, by the fractional part of the waves (waves - "
+    "floor(waves)): a grid of whole waves then looks empty, though its last wave is full. Every "
+    "wave lasts as long as a full one, so divide by the waves the grid runs: waves / "
+    "ceil(waves), the share of their places it fills.":
         lambda p, s, t: _picked(p, s, t, lambda x: p / (x[2] * s) - math.floor(p / (x[2] * s))),
     "you kept the usual tiles past one wave: where their grid overflows a wave, tiles whose last "
     "wave is fuller win. A wave of tiles t is t[2] * sms programs (with sms alone every tile's "
@@ -314,8 +317,8 @@ def _fair_tiles(programs: int, sms: int, tiles: tuple) -> bool:
 
 @exercise(
     "Choose the tiles that fill the last wave",
-    "Does the grid fit in one wave of the usual tiles? If not, how full is the last wave of each "
-    "tile, with tile[2] * sms programs a wave?",
+    "Does the grid fit in one wave of the usual tiles? If not, what share of its waves' places "
+    "does each tile fill, with tile[2] * sms programs a wave?",
     forbid=("teachkit.kernels.decode.fullest_wave_tiles",),
 )
 def check_fullest_wave_tiles(fn: Callable[[int, int, tuple], tuple]) -> None:
@@ -332,8 +335,9 @@ def check_fullest_wave_tiles(fn: Callable[[int, int, tuple], tuple]) -> None:
         expect(got in tiles, f"On {case}: return one of the tiles, got {got!r}.")
         if got == want:
             continue
-        fills = ", ".join(f"{t}: {programs / (t[2] * sms):.2f} waves, the last "
-                          f"{last_wave_fill(programs, t[2] * sms):.0%} full" for t in tiles)
+        fills = ", ".join(f"{t}: {programs / (t[2] * sms):.2f} waves, "
+                          f"{last_wave_fill(programs, t[2] * sms):.0%} of their places"
+                          for t in tiles)
         raise ExerciseFailed(
             f"On {case}: expected {want}, got {got}.\n  {fills}."
             + _slip(_TILE_MISTAKES, got, programs, sms, tiles))
@@ -460,11 +464,12 @@ def check_fullest_wave_plan(fn: Callable[[int, int, tuple, int, float], tuple]) 
             continue
         kept = fullest_wave_tiles(programs, sms, tiles)
         fills = "; ".join(
-            f"{t} in {n}: the last {last_wave_fill(programs * n, t[2] * sms):.0%} full"
+            f"{t} in {n}: {last_wave_fill(programs * n, t[2] * sms):.0%} of the places"
             for n in range(2, most + 1) for t in tiles)
         raise ExerciseFailed(
-            f"On {case}: expected {want}, got {got}.\n  Unsplit the pick {kept} fills the last "
-            f"of its waves {last_wave_fill(programs, kept[2] * sms):.0%}; in ranges: {fills}."
+            f"On {case}: expected {want}, got {got}.\n  Unsplit the pick {kept} fills "
+            f"{last_wave_fill(programs, kept[2] * sms):.0%} of its waves' places; in ranges: "
+            f"{fills}."
             + _slip(_PLAN_MISTAKES, got, programs, sms, tiles, most, gain))
 
 

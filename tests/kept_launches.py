@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from teachkit.device import INTERPRETED
+from teachkit.device import INTERPRETED, ON_GPU
 
 
 class InterpretedReplay:
@@ -49,6 +49,15 @@ class InterpretedReplay:
         leading = [value if layout is None else self.at(value, *layout)
                    for value, layout in zip(values, self.layouts, strict=True)]
         self.kernel[self.grid](*leading, *self.rest, **self.kwargs)
+
+
+def launches_through(*kernels) -> int:
+    """Launches of ``kernels`` through Triton's path so far: the launch cache's on a GPU; under
+    the interpreter, minus the stand-ins' launches (a kept call makes none through it, and only
+    the stand-ins count there)."""
+    if ON_GPU:
+        return sum(k.run.hits + k.run.misses for k in kernels)
+    return -InterpretedReplay.made
 
 
 def outputs(result) -> tuple:

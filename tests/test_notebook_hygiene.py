@@ -7,6 +7,7 @@ timestamps (which churn every cell on every run) and print no machine paths.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -116,7 +117,8 @@ def test_valid_nbformat(path):
     nbformat.validate(nbformat.read(path, as_version=4))
 
 
-def private_names() -> set[str]:
+@functools.cache
+def private_names() -> frozenset[str]:
     """The module-level names of ``teachkit`` that start with one underscore: what a module
     keeps to itself, so what the prose must not send a learner to."""
     import ast
@@ -131,7 +133,7 @@ def private_names() -> set[str]:
                 name = getattr(target, "name", None) or getattr(target, "id", None)
                 if name and name.startswith("_") and not name.startswith("__"):
                     names.add(name)
-    return names
+    return frozenset(names)
 
 
 PROSE = [*NOTEBOOKS, ROOT / "README.md", ROOT / "gpu_checks" / "README.md"]

@@ -304,9 +304,10 @@ def test_wait_constants_follow_the_row_length():
     """The L2 prefetch and the pauses between polls start at the configuration's row lengths,
     never under the interpreter (they are PTX), and not at all when the configuration says so."""
     config = ks.RESIDENT_CONFIGS[4]
-    assert ks.wait_constants(config, 63, (9, 0)) == {"L2_PREFETCH": False, "BACKOFF": False}
-    assert ks.wait_constants(config, 64, (7, 5)) == {"L2_PREFETCH": True, "BACKOFF": False}
+    assert ks.wait_constants(config, 255, (9, 0)) == {"L2_PREFETCH": False, "BACKOFF": False}
     assert ks.wait_constants(config, 256, (8, 9)) == {"L2_PREFETCH": True, "BACKOFF": True}
+    early = config._replace(l2_prefetch_from=64)
+    assert ks.wait_constants(early, 64, (7, 5)) == {"L2_PREFETCH": True, "BACKOFF": False}
     assert ks.wait_constants(config, 4096, None) == {"L2_PREFETCH": False, "BACKOFF": False}
     idle = config._replace(l2_prefetch_from=None, backoff_from=None)
     assert ks.wait_constants(idle, 4096, (9, 0)) == {"L2_PREFETCH": False, "BACKOFF": False}

@@ -646,7 +646,7 @@ class ResidentConfig(NamedTuple):
     max_registers: int | None = None
     words: bool = False
     cvt_x2: bool = True
-    l2_prefetch_from: int | None = 64
+    l2_prefetch_from: int | None = 256
     backoff_from: int | None = 256
 
 
@@ -656,9 +656,11 @@ RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
 columns. float32: 8192 columns per program, float32 weights kept. float16 and bfloat16: 16384
 columns per program, kept as the input's words. Both: four programs of four warps a
 multiprocessor, capped at 120 registers a thread (128 would be allowed; 120 was timed). The
-L2 prefetch from 64 chunks a row and the pauses between polls from 256 were timed on an H200
-(``gpu_checks/resident_wait_gpu.py``): below those the kernel waits only briefly, and the same
-instructions cost more than they save."""
+L2 prefetch and the pauses between polls, both from 256 chunks a row, were timed on an H100 and
+an H200 (``gpu_checks/resident_wait_gpu.py``): together they gain on both GPUs on rows of 256
+and 512 chunks, and on rows of 64 and 128 chunks (1M columns) the prefetch cost the H100 6-10
+points of the copy rate where it gained the H200 0.5-3. On shorter rows the kernel waits only
+briefly, and the same instructions cost more than they save."""
 UNPAIRED_CONFIG = RESIDENT_CONFIGS[4]
 """For float16 and bfloat16 rows that :func:`resident_words_kernel` cannot read as words (an odd
 number of columns, such as a vocabulary of 50257, or rows starting at odd elements): float32's
@@ -730,7 +732,9 @@ def wait_constants(config: ResidentConfig, g: int, capability: tuple[int, int] |
     (``capability=None``), which runs no PTX.
 
     >>> wait_constants(RESIDENT_CONFIGS[4], 128, (9, 0))
-    {'L2_PREFETCH': True, 'BACKOFF': False}
+    {'L2_PREFETCH': False, 'BACKOFF': False}
+    >>> wait_constants(RESIDENT_CONFIGS[4], 512, (9, 0))
+    {'L2_PREFETCH': True, 'BACKOFF': True}
     >>> wait_constants(RESIDENT_CONFIGS[4], 512, None)
     {'L2_PREFETCH': False, 'BACKOFF': False}
     """

@@ -300,6 +300,37 @@ def test_entry_point_takes_resident_rows_where_they_were_measured_faster(gen, mo
                       ks.UNPAIRED_CONFIG] if teachkit.ON_GPU else ["split"] * 4)
 
 
+def test_long_rows_take_the_long_row_configuration():
+    """From ``LONG_ROW_FROM`` columns a row runs in ``LONG_ROW_CONFIGS`` (16-bit rows as words
+    where they can be read so), shorter ones in ``RESIDENT_CONFIGS``."""
+    for dtype in (torch.float32, torch.bfloat16):
+        size = dtype.itemsize
+        start = ks.LONG_ROW_FROM[size]
+        for cols, want in ((start - 2, ks.RESIDENT_CONFIGS[size]),
+                           (start, ks.LONG_ROW_CONFIGS[size])):
+            x = torch.empty(1, cols, dtype=dtype)
+            assert ks.resident_config(x, torch.empty_like(x)) == want
+    odd = torch.empty(1, ks.LONG_ROW_FROM[2] + 1, dtype=torch.bfloat16)
+    assert ks.resident_config(odd, torch.empty_like(odd)) == ks.UNPAIRED_CONFIG
+    for config in ks.LONG_ROW_CONFIGS.values():  # both ways of waiting from the first chunk
+        assert ks.wait_constants(config, 1, (9, 0)) == {"L2_PREFETCH": True, "BACKOFF": True}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_row_configurations_give_torch_s_softmax(dtype, gen):
+    """``LONG_ROW_CONFIGS`` as shipped (16384 float32 columns a program; 32768 bfloat16 ones
+    kept as words) on rows of three chunks, the last ragged, more rows than a round takes; a
+    masked stretch and a row of -inf (NaN, as torch gives)."""
+    config = ks.LONG_ROW_CONFIGS[dtype.itemsize]
+    x = randn(5, 3 * config.chunk - 100, gen=gen, scale=10).to(DEV, dtype)
+    x[1, 1000:config.chunk + 7] = -INF
+    x[3] = -INF
+    y = ks.softmax_resident(x, config=config)
+    keep = torch.tensor([True, True, True, False, True])
+    assert y.dtype == dtype and torch.isnan(y[3]).all()
+    assert relative_error(y[keep], ref(x)[keep]) < RTOL[dtype]
+
+
 def test_wait_constants_follow_the_row_length():
     """The L2 prefetch and the pauses between polls start at the configuration's row lengths,
     never under the interpreter (they are PTX), and not at all when the configuration says so."""

@@ -238,12 +238,15 @@ def softmax_launch_configs() -> list[KernelConfig]:
                 {"CHUNK": chunk, "BLOCK": 2048, "BLOCK_P": 1024}, 8))
     configs.append(resident_launch_config(sk.RESIDENT_CONFIGS[4], "fp32",
                                           {"G": 256, "G_POW2": 256}))
+    long = resident_launch_config(sk.LONG_ROW_CONFIGS[4], "fp32", {"G": 256, "G_POW2": 256})
+    configs.append(replace(long, name=f"{long.name} long rows"))  # softmax's from LONG_ROW_FROM
     for x2 in (False, True):  # the GPUs without cvt.rn.bf16x2.f32 (the T4), then those with it
         capabilities = tuple(cls for cls, capability in GPU_CLASSES.items()
                              if sk.cvt_x2(capability) == x2)
-        words = resident_launch_config(sk.RESIDENT_CONFIGS[2], "bf16", {"G": 256, "G_POW2": 256},
-                                       capability=capabilities[0])
-        configs.append(replace(words, capabilities=capabilities))
+        for config, rows in ((sk.RESIDENT_CONFIGS[2], ""), (sk.LONG_ROW_CONFIGS[2], " long rows")):
+            words = resident_launch_config(config, "bf16", {"G": 256, "G_POW2": 256},
+                                           capability=capabilities[0])
+            configs.append(replace(words, name=words.name + rows, capabilities=capabilities))
     configs.append(replace(resident_launch_config(sk.UNPAIRED_CONFIG, "bf16",
                                                   {"G": 256, "G_POW2": 256}),
                            name=f"resident bf16 CHUNK={sk.UNPAIRED_CONFIG.chunk} G=256 unpaired"))

@@ -55,6 +55,8 @@ __all__ = [
     "EMPTY_SLOT",
     "FUSED_MAX_COLS",
     "FUSED_REPLAYS",
+    "LONG_ROW_CONFIGS",
+    "LONG_ROW_FROM",
     "MAX_SPIN",
     "REGISTERS_PER_SM",
     "RESIDENT_CONFIGS",
@@ -661,6 +663,24 @@ an H200 (``gpu_checks/resident_wait_gpu.py``): together they gain on both GPUs o
 and 512 chunks, and on rows of 64 and 128 chunks (1M columns) the prefetch cost the H100 6-10
 points of the copy rate where it gained the H200 0.5-3. On shorter rows the kernel waits only
 briefly, and the same instructions cost more than they save."""
+LONG_ROW_CONFIGS = {4: ResidentConfig(16384, 8, 2, max_registers=120, l2_prefetch_from=1,
+                                       backoff_from=1),
+                    2: ResidentConfig(32768, 8, 2, max_registers=120, words=True,
+                                      l2_prefetch_from=1, backoff_from=1)}
+"""By element size, the configuration of rows from :data:`LONG_ROW_FROM` columns: twice the
+columns a program and half the programs a multiprocessor of :data:`RESIDENT_CONFIGS` (two of
+eight warps), so a row spans half the chunks and its programs wait for half the pairs, with
+both ways of waiting on from the first chunk. Both hold rows as long as the table's (half the
+programs, each with twice the columns). Timed beside the table's configuration on an H100
+(``gpu_checks/resident_long_gpu.py``, record ``softmax_resident_long_nvidia_h100``, % of the
+copy bandwidth): float32 rows of 1M and 1.25M columns read faster in the table's (88.8 % and
+85.7 % against 80.4 % and 81.3 %), rows of 1.5M to 4M in these (84.2, 79.9, 81.9 and 75.2 %
+against 80.2, 76.8, 74.7 and 70.9 %); bfloat16 rows of 2M and 4M read alike or faster in the
+table's (81.2 and 75.5 % against 77.8 and 76.4 %), rows of 8M in these (74.8 % against 69.8).
+Not timed on an H200."""
+LONG_ROW_FROM = {4: 3 << 19, 2: 1 << 23}
+"""By element size, the columns from which :func:`resident_config` takes
+:data:`LONG_ROW_CONFIGS`: 1.5M in float32 (192 chunks of the table's), 8M in 16 bits (512)."""
 UNPAIRED_CONFIG = RESIDENT_CONFIGS[4]
 """For float16 and bfloat16 rows that :func:`resident_words_kernel` cannot read as words (an odd
 number of columns, such as a vocabulary of 50257, or rows starting at odd elements): float32's
@@ -813,9 +833,12 @@ def resident_fits(n_cols: int, dtype: torch.dtype, device: int,
 
 def resident_config(x2: torch.Tensor, y2: torch.Tensor) -> ResidentConfig:
     """The configuration :func:`softmax` runs the resident kernel in for the rows of ``x2``
-    into ``y2``: :data:`RESIDENT_CONFIGS`'s for the dtype, or :data:`UNPAIRED_CONFIG` for
-    2-byte rows that cannot be read as words (:func:`words_fit`)."""
-    config = RESIDENT_CONFIGS[x2.element_size()]
+    into ``y2``: :data:`RESIDENT_CONFIGS`'s for the dtype, :data:`LONG_ROW_CONFIGS`'s for rows
+    of at least :data:`LONG_ROW_FROM` columns, or :data:`UNPAIRED_CONFIG` for 2-byte rows that
+    cannot be read as words (:func:`words_fit`)."""
+    size = x2.element_size()
+    long_rows = x2.shape[1] >= LONG_ROW_FROM[size]
+    config = (LONG_ROW_CONFIGS if long_rows else RESIDENT_CONFIGS)[size]
     return UNPAIRED_CONFIG if config.words and not words_fit(x2, y2) else config
 
 

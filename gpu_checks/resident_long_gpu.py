@@ -1,0 +1,122 @@
+"""The resident softmax on its longest rows (notebook 06): the table's configuration against the
+long-row one, on a CUDA GPU. Run from the repository root:
+`python gpu_checks/resident_long_gpu.py [--rounds N] [--waits] [--json PATH]`.
+
+A row of the resident kernel is held by as many programs as it has chunks, and they wait for
+each other's ``(m, d)`` pairs. `RESIDENT_CONFIGS` (four programs of four warps a multiprocessor)
+gives a float32 row of 4M columns 512 programs; `LONG_ROW_CONFIGS` gives it half as many, each
+of eight warps holding twice the columns (two a multiprocessor), with the L2 prefetch and the
+pauses between polls on from the first chunk. `softmax` takes the long-row configuration from
+`LONG_ROW_FROM` columns. Here each shape is timed by:
+
+- **split rows**, the two-read split kernels;
+- **table**, `RESIDENT_CONFIGS` for the dtype, waiting as it does (`l2_prefetch_from`,
+  `backoff_from`);
+- **long rows**, `LONG_ROW_CONFIGS`, and with `--waits` the same with neither way of waiting
+  (**long rows, idle**) and with the L2 prefetch alone (**long rows, L2 prefetch**);
+- **entry point**, `softmax`, which picks.
+
+Rows of 1M to 4M columns in float32 and 2M to 8M in bfloat16 (64M elements or so each), each
+provider checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3) in an
+order that reverses each round; plain launches, each after the L2 cache is cleared; a
+measurement is the median of its rounds. GB/s = 2 x tensor bytes / time, printed as a share of
+the copy bandwidth. Each configuration compiles once a row length (a few seconds each): about
+three minutes on an H100, five with `--waits`. With `--json` the figures are saved as a record
+(`softmax_resident_long_<device>.json`). Exits 1 if a result is wrong, 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import teachkit  # noqa: E402  (first: it decides whether Triton interprets)
+
+# isort: split
+import torch  # noqa: E402
+
+from teachkit.kernels import softmax_kernels as sk  # noqa: E402
+
+SHAPES = {"fp32": [(64, 1 << 20), (52, 5 << 18), (48, 3 << 19), (32, 1 << 21), (24, 3 << 20),
+                   (16, 1 << 22)],
+          "bf16": [(32, 1 << 21), (16, 1 << 22), (8, 1 << 23)]}
+"""Rows either side of `LONG_ROW_FROM`: float32 from 1M to 4M columns (1.25M, 1.5M and 3M
+among them), bfloat16 from 2M to 8M."""
+
+
+def providers(dtype: torch.dtype, waits: bool = False) -> dict[str, object]:
+    """Name: a function of the rows, for every provider of the module docstring (the two ways
+    of waiting of the long-row configuration with ``waits``)."""
+    table, long = sk.RESIDENT_CONFIGS[dtype.itemsize], sk.LONG_ROW_CONFIGS[dtype.itemsize]
+    configs = {"table": table, "long rows": long}
+    if waits:
+        configs |= {"long rows, idle": long._replace(l2_prefetch_from=None, backoff_from=None),
+                    "long rows, L2 prefetch": long._replace(backoff_from=None)}
+    found = {"split rows": sk.softmax_split}
+    found |= {name: (lambda x, c=config: sk.softmax_resident(x, config=c))
+              for name, config in configs.items()}
+    return found | {"entry point": sk.softmax}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
+                        help="only these shapes, e.g. fp32:48x1572864 bf16:8x8388608")
+    parser.add_argument("--waits", action="store_true",
+                        help="also the long-row configuration idle and with the L2 prefetch alone")
+    parser.add_argument("--json", default=None, help="save the figures as a record here")
+    args = parser.parse_args(argv)
+    if not teachkit.ON_GPU:
+        print("no CUDA GPU: this script times the resident softmax on a GPU")
+        return 2
+    from tqdm.auto import tqdm
+
+    from teachkit.bench import copy_bandwidth
+    from teachkit.bench.core import DTYPES, save_results
+    from teachkit.bench.softmax import time_softmax_provider
+
+    print(teachkit.describe())
+    copy = copy_bandwidth()
+    print(f"copy bandwidth: {copy:.0f} GB/s")
+    results, ok = [], True
+    jobs = [(dt, shape) for dt, shapes in SHAPES.items() for shape in shapes]
+    if args.shapes:
+        jobs = [(dt, tuple(int(n) for n in shape.split("x")))
+                for dt, shape in (text.split(":") for text in args.shapes)]
+    for dt, (rows, cols) in tqdm(jobs, desc="shapes", mininterval=30):
+        x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
+        calls = {name: fn for name, fn in providers(x.dtype, args.waits).items()
+                 if name in ("split rows", "entry point")
+                 or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
+        rounds: dict[str, list] = {name: [] for name in calls}
+        for r in range(args.rounds):
+            for name in (list(calls) if r % 2 == 0 else list(reversed(calls))):
+                try:
+                    rounds[name].append(time_softmax_provider(name, calls[name], x, dt,
+                                                              tolerance=1e-2))
+                except AssertionError as wrong:
+                    ok = False
+                    tqdm.write(f"WRONG: {wrong}")
+        cells, nbytes = [], 2 * x.numel() * x.element_size()
+        for name, each in rounds.items():
+            if each:
+                ms = statistics.median(m.ms for m in each)
+                results.append(dataclasses.replace(each[0], ms=ms, value=nbytes / ms / 1e6))
+                cells.append(f"{name} {results[-1].value / copy:.1%}")
+        tqdm.write(f"{rows}x{cols} {dt}: " + " | ".join(cells))
+        del x
+        torch.cuda.empty_cache()
+    if args.json:
+        path = save_results(args.json, results, copy_gbps=copy)
+        print(f"results: {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -139,13 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm.auto import tqdm
 
-    from teachkit.bench import copy_bandwidth
-    from teachkit.bench.core import Measurement, save_results, timing_description
+    from teachkit.bench.core import (
+        Measurement,
+        announce_copy_bandwidth,
+        save_results,
+        timing_description,
+    )
     from teachkit.bench.decode import decode_params, decode_problem
 
-    print(teachkit.describe())
-    copy = copy_bandwidth()
-    print(f"copy bandwidth: {copy:.0f} GB/s")
+    copy = announce_copy_bandwidth()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for graph in (False, True):
         print("CUDA-graph replays" if graph else "plain launches")

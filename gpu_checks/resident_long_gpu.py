@@ -71,19 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--waits", action="store_true",
                         help="also the long-row configuration idle and with the L2 prefetch alone")
     parser.add_argument("--json", default=None, help="save the figures as a record here")
+    parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script times the resident softmax on a GPU")
         return 2
     from tqdm.auto import tqdm
 
-    from teachkit.bench import copy_bandwidth
-    from teachkit.bench.core import DTYPES, save_results
+    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
     from teachkit.bench.softmax import time_softmax_provider
 
-    print(teachkit.describe())
-    copy = copy_bandwidth()
-    print(f"copy bandwidth: {copy:.0f} GB/s")
+    copy = announce_copy_bandwidth()
     results, ok = [], True
     jobs = [(dt, shape) for dt, shapes in SHAPES.items() for shape in shapes]
     if args.shapes:
@@ -112,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         tqdm.write(f"{rows}x{cols} {dt}: " + " | ".join(cells))
         del x
         torch.cuda.empty_cache()
-    if args.json:
-        path = save_results(args.json, results, copy_gbps=copy)
-        print(f"results: {path}")
+    finish(args, results, copy_gbps=copy)  # --json: the record
     return 0 if ok else 1
 
 

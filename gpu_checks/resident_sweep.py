@@ -42,14 +42,11 @@ def main() -> int:
         return 2
     import triton.testing
 
-    import teachkit
-    from teachkit.bench import copy_bandwidth
+    from teachkit.bench.core import announce_copy_bandwidth
     from teachkit.compare import relative_error
     from teachkit.kernels import softmax_kernels as sk
 
-    print(teachkit.describe())
-    copy = copy_bandwidth()
-    print(f"copy bandwidth: {copy:.0f} GB/s")
+    copy = announce_copy_bandwidth()
     ok = True
     for dtype in (torch.float32, torch.bfloat16):
         chosen = sk.RESIDENT_CONFIGS[dtype.itemsize]

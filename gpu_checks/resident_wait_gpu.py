@@ -73,6 +73,7 @@ def check_small() -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", default=None, help="save the figures as a record here")
+    parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU:
         print("no CUDA GPU: checking the configurations under Triton's interpreter, timing "
@@ -80,13 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if check_small() else 1
     from tqdm.auto import tqdm
 
-    from teachkit.bench import copy_bandwidth
-    from teachkit.bench.core import save_results
+    from teachkit.bench.core import announce_copy_bandwidth, finish
     from teachkit.bench.softmax import time_softmax_providers
 
-    print(teachkit.describe())
-    copy = copy_bandwidth()
-    print(f"copy bandwidth: {copy:.0f} GB/s")
+    copy = announce_copy_bandwidth()
     results, ok = [], True
     jobs = [(dt, shape) for dt in ("fp32", "bf16") for shape in SHAPES]
     for dt, (rows, cols) in tqdm(jobs, desc="shapes"):
@@ -102,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         ok &= right
         tqdm.write(f"{rows}x{cols} {dt}:{report}")
         del x
-    if args.json:
-        path = save_results(args.json, results, copy_gbps=copy)
-        print(f"results: {path}")
+    finish(args, results, copy_gbps=copy)  # --json: the record
     return 0 if ok else 1
 
 

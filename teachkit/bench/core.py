@@ -39,6 +39,7 @@ from ..device import (
     DEVICE,
     ON_GPU,
     compute_capability,
+    describe,
     device_name,
     fits_or_skip,
     memory_budget,
@@ -264,6 +265,15 @@ def copy_bandwidth(nbytes: int | None = None) -> float:
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src), graph=False)
     return 2 * nbytes / ms / 1e6
+
+
+def announce_copy_bandwidth() -> float:
+    """Print which world this is (:func:`teachkit.device.describe`) and this machine's
+    :func:`copy_bandwidth`, as the GPU scripts begin; return the bandwidth in GB/s."""
+    print(describe())
+    copy = copy_bandwidth()
+    print(f"copy bandwidth: {copy:.0f} GB/s")
+    return copy
 
 
 def matmul_dtype(capability: tuple[int, int] | None = None) -> torch.dtype:

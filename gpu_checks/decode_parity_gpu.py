@@ -77,7 +77,7 @@ def read_call(k: torch.Tensor, v: torch.Tensor, sms: int):
         read_kernel[(grid,)](flat_k, flat_v, out, n // READ_BLOCK, BLOCK=READ_BLOCK, num_warps=8)
         return out
 
-    want = k.float().sum() + v.float().sum()
+    want = k.sum(dtype=torch.float32) + v.sum(dtype=torch.float32)  # no float32 copy of the cache
     got = call().sum()
     if not torch.isclose(got, want, rtol=1e-3, atol=1.0):
         raise AssertionError(f"read kernel summed {got.item()}, torch {want.item()}")
@@ -89,7 +89,7 @@ def time_problem(batch: int, length: int, rounds: int, graph: bool, sms: int,
     """Times in ms of each provider in each round on one problem, and the cache's bytes."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from teachkit.bench.core import time_ms
+    from teachkit.bench.core import interleaved_rounds, time_ms
     from teachkit.compare import relative_error
     from teachkit.kernels import decode_attention
 
@@ -109,10 +109,8 @@ def time_problem(batch: int, length: int, rounds: int, graph: bool, sms: int,
         raise AssertionError(f"B={batch} S={length}: default and cuDNN differ by {err:.3g}")
     calls = {CUDNN: cudnn, DEFAULT: default, READ: read_call(k, v, sms)}
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for r in range(rounds):
-        order = list(calls) if r % 2 == 0 else list(reversed(calls))
-        for name in order:
-            times[name].append(time_ms(calls[name], graph=graph))
+    for name in interleaved_rounds(calls, rounds):
+        times[name].append(time_ms(calls[name], graph=graph))
     return times, 2 * k.numel() * k.element_size()
 
 

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm.auto import tqdm
 
-    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
+    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish, interleaved_rounds
     from teachkit.bench.softmax import time_softmax_provider
 
     copy = announce_copy_bandwidth()
@@ -93,14 +93,13 @@ def main(argv: list[str] | None = None) -> int:
                  if name in ("split rows", "entry point")
                  or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
         rounds: dict[str, list] = {name: [] for name in calls}
-        for r in range(args.rounds):
-            for name in (list(calls) if r % 2 == 0 else list(reversed(calls))):
-                try:
-                    rounds[name].append(time_softmax_provider(name, calls[name], x, dt,
-                                                              tolerance=1e-2))
-                except AssertionError as wrong:
-                    ok = False
-                    tqdm.write(f"WRONG: {wrong}")
+        for name in interleaved_rounds(calls, args.rounds):
+            try:
+                rounds[name].append(time_softmax_provider(name, calls[name], x, dt,
+                                                          tolerance=1e-2))
+            except AssertionError as wrong:
+                ok = False
+                tqdm.write(f"WRONG: {wrong}")
         cells, nbytes = [], 2 * x.numel() * x.element_size()
         for name, each in rounds.items():
             if each:

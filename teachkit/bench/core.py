@@ -28,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -185,6 +185,21 @@ def time_ms(fn: Callable[[], object], warmup: int = 25, rep: int = 100,
         fn()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
+
+
+def interleaved_rounds(names: Iterable[str], rounds: int) -> Iterator[str]:
+    """Each of ``names`` once a round for ``rounds`` rounds, in their order and then in the
+    reverse order, turn about: timed in this order, a slow spell of the GPU or the host falls on
+    all of them alike, and none is always timed first.
+
+    Examples
+    --------
+    >>> list(interleaved_rounds(["a", "b", "c"], 3))
+    ['a', 'b', 'c', 'c', 'b', 'a', 'a', 'b', 'c']
+    """
+    names = list(names)
+    for r in range(rounds):
+        yield from (names if r % 2 == 0 else reversed(names))
 
 
 def _settle(fn: Callable[[], object], ms: int) -> None:

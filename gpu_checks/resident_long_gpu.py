@@ -1,6 +1,6 @@
 """The resident softmax on its longest rows (notebook 06): the table's configuration against the
 long-row one, on a CUDA GPU. Run from the repository root:
-`python gpu_checks/resident_long_gpu.py [--rounds N] [--waits] [--json PATH]`.
+`python gpu_checks/resident_long_gpu.py [--rounds N] [--waits] [--unexchanged] [--json PATH]`.
 
 A row of the resident kernel is held by as many programs as it has chunks, and they wait for
 each other's ``(m, d)`` pairs. `RESIDENT_CONFIGS` (four programs of four warps a multiprocessor)
@@ -14,7 +14,13 @@ pauses between polls on from the first chunk. `softmax` takes the long-row confi
   `backoff_from`);
 - **long rows**, `LONG_ROW_CONFIGS`, and with `--waits` the same with neither way of waiting
   (**long rows, idle**) and with the L2 prefetch alone (**long rows, L2 prefetch**);
-- **entry point**, `softmax`, which picks.
+- **entry point**, `softmax`, which picks;
+- with `--unexchanged`, **table, cut to chunks** and **long rows, cut to chunks**: the same
+  configurations on the same tensor viewed as rows of one chunk each (``rows x cols / chunk``
+  rows of ``chunk`` columns). Each program then reads, holds and writes the same bytes as on the
+  long rows, but its row's only pair is its own, so it waits for no other program: the gap
+  between a configuration and its cut rows is what the exchange costs. These are checked
+  against `torch.softmax` of the cut rows (a softmax of each chunk, not of the long rows).
 
 Rows of 1M to 4M columns in float32 and 2M to 8M in bfloat16 (64M elements or so each), each
 provider checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3) in an
@@ -63,6 +69,16 @@ def providers(dtype: torch.dtype, waits: bool = False) -> dict[str, object]:
     return found | {"entry point": sk.softmax}
 
 
+def cut_to_chunks(name: str, fn, x: torch.Tensor, chunk: int, dtype: str):
+    """``time_softmax_provider`` of ``fn`` on ``x`` viewed as rows of ``chunk`` columns (checked
+    against a softmax of each chunk), recorded under ``x``'s problem with ``name``."""
+    from teachkit.bench.softmax import softmax_params, time_softmax_provider
+
+    cut = time_softmax_provider(name, fn, x.view(-1, chunk), dtype, tolerance=1e-2)
+    return dataclasses.replace(cut, problem=f"{x.shape[0]}x{x.shape[1]}",
+                               params=softmax_params(x.shape[0], x.shape[1], dtype))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -70,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these shapes, e.g. fp32:48x1572864 bf16:8x8388608")
     parser.add_argument("--waits", action="store_true",
                         help="also the long-row configuration idle and with the L2 prefetch alone")
+    parser.add_argument("--unexchanged", action="store_true",
+                        help="also the table's and the long-row configuration on the rows cut "
+                             "to one chunk each, which wait for no other program")
     parser.add_argument("--json", default=None, help="save the figures as a record here")
     parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
@@ -92,9 +111,20 @@ def main(argv: list[str] | None = None) -> int:
         calls = {name: fn for name, fn in providers(x.dtype, args.waits).items()
                  if name in ("split rows", "entry point")
                  or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
+        chunks = {}
+        if args.unexchanged:
+            for name in ("table", "long rows"):
+                config = sk.LONG_ROW_CONFIGS[x.element_size()] if name == "long rows" else \
+                    sk.RESIDENT_CONFIGS[x.element_size()]
+                if name in calls and cols % config.chunk == 0:
+                    chunks[f"{name}, cut to chunks"] = config.chunk
+                    calls[f"{name}, cut to chunks"] = calls[name]
         rounds: dict[str, list] = {name: [] for name in calls}
         for name in interleaved_rounds(calls, args.rounds):
             try:
+                if name in chunks:
+                    rounds[name].append(cut_to_chunks(name, calls[name], x, chunks[name], dt))
+                    continue
                 rounds[name].append(time_softmax_provider(name, calls[name], x, dt,
                                                           tolerance=1e-2))
             except AssertionError as wrong:

@@ -1,6 +1,7 @@
 """The resident softmax on its longest rows (notebook 06): the table's configuration against the
 long-row one, on a CUDA GPU. Run from the repository root:
-`python gpu_checks/resident_long_gpu.py [--rounds N] [--waits] [--unexchanged] [--json PATH]`.
+`python gpu_checks/resident_long_gpu.py [--rounds N] [--waits] [--unexchanged] [--fill-grid]
+[--json PATH]`.
 
 A row of the resident kernel is held by as many programs as it has chunks, and they wait for
 each other's ``(m, d)`` pairs. `RESIDENT_CONFIGS` (four programs of four warps a multiprocessor)
@@ -15,6 +16,11 @@ pauses between polls on from the first chunk. `softmax` takes the long-row confi
 - **long rows**, `LONG_ROW_CONFIGS`, and with `--waits` the same with neither way of waiting
   (**long rows, idle**) and with the L2 prefetch alone (**long rows, L2 prefetch**);
 - **entry point**, `softmax`, which picks;
+- with `--fill-grid`, **table, grid filled** and **long rows, grid filled**: the same
+  configurations launching every program that fits (`fill_grid`), where the shipped ones launch
+  the most whole rows a round: a float32 row of 1.5M or 3M columns is 192 or 384 chunks of the
+  table's, so on 132 multiprocessors a round of whole rows leaves 144 of its 528 programs
+  unlaunched;
 - with `--unexchanged`, **table, cut to chunks** and **long rows, cut to chunks**: the same
   configurations on the same tensor viewed as rows of one chunk each (``rows x cols / chunk``
   rows of ``chunk`` columns). Each program then reads, holds and writes the same bytes as on the
@@ -55,14 +61,19 @@ SHAPES = {"fp32": [(64, 1 << 20), (52, 5 << 18), (48, 3 << 19), (32, 1 << 21), (
 among them), bfloat16 from 2M to 8M."""
 
 
-def providers(dtype: torch.dtype, waits: bool = False) -> dict[str, object]:
+def providers(dtype: torch.dtype, waits: bool = False, fill_grid: bool = False,
+              ) -> dict[str, object]:
     """Name: a function of the rows, for every provider of the module docstring (the two ways
-    of waiting of the long-row configuration with ``waits``)."""
+    of waiting of the long-row configuration with ``waits``, both configurations with every
+    program launched with ``fill_grid``)."""
     table, long = sk.RESIDENT_CONFIGS[dtype.itemsize], sk.LONG_ROW_CONFIGS[dtype.itemsize]
     configs = {"table": table, "long rows": long}
     if waits:
         configs |= {"long rows, idle": long._replace(l2_prefetch_from=None, backoff_from=None),
                     "long rows, L2 prefetch": long._replace(backoff_from=None)}
+    if fill_grid:
+        configs |= {"table, grid filled": table._replace(fill_grid=True),
+                    "long rows, grid filled": long._replace(fill_grid=True)}
     found = {"split rows": sk.softmax_split}
     found |= {name: (lambda x, c=config: sk.softmax_resident(x, config=c))
               for name, config in configs.items()}
@@ -86,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these shapes, e.g. fp32:48x1572864 bf16:8x8388608")
     parser.add_argument("--waits", action="store_true",
                         help="also the long-row configuration idle and with the L2 prefetch alone")
+    parser.add_argument("--fill-grid", action="store_true",
+                        help="also both configurations launching every program that fits")
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the table's and the long-row configuration on the rows cut "
                              "to one chunk each, which wait for no other program")
@@ -108,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 for dt, shape in (text.split(":") for text in args.shapes)]
     for dt, (rows, cols) in tqdm(jobs, desc="shapes", mininterval=30):
         x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
-        calls = {name: fn for name, fn in providers(x.dtype, args.waits).items()
+        calls = {name: fn for name, fn in providers(x.dtype, args.waits, args.fill_grid).items()
                  if name in ("split rows", "entry point")
                  or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
         chunks = {}

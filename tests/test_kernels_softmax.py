@@ -331,6 +331,64 @@ def test_long_row_configurations_give_torch_s_softmax(dtype, gen):
     assert relative_error(y[keep], ref(x)[keep]) < RTOL[dtype]
 
 
+@pytest.mark.parametrize("dtype, words", [(torch.float32, False), (torch.bfloat16, True)])
+def test_resident_grid_filled_past_whole_rows(dtype, words, gen):
+    """``fill_grid``: every program that fits is launched, so with rows of a number of chunks
+    that does not divide the programs (5 for the interpreter's 8 or an H100's 132) a row's
+    chunks fall in two rounds, and some programs wait for chunks of the next round. Masked
+    stretches, a row of -inf (NaN, as torch gives), a ragged last chunk."""
+    config = ks.ResidentConfig(64, 4, 1, words=words, fill_grid=True)
+    fit = ks.resident_programs(dtype, config, 0)
+    g = next(g for g in (5, 7, 3, 11) if fit % g)
+    x = randn(41, g * 64 - 10, gen=gen, scale=10).to(DEV, dtype)
+    x[3, 20:200] = -INF
+    x[30] = -INF
+    assert ks.resident_grid(fit, g, 41, fill_grid=True) == min(fit, 41 * g)
+    y = ks.softmax_resident(x, config=config)
+    keep = torch.ones(41, dtype=torch.bool)
+    keep[30] = False
+    assert y.dtype == dtype and torch.isnan(y[30]).all()
+    assert relative_error(y[keep], ref(x)[keep]) < RTOL[dtype]
+
+
+def run_resident_schedule(n_programs: int, g: int, n_rows: int, order: object) -> bool:
+    """Play the resident kernel's schedule as a model: program ``p`` takes items ``p,
+    p + n_programs, ...`` of ``n_rows`` rows of ``g`` chunks; each item's pair is published as
+    soon as the program reaches it, and the program moves on once every pair of the item's row
+    is published. ``order`` (a ``random.Random``) picks which program that can act acts next,
+    as a GPU's scheduler might. True if every item is done, False if the programs that are left
+    all wait."""
+    n_items = n_rows * g
+    at = {p: p for p in range(min(n_programs, n_items))}
+    published: set[int] = set()
+    while at:
+        ready = [p for p, i in at.items() if i not in published
+                 or all(j in published for j in range(i // g * g, i // g * g + g))]
+        if not ready:
+            return False
+        p = order.choice(ready)
+        if at[p] not in published:
+            published.add(at[p])
+        elif at[p] + n_programs < n_items:
+            at[p] += n_programs
+        else:
+            del at[p]
+    return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(g=st.integers(1, 9), extra=st.integers(0, 12), n_rows=st.integers(1, 6),
+       order=st.randoms(use_true_random=False))
+def test_resident_schedule_finishes_with_any_grid_of_at_least_a_row(g, extra, n_rows, order):
+    """The argument of ``resident_kernel``'s docstring, played out: with every program on the
+    GPU, any grid of at least ``G`` programs finishes in any order of events, a multiple of
+    ``G`` or not (``fill_grid``); a grid smaller than a row waits for ever, which is why
+    ``resident_grid`` launches none and the entry point takes the split kernels."""
+    assert run_resident_schedule(g + extra, g, n_rows, order)
+    if g > 1:
+        assert not run_resident_schedule(g - 1, g, n_rows, order)
+
+
 def test_wait_constants_follow_the_row_length():
     """The L2 prefetch and the pauses between polls start at the configuration's row lengths,
     never under the interpreter (they are PTX), and not at all when the configuration says so."""

@@ -87,6 +87,7 @@ __all__ = [
     "resident_config",
     "resident_constants",
     "resident_fits",
+    "resident_grid",
     "resident_kernel",
     "resident_kernel_for",
     "resident_programs",
@@ -442,10 +443,11 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
                     G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
                     BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr, PREFETCH: tl.constexpr,
                     L2_PREFETCH: tl.constexpr = False, BACKOFF: tl.constexpr = False):
-    """A persistent grid of ``n_programs`` programs (a multiple of ``G``, all on the GPU at
-    once) takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks
-    of ``CHUNK`` columns to a row, so the ``G`` chunks of a row are taken by ``G`` neighbouring
-    programs in the same round. Each program:
+    """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
+    takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks of
+    ``CHUNK`` columns to a row, so the ``G`` chunks of a row are taken by ``G`` neighbouring
+    programs, in the same round when ``n_programs`` is a multiple of ``G``
+    (:func:`resident_grid`). Each program:
 
     1. loads its chunk once and keeps ``e = exp(x - m_chunk)`` in registers;
     2. writes the chunk's ``(m, d)`` as one 64-bit word (:func:`pack_pair`) to its slot of
@@ -463,9 +465,13 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
     there in the next round. ``BACKOFF`` pauses between polls (:func:`read_pairs`). Both pay
     on rows of many chunks, where the wait is long (:func:`wait_constants`).
 
-    If the slots are still not all written after ``MAX_SPIN`` polls (another kernel holding part
-    of the GPU, or the interpreter, which runs programs one after another), the program reads
-    the whole row itself (:func:`row_stats`, ``BLOCK`` lanes): slower, never stuck.
+    No row waits for ever while every program is on the GPU: a program reaches its item ``i``
+    once the row of its item ``i - n_programs`` is complete, and that row's items all come
+    before ``i`` (a row spans ``G <= n_programs`` items), so the first item never written
+    would have a program free to write it. If the slots are still not all written after
+    ``MAX_SPIN`` polls (another kernel holding part of the GPU, or the interpreter, which runs
+    programs one after another), the program reads the whole row itself (:func:`row_stats`,
+    ``BLOCK`` lanes): slower, never stuck.
     """
     pid = tl.program_id(0)
     offs = tl.arange(0, CHUNK)
@@ -639,7 +645,9 @@ class ResidentConfig(NamedTuple):
     (:func:`pack_halves_x2`) on GPUs that have it (:func:`cvt_x2`), instead of one;
     ``l2_prefetch_from`` and ``backoff_from``: the chunks a row spans from which the compiled
     kernel has L2 fetch the next item's chunk during the wait, and pauses between its polls
-    (``None``: never; :func:`wait_constants`)."""
+    (``None``: never; :func:`wait_constants`); ``fill_grid``: launch every program that fits
+    (:func:`resident_programs`), so that a row's chunks may fall in two rounds, instead of the
+    most whole rows a round (:func:`resident_grid`)."""
 
     chunk: int
     num_warps: int
@@ -650,6 +658,7 @@ class ResidentConfig(NamedTuple):
     cvt_x2: bool = True
     l2_prefetch_from: int | None = 256
     backoff_from: int | None = 256
+    fill_grid: bool = False
 
 
 RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
@@ -842,16 +851,32 @@ def resident_config(x2: torch.Tensor, y2: torch.Tensor) -> ResidentConfig:
     return UNPAIRED_CONFIG if config.words and not words_fit(x2, y2) else config
 
 
+def resident_grid(fit: int, g: int, n_rows: int, fill_grid: bool = False) -> int:
+    """The programs the resident kernel launches for ``n_rows`` rows of ``g`` chunks when
+    ``fit`` programs fit on the GPU at once (:func:`resident_programs`): the most whole rows'
+    chunks that fit, so a row's programs take it in the same round, or with ``fill_grid`` all
+    ``fit``; never more than the rows' chunks, and 0 when a row does not fit.
+
+    >>> resident_grid(264, 192, 24), resident_grid(264, 192, 24, fill_grid=True)
+    (192, 264)
+    >>> resident_grid(264, 192, 1, fill_grid=True), resident_grid(264, 300, 4, fill_grid=True)
+    (192, 0)
+    """
+    if g > fit:
+        return 0
+    return min(fit if fill_grid else fit // g * g, n_rows * g)
+
+
 def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig) -> None:
     n_rows, n_cols = x2.shape
     g = cdiv(n_cols, config.chunk)
     device = (x2.device.index or 0) if ON_GPU else 0
-    fit = resident_programs(x2.dtype, config, device) // g * g  # whole rows on chip at once
-    if fit == 0:
+    programs = resident_grid(resident_programs(x2.dtype, config, device), g, n_rows,
+                             config.fill_grid)
+    if programs == 0:
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax_split or softmax (which picks)")
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
-    programs = min(fit, n_rows * g)
     resident_kernel_for(config)[(programs,)](
         x2, y2, slots, n_rows, n_cols, x2.stride(0), y2.stride(0), programs, G=g,
         G_POW2=next_power_of_2(g), CHUNK=config.chunk, BLOCK=min(1024, config.chunk),

@@ -24,9 +24,11 @@ pauses between polls on from the first chunk. `softmax` takes the long-row confi
 - with `--unexchanged`, **table, cut to chunks** and **long rows, cut to chunks**: the same
   configurations on the same tensor viewed as rows of one chunk each (``rows x cols / chunk``
   rows of ``chunk`` columns). Each program then reads, holds and writes the same bytes as on the
-  long rows, but its row's only pair is its own, so it waits for no other program: the gap
-  between a configuration and its cut rows is what the exchange costs. These are checked
-  against `torch.softmax` of the cut rows (a softmax of each chunk, not of the long rows).
+  long rows, with the L2 prefetch and the pauses on or off as there, but its row's only pair
+  is its own, so it waits for no other program: the gap between a configuration and its cut
+  rows is what the exchange costs. The programs launched may differ: as many as fit for the cut
+  rows, the most whole rows a round for the long ones. These are checked against
+  `torch.softmax` of the cut rows (a softmax of each chunk, not of the long rows).
 
 Rows of 1M to 4M columns in float32 and 2M to 8M in bfloat16 (64M elements or so each), each
 provider checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3) in an
@@ -80,6 +82,26 @@ def providers(dtype: torch.dtype, waits: bool = False, fill_grid: bool = False,
     return found | {"entry point": sk.softmax}
 
 
+def unexchanged(x: torch.Tensor) -> dict[str, sk.ResidentConfig]:
+    """Name: configuration, of the ``--unexchanged`` providers for the rows ``x``: the table's
+    and the long-row configuration where a whole number of their chunks makes a row, each
+    waiting as it does on ``x``'s rows (the L2 prefetch and the pauses on or off as there,
+    :func:`~teachkit.kernels.softmax_kernels.wait_constants`), though its cut rows are one chunk
+    long."""
+    found = {}
+    capability = torch.cuda.get_device_capability(x.device)
+    for name, config in (("table", sk.RESIDENT_CONFIGS[x.element_size()]),
+                         ("long rows", sk.LONG_ROW_CONFIGS[x.element_size()])):
+        g, rest = divmod(x.shape[1], config.chunk)
+        if rest or not sk.resident_fits(x.shape[1], x.dtype, x.device.index or 0, config):
+            continue
+        waits = sk.wait_constants(config, g, capability)
+        found[f"{name}, cut to chunks"] = config._replace(
+            l2_prefetch_from=1 if waits["L2_PREFETCH"] else None,
+            backoff_from=1 if waits["BACKOFF"] else None)
+    return found
+
+
 def cut_to_chunks(name: str, fn, x: torch.Tensor, chunk: int, dtype: str):
     """``time_softmax_provider`` of ``fn`` on ``x`` viewed as rows of ``chunk`` columns (checked
     against a softmax of each chunk), recorded under ``x``'s problem with ``name``."""
@@ -126,12 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                  or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
         chunks = {}
         if args.unexchanged:
-            for name in ("table", "long rows"):
-                config = sk.LONG_ROW_CONFIGS[x.element_size()] if name == "long rows" else \
-                    sk.RESIDENT_CONFIGS[x.element_size()]
-                if name in calls and cols % config.chunk == 0:
-                    chunks[f"{name}, cut to chunks"] = config.chunk
-                    calls[f"{name}, cut to chunks"] = calls[name]
+            for name, config in unexchanged(x).items():
+                chunks[name] = config.chunk
+                calls[name] = lambda x, c=config: sk.softmax_resident(x, config=c)
         rounds: dict[str, list] = {name: [] for name in calls}
         for name in interleaved_rounds(calls, args.rounds):
             try:

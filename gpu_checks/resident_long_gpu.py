@@ -1,7 +1,7 @@
 """The resident softmax on its longest rows (notebook 06): the table's configuration against the
 long-row one, on a CUDA GPU. Run from the repository root:
-`python gpu_checks/resident_long_gpu.py [--rounds N] [--waits] [--unexchanged] [--fill-grid]
-[--json PATH]`.
+`python gpu_checks/resident_long_gpu.py [--rounds N] [--waits] [--fill-grid] [--bell]
+[--unexchanged] [--json PATH]`.
 
 A row of the resident kernel is held by as many programs as it has chunks, and they wait for
 each other's ``(m, d)`` pairs. `RESIDENT_CONFIGS` (four programs of four warps a multiprocessor)
@@ -21,6 +21,9 @@ pauses between polls on from the first chunk. `softmax` takes the long-row confi
   the most whole rows a round: a float32 row of 1.5M or 3M columns is 192 or 384 chunks of the
   table's, so on 132 multiprocessors a round of whole rows leaves 144 of its 528 programs
   unlaunched;
+- with `--bell`, **table, bell** and **long rows, bell**: the same configurations counting
+  each pair at a word of its row and polling that word alone before reading the pairs
+  (`bell_from=1`, `ring_and_wait`);
 - with `--unexchanged`, **table, cut to chunks** and **long rows, cut to chunks**: the same
   configurations on the same tensor viewed as rows of one chunk each (``rows x cols / chunk``
   rows of ``chunk`` columns). Each program then reads, holds and writes the same bytes as on the
@@ -64,10 +67,10 @@ among them), bfloat16 from 2M to 8M."""
 
 
 def providers(dtype: torch.dtype, waits: bool = False, fill_grid: bool = False,
-              ) -> dict[str, object]:
+              bell: bool = False) -> dict[str, object]:
     """Name: a function of the rows, for every provider of the module docstring (the two ways
     of waiting of the long-row configuration with ``waits``, both configurations with every
-    program launched with ``fill_grid``)."""
+    program launched with ``fill_grid``, and with a bell with ``bell``)."""
     table, long = sk.RESIDENT_CONFIGS[dtype.itemsize], sk.LONG_ROW_CONFIGS[dtype.itemsize]
     configs = {"table": table, "long rows": long}
     if waits:
@@ -76,6 +79,9 @@ def providers(dtype: torch.dtype, waits: bool = False, fill_grid: bool = False,
     if fill_grid:
         configs |= {"table, grid filled": table._replace(fill_grid=True),
                     "long rows, grid filled": long._replace(fill_grid=True)}
+    if bell:
+        configs |= {"table, bell": table._replace(bell_from=1),
+                    "long rows, bell": long._replace(bell_from=1)}
     found = {"split rows": sk.softmax_split}
     found |= {name: (lambda x, c=config: sk.softmax_resident(x, config=c))
               for name, config in configs.items()}
@@ -121,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the long-row configuration idle and with the L2 prefetch alone")
     parser.add_argument("--fill-grid", action="store_true",
                         help="also both configurations launching every program that fits")
+    parser.add_argument("--bell", action="store_true",
+                        help="also both configurations polling one word a row (bell_from=1)")
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the table's and the long-row configuration on the rows cut "
                              "to one chunk each, which wait for no other program")
@@ -143,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 for dt, shape in (text.split(":") for text in args.shapes)]
     for dt, (rows, cols) in tqdm(jobs, desc="shapes", mininterval=30):
         x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
-        calls = {name: fn for name, fn in providers(x.dtype, args.waits, args.fill_grid).items()
+        offered = providers(x.dtype, args.waits, args.fill_grid, args.bell)
+        calls = {name: fn for name, fn in offered.items()
                  if name in ("split rows", "entry point")
                  or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
         chunks = {}

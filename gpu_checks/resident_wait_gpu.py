@@ -4,15 +4,20 @@ repository root: `python gpu_checks/resident_wait_gpu.py [--json PATH]`.
 
 A program of the resident kernel publishes its chunk's ``(m, d)`` and polls its row's slots
 until every chunk of the row has published. On rows of many chunks that wait is long: the row's
-last program to arrive sets the pace, and hundreds of programs poll L2 meanwhile. Four ways of
+last program to arrive sets the pace, and hundreds of programs poll L2 meanwhile. Six ways of
 waiting, each a `ResidentConfig` of the table's (`RESIDENT_CONFIGS`) with its
-``l2_prefetch_from`` and ``backoff_from`` set:
+``l2_prefetch_from``, ``backoff_from`` and ``bell_from`` set:
 
 - **idle**: poll until the pairs are there;
 - **L2 prefetch**: first ask L2 for the chunk of the program's next item (`prefetch_chunk`), so
   its load in the next round finds it there;
 - **pauses**: sleep about 256 ns before each poll but the first (`nap`);
-- **both**; and the table's own choice, **shipped**, which turns each on from a row length.
+- **both**;
+- **bell**: count the pair at a word of the row and poll that word alone until the row's
+  programs have all counted, then read the pairs (`ring_and_wait`): one word polled where the
+  others poll every pair of the row;
+- **both and a bell**; and the table's own choice, **shipped**, which turns each on from a row
+  length.
 
 Rows of 64k to 4M columns, float32 and bfloat16, beside the split kernels, each checked and
 timed by `teachkit.bench.softmax.time_softmax_providers`: plain launches, each after the L2 cache
@@ -39,16 +44,18 @@ from teachkit.kernels import softmax_kernels as sk  # noqa: E402
 
 SHAPES = [(1024, 65536), (256, 262144), (64, 1048576), (16, 4194304)]
 """Rows of 64k to 4M columns, 64M elements each: 8 to 512 chunks a row in float32."""
-WAITS = {"idle": (None, None), "L2 prefetch": (1, None), "pauses": (None, 1), "both": (1, 1)}
-"""Provider name: ``(l2_prefetch_from, backoff_from)``, each way on for every row or never."""
+WAITS = {"idle": (None, None, None), "L2 prefetch": (1, None, None), "pauses": (None, 1, None),
+         "both": (1, 1, None), "bell": (None, None, 1), "both and a bell": (1, 1, 1)}
+"""Provider name: ``(l2_prefetch_from, backoff_from, bell_from)``, each way on for every row or
+never."""
 
 
 def wait_configs(dtype: torch.dtype) -> dict[str, sk.ResidentConfig]:
     """The table's configuration for ``dtype`` with each way of waiting of :data:`WAITS`, and
     as shipped (``"shipped"``)."""
     config = sk.RESIDENT_CONFIGS[dtype.itemsize]
-    configs = {name: config._replace(l2_prefetch_from=start, backoff_from=pause)
-               for name, (start, pause) in WAITS.items()}
+    configs = {name: config._replace(l2_prefetch_from=start, backoff_from=pause, bell_from=bell)
+               for name, (start, pause, bell) in WAITS.items()}
     return {**configs, "shipped": config}
 
 

@@ -427,3 +427,39 @@ def test_resident_rows_with_prefetch_and_pauses(dtype, words, gen):
             keep[7] = False
             assert relative_error(y[keep], want[keep]) < (1e-5 if dtype == torch.float32
                                                          else 1e-2)
+
+
+@pytest.mark.parametrize("dtype, words", [(torch.float32, False), (torch.bfloat16, True),
+                                          (torch.bfloat16, False)])
+@pytest.mark.parametrize("fill_grid", [False, True])
+def test_resident_rows_with_a_bell(dtype, words, fill_grid, gen):
+    """``bell_from``: each program counts its pair at its row's word after the pairs and polls
+    that word before it reads them; with the grid filled or not, rows of four chunks (the last
+    ragged) in several rounds, a masked stretch and a row of -inf (NaN, as torch gives). Under
+    the interpreter only a row's last program finds the count complete; the others read their
+    row themselves."""
+    config = ks.ResidentConfig(256, 4, 1, words=words, bell_from=2, fill_grid=fill_grid)
+    n_cols = 4 * 256 - (300 if words or dtype == torch.float32 else 301)
+    x = randn(13, n_cols, gen=gen, scale=10).to(DEV, dtype)
+    x[2, 10:400] = -INF
+    x[7] = -INF
+    y = ks.softmax_resident(x, config=config)
+    keep = torch.ones(13, dtype=torch.bool)
+    keep[7] = False
+    assert y.dtype == dtype and torch.isnan(y[7]).all()
+    assert relative_error(y[keep], ref(x)[keep]) < RTOL[dtype]
+
+
+def test_ring_and_wait_counts_every_program_of_a_row(gen):
+    """The bell's count after a launch: every row's word after its pairs holds ``G - 1`` (it
+    starts at -1 and each of the row's ``G`` programs adds one), and no pair is left empty."""
+    g, rows = 3, 5
+    x = randn(rows, 3 * 64, gen=gen).to(DEV)
+    y = torch.empty_like(x)
+    slots = torch.full((rows * g + rows,), ks.EMPTY_SLOT.value, dtype=torch.int64, device=DEV)
+    ks.resident_kernel[(g,)](x, y, slots, rows, x.shape[1], x.stride(0), y.stride(0), g, G=g,
+                             G_POW2=4, CHUNK=64, BLOCK=32, MAX_SPIN=ks.MAX_SPIN, PREFETCH=False,
+                             BELL=True, num_warps=4)
+    assert relative_error(y, ref(x)) < RTOL[torch.float32]
+    assert (slots[:rows * g] != ks.EMPTY_SLOT.value).all()
+    assert torch.equal(slots[rows * g:].cpu(), torch.full((rows,), g - 1, dtype=torch.int64))

@@ -201,7 +201,16 @@ def kernel_signature(kernel: object, types: dict[str, str], constexprs: dict) ->
 def _config(name: str, kernel: object, types: dict[str, str], constexprs: dict,
             num_warps: int = 4, num_stages: int = 3,
             capabilities: tuple[int, ...] = ()) -> KernelConfig:
-    """A :class:`KernelConfig` whose signature :func:`kernel_signature` writes."""
+    """A :class:`KernelConfig` whose signature :func:`kernel_signature` writes, with the
+    defaults of ``kernel``'s ``tl.constexpr`` arguments that ``constexprs`` leaves out, as a
+    launch binds them (left out of the signature, such an argument would be compiled as a
+    32-bit integer, and the branches it stands for with it)."""
+    import inspect
+
+    parameters = inspect.signature(kernel.fn).parameters  # the Python function, both worlds
+    defaults = {name: p.default for name, p in parameters.items()
+                if p.default is not p.empty and "constexpr" in str(p.annotation)}
+    constexprs = {**defaults, **constexprs}
     return KernelConfig(name, kernel, kernel_signature(kernel, types, constexprs), constexprs,
                         num_warps, num_stages, capabilities)
 

@@ -92,6 +92,7 @@ __all__ = [
     "resident_kernel_for",
     "resident_programs",
     "resident_words_kernel",
+    "ring_and_wait",
     "row_pair",
     "row_stats",
     "softmax",
@@ -417,6 +418,24 @@ def row_pair(ROW_SLOTS, x_row, n_cols, G: tl.constexpr, G_POW2: tl.constexpr,
 
 
 @triton.jit
+def ring_and_wait(BELL, G: tl.constexpr, MAX_SPIN: tl.constexpr, BACKOFF: tl.constexpr = False):
+    """Count this program's pair at its row's ``BELL`` (an int64 that starts at
+    :data:`EMPTY_SLOT`, -1, so it holds ``G - 1`` once the row's ``G`` programs have rung),
+    then poll that one word, pausing between polls with ``BACKOFF`` (:func:`nap`), until it
+    does or ``MAX_SPIN`` polls have passed: one word polled a round where :func:`read_pairs`
+    polls ``G``. The add is relaxed, with no order after the program's pair: the count only
+    says when to look, and :func:`read_pairs`, which reads the pairs next, still waits for any
+    slot not yet visible, as the words carry their own data."""
+    seen = tl.atomic_add(BELL, 1, sem="relaxed") + 1
+    polls = 0
+    while (seen < G - 1) & (polls < MAX_SPIN):
+        if BACKOFF:
+            polls = nap(polls)
+        seen = tl.load(BELL, volatile=True)
+        polls += 1
+
+
+@triton.jit
 def prefetch_l2(pointers):
     """Ask L2 for the 128-byte line at each of ``pointers`` (PTX ``prefetch.global.L2``) and go
     on without waiting for it: the line comes from HBM meanwhile, so a later load finds it in
@@ -442,7 +461,8 @@ def prefetch_chunk(X, item, n_items, n_cols, stride_x, G: tl.constexpr, CHUNK: t
 def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
                     G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
                     BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr, PREFETCH: tl.constexpr,
-                    L2_PREFETCH: tl.constexpr = False, BACKOFF: tl.constexpr = False):
+                    L2_PREFETCH: tl.constexpr = False, BACKOFF: tl.constexpr = False,
+                    BELL: tl.constexpr = False):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
     takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks of
     ``CHUNK`` columns to a row, so the ``G`` chunks of a row are taken by ``G`` neighbouring
@@ -463,7 +483,9 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
     so that load runs while the row's other programs arrive. ``L2_PREFETCH`` does the same
     without registers: it asks L2 for that chunk (:func:`prefetch_chunk`) and loads it from
     there in the next round. ``BACKOFF`` pauses between polls (:func:`read_pairs`). Both pay
-    on rows of many chunks, where the wait is long (:func:`wait_constants`).
+    on rows of many chunks, where the wait is long (:func:`wait_constants`). With ``BELL`` the
+    program first counts its pair at its row's word after the pairs, ``SLOTS[n_rows * G +
+    row]``, and polls that word alone until the row's ``G`` have counted (:func:`ring_and_wait`).
 
     No row waits for ever while every program is on the GPU: a program reaches its item ``i``
     once the row of its item ``i - n_programs`` is complete, and that row's items all come
@@ -501,6 +523,8 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
                              other=float("-inf"))
         if L2_PREFETCH:  # the next item's chunk comes into L2 while the row's programs arrive
             prefetch_chunk(X, item + n_programs, n_items, n_cols, stride_x, G, CHUNK)
+        if BELL:  # one word polled until the row's pairs are all counted
+            ring_and_wait(SLOTS + n_items + row, G, MAX_SPIN, BACKOFF)
         m_row, d_row = row_pair(SLOTS + row.to(tl.int64) * G, x_row, n_cols, G, G_POW2,
                                 MAX_SPIN, BLOCK, BACKOFF)
         # exp(x - m_row) = e * exp(m_c - m_row): the chunk's weights rescaled, as a merge does
@@ -575,7 +599,8 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
                           G: tl.constexpr, G_POW2: tl.constexpr, CHUNK: tl.constexpr,
                           BLOCK: tl.constexpr, MAX_SPIN: tl.constexpr,
                           FRESH: tl.constexpr = True, CVT_X2: tl.constexpr = False,
-                          L2_PREFETCH: tl.constexpr = False, BACKOFF: tl.constexpr = False):
+                          L2_PREFETCH: tl.constexpr = False, BACKOFF: tl.constexpr = False,
+                          BELL: tl.constexpr = False):
     """:func:`resident_kernel` for float16 and bfloat16 rows of an even number of columns,
     holding its chunk as the input itself, two elements to a 32-bit register, instead of
     float32 weights: twice the columns in the same registers, so half the rounds, for a
@@ -590,7 +615,7 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
        ``exp(x - m_row) / d_row`` from the kept words (:func:`pack_halves`, or with
        ``CVT_X2`` :func:`pack_halves_x2`, one conversion for two elements).
 
-    ``L2_PREFETCH`` and ``BACKOFF`` are :func:`resident_kernel`'s.
+    ``L2_PREFETCH``, ``BACKOFF`` and ``BELL`` are :func:`resident_kernel`'s.
 
     Without :func:`fresh` (``FRESH=False``) the compiler computes the halves once and keeps
     all of them, twice the registers of the words, through the wait
@@ -619,6 +644,8 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
         tl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
         if L2_PREFETCH:
             prefetch_chunk(X, item + n_programs, n_items, n_cols, stride_x, G, CHUNK)
+        if BELL:
+            ring_and_wait(SLOTS + n_items + row, G, MAX_SPIN, BACKOFF)
         m_row, d_row = row_pair(SLOTS + row.to(tl.int64) * G, X + row.to(tl.int64) * stride_x,
                                 n_cols, G, G_POW2, MAX_SPIN, BLOCK, BACKOFF)
         if FRESH:
@@ -647,7 +674,9 @@ class ResidentConfig(NamedTuple):
     kernel has L2 fetch the next item's chunk during the wait, and pauses between its polls
     (``None``: never; :func:`wait_constants`); ``fill_grid``: launch every program that fits
     (:func:`resident_programs`), so that a row's chunks may fall in two rounds, instead of the
-    most whole rows a round (:func:`resident_grid`)."""
+    most whole rows a round (:func:`resident_grid`); ``bell_from``: the chunks a row spans from
+    which a program counts its pair at a word of its row and polls that word alone before it
+    reads the pairs (``BELL``, :func:`ring_and_wait`; ``None``: never, as in the tables)."""
 
     chunk: int
     num_warps: int
@@ -659,6 +688,7 @@ class ResidentConfig(NamedTuple):
     l2_prefetch_from: int | None = 256
     backoff_from: int | None = 256
     fill_grid: bool = False
+    bell_from: int | None = None
 
 
 RESIDENT_CONFIGS = {4: ResidentConfig(8192, 4, 4, max_registers=120),
@@ -876,12 +906,14 @@ def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig)
     if programs == 0:
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax_split or softmax (which picks)")
-    slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
+    bell = config.bell_from is not None and g >= config.bell_from
+    words = n_rows * g + (n_rows if bell else 0)  # with a bell, each row's word after the pairs
+    slots = torch.full((words,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     resident_kernel_for(config)[(programs,)](
         x2, y2, slots, n_rows, n_cols, x2.stride(0), y2.stride(0), programs, G=g,
         G_POW2=next_power_of_2(g), CHUNK=config.chunk, BLOCK=min(1024, config.chunk),
         MAX_SPIN=MAX_SPIN, **_resident_options(config, device),
-        **_wait_options(config, g, device))
+        **_wait_options(config, g, device), BELL=bell)
 
 
 # ---------------------------------------------------------------------------------------------

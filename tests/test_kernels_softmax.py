@@ -434,17 +434,18 @@ def test_resident_rows_with_prefetch_and_pauses(dtype, words, gen):
 @pytest.mark.parametrize("fill_grid", [False, True])
 def test_resident_rows_with_a_bell(dtype, words, fill_grid, gen):
     """``bell_from``: each program counts its pair at its row's word after the pairs and polls
-    that word before it reads them; with the grid filled or not, rows of four chunks (the last
-    ragged) in several rounds, a masked stretch and a row of -inf (NaN, as torch gives). Under
-    the interpreter only a row's last program finds the count complete; the others read their
-    row themselves."""
+    that word before it reads them; with the grid filled or not, rows of five chunks (the last
+    ragged) in several rounds (on a GPU of 132 multiprocessors, a filled grid's rows straddle
+    two), a masked stretch and a row of -inf (NaN, as torch gives). Under the interpreter only a
+    row's last program finds the count complete; the others read their row themselves."""
     config = ks.ResidentConfig(256, 4, 1, words=words, bell_from=2, fill_grid=fill_grid)
-    n_cols = 4 * 256 - (300 if words or dtype == torch.float32 else 301)
-    x = randn(13, n_cols, gen=gen, scale=10).to(DEV, dtype)
+    n_cols = 5 * 256 - (300 if words or dtype == torch.float32 else 301)
+    rows = 2 * ks.resident_programs(dtype, config, 0) // 5 + 3 if teachkit.ON_GPU else 13
+    x = randn(rows, n_cols, gen=gen, scale=10).to(DEV, dtype)
     x[2, 10:400] = -INF
     x[7] = -INF
     y = ks.softmax_resident(x, config=config)
-    keep = torch.ones(13, dtype=torch.bool)
+    keep = torch.ones(rows, dtype=torch.bool)
     keep[7] = False
     assert y.dtype == dtype and torch.isnan(y[7]).all()
     assert relative_error(y[keep], ref(x)[keep]) < RTOL[dtype]

@@ -1,0 +1,124 @@
+"""The README's softmax tables against the records they name: every figure in them is the
+record's, rounded as shown, so a table cannot drift from the run it says it comes from."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from teachkit.bench.core import load_record
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+SUFFIX = {"": 1, "k": 1 << 10, "M": 1 << 20}
+
+
+def table_after(record: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of the first table after the README names ``record``'s file."""
+    start = README.index(f"teachkit/benchmarks/{record}.json")
+    lines = README[start:].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows[0], rows[2:]
+
+
+def problem(label: str) -> tuple[str, str | None]:
+    """``"64 × 1M fp32"`` as the record's problem, ``("64x1048576", "fp32")``; ``"16384 ×
+    1024"`` as ``("16384x1024", None)``."""
+    rows, cols, dtype = re.fullmatch(r"(\d+) × ([\d.]+[kM]?)(?: (\w+))?", label).groups()
+    number, suffix = re.fullmatch(r"([\d.]+)([kM]?)", cols).groups()
+    return f"{rows}x{round(float(number) * SUFFIX[suffix])}", dtype
+
+
+def close(shown: str, value: float) -> bool:
+    """Whether ``value`` rounds to ``shown`` (as many decimals as ``shown`` has)."""
+    decimals = len(shown.partition(".")[2])
+    return abs(value - float(shown)) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+@pytest.mark.parametrize("record", ["softmax_nvidia_h100", "softmax_nvidia_h200"])
+def test_softmax_tables_are_their_records(record):
+    """``| rows × cols | fp32 torch | fp32 teachkit | ... |``: GB/s, with the share of the copy
+    bandwidth in brackets where shown."""
+    results, meta = load_record(record)
+    copy = meta["ceilings"]["copy_gbps"]
+    providers = {"torch": "torch", "teachkit": "teachkit.kernels.softmax",
+                 "copy, same bytes": "copy, same bytes"}
+    found = {(m.problem, m.dtype, m.provider): m.value for m in results}
+    header, rows = table_after(record)
+    for row in rows:
+        name, _ = problem(row[0])
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            dtype, _, provider = column.partition(" ")
+            value = found[name, dtype, providers[provider]]
+            gbps, share = re.fullmatch(r"(\d+)(?: \((\d+) %\))?", cell).groups()
+            assert close(gbps, value), (record, row[0], column, cell, value)
+            assert share is None or close(share, 100 * value / copy), (record, row[0], column)
+
+
+def test_long_row_table_is_its_record():
+    """``| rows × cols, dtype | split rows | table's config | long-row config | softmax |``:
+    shares of the copy bandwidth, one decimal."""
+    record = "softmax_resident_long_nvidia_h100"
+    results, meta = load_record(record)
+    copy = meta["ceilings"]["copy_gbps"]
+    providers = {"split rows": "split rows", "table's config": "table",
+                 "long-row config": "long rows", "`softmax`": "entry point"}
+    found = {(m.problem, m.dtype, m.provider): m.value for m in results}
+    header, rows = table_after(record)
+    assert rows
+    for row in rows:
+        name, dtype = problem(row[0])
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            value = 100 * found[name, dtype, providers[column]] / copy
+            assert close(cell, value), (row[0], column, cell, value)
+
+
+def test_attention_table_is_its_record():
+    """``| D, mask | L = S | teachkit | Triton kernel | SDPA ... | teachkit / flash | teachkit /
+    cuDNN |``: TFLOP/s, and the ratios of teachkit's to flash's and cuDNN's."""
+    record = "attention_nvidia_h100"
+    results, _ = load_record(record)
+    providers = {"teachkit": "teachkit flash", "Triton kernel": "teachkit triton",
+                 "SDPA flash": "sdpa flash", "SDPA cuDNN": "sdpa cudnn",
+                 "SDPA efficient": "sdpa efficient"}
+    found = {(m.problem, m.provider): m.value for m in results}
+    header, rows = table_after(record)
+    assert rows
+    for row in rows:
+        d, _, mask = row[0].partition(", ")
+        name = f"D={d} L={row[1]}" + (" causal" if mask == "causal" else "")
+        for column, cell in zip(header[2:], row[2:], strict=True):
+            if column.startswith("teachkit / "):  # teachkit's rate over another's
+                under = {"flash": "sdpa flash", "cuDNN": "sdpa cudnn"}[column.split(" / ")[1]]
+                value = found[name, providers["teachkit"]] / found[name, under]
+                assert close(cell.removesuffix("x"), value), (row[:2], column, cell, value)
+            else:
+                assert close(cell, found[name, providers[column]]), (row[:2], column, cell)
+
+
+def test_decode_table_is_its_records():
+    """``| batch, cache | split-KV, default | ... | SDPA cuDNN |``: GB/s of the plain launch /
+    of the CUDA-graph replay, from the two records."""
+    record = "decode_nvidia_h100"
+    plain, graph = (load_record(name)[0] for name in (record, f"{record}_cudagraph"))
+    providers = {"split-KV, default": "teachkit split-KV, default",
+                 "split-KV, one launch": "teachkit split-KV, one launch",
+                 "split-KV, merge kernel": "teachkit split-KV", "unsplit": "teachkit unsplit",
+                 "paged (pages of 16)": "teachkit paged", "SDPA flash": "SDPA flash",
+                 "SDPA cuDNN": "SDPA cuDNN"}
+    found = [{(m.problem, m.provider): m.value for m in results} for results in (plain, graph)]
+    header, rows = table_after(record)
+    assert rows
+    for row in rows:
+        batch, cache = row[0].split(", ")
+        name, _ = problem(f"{batch} × {cache}")
+        name = "B={} S={}".format(*name.split("x"))
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            for shown, each in zip(cell.split(" / "), found, strict=True):
+                assert close(shown, each[name, providers[column]]), (row[0], column, cell)

@@ -122,3 +122,26 @@ def test_decode_table_is_its_records():
         for column, cell in zip(header[1:], row[1:], strict=True):
             for shown, each in zip(cell.split(" / "), found, strict=True):
                 assert close(shown, each[name, providers[column]]), (row[0], column, cell)
+
+
+def test_attention_summary_is_its_record():
+    """The sentence after the table: teachkit's ranges over SDPA flash on every problem of the
+    record, over cuDNN from L = 4096 on and at L = 1024."""
+    results, _ = load_record("attention_nvidia_h100")
+    rate = {(m.problem, m.provider): m.value for m in results}
+    problems = {m.problem: m.params for m in results}
+    text = " ".join(README[README.index("Over the record's 20 problems"):].split()[:40])
+    flash, long_cudnn, short_cudnn = (
+        tuple(map(float, pair)) for pair in re.findall(r"(\d\.\d\d)-(\d\.\d\d)x", text)[:3])
+    assert len(problems) == 20
+
+    def span(under: str, keep) -> tuple[float, float]:
+        ratios = [rate[p, "teachkit flash"] / rate[p, under]
+                  for p, params in problems.items() if keep(params["L"])]
+        return min(ratios), max(ratios)
+
+    for shown, found in ((flash, span("sdpa flash", lambda n: True)),
+                         (long_cudnn, span("sdpa cudnn", lambda n: n >= 4096)),
+                         (short_cudnn, span("sdpa cudnn", lambda n: n == 1024))):
+        assert all(close(f"{s:.2f}", f) for s, f in zip(shown, found, strict=True)), \
+            (shown, found)

@@ -145,3 +145,23 @@ def test_attention_summary_is_its_record():
                          (short_cudnn, span("sdpa cudnn", lambda n: n == 1024))):
         assert all(close(f"{s:.2f}", f) for s, f in zip(shown, found, strict=True)), \
             (shown, found)
+
+
+@pytest.mark.parametrize("record", ["host_nvidia_h100", "host_nvidia_h200"])
+def test_host_tables_are_their_records(record):
+    """``| call | torch | teachkit | ... | teachkit / torch |``: µs per call, one decimal, and
+    teachkit's time over torch's. A row is the record's op its label names (the Gluon kernel's
+    is ``flash_attention_d128``)."""
+    results, _ = load_record(record)
+    found = {(m.problem, m.provider): m.value for m in results}
+    header, rows = table_after(record)
+    assert len(rows) == len({m.problem for m in results})
+    for row in rows:
+        op = re.match(r"`(\w+)`", row[0]).group(1)
+        op += "_d128" if row[0].endswith("Gluon kernel") else ""
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            if column == "teachkit / torch":
+                value = found[op, "teachkit"] / found[op, "torch"]
+                assert close(cell.removesuffix("x"), value), (record, op, cell, value)
+            else:
+                assert close(cell, found[op, column]), (record, op, column, cell)

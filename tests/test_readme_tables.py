@@ -165,3 +165,27 @@ def test_host_tables_are_their_records(record):
                 assert close(cell.removesuffix("x"), value), (record, op, cell, value)
             else:
                 assert close(cell, found[op, column]), (record, op, column, cell)
+
+
+def test_exchange_table_is_its_record():
+    """``| rows × cols, dtype | table's config | cut rows | wait | long-row config | cut rows |
+    wait | grid filled | bell |``: shares of the copy, the wait as the cut rows' share less the
+    rows', and the better configuration's gain over ``softmax`` with the grid filled and with
+    the bell, in points."""
+    record = "softmax_resident_exchange_nvidia_h100"
+    results, meta = load_record(record)
+    copy = meta["ceilings"]["copy_gbps"]
+    header, rows = table_after(record)
+    assert len(rows) == len({(m.problem, m.dtype) for m in results})
+    for row in rows:
+        name, dtype = problem(row[0])
+        s = {m.provider: 100 * m.value / copy for m in results
+             if (m.problem, m.dtype) == (name, dtype)}
+        want = []
+        for config in ("table", "long rows"):
+            cut = s[f"{config}, cut to chunks"]
+            want += [s[config], cut, cut - s[config]]
+        want += [max(s[f"table, {way}"], s[f"long rows, {way}"]) - s["entry point"]
+                 for way in ("grid filled", "bell")]
+        for cell, value in zip(row[1:], want, strict=True):
+            assert close(cell.lstrip("+"), value), (row[0], cell, value)

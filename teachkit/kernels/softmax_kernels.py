@@ -676,7 +676,11 @@ class ResidentConfig(NamedTuple):
     (:func:`resident_programs`), so that a row's chunks may fall in two rounds, instead of the
     most whole rows a round (:func:`resident_grid`); ``bell_from``: the chunks a row spans from
     which a program counts its pair at a word of its row and polls that word alone before it
-    reads the pairs (``BELL``, :func:`ring_and_wait`; ``None``: never, as in the tables)."""
+    reads the pairs (``BELL``, :func:`ring_and_wait`; ``None``: never). The tables take neither:
+    timed on an H100 on rows of 1M to 8M columns (``gpu_checks/resident_long_gpu.py``, record
+    ``softmax_resident_exchange_nvidia_h100``), the better configuration with either read within
+    a point of :func:`softmax` where it gained and up to 6 (the grid filled) or 8.6 (the bell)
+    points of the copy rate below it elsewhere."""
 
     chunk: int
     num_warps: int

@@ -802,9 +802,15 @@ def wait_constants(config: ResidentConfig, g: int, capability: tuple[int, int] |
     {'L2_PREFETCH': False, 'BACKOFF': False}
     """
     def on(start: int | None) -> bool:
-        return capability is not None and start is not None and g >= start
+        return capability is not None and _spans(g, start)
 
     return {"L2_PREFETCH": on(config.l2_prefetch_from), "BACKOFF": on(config.backoff_from)}
+
+
+def _spans(g: int, start: int | None) -> bool:
+    """Whether a row of ``g`` chunks reaches a ``ResidentConfig`` field's ``*_from`` ``start``
+    (``None``: never)."""
+    return start is not None and g >= start
 
 
 @functools.cache
@@ -910,7 +916,7 @@ def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig)
     if programs == 0:
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax_split or softmax (which picks)")
-    bell = config.bell_from is not None and g >= config.bell_from
+    bell = _spans(g, config.bell_from)  # pure Triton: on under the interpreter too
     words = n_rows * g + (n_rows if bell else 0)  # with a bell, each row's word after the pairs
     slots = torch.full((words,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     resident_kernel_for(config)[(programs,)](

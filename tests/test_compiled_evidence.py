@@ -430,3 +430,23 @@ def test_scores_one_block_ahead_still_wait_before_the_softmax():
     loop = "loop wgmma x4 -> commit -> wait 0 -> ex2 x34 -> wgmma x4 -> commit;"
     assert loop in last and loop in ahead, (last, ahead)
     assert "ex2 with a product in flight: 0 of" in ahead, ahead
+
+
+def test_the_tma_resident_softmax_fits_without_spills_and_copies_by_tma():
+    """The Gluon resident softmax (``softmax_tma``) compiled for sm_90 as launched (no GPU
+    needed): within its registers without a spill, a buffer of one chunk in shared memory, the
+    copies TMA's (``cp.async.bulk.tensor``, the first and the next chunk's), and float32
+    results stored 16 bytes at a time."""
+    code = ("import torch; from teachkit.kernels import softmax_tma as st; "
+            "ks = [(d, c, cc.resident_tma_compiled(d, c, g)) for d in (torch.float32, "
+            "torch.bfloat16) for c, g in ((st.TMA_CONFIGS[4], 128), "
+            "(st.TMA_LONG_ROW_CONFIGS[4], 256))]; "
+            "print([(d.itemsize, c.chunk, c.max_registers, k.metadata.shared, "
+            "cc.assembled_resources(k.asm['ptx'], 90), "
+            "k.asm['ptx'].count('cp.async.bulk.tensor'), k.asm['ptx'].count('st.global.v4')) "
+            "for d, c, k in ks])")
+    for size, chunk, cap, shared, found, copies, wide in compiled_facts(code, timeout=600):
+        assert found["registers"] <= cap and found["spill_stores"] + found["spill_loads"] == 0
+        assert chunk * size <= shared <= chunk * size + 1024
+        assert copies == 2
+        assert size == 2 or wide > 0

@@ -963,10 +963,12 @@ def _empty_rows(rows: int, head_dim: int, dtype: str) -> torch.Tensor:
 
 
 def _gluon_compile(kernel: object, descriptors: dict[str, object], scalars: dict[str, str],
-                   constexprs: dict[str, object], maxnreg: int) -> object:
-    """``triton.compile`` of a Gluon kernel for sm_90 (4 warps, ``maxnreg``), its arguments
+                   constexprs: dict[str, object], maxnreg: int, num_warps: int = 4,
+                   divisible: tuple[str, ...] = ()) -> object:
+    """``triton.compile`` of a Gluon kernel for sm_90 (``num_warps``, ``maxnreg``), its arguments
     the ``descriptors`` (whose types are read off them), the typed ``scalars`` and the
-    ``constexprs``, in the kernel's order."""
+    ``constexprs``, in the kernel's order. Given ``divisible``, the scalars it names and every
+    pointer are specialised as divisible by 16, as a launch finds them where they are."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -974,9 +976,38 @@ def _gluon_compile(kernel: object, descriptors: dict[str, object], scalars: dict
 
     signature = {**{name: mangle_type(d) for name, d in descriptors.items()}, **scalars,
                  **dict.fromkeys(constexprs, "constexpr")}
-    src = GluonASTSource(kernel, signature, constexprs=constexprs)
+    names = list(signature)
+    attrs = {(names.index(name),): [["tt.divisibility", 16]] for name, ty in scalars.items()
+             if divisible and (ty.startswith("*") or name in divisible)}
+    src = GluonASTSource(kernel, signature, constexprs=constexprs, attrs=attrs or None)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": 4, "maxnreg": maxnreg})
+                          options={"num_warps": num_warps, "maxnreg": maxnreg})
+
+
+def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = None,
+                          chunks: int = 128) -> object:
+    """The Gluon resident softmax (:func:`~teachkit.kernels.softmax_tma.resident_tma_kernel`)
+    compiled for sm_90 as launched on rows of ``chunks`` chunks of ``dtype``, in ``config``
+    (default the dtype's :data:`~teachkit.kernels.softmax_tma.TMA_CONFIGS`), without a GPU:
+    its descriptor's type that of a descriptor over an empty tensor, the row stride and the
+    pointers' alignment as a launch on a contiguous tensor specialises them. Needs
+    ``TRITON_INTERPRET=0``, as :func:`wgmma_overlap`."""
+    from . import softmax_tma as st
+    from .grid_math import next_power_of_2
+
+    config = st.TMA_CONFIGS[dtype.itemsize] if config is None else config
+    rows = torch.empty(config.lines, st.TMA_WIDTH, dtype=dtype)
+    descriptor = st.TensorDescriptor(rows, list(rows.shape), [st.TMA_WIDTH, 1],
+                                     [config.lines, st.TMA_WIDTH],
+                                     st._shared_layout(8 * dtype.itemsize))
+    pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}[dtype]
+    scalars = {"X": pointer, "Y": pointer, "SLOTS": "*i64", "n_rows": "i32", "n_cols": "i32",
+               "stride_y": "i32", "n_programs": "i32"}
+    constexprs = {"G": chunks, "G_POW2": max(next_power_of_2(chunks), 32),
+                  "MAX_SPIN": sk.SPIN_POLLS, "BACKOFF": config.backoff}
+    return _gluon_compile(st.resident_tma_kernel, {"x_desc": descriptor}, scalars, constexprs,
+                          config.max_registers, config.num_warps,
+                          divisible=("n_cols", "stride_y"))
 
 
 def hopper_overlap(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,

@@ -50,6 +50,29 @@ from .launch_cache import (
     tensor_key,
 )
 
+try:  # Gluon is experimental: a Triton whose Gluon differs keeps softmax on the Triton kernels
+    from .softmax_tma import (
+        TMA_CONFIGS,
+        TmaConfig,
+        launch_resident_tma,
+        tma_config,
+        tma_fits,
+        tma_not_ready,
+    )
+except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
+    TMA_CONFIGS = TmaConfig = launch_resident_tma = tma_config = tma_fits = tma_not_ready = None
+from .pairs import (
+    EMPTY_SLOT,
+    LOG2E,
+    MAX_SPIN,
+    SPIN_POLLS,
+    merge_combine,
+    nap,
+    online_update,
+    pack_pair,
+    unpack_pair,
+)
+
 __all__ = [
     "CVT_X2_MIN_CAPABILITY",
     "EMPTY_SLOT",
@@ -100,6 +123,7 @@ __all__ = [
     "softmax_fused",
     "softmax_online",
     "softmax_resident",
+    "softmax_resident_tma",
     "softmax_split",
     "split_depth",
     "split_normalize_kernel",
@@ -109,7 +133,6 @@ __all__ = [
     "words_fit",
 ]
 
-LOG2E = tl.constexpr(1.4426950408889634)
 FUSED_MAX_COLS = 16384
 """Longest row the fused kernel keeps in registers (float32 values after upcasting)."""
 SPLIT_CHUNK = 16384
@@ -117,31 +140,6 @@ SPLIT_CHUNK = 16384
 LANES = 2048 if ON_GPU else 128
 """Lanes of running ``(m, d)`` in the online and split kernels. Small under the interpreter, whose
 ``tl.reduce`` runs the combine function lane after lane in Python."""
-
-
-# ---------------------------------------------------------------------------------------------
-# The merge rule, written once for Triton
-# ---------------------------------------------------------------------------------------------
-@triton.jit
-def merge_combine(m_a, d_a, m_b, d_b):
-    """Combine two ``(m, d)`` pairs: notebook 03's merge, with ``exp(t)`` as ``exp2(t * log2 e)``.
-
-    ``tl.reduce`` calls it on pairs of lanes in a tree. A side with ``m = -inf`` (nothing seen
-    yet, or everything masked) adds 0 instead of the NaN of ``exp(-inf - (-inf))``. The difference
-    is taken before scaling by log2(e), so it stays exact near the maximum even for huge inputs.
-    """
-    m = tl.maximum(m_a, m_b)
-    safe = tl.where(m == float("-inf"), 0.0, m)
-    return m, d_a * tl.exp2((m_a - safe) * LOG2E) + d_b * tl.exp2((m_b - safe) * LOG2E)
-
-
-@triton.jit
-def online_update(m, d, x):
-    """Fold one value per lane into running per-lane ``(m, d)``: ``m``, ``d`` and ``x`` are
-    ``(BLOCK,)``, one entry per lane."""
-    m_new = tl.maximum(m, x)
-    safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    return m_new, d * tl.exp2((m - safe) * LOG2E) + tl.exp2((x - safe) * LOG2E)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,40 +341,6 @@ def _launch_split(x2: torch.Tensor, y2: torch.Tensor, chunk: int, block: int) ->
 # ---------------------------------------------------------------------------------------------
 # Resident rows: every chunk of a row held on chip at once, (m, d) exchanged through memory
 # ---------------------------------------------------------------------------------------------
-EMPTY_SLOT = tl.constexpr(-1)
-"""What a slot of the resident kernel's exchange holds until its chunk's ``(m, d)`` is written:
-all 64 bits set, a pair of NaNs with the sign and every payload bit set. A GPU's float32
-arithmetic gives NaNs as ``0x7FFFFFFF`` (PTX's canonical NaN), so no pair it computes packs to
-this word; one that did would only make the row's programs wait out their polls and read the row
-themselves. ``EMPTY_SLOT.value`` is the Python int."""
-
-
-@triton.jit
-def pack_pair(m, d):
-    """``(m, d)``, two float32 scalars, as one int64 word: ``m``'s bits high, ``d``'s low, so a
-    single 64-bit store publishes both and a reader sees both or neither."""
-    high = m.to(tl.int32, bitcast=True).to(tl.int64)
-    low = d.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-    return (high << 32) | low
-
-
-@triton.jit
-def unpack_pair(word):
-    """The ``(m, d)`` of :func:`pack_pair`'s words, element-wise."""
-    m = (word >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-    d = word.to(tl.int32).to(tl.float32, bitcast=True)
-    return m, d
-
-
-@triton.jit
-def nap(x):
-    """``x`` (an int32), after the thread has slept about 256 ns (PTX ``nanosleep``, sm_70 and
-    later): a pause between two polls, meant to keep hundreds of waiting programs from
-    crowding L2 with polls while the data the others wait for is on its way through it."""
-    return tl.inline_asm_elementwise("nanosleep.u32 256; mov.u32 $0, $1;", "=r,r", [x],
-                                     dtype=tl.int32, is_pure=False, pack=1)
-
-
 @triton.jit
 def read_pairs(SLOTS, G: tl.constexpr, G_POW2: tl.constexpr, MAX_SPIN: tl.constexpr,
                BACKOFF: tl.constexpr = False):
@@ -730,12 +694,6 @@ number of columns, such as a vocabulary of 50257, or rows starting at odd elemen
 configuration, float32 weights kept. Such rows start at 2-byte boundaries, so no load is
 vectorised; ``gpu_checks/resident_sweep.py`` timed 1024 bfloat16 rows of 50257 columns at 63% of
 copy on an H100 in this configuration, against 23-24% with the next chunk loaded ahead."""
-SPIN_POLLS = 1 << 16
-"""Polls of the row's slots before a program of the compiled resident kernel reads its row
-itself."""
-MAX_SPIN = SPIN_POLLS if ON_GPU else 0
-"""The polls a launch allows: :data:`SPIN_POLLS` on a GPU, none under the interpreter, which runs
-one program at a time."""
 REGISTERS_PER_SM = 65536
 """32-bit registers of one multiprocessor, on every NVIDIA GPU from sm_50 to sm_90."""
 
@@ -1049,6 +1007,48 @@ def softmax_resident(x: torch.Tensor, dim: int = -1, config: ResidentConfig | No
     return _run(x, dim, launch)
 
 
+def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | None = None,
+                         ) -> torch.Tensor:
+    """Long rows in one read and one write on a Hopper GPU, the next chunk of each program
+    arriving by TMA into shared memory while its row waits
+    (:func:`~teachkit.kernels.softmax_tma.resident_tma_kernel`).
+
+    ``config`` defaults to :func:`~teachkit.kernels.softmax_tma.tma_config`'s for the rows, or
+    :data:`~teachkit.kernels.softmax_tma.TMA_CONFIGS`'s for the dtype where that prefers the
+    Triton kernel. Raises ``ValueError`` where the kernel cannot run (not a Hopper GPU, rows
+    not a multiple of 256 columns, ...: :func:`~teachkit.kernels.softmax_tma.tma_not_ready`
+    says why) or a row needs more programs than fit; use :func:`softmax`, which picks.
+    """
+    if config is not None and (TmaConfig is None or not isinstance(config, TmaConfig)):
+        raise TypeError(f"config must be a TmaConfig, got {type(config).__name__}")
+    if tma_not_ready is None:  # pragma: no cover - Triton 3.6 to 3.9 have Gluon
+        raise ValueError("softmax_resident_tma needs Triton's Gluon, which this Triton lacks; "
+                         "use softmax")
+
+    def launch(x2, y2):
+        x2 = x2 if x2.is_contiguous() else x2.contiguous()
+        why = tma_not_ready(x2, y2)
+        if why is not None:
+            raise ValueError(f"softmax_resident_tma {why}; use softmax, which picks")
+        chosen = config or tma_config(x2.shape[1], x2.dtype) or TMA_CONFIGS[x2.element_size()]
+        launch_resident_tma(x2, y2, chosen)
+    return _run(x, dim, launch)
+
+
+def _tma_choice(x2: torch.Tensor, y2: torch.Tensor) -> TmaConfig | None:
+    """The configuration :func:`softmax` runs the TMA resident kernel in for the rows of ``x2``
+    into ``y2``, or ``None`` where it takes the Triton kernels: the kernel cannot run
+    (:func:`~teachkit.kernels.softmax_tma.tma_not_ready`), the Triton resident kernel was
+    measured faster (:func:`~teachkit.kernels.softmax_tma.tma_config`), or the rows do not fit
+    (:func:`~teachkit.kernels.softmax_tma.tma_fits`)."""
+    if tma_config is None or not ON_GPU:
+        return None
+    config = tma_config(x2.shape[1], x2.dtype)
+    if config is None or tma_not_ready(x2, y2) is not None:
+        return None
+    return config if tma_fits(x2.shape[1], config, x2.dtype, x2.device.index or 0) else None
+
+
 def _sm_count() -> int:
     return multiprocessors(0) if ON_GPU else 8
 
@@ -1115,7 +1115,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Rows of up to :data:`FUSED_MAX_COLS` elements go to the fused kernel (one read, one write).
     On a GPU, longer rows whose chunks fit on the chip at once (:func:`resident_fits`) go to
-    the resident kernel (one read, one write); the rest, and every long row under the
+    the resident kernel (one read, one write): on a Hopper GPU, to its Gluon form whose next
+    chunk arrives by TMA during the wait, where it was measured faster and can run
+    (:func:`~teachkit.kernels.softmax_tma.tma_config`,
+    :func:`~teachkit.kernels.softmax_tma.tma_not_ready`); the rest, and every long row under the
     interpreter, to the split kernels (every row cut into chunks that fill the GPU, partial
     ``(m, d)`` merged, two reads and one write).
 
@@ -1150,6 +1153,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         n_rows, n_cols = x2.shape
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
+            return
+        tma = _tma_choice(x2, y2)
+        if tma is not None:
+            launch_resident_tma(x2, y2, tma)
             return
         config = resident_config(x2, y2)
         if ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0, config):

@@ -1,0 +1,170 @@
+"""The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
+Hopper GPU beside the Triton resident kernel. Run from the repository root:
+`python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH]`.
+
+`teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
+registers as the Triton resident kernel does, and copies the program's next chunk into shared
+memory by TMA while the row waits for its pairs and writes. First it is checked against
+`torch.softmax` in each configuration and dtype on awkward rows: one chunk, chunks running past
+the row's end, more rows than a round of programs takes, rows of `-inf`, with `+inf` or NaN,
+and huge values; then each shape is timed by:
+
+- **split rows**, the two-read split kernels;
+- **Triton, table**, `RESIDENT_CONFIGS` for the dtype, and **Triton, long rows**,
+  `LONG_ROW_CONFIGS` (what `softmax` ran before this kernel);
+- **TMA 4k**, **TMA 8k** and **TMA 16k, pauses**: the kernel with chunks of 4096 columns (two
+  warps, eight programs a multiprocessor), 8192 (`TMA_CONFIGS`: four warps, four an SM) and
+  16384 (`TMA_LONG_ROW_CONFIGS`: eight warps, two an SM, pausing between polls);
+- **entry point**, `softmax`, which picks.
+
+Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which only the Triton
+kernel holds), checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3)
+in an order that reverses each round; plain launches, each after the L2 cache is cleared; a
+measurement is the median of its rounds. GB/s = 2 x tensor bytes / time, printed as a share of
+the copy bandwidth. About four minutes on an H100. With `--json` the figures are saved as a
+record (`softmax_resident_tma_<device>.json`). Exits 1 if a result is wrong, 2 without a
+Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import teachkit  # noqa: E402  (first: it decides whether Triton interprets)
+
+# isort: split
+import torch  # noqa: E402
+
+from teachkit.kernels import softmax_kernels as sk  # noqa: E402
+from teachkit.kernels import softmax_tma as st  # noqa: E402
+
+SHAPES = {"fp32": [(4096, 1 << 15), (1024, 1 << 16), (256, 1 << 18), (64, 1 << 20),
+                   (52, 5 << 18), (48, 3 << 19), (32, 1 << 21), (24, 3 << 20), (16, 1 << 22)],
+          "bf16": [(4096, 1 << 15), (1024, 1 << 16), (256, 1 << 18), (64, 1 << 20),
+                   (52, 5 << 18), (32, 1 << 21), (16, 1 << 22), (8, 1 << 23)]}
+"""Rows the resident kernels take: from 32k columns (past the fused kernel's 16k) to 4M in
+float32 (1.25M, 1.5M and 3M among them) and 8M in bfloat16."""
+TMA_PROVIDERS = {"TMA 4k": st.TmaConfig(16, 2, 8), "TMA 8k": st.TMA_CONFIGS[4],
+                 "TMA 16k, pauses": st.TMA_LONG_ROW_CONFIGS[4]}
+"""Name: configuration of the TMA kernel timed (the same for every dtype)."""
+
+
+def providers(dtype: torch.dtype) -> dict[str, object]:
+    """Name: a function of the rows, for every provider of the module docstring."""
+    size = dtype.itemsize
+    found = {"split rows": sk.softmax_split,
+             "Triton, table": lambda x: sk.softmax_resident(x, config=sk.RESIDENT_CONFIGS[size]),
+             "Triton, long rows": lambda x: sk.softmax_resident(
+                 x, config=sk.LONG_ROW_CONFIGS[size])}
+    found |= {name: (lambda x, c=config: sk.softmax_resident_tma(x, config=c))
+              for name, config in TMA_PROVIDERS.items()}
+    return found | {"entry point": sk.softmax}
+
+
+def fits(name: str, x: torch.Tensor) -> bool:
+    """Whether the provider ``name`` holds the rows of ``x`` on this GPU."""
+    cols, device = x.shape[1], x.device.index or 0
+    if name in TMA_PROVIDERS:
+        return st.tma_fits(cols, TMA_PROVIDERS[name], x.dtype, device)
+    if name.startswith("Triton"):
+        table = name.endswith("table")
+        config = (sk.RESIDENT_CONFIGS if table else sk.LONG_ROW_CONFIGS)[x.element_size()]
+        return sk.resident_fits(cols, x.dtype, device, config)
+    return True
+
+
+def awkward_rows(chunk: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Rows that test the kernel's edges for chunks of ``chunk`` columns: one chunk, chunks
+    running past the row (a multiple of 256 columns that is not one of ``chunk``), more rows
+    than a round takes, rows of ``-inf``, with ``+inf``, with NaN, and values near 1e4."""
+    make = dict(device="cuda", dtype=dtype)
+    tail = torch.randn(5, 2 * chunk + 256, **make)
+    special = torch.randn(4, 3 * chunk, **make)
+    special[0] = float("-inf")
+    special[1, 7] = float("inf")
+    special[2, 11] = float("nan")
+    special[3, ::5] = float("-inf")
+    return [torch.randn(3, chunk, **make), tail, torch.randn(1200, 4 * chunk, **make) * 30,
+            special, torch.randn(2, 5 * chunk, **make) * 1e4, torch.randn(7, 256, **make)]
+
+
+def check_edges() -> bool:
+    """:func:`awkward_rows` through every TMA configuration in float32, float16 and bfloat16
+    (and a non-contiguous input and ``dim=0``), against ``torch.softmax``; prints each failure."""
+    ok = True
+    for name, config in TMA_PROVIDERS.items():
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for x in awkward_rows(config.chunk, dtype):
+                got = sk.softmax_resident_tma(x, config=config).float()
+                want = torch.softmax(x.float(), -1)
+                same = torch.allclose(got, want, atol=1e-2 if dtype.itemsize == 2 else 1e-5,
+                                      rtol=1e-2 if dtype.itemsize == 2 else 1e-4,
+                                      equal_nan=True)
+                if not same:
+                    ok = False
+                    print(f"WRONG: {name} {dtype} rows {tuple(x.shape)}")
+    x = torch.randn(4 * TMA_PROVIDERS["TMA 8k"].chunk, 6, device="cuda")
+    for got, want in ((sk.softmax_resident_tma(x, dim=0), torch.softmax(x, 0)),
+                      (sk.softmax_resident_tma(x.t()), torch.softmax(x.t(), -1))):
+        if not torch.allclose(got, want, atol=1e-6, rtol=1e-4):
+            ok = False
+            print("WRONG: a column softmax (dim=0, or rows of a transposed tensor)")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
+                        help="only these shapes, e.g. fp32:48x1572864 bf16:8x8388608")
+    parser.add_argument("--json", default=None, help="save the figures as a record here")
+    parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
+    args = parser.parse_args(argv)
+    if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
+        print("no Hopper GPU: this script checks and times the TMA resident softmax on one")
+        return 2
+    from tqdm.auto import tqdm
+
+    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish, interleaved_rounds
+    from teachkit.bench.softmax import time_softmax_provider
+
+    copy = announce_copy_bandwidth()
+    ok = check_edges()
+    print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
+    results = []
+    jobs = [(dt, shape) for dt, shapes in SHAPES.items() for shape in shapes]
+    if args.shapes:
+        jobs = [(dt, tuple(int(n) for n in shape.split("x")))
+                for dt, shape in (text.split(":") for text in args.shapes)]
+    for dt, (rows, cols) in tqdm(jobs, desc="shapes", mininterval=30):
+        x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
+        calls = {name: fn for name, fn in providers(x.dtype).items() if fits(name, x)}
+        rounds: dict[str, list] = {name: [] for name in calls}
+        for name in interleaved_rounds(calls, args.rounds):
+            try:
+                rounds[name].append(time_softmax_provider(name, calls[name], x, dt,
+                                                          tolerance=1e-2))
+            except AssertionError as wrong:
+                ok = False
+                tqdm.write(f"WRONG: {wrong}")
+        cells, nbytes = [], 2 * x.numel() * x.element_size()
+        for name, each in rounds.items():
+            if each:
+                ms = statistics.median(m.ms for m in each)
+                results.append(dataclasses.replace(each[0], ms=ms, value=nbytes / ms / 1e6))
+                cells.append(f"{name} {results[-1].value / copy:.1%}")
+        tqdm.write(f"{rows}x{cols} {dt}: " + " | ".join(cells))
+        del x
+        torch.cuda.empty_cache()
+    finish(args, results, copy_gbps=copy)  # --json: the record
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

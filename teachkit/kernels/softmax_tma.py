@@ -1,0 +1,295 @@
+"""Resident rows whose next chunk arrives by TMA while the row waits: a Gluon kernel for sm_90.
+
+The resident kernel of :mod:`teachkit.kernels.softmax_kernels` holds every chunk of a row in
+registers while the row's programs exchange their ``(m, d)`` pairs, and the whole wait is lost:
+no program reads while it waits for the slowest of its row (``gpu_checks/resident_long_gpu.py
+--unexchanged`` measures that wait at 4-17 points of the copy rate on float32 rows of 1M-4M
+columns). This kernel keeps the chunk in registers too, but the moment it has read it out of a
+buffer in shared memory it asks the Tensor Memory Accelerator (TMA) to copy its *next* chunk into
+that buffer. The copy needs no thread and no register: it runs while the program publishes its
+pair, waits for the row's pairs and writes its results, so the memory is busy during the wait.
+Shared memory, which the Triton kernel leaves empty, holds the chunk in flight; registers the one
+being worked on.
+
+Triton does not say where a tensor lives, so this is written in Gluon, Triton's lower-level
+language (shared memory, TMA copies and ``mbarrier`` waits spelled out), for Hopper GPUs
+(compute capability 9.x). The merge and the pair are the Triton kernels' own functions
+(:mod:`teachkit.kernels.pairs`), called element-wise as they are.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ..device import INTERPRETED, compute_capability
+from .grid_math import cdiv, next_power_of_2
+from .pairs import (
+    EMPTY_SLOT,
+    LOG2E,
+    MAX_SPIN,
+    merge_combine,
+    nap,
+    online_update,
+    pack_pair,
+    unpack_pair,
+)
+
+__all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_MOST_COLS",
+           "TMA_WIDTH", "TmaConfig", "launch_resident_tma", "resident_tma_kernel", "tma_config",
+           "tma_fits", "tma_not_ready", "tma_programs"]
+
+
+TMA_LOAD = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+"""TMA copy of a block from global into shared memory: ``async_load`` from Triton 3.7 on,
+``async_copy_global_to_shared`` in 3.6 (same arguments)."""
+THREAD_BARRIER = getattr(gl, "thread_barrier", None) or gl.barrier
+"""Synchronises the program's threads: ``thread_barrier`` in Triton 3.6, ``barrier`` later."""
+
+
+@gluon.jit
+def gluon_row_pair(row_slots, X_row, n_cols, G: gl.constexpr, G_POW2: gl.constexpr,
+                   MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr):
+    """The ``(m, d)`` of a whole row, as the Triton kernels' ``row_pair`` finds it: poll the
+    row's ``G`` words at ``row_slots`` (volatile loads, past L1 to L2) until none is
+    :data:`EMPTY_SLOT`, pausing between polls with ``BACKOFF``, and merge them; if ``MAX_SPIN``
+    polls pass first, read the row's ``n_cols`` values at ``X_row`` instead (slower, never
+    stuck). Gluon spells out where each lane lives (``layout``); the rest is the same."""
+    lanes_layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    lanes = gl.arange(0, G_POW2, layout=lanes_layout)
+    words = gl.load(row_slots + lanes, mask=lanes < G, other=0, volatile=True)
+    missing = gl.sum((words == EMPTY_SLOT).to(gl.int32), axis=0)
+    polls = 0
+    while (missing > 0) & (polls < MAX_SPIN):
+        if BACKOFF:
+            missing = nap(missing)
+        words = gl.load(row_slots + lanes, mask=lanes < G, other=0, volatile=True)
+        missing = gl.sum((words == EMPTY_SLOT).to(gl.int32), axis=0)
+        polls += 1
+    m_p, d_p = unpack_pair(words)
+    m_p = gl.where(lanes < G, m_p, float("-inf"))
+    d_p = gl.where(lanes < G, d_p, 0.0)
+    m_row, d_row = gl.reduce((m_p, d_p), 0, merge_combine)
+    if missing > 0:  # the row's programs are not all running: read the row itself
+        block: gl.constexpr = 32 * gl.num_warps()
+        m = gl.full([block], float("-inf"), gl.float32, lanes_layout)
+        d = gl.zeros([block], gl.float32, lanes_layout)
+        for start in range(0, n_cols, block):
+            cols = start + gl.arange(0, block, layout=lanes_layout)
+            x = gl.load(X_row + cols, mask=cols < n_cols, other=float("-inf")).to(gl.float32)
+            m, d = online_update(m, d, x)
+        m_row, d_row = gl.reduce((m, d), 0, merge_combine)
+    return m_row, d_row
+
+
+@gluon.jit
+def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs,
+                        G: gl.constexpr, G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
+                        BACKOFF: gl.constexpr):
+    """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
+    takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks to a
+    row, as the Triton resident kernel does; ``x_desc`` sees ``X`` as rows of ``W`` elements,
+    ``R`` of them a chunk (its block). Each program:
+
+    1. waits for its chunk in its shared-memory buffer (the ``mbarrier`` the TMA copy counts
+       its bytes on) and loads it into registers;
+    2. asks TMA to copy its next item's chunk into the same buffer (after a barrier: every warp
+       has its part), and goes on without waiting;
+    3. keeps ``e = exp(x - m_chunk)`` in registers and publishes the chunk's ``(m, d)`` as one
+       64-bit word (:func:`~teachkit.kernels.pairs.pack_pair`) with a relaxed exchange;
+    4. waits for its row's pairs (:func:`gluon_row_pair`) and writes ``e * exp(m_chunk - m_row)
+       / d_row``: one read and one write of the tensor, the next read under way all along.
+
+    A chunk that runs past its row (``n_cols`` not a multiple of the chunk) reads the next
+    row's first columns, or zeros past the tensor's end; they are masked to ``-inf`` and never
+    written. No row waits for ever while every program is on the GPU (the Triton kernel's
+    argument: a program reaches its item ``i`` once the row of its item ``i - n_programs`` is
+    complete, and ``G <= n_programs``).
+    """
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    CHUNK: gl.constexpr = R * W
+    chunk_layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    pid = gl.program_id(0)
+    n_items = n_rows * G
+    row_lines = n_cols // W  # rows of the descriptor's view a row of X spans
+    buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
+    flat = buffer.reshape([CHUNK])
+    arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(arrived, count=1)
+    mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=pid < n_items)
+    TMA_LOAD(x_desc, [(pid // G) * row_lines + (pid % G) * R, 0], arrived, buffer,
+             pred=pid < n_items)
+    offs = gl.arange(0, CHUNK, layout=chunk_layout)
+    phase = 0
+    for item in range(pid, n_items, n_programs):
+        row = item // G
+        cols = (item % G) * CHUNK + offs
+        mbarrier.wait(arrived, phase)
+        phase ^= 1
+        x = flat.load(chunk_layout).to(gl.float32)
+        fence_async_shared()  # these reads come before the copy's writes (another proxy)
+        THREAD_BARRIER()  # and every warp has made them: the buffer may be refilled
+        after = item + n_programs
+        mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=after < n_items)
+        TMA_LOAD(x_desc, [(after // G) * row_lines + (after % G) * R, 0], arrived, buffer,
+                 pred=after < n_items)
+        x = gl.where(cols < n_cols, x, float("-inf"))
+        m_c = gl.max(x, axis=0)
+        safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
+        e = gl.exp2((x - safe) * LOG2E)  # kept in registers: one exponential per element
+        d_c = gl.sum(e, axis=0)
+        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
+                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
+                                      MAX_SPIN, BACKOFF)
+        y = e * (gl.exp2((m_c - m_row) * LOG2E) / d_row)
+        gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
+                 mask=cols < n_cols)
+    mbarrier.invalidate(arrived)
+
+
+TMA_WIDTH = 256
+"""Elements a row of the TMA descriptor's view holds (``W``): the most a TMA box takes along an
+axis. A row of ``X`` must be a whole number of them (:func:`tma_not_ready`)."""
+
+
+class TmaConfig(NamedTuple):
+    """How :func:`resident_tma_kernel` runs: ``lines`` rows of :data:`TMA_WIDTH` elements a
+    chunk (a power of two), ``num_warps``, ``per_sm`` programs wanted on each multiprocessor,
+    ``backoff`` (pause between polls, :func:`~teachkit.kernels.pairs.nap`) and
+    ``max_registers`` a thread (what lets ``per_sm`` programs share a multiprocessor)."""
+
+    lines: int
+    num_warps: int
+    per_sm: int
+    backoff: bool = False
+    max_registers: int = 128
+
+    @property
+    def chunk(self) -> int:
+        """Columns of a row one program holds."""
+        return self.lines * TMA_WIDTH
+
+
+TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
+"""By element size: chunks of 8192 columns, four programs of four warps a multiprocessor (the
+Triton kernel's float32 configuration), 32 KB of float32 in shared memory each. Timed on an
+H100 (``gpu_checks/resident_tma_gpu.py``, record ``softmax_resident_tma_nvidia_h100``) beside
+chunks of 4096 (two warps, eight an SM) and 16384 (eight warps, two an SM)."""
+TMA_LONG_ROW_CONFIGS = {4: TmaConfig(64, 8, 2, backoff=True)}
+"""By element size, the configuration of rows from :data:`TMA_LONG_ROW_FROM` columns: chunks of
+16384 columns, two programs of eight warps a multiprocessor, pausing between polls, so that a
+row spans half the programs of :data:`TMA_CONFIGS` and each waits for half the pairs."""
+TMA_LONG_ROW_FROM = {4: 3 << 20}
+"""By element size, the columns from which :func:`tma_config` takes
+:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (the record: 84 % of the copy in these against 81 %
+in :data:`TMA_CONFIGS` at 3M, 86.5 % against 81.5 % at 4M, and 88 % against 89 % at 2M)."""
+TMA_MOST_COLS = {4: None, 2: 1 << 20}
+"""By element size, the longest rows :func:`tma_config` takes the kernel for (``None``: every
+row that fits): float16 and bfloat16 rows up to 1M columns. The kernel holds every element as a
+float32 weight, where the Triton kernel holds 16-bit rows as their own words, two to a register:
+past 1M columns its rows span twice the programs and wait longer, and the Triton kernel reads
+them faster (the record)."""
+
+
+def tma_config(n_cols: int, dtype: torch.dtype) -> TmaConfig | None:
+    """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax` runs
+    :func:`resident_tma_kernel` in for rows of ``n_cols`` of ``dtype``, or ``None`` where the
+    Triton resident kernel was measured faster (:data:`TMA_MOST_COLS`).
+
+    >>> tma_config(1 << 20, torch.float32) == TMA_CONFIGS[4]
+    True
+    >>> tma_config(1 << 22, torch.float32).chunk, tma_config(1 << 21, torch.bfloat16)
+    (16384, None)
+    """
+    size = dtype.itemsize
+    most = TMA_MOST_COLS.get(size, 0)
+    if size not in TMA_CONFIGS or (most is not None and n_cols > most):
+        return None
+    if n_cols >= TMA_LONG_ROW_FROM.get(size, n_cols + 1):
+        return TMA_LONG_ROW_CONFIGS[size]
+    return TMA_CONFIGS[size]
+
+
+def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor) -> str | None:
+    """Why :func:`resident_tma_kernel` cannot take the rows of ``x2`` into ``y2`` (2-D, unit
+    column stride), and what to do instead; ``None`` when it can: a Hopper GPU with compiled
+    Triton, float32, float16 or bfloat16, ``x2`` contiguous (the descriptor sees the tensor as
+    rows of :data:`TMA_WIDTH`) and 16-byte aligned, rows a whole number of such lines.
+
+    >>> tma_not_ready(torch.zeros(2, 512), torch.zeros(2, 512)) is not None  # not on a GPU
+    True
+    """
+    n_rows, n_cols = x2.shape
+    if INTERPRETED or not x2.is_cuda or compute_capability(x2.device)[0] != 9:
+        return "needs a Hopper GPU (compute capability 9.x) and compiled Triton"
+    if x2.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return f"takes float32, float16 or bfloat16, got {x2.dtype}"
+    if n_cols % TMA_WIDTH:
+        return f"needs rows of a multiple of {TMA_WIDTH} columns, got {n_cols}"
+    if n_rows > 1 and x2.stride(0) != n_cols or x2.stride(1) != 1:
+        return "needs contiguous rows (x.contiguous())"
+    if x2.data_ptr() % 16:
+        return "needs x to start at a 16-byte aligned address (TMA copies it)"
+    if n_rows * n_cols // TMA_WIDTH >= 1 << 31:
+        return f"takes at most {(1 << 31) * TMA_WIDTH} elements"
+    return None
+
+
+@functools.cache
+def tma_programs(config: TmaConfig, dtype: torch.dtype, device: int) -> int:
+    """Programs of ``config`` that fit on GPU ``device`` at once: ``config.per_sm`` a
+    multiprocessor, or fewer where its registers (``config.max_registers`` a thread), threads or
+    shared memory (the chunk's buffer and a kilobyte for the reductions) allow fewer, times the
+    multiprocessors."""
+    props = torch.cuda.get_device_properties(device)
+    threads = 32 * config.num_warps
+    per_warp = -(-config.max_registers * 32 // 256) * 256  # allocated 256 registers at a time
+    by_registers = props.regs_per_multiprocessor // (per_warp * config.num_warps)
+    shared = config.chunk * dtype.itemsize + 1024
+    by_shared = props.shared_memory_per_multiprocessor // shared
+    by_threads = props.max_threads_per_multi_processor // threads
+    return max(1, min(config.per_sm, by_registers, by_shared, by_threads)) \
+        * props.multi_processor_count
+
+
+def tma_fits(n_cols: int, config: TmaConfig, dtype: torch.dtype, device: int) -> bool:
+    """Whether rows of ``n_cols`` fit on GPU ``device`` at once in ``config``: their chunks need
+    at most :func:`tma_programs` programs."""
+    return cdiv(n_cols, config.chunk) <= tma_programs(config, dtype, device)
+
+
+@functools.cache
+def _shared_layout(bits: int) -> gl.NVMMASharedLayout:
+    """The buffer's layout: rows as they are in memory (no swizzle), which a TMA copy writes and
+    each warp reads 16 bytes a thread without bank conflicts."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=bits, rank=2)
+
+
+def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -> None:
+    """Run :func:`resident_tma_kernel` on the rows of ``x2`` (which :func:`tma_not_ready`
+    takes) into ``y2`` in ``config``: as many programs as fit (:func:`tma_programs`), at most
+    the rows' chunks, so that rows may straddle two rounds. Raises ``ValueError`` when a row
+    needs more programs than fit (:func:`tma_fits`)."""
+    n_rows, n_cols = x2.shape
+    g = cdiv(n_cols, config.chunk)
+    fit = tma_programs(config, x2.dtype, x2.device.index or 0)
+    if g > fit:
+        raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
+                         f"than this GPU holds; use softmax, which picks")
+    programs = min(fit, n_rows * g)
+    descriptor = TensorDescriptor(x2, [n_rows * n_cols // TMA_WIDTH, TMA_WIDTH],
+                                  [TMA_WIDTH, 1], [config.lines, TMA_WIDTH],
+                                  _shared_layout(8 * x2.element_size()))
+    slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
+    resident_tma_kernel[(programs,)](
+        descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
+        G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN,
+        BACKOFF=config.backoff, num_warps=config.num_warps, maxnreg=config.max_registers)

@@ -1,0 +1,85 @@
+"""The Gluon resident softmax whose next chunk arrives by TMA (``teachkit.kernels.softmax_tma``):
+its rule and its refusals everywhere, and its results on a Hopper GPU
+(``gpu_checks/resident_tma_gpu.py`` checks more rows and times it; what it compiles to for sm_90
+is in ``tests/test_compiled_evidence.py``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import teachkit
+
+pytest.importorskip("teachkit.kernels")
+st = pytest.importorskip("teachkit.kernels.softmax_tma")  # Gluon: Triton 3.6 to 3.9 have it
+
+from teachkit.kernels import softmax_kernels as ks  # noqa: E402
+
+HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
+
+
+def test_the_rule_takes_float32_rows_and_short_16_bit_rows():
+    """float32 rows take chunks of 8192 columns, from 3M columns chunks of 16384 with pauses;
+    16-bit rows up to 1M columns take 8192, longer ones stay on the Triton kernel."""
+    assert st.tma_config(1 << 15, torch.float32) == st.TMA_CONFIGS[4]
+    assert st.tma_config((3 << 20) - 256, torch.float32).chunk == 8192
+    long = st.tma_config(3 << 20, torch.float32)
+    assert long == st.TMA_LONG_ROW_CONFIGS[4] and long.chunk == 16384 and long.backoff
+    for dtype in (torch.float16, torch.bfloat16):
+        assert st.tma_config(1 << 20, dtype).chunk == 8192
+        assert st.tma_config((1 << 20) + 256, dtype) is None
+    assert st.tma_config(1 << 16, torch.float64) is None
+
+
+def test_every_configuration_fits_a_multiprocessor():
+    """Each configuration's programs share a multiprocessor of 64k registers and 2048 threads as
+    it wants them: ``max_registers`` a thread for ``per_sm`` programs."""
+    for config in (*st.TMA_CONFIGS.values(), *st.TMA_LONG_ROW_CONFIGS.values()):
+        assert config.per_sm * config.num_warps * 32 * config.max_registers <= 65536, config
+        assert config.chunk % (4 * 32 * config.num_warps) == 0, config  # 4 elements a thread
+
+
+@pytest.mark.skipif(HOPPER, reason="off a Hopper GPU only")
+def test_it_refuses_off_a_hopper_gpu_and_says_what_to_use():
+    x = torch.randn(2, 512, device=teachkit.DEVICE)
+    assert "Hopper" in st.tma_not_ready(x, torch.empty_like(x))
+    with pytest.raises(ValueError, match="Hopper.*use softmax"):
+        ks.softmax_resident_tma(x)
+    torch.testing.assert_close(ks.softmax(x), torch.softmax(x, -1))  # softmax picks another
+
+
+def test_a_config_of_another_kind_is_a_type_error():
+    with pytest.raises(TypeError, match="TmaConfig"):
+        ks.softmax_resident_tma(torch.randn(2, 512), config=ks.RESIDENT_CONFIGS[4])
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("config", [st.TmaConfig(16, 2, 8), st.TMA_CONFIGS[4],
+                                    st.TMA_LONG_ROW_CONFIGS[4]], ids=["4k", "8k", "16k"])
+def test_it_matches_torch_on_awkward_rows(dtype, config):
+    """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
+    -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""
+    c = config.chunk
+    x = torch.randn(9, 3 * c + 256, device="cuda", dtype=dtype) * 20
+    x[0] = float("-inf")
+    x[1, 5] = float("inf")
+    x[2, 9] = float("nan")
+    x[3, ::3] = float("-inf")
+    for rows in (x, torch.randn(3, c, device="cuda", dtype=dtype),
+                 torch.randn(1100, 4 * c, device="cuda", dtype=dtype),
+                 torch.randn(4, 2 * c, device="cuda", dtype=dtype) * 1e4):
+        got = ks.softmax_resident_tma(rows, config=config).float()
+        torch.testing.assert_close(got, torch.softmax(rows.float(), -1), equal_nan=True,
+                                   atol=1e-2 if dtype.itemsize == 2 else 1e-6,
+                                   rtol=1e-2 if dtype.itemsize == 2 else 1e-4)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+def test_softmax_takes_it_where_the_rule_does():
+    x = torch.randn(64, 1 << 20, device="cuda")
+    assert ks._tma_choice(x, torch.empty_like(x)) == st.TMA_CONFIGS[4]
+    torch.testing.assert_close(ks.softmax(x), torch.softmax(x, -1))
+    odd = torch.randn(8, (1 << 16) + 1, device="cuda")  # not a multiple of 256 columns
+    assert ks._tma_choice(odd, torch.empty_like(odd)) is None
+    torch.testing.assert_close(ks.softmax(odd), torch.softmax(odd, -1))

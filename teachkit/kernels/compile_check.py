@@ -1002,8 +1002,8 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
                                      st._shared_layout(8 * dtype.itemsize))
     pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}[dtype]
     scalars = {"X": pointer, "Y": pointer, "SLOTS": "*i64", "n_rows": "i32", "n_cols": "i32",
-               "stride_y": "i32", "n_programs": "i32"}
-    constexprs = {"G": chunks, "G_POW2": max(next_power_of_2(chunks), 32),
+               "stride_y": "i32", "n_programs": "i32", "G": "i32"}
+    constexprs = {"G_POW2": max(next_power_of_2(chunks), 32),
                   "MAX_SPIN": sk.SPIN_POLLS, "BACKOFF": config.backoff}
     return _gluon_compile(st.resident_tma_kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,

@@ -54,8 +54,8 @@ THREAD_BARRIER = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
 @gluon.jit
-def gluon_row_pair(row_slots, X_row, n_cols, G: gl.constexpr, G_POW2: gl.constexpr,
-                   MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr):
+def gluon_row_pair(row_slots, X_row, n_cols, G, G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
+                   BACKOFF: gl.constexpr):
     """The ``(m, d)`` of a whole row, as the Triton kernels' ``row_pair`` finds it: poll the
     row's ``G`` words at ``row_slots`` (volatile loads, past L1 to L2) until none is
     :data:`EMPTY_SLOT`, pausing between polls with ``BACKOFF``, and merge them; if ``MAX_SPIN``
@@ -89,13 +89,14 @@ def gluon_row_pair(row_slots, X_row, n_cols, G: gl.constexpr, G_POW2: gl.constex
 
 
 @gluon.jit
-def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs,
-                        G: gl.constexpr, G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
-                        BACKOFF: gl.constexpr):
+def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
+                        G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
     takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks to a
     row, as the Triton resident kernel does; ``x_desc`` sees ``X`` as rows of ``W`` elements,
-    ``R`` of them a chunk (its block). Each program:
+    ``R`` of them a chunk (its block). ``G`` is a launch argument, not a constant as in the
+    Triton kernel, so one compilation serves every row length (``G_POW2``, the next power of
+    two, sizes the poll). Each program:
 
     1. waits for its chunk in its shared-memory buffer (the ``mbarrier`` the TMA copy counts
        its bytes on) and loads it into registers;

@@ -11,7 +11,7 @@ and huge values; then each shape is timed by:
 
 - **split rows**, the two-read split kernels;
 - **Triton, table**, `RESIDENT_CONFIGS` for the dtype, and **Triton, long rows**,
-  `LONG_ROW_CONFIGS` (what `softmax` ran before this kernel);
+  `LONG_ROW_CONFIGS` (what `softmax` runs);
 - **TMA 4k**, **TMA 8k** and **TMA 16k, pauses**: the kernel with chunks of 4096 columns (two
   warps, eight programs a multiprocessor), 8192 (`TMA_CONFIGS`: four warps, four an SM) and
   16384 (`TMA_LONG_ROW_CONFIGS`: eight warps, two an SM, pausing between polls);

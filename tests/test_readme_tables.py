@@ -189,24 +189,3 @@ def test_exchange_table_is_its_record():
                  for way in ("grid filled", "bell")]
         for cell, value in zip(row[1:], want, strict=True):
             assert close(cell.lstrip("+"), value), (row[0], cell, value)
-
-
-def test_tma_table_is_its_record():
-    """``| rows × cols, dtype | split rows | Triton, table | Triton, long rows | TMA 4k | TMA 8k |
-    TMA 16k, pauses | `softmax` |``: shares of the copy, one decimal, ``–`` where a provider
-    does not hold the rows."""
-    record = "softmax_resident_tma_nvidia_h100"
-    results, meta = load_record(record)
-    copy = meta["ceilings"]["copy_gbps"]
-    found = {(m.problem, m.dtype, m.provider): m.value for m in results}
-    header, rows = table_after(record)
-    assert len(rows) == len({(m.problem, m.dtype) for m in results})
-    for row in rows:
-        name, dtype = problem(row[0])
-        for column, cell in zip(header[1:], row[1:], strict=True):
-            provider = "entry point" if column == "`softmax`" else column
-            value = found.get((name, dtype, provider))
-            if value is None:
-                assert cell == "–", (row[0], column, cell)
-            else:
-                assert close(cell, 100 * value / copy), (row[0], column, cell, value)

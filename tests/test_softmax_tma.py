@@ -73,13 +73,3 @@ def test_it_matches_torch_on_awkward_rows(dtype, config):
         torch.testing.assert_close(got, torch.softmax(rows.float(), -1), equal_nan=True,
                                    atol=1e-2 if dtype.itemsize == 2 else 1e-6,
                                    rtol=1e-2 if dtype.itemsize == 2 else 1e-4)
-
-
-@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
-def test_softmax_takes_it_where_the_rule_does():
-    x = torch.randn(64, 1 << 20, device="cuda")
-    assert ks._tma_choice(x, torch.empty_like(x)) == st.TMA_CONFIGS[4]
-    torch.testing.assert_close(ks.softmax(x), torch.softmax(x, -1))
-    odd = torch.randn(8, (1 << 16) + 1, device="cuda")  # not a multiple of 256 columns
-    assert ks._tma_choice(odd, torch.empty_like(odd)) is None
-    torch.testing.assert_close(ks.softmax(odd), torch.softmax(odd, -1))

@@ -56,11 +56,10 @@ try:  # Gluon is experimental: a Triton whose Gluon differs keeps softmax on the
         TmaConfig,
         launch_resident_tma,
         tma_config,
-        tma_fits,
         tma_not_ready,
     )
 except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
-    TMA_CONFIGS = TmaConfig = launch_resident_tma = tma_config = tma_fits = tma_not_ready = None
+    TMA_CONFIGS = TmaConfig = launch_resident_tma = tma_config = tma_not_ready = None
 from .pairs import (
     EMPTY_SLOT,
     LOG2E,
@@ -1035,20 +1034,6 @@ def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | Non
     return _run(x, dim, launch)
 
 
-def _tma_choice(x2: torch.Tensor, y2: torch.Tensor) -> TmaConfig | None:
-    """The configuration :func:`softmax` runs the TMA resident kernel in for the rows of ``x2``
-    into ``y2``, or ``None`` where it takes the Triton kernels: the kernel cannot run
-    (:func:`~teachkit.kernels.softmax_tma.tma_not_ready`), the Triton resident kernel was
-    measured faster (:func:`~teachkit.kernels.softmax_tma.tma_config`), or the rows do not fit
-    (:func:`~teachkit.kernels.softmax_tma.tma_fits`)."""
-    if tma_config is None or not ON_GPU:
-        return None
-    config = tma_config(x2.shape[1], x2.dtype)
-    if config is None or tma_not_ready(x2, y2) is not None:
-        return None
-    return config if tma_fits(x2.shape[1], config, x2.dtype, x2.device.index or 0) else None
-
-
 def _sm_count() -> int:
     return multiprocessors(0) if ON_GPU else 8
 
@@ -1115,12 +1100,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Rows of up to :data:`FUSED_MAX_COLS` elements go to the fused kernel (one read, one write).
     On a GPU, longer rows whose chunks fit on the chip at once (:func:`resident_fits`) go to
-    the resident kernel (one read, one write): on a Hopper GPU, to its Gluon form whose next
-    chunk arrives by TMA during the wait, where it was measured faster and can run
-    (:func:`~teachkit.kernels.softmax_tma.tma_config`,
-    :func:`~teachkit.kernels.softmax_tma.tma_not_ready`); the rest, and every long row under the
+    the resident kernel (one read, one write); the rest, and every long row under the
     interpreter, to the split kernels (every row cut into chunks that fill the GPU, partial
-    ``(m, d)`` merged, two reads and one write).
+    ``(m, d)`` merged, two reads and one write). The Gluon form of the resident kernel,
+    :func:`softmax_resident_tma`, is not taken here until its timing is recorded.
 
     Parameters
     ----------
@@ -1153,10 +1136,6 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         n_rows, n_cols = x2.shape
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
-            return
-        tma = _tma_choice(x2, y2)
-        if tma is not None:
-            launch_resident_tma(x2, y2, tma)
             return
         config = resident_config(x2, y2)
         if ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0, config):

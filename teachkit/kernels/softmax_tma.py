@@ -181,27 +181,29 @@ class TmaConfig(NamedTuple):
 
 TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
 """By element size: chunks of 8192 columns, four programs of four warps a multiprocessor (the
-Triton kernel's float32 configuration), 32 KB of float32 in shared memory each. Timed on an
-H100 (``gpu_checks/resident_tma_gpu.py``, record ``softmax_resident_tma_nvidia_h100``) beside
-chunks of 4096 (two warps, eight an SM) and 16384 (eight warps, two an SM)."""
+Triton kernel's float32 configuration), 32 KB of float32 in shared memory each.
+``gpu_checks/resident_tma_gpu.py`` times it beside chunks of 4096 (two warps, eight an SM) and
+16384 (eight warps, two an SM). The figures below are from scratch runs of an earlier form of
+the kernel on an H100 (no record kept yet); :func:`~teachkit.kernels.softmax_kernels.softmax`
+does not take the kernel until a record confirms them."""
 TMA_LONG_ROW_CONFIGS = {4: TmaConfig(64, 8, 2, backoff=True)}
 """By element size, the configuration of rows from :data:`TMA_LONG_ROW_FROM` columns: chunks of
 16384 columns, two programs of eight warps a multiprocessor, pausing between polls, so that a
 row spans half the programs of :data:`TMA_CONFIGS` and each waits for half the pairs."""
 TMA_LONG_ROW_FROM = {4: 3 << 20}
 """By element size, the columns from which :func:`tma_config` takes
-:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (the record: 84 % of the copy in these against 81 %
+:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (scratch runs: 84 % of the copy in these against 81 %
 in :data:`TMA_CONFIGS` at 3M, 86.5 % against 81.5 % at 4M, and 88 % against 89 % at 2M)."""
 TMA_MOST_COLS = {4: None, 2: 1 << 20}
 """By element size, the longest rows :func:`tma_config` takes the kernel for (``None``: every
 row that fits): float16 and bfloat16 rows up to 1M columns. The kernel holds every element as a
 float32 weight, where the Triton kernel holds 16-bit rows as their own words, two to a register:
 past 1M columns its rows span twice the programs and wait longer, and the Triton kernel reads
-them faster (the record)."""
+them faster (scratch runs)."""
 
 
 def tma_config(n_cols: int, dtype: torch.dtype) -> TmaConfig | None:
-    """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax` runs
+    """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax_resident_tma` runs
     :func:`resident_tma_kernel` in for rows of ``n_cols`` of ``dtype``, or ``None`` where the
     Triton resident kernel was measured faster (:data:`TMA_MOST_COLS`).
 

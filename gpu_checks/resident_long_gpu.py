@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import sys
 from pathlib import Path
 
@@ -140,45 +139,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm.auto import tqdm
 
-    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish, interleaved_rounds
-    from teachkit.bench.softmax import time_softmax_provider
+    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
+    from teachkit.bench.softmax import dtype_shape_jobs, time_in_rounds, time_softmax_provider
 
     copy = announce_copy_bandwidth()
     results, ok = [], True
-    jobs = [(dt, shape) for dt, shapes in SHAPES.items() for shape in shapes]
-    if args.shapes:
-        jobs = [(dt, tuple(int(n) for n in shape.split("x")))
-                for dt, shape in (text.split(":") for text in args.shapes)]
-    for dt, (rows, cols) in tqdm(jobs, desc="shapes", mininterval=30):
+    for dt, (rows, cols) in tqdm(dtype_shape_jobs(SHAPES, args.shapes), desc="shapes",
+                                 mininterval=30):
         x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
         offered = providers(x.dtype, args.waits, args.fill_grid, args.bell)
-        calls = {name: fn for name, fn in offered.items()
-                 if name in ("split rows", "entry point")
-                 or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
-        chunks = {}
+        timers = {name: (lambda name=name, fn=fn, x=x, dt=dt: time_softmax_provider(
+                      name, fn, x, dt, tolerance=1e-2))
+                  for name, fn in offered.items()
+                  if name in ("split rows", "entry point")
+                  or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
         if args.unexchanged:
             for name, config in unexchanged(x).items():
-                chunks[name] = config.chunk
-                calls[name] = lambda x, c=config: sk.softmax_resident(x, config=c)
-        rounds: dict[str, list] = {name: [] for name in calls}
-        for name in interleaved_rounds(calls, args.rounds):
-            try:
-                if name in chunks:
-                    rounds[name].append(cut_to_chunks(name, calls[name], x, chunks[name], dt))
-                    continue
-                rounds[name].append(time_softmax_provider(name, calls[name], x, dt,
-                                                          tolerance=1e-2))
-            except AssertionError as wrong:
-                ok = False
-                tqdm.write(f"WRONG: {wrong}")
-        cells, nbytes = [], 2 * x.numel() * x.element_size()
-        for name, each in rounds.items():
-            if each:
-                ms = statistics.median(m.ms for m in each)
-                results.append(dataclasses.replace(each[0], ms=ms, value=nbytes / ms / 1e6))
-                cells.append(f"{name} {results[-1].value / copy:.1%}")
-        tqdm.write(f"{rows}x{cols} {dt}: " + " | ".join(cells))
-        del x
+                timers[name] = (lambda name=name, c=config, x=x, dt=dt: cut_to_chunks(
+                    name, lambda cut: sk.softmax_resident(cut, config=c), x, c.chunk, dt))
+        found, report, right = time_in_rounds(timers, args.rounds, copy)
+        results += found
+        ok &= right
+        tqdm.write(f"{rows}x{cols} {dt}" + report)
+        del x, timers
         torch.cuda.empty_cache()
     finish(args, results, copy_gbps=copy)  # --json: the record
     return 0 if ok else 1

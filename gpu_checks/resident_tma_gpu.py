@@ -29,8 +29,6 @@ Hopper GPU.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import statistics
 import sys
 from pathlib import Path
 
@@ -131,36 +129,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm.auto import tqdm
 
-    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish, interleaved_rounds
-    from teachkit.bench.softmax import time_softmax_provider
+    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
+    from teachkit.bench.softmax import dtype_shape_jobs, time_in_rounds, time_softmax_provider
 
     copy = announce_copy_bandwidth()
     ok = check_edges()
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
     results = []
-    jobs = [(dt, shape) for dt, shapes in SHAPES.items() for shape in shapes]
-    if args.shapes:
-        jobs = [(dt, tuple(int(n) for n in shape.split("x")))
-                for dt, shape in (text.split(":") for text in args.shapes)]
-    for dt, (rows, cols) in tqdm(jobs, desc="shapes", mininterval=30):
+    for dt, (rows, cols) in tqdm(dtype_shape_jobs(SHAPES, args.shapes), desc="shapes",
+                                 mininterval=30):
         x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
-        calls = {name: fn for name, fn in providers(x.dtype).items() if fits(name, x)}
-        rounds: dict[str, list] = {name: [] for name in calls}
-        for name in interleaved_rounds(calls, args.rounds):
-            try:
-                rounds[name].append(time_softmax_provider(name, calls[name], x, dt,
-                                                          tolerance=1e-2))
-            except AssertionError as wrong:
-                ok = False
-                tqdm.write(f"WRONG: {wrong}")
-        cells, nbytes = [], 2 * x.numel() * x.element_size()
-        for name, each in rounds.items():
-            if each:
-                ms = statistics.median(m.ms for m in each)
-                results.append(dataclasses.replace(each[0], ms=ms, value=nbytes / ms / 1e6))
-                cells.append(f"{name} {results[-1].value / copy:.1%}")
-        tqdm.write(f"{rows}x{cols} {dt}: " + " | ".join(cells))
-        del x
+        timers = {name: (lambda name=name, fn=fn, x=x, dt=dt: time_softmax_provider(
+                      name, fn, x, dt, tolerance=1e-2))
+                  for name, fn in providers(x.dtype).items() if fits(name, x)}
+        found, report, right = time_in_rounds(timers, args.rounds, copy)
+        results += found
+        ok &= right
+        tqdm.write(f"{rows}x{cols} {dt}" + report)
+        del x, timers
         torch.cuda.empty_cache()
     finish(args, results, copy_gbps=copy)  # --json: the record
     return 0 if ok else 1

@@ -100,3 +100,37 @@ def test_settle_runs_the_timed_call_first():
         time_ms(lambda calls=calls: calls.append(x.add_(1)), warmup=1, rep=5, settle_ms=settle)
         counts.append(len(calls))
     assert counts[1] > counts[0] + 10, counts
+
+
+def test_time_in_rounds_keeps_each_providers_median_and_names_the_wrong_one():
+    """Interleaved rounds: each right provider's median time (its GB/s from that time), a report
+    of shares of the copy, and a wrong provider reported, not kept."""
+    from teachkit.bench.core import Measurement
+    from teachkit.bench.softmax import time_in_rounds
+
+    times = {"a": iter([3.0, 1.0, 2.0]), "b": iter([4.0, 4.0, 4.0])}
+
+    def timer(name):
+        def call():
+            ms = next(times[name])
+            return Measurement("1x8", "fp32", name, ms, 100 / ms, "GB/s", {})
+        return call
+
+    def wrong():
+        raise AssertionError("c is wrong on 1x8 fp32")
+
+    results, report, ok = time_in_rounds({"a": timer("a"), "b": timer("b"), "c": wrong}, 3,
+                                         copy_gbps=100.0)
+    assert [(m.provider, m.ms, m.value) for m in results] == [("a", 2.0, 50.0), ("b", 4.0, 25.0)]
+    assert not ok and report.count("WRONG: c is wrong") == 3
+    assert " | a 50.0%" in report and " | b 25.0%" in report
+
+
+def test_dtype_shape_jobs_take_the_given_shapes_or_the_default():
+    from teachkit.bench.softmax import dtype_shape_jobs
+
+    default = {"fp32": [(2, 8)], "bf16": [(1, 16)]}
+    assert dtype_shape_jobs(default, None) == [("fp32", (2, 8)), ("bf16", (1, 16))]
+    assert dtype_shape_jobs(default, ["bf16:8x8388608"]) == [("bf16", (8, 8388608))]
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        dtype_shape_jobs(default, ["fp64:2x8"])

@@ -197,6 +197,52 @@ def time_softmax_providers(providers: dict[str, Callable[[torch.Tensor], torch.T
     return results, report, ok
 
 
+def time_in_rounds(timers: dict[str, Callable[[], Measurement]], rounds: int,
+                   copy_gbps: float, share: str = ".1%") -> tuple[list[Measurement], str, bool]:
+    """Call each of ``timers`` (name: a call that checks and times one provider on one problem,
+    as :func:`time_softmax_provider` does, raising ``AssertionError`` when it is wrong) once a
+    round for ``rounds`` rounds in :func:`~teachkit.bench.core.interleaved_rounds` order. Returns
+    each right provider's median over its rounds (a :class:`Measurement` of the median time and
+    its GB/s), a report as :func:`time_softmax_providers` gives, and whether all were right."""
+    import dataclasses
+    import statistics
+
+    from .core import interleaved_rounds
+
+    found: dict[str, list[Measurement]] = {name: [] for name in timers}
+    report, ok = "", True
+    for name in interleaved_rounds(timers, rounds):
+        try:
+            found[name].append(timers[name]())
+        except AssertionError as wrong:
+            ok = False
+            report += f" | WRONG: {wrong}"
+    results = []
+    for name, each in found.items():
+        if each:
+            ms = statistics.median(m.ms for m in each)
+            first = each[0]
+            results.append(dataclasses.replace(first, ms=ms, value=first.value * first.ms / ms))
+            report += f" | {name} {results[-1].value / copy_gbps:{share}}"
+    return results, report, ok
+
+
+def dtype_shape_jobs(default: dict[str, list[tuple[int, int]]], given: list[str] | None,
+                     ) -> list[tuple[str, tuple[int, int]]]:
+    """``(dtype name, (rows, cols))`` for each shape of ``default`` (dtype name: shapes), or of
+    ``given`` when it names any, as ``DTYPE:ROWSxCOLS`` (e.g. ``bf16:8x8388608``)."""
+    if not given:
+        return [(dtype, shape) for dtype, shapes in default.items() for shape in shapes]
+    jobs = []
+    for text in given:
+        dtype, _, shape = text.partition(":")
+        if dtype not in DTYPES:
+            raise ValueError(f"{text!r}: the dtype must be one of {', '.join(DTYPES)}, as in "
+                             f"bf16:8x8388608")
+        jobs.append((dtype, _parse_shape(shape)))
+    return jobs
+
+
 def _parse_shape(text: str) -> tuple[int, int]:
     """An ``argparse`` type: ``ROWSxCOLS`` of two positive ints, e.g. ``4096x16384``."""
     parts = text.lower().split("x")

@@ -55,10 +55,8 @@ unless ``torch.use_deterministic_algorithms(True)`` is on; ``kv_hopper`` without
 from __future__ import annotations
 
 import torch
-from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -69,7 +67,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..device import INTERPRETED, compute_capability, on_other_gpu
-from .flash_hopper import LOG2E, TMA_LOAD, TMA_STORE, handover_barriers, tile_descriptor
+from .flash_hopper import LOG2E, handover_barriers, tile_descriptor
+from .gluon_names import THREAD_BARRIER, TMA_LOAD, TMA_REDUCE_ADD, TMA_STORE, tma_reduce_add
 from .launch_cache import cached_launch
 
 __all__ = ["DKDV_CONSUMER_REGISTERS", "DKDV_HOPPER_KEYS", "DKDV_HOPPER_MAX_REGISTERS",
@@ -80,22 +79,6 @@ __all__ = ["DKDV_CONSUMER_REGISTERS", "DKDV_HOPPER_KEYS", "DKDV_HOPPER_MAX_REGIS
 
 
 
-@builtin
-def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """TMA's reduce-add of a shared-memory tile into global memory
-    (``cp.reduce.async.bulk.tensor ... .add``), for Triton 3.6, whose Gluon has the operation
-    (``create_async_tma_reduce``) but no function for it; a newer Triton calls the same
-    operation ``tma.async_atomic_add``. Waited for like a TMA store (``tma.store_wait``)."""
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle,
-                                              coord, src.handle)
-
-
-TMA_REDUCE_ADD = getattr(tma, "async_atomic_add", tma_reduce_add)
-"""Adds a shared-memory tile into a tile of global memory, element by element, with TMA."""
-THREAD_BARRIER = getattr(gl, "thread_barrier", None) or gl.barrier
-"""Synchronises the threads of a partition: ``thread_barrier`` in Triton 3.6, ``barrier`` in a
-newer Triton."""
 KERNEL_LOG2E = gl.constexpr(LOG2E)
 """log2(e) inside the kernel: the forward's lse is in natural-log units, the scores in log2."""
 DKDV_HOPPER_KEYS = 128

@@ -84,6 +84,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from ..device import INTERPRETED, compute_capability, multiprocessors, on_other_gpu
 from ..validation import require_bool, resolve_scale
 from .attention_inputs import check_inputs
+from .gluon_names import TMA_LOAD, TMA_STORE
 from .launch_cache import cached_launch
 
 __all__ = ["HOPPER_HEAD_DIMS", "HOPPER_KEY_BLOCKS", "HOPPER_MAX_REGISTERS", "HOPPER_MIN_KEYS",
@@ -102,11 +103,6 @@ LOG2E = 1.4426950408889634
 """log2(e): the host folds it into the scale, so the kernel exponentiates with ``exp2``."""
 LN2 = gl.constexpr(0.6931471805599453)
 """ln(2): turns the kernel's log2-unit lse into natural-log units."""
-TMA_LOAD = getattr(tma, "async_load", tma.async_copy_global_to_shared)
-"""TMA copy of a tile from global into shared memory: ``async_load`` from Triton 3.7 on, under
-its former name ``async_copy_global_to_shared`` in 3.6 (same arguments)."""
-TMA_STORE = getattr(tma, "async_store", tma.async_copy_shared_to_global)
-"""TMA copy of a tile from shared into global memory (``async_copy_shared_to_global`` in 3.6)."""
 HOPPER_ROWS = 128
 """Query rows per tile: two consumer warpgroups of 64."""
 HOPPER_TILES = {64: (128, 3), 128: (128, 3)}

@@ -25,10 +25,11 @@ from typing import NamedTuple
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..device import INTERPRETED, compute_capability
+from .gluon_names import THREAD_BARRIER, TMA_LOAD
 from .grid_math import cdiv, next_power_of_2
 from .pairs import (
     EMPTY_SLOT,
@@ -44,13 +45,6 @@ from .pairs import (
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_MOST_COLS",
            "TMA_WIDTH", "TmaConfig", "launch_resident_tma", "resident_tma_kernel", "tma_config",
            "tma_fits", "tma_not_ready", "tma_programs"]
-
-
-TMA_LOAD = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-"""TMA copy of a block from global into shared memory: ``async_load`` from Triton 3.7 on,
-``async_copy_global_to_shared`` in 3.6 (same arguments)."""
-THREAD_BARRIER = getattr(gl, "thread_barrier", None) or gl.barrier
-"""Synchronises the program's threads: ``thread_barrier`` in Triton 3.6, ``barrier`` later."""
 
 
 @gluon.jit

@@ -15,6 +15,9 @@ and huge values; then each shape is timed by:
 - **TMA 4k**, **TMA 8k** and **TMA 16k, pauses**: the kernel with chunks of 4096 columns (two
   warps, eight programs a multiprocessor), 8192 (`TMA_CONFIGS`: four warps, four an SM) and
   16384 (`TMA_LONG_ROW_CONFIGS`: eight warps, two an SM, pausing between polls);
+- on 16-bit rows, **TMA words 16k** and **TMA words 32k, pauses**: its form that holds the
+  chunk as the input's own 32-bit words, two elements each, in the same registers as 8192 and
+  16384 float32 columns (four warps, four an SM; eight warps, two an SM, pausing);
 - **entry point**, `softmax`, which picks.
 
 Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which only the Triton
@@ -49,8 +52,10 @@ SHAPES = {"fp32": [(4096, 1 << 15), (1024, 1 << 16), (256, 1 << 18), (64, 1 << 2
 """Rows the resident kernels take: from 32k columns (past the fused kernel's 16k) to 4M in
 float32 (1.25M, 1.5M and 3M among them) and 8M in bfloat16."""
 TMA_PROVIDERS = {"TMA 4k": st.TmaConfig(16, 2, 8), "TMA 8k": st.TMA_CONFIGS[4],
-                 "TMA 16k, pauses": st.TMA_LONG_ROW_CONFIGS[4]}
-"""Name: configuration of the TMA kernel timed (the same for every dtype)."""
+                 "TMA 16k, pauses": st.TMA_LONG_ROW_CONFIGS[4],
+                 "TMA words 16k": st.TmaConfig(32, 4, 4, words=True),
+                 "TMA words 32k, pauses": st.TmaConfig(64, 8, 2, backoff=True, words=True)}
+"""Name: configuration of the TMA kernel timed (those with ``words`` on 16-bit rows only)."""
 
 
 def providers(dtype: torch.dtype) -> dict[str, object]:
@@ -61,7 +66,7 @@ def providers(dtype: torch.dtype) -> dict[str, object]:
              "Triton, long rows": lambda x: sk.softmax_resident(
                  x, config=sk.LONG_ROW_CONFIGS[size])}
     found |= {name: (lambda x, c=config: sk.softmax_resident_tma(x, config=c))
-              for name, config in TMA_PROVIDERS.items()}
+              for name, config in TMA_PROVIDERS.items() if not config.words or size == 2}
     return found | {"entry point": sk.softmax}
 
 
@@ -77,19 +82,20 @@ def fits(name: str, x: torch.Tensor) -> bool:
     return True
 
 
-def awkward_rows(chunk: int, dtype: torch.dtype) -> list[torch.Tensor]:
-    """Rows that test the kernel's edges for chunks of ``chunk`` columns: one chunk, chunks
-    running past the row (a multiple of 256 columns that is not one of ``chunk``), more rows
-    than a round takes, rows of ``-inf``, with ``+inf``, with NaN, and values near 1e4."""
+def awkward_rows(chunk: int, dtype: torch.dtype, width: int) -> list[torch.Tensor]:
+    """Rows that test the kernel's edges for chunks of ``chunk`` columns, rows a multiple of
+    ``width``: one chunk, chunks running past the row (a multiple of ``width`` that is not one
+    of ``chunk``), more rows than a round takes, rows of ``-inf``, with ``+inf``, with NaN,
+    values near 1e4, and rows of ``width`` alone."""
     make = dict(device="cuda", dtype=dtype)
-    tail = torch.randn(5, 2 * chunk + 256, **make)
+    tail = torch.randn(5, 2 * chunk + width, **make)
     special = torch.randn(4, 3 * chunk, **make)
     special[0] = float("-inf")
     special[1, 7] = float("inf")
     special[2, 11] = float("nan")
     special[3, ::5] = float("-inf")
     return [torch.randn(3, chunk, **make), tail, torch.randn(1200, 4 * chunk, **make) * 30,
-            special, torch.randn(2, 5 * chunk, **make) * 1e4, torch.randn(7, 256, **make)]
+            special, torch.randn(2, 5 * chunk, **make) * 1e4, torch.randn(7, width, **make)]
 
 
 def check_edges() -> bool:
@@ -97,8 +103,10 @@ def check_edges() -> bool:
     (and a non-contiguous input and ``dim=0``), against ``torch.softmax``; prints each failure."""
     ok = True
     for name, config in TMA_PROVIDERS.items():
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            for x in awkward_rows(config.chunk, dtype):
+        for dtype in (torch.float16, torch.bfloat16) if config.words else (
+                torch.float32, torch.float16, torch.bfloat16):
+            width = st.TMA_WIDTH * (2 if config.words else 1)
+            for x in awkward_rows(config.chunk, dtype, width):
                 got = sk.softmax_resident_tma(x, config=config).float()
                 want = torch.softmax(x.float(), -1)
                 same = torch.allclose(got, want, atol=1e-2 if dtype.itemsize == 2 else 1e-5,

@@ -53,15 +53,37 @@ def test_a_config_of_another_kind_is_a_type_error():
         ks.softmax_resident_tma(torch.randn(2, 512), config=ks.RESIDENT_CONFIGS[4])
 
 
+def test_words_take_16_bit_rows_of_whole_lines_of_words():
+    """A configuration with ``words`` holds twice the columns in the same lines, and refuses
+    float32 rows and rows not a whole number of lines of words, saying what to pass."""
+    words = st.TmaConfig(32, 4, 4, words=True)
+    assert words.chunk == 2 * st.TmaConfig(32, 4, 4).chunk == 16384
+    if not HOPPER:
+        return
+    x = torch.randn(2, 3 * st.TMA_WIDTH, device="cuda", dtype=torch.bfloat16)
+    assert "multiple of 512" in st.tma_not_ready(x, torch.empty_like(x), words)
+    assert st.tma_not_ready(x, torch.empty_like(x)) is None
+    f = torch.randn(2, 1024, device="cuda")
+    with pytest.raises(ValueError, match="words=False"):
+        ks.softmax_resident_tma(f, config=words)
+
+
+WORD_CONFIGS = [st.TmaConfig(16, 2, 8, words=True), st.TmaConfig(32, 4, 4, words=True),
+                st.TmaConfig(64, 8, 2, backoff=True, words=True)]
+
+
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("config", [st.TmaConfig(16, 2, 8), st.TMA_CONFIGS[4],
-                                    st.TMA_LONG_ROW_CONFIGS[4]], ids=["4k", "8k", "16k"])
+                                    st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS],
+                         ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""
+    if config.words and dtype == torch.float32:
+        pytest.skip("words hold 16-bit rows")
     c = config.chunk
-    x = torch.randn(9, 3 * c + 256, device="cuda", dtype=dtype) * 20
+    x = torch.randn(9, 3 * c + 2 * st.TMA_WIDTH, device="cuda", dtype=dtype) * 20
     x[0] = float("-inf")
     x[1, 5] = float("inf")
     x[2, 9] = float("nan")

@@ -996,16 +996,22 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
     from .grid_math import next_power_of_2
 
     config = st.TMA_CONFIGS[dtype.itemsize] if config is None else config
-    rows = torch.empty(config.lines, st.TMA_WIDTH, dtype=dtype)
+    seen = torch.int32 if config.words else dtype  # what TMA copies: words or elements
+    rows = torch.empty(config.lines, st.TMA_WIDTH, dtype=seen)
     descriptor = st.TensorDescriptor(rows, list(rows.shape), [st.TMA_WIDTH, 1],
                                      [config.lines, st.TMA_WIDTH],
-                                     st._shared_layout(8 * dtype.itemsize))
+                                     st._shared_layout(8 * seen.itemsize))
     pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}[dtype]
     scalars = {"X": pointer, "Y": pointer, "SLOTS": "*i64", "n_rows": "i32", "n_cols": "i32",
                "stride_y": "i32", "n_programs": "i32", "G": "i32"}
     constexprs = {"G_POW2": max(next_power_of_2(chunks), 32),
                   "MAX_SPIN": sk.SPIN_POLLS, "BACKOFF": config.backoff}
-    return _gluon_compile(st.resident_tma_kernel, {"x_desc": descriptor}, scalars, constexprs,
+    kernel = st.resident_tma_kernel
+    if config.words:
+        kernel = st.resident_tma_words_kernel
+        constexprs["PADDING"] = torch.full((2,), float("-inf"), dtype=dtype).view(
+            torch.int32).item()
+    return _gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,
                           divisible=("n_cols", "stride_y"))
 

@@ -71,6 +71,7 @@ from .pairs import (
     pack_pair,
     unpack_pair,
 )
+from .words import CVT_X2_MIN_CAPABILITY, cvt_x2, fresh, halves, pack_halves, pack_halves_x2
 
 __all__ = [
     "CVT_X2_MIN_CAPABILITY",
@@ -494,66 +495,6 @@ def resident_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_programs,
         y = e * (tl.exp2((m_c - m_row) * LOG2E) / d_row)
         tl.store(Y + row.to(tl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
                  mask=cols < n_cols)
-
-
-@triton.jit
-def halves(words, HALF: tl.constexpr):
-    """The two 16-bit floats of ``HALF`` (``tl.bfloat16`` or ``tl.float16``) in each int32 of
-    ``words``, as float32: ``(low, high)``, the elements at the even and odd columns of a
-    little-endian row."""
-    low = words.to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
-    high = (words >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
-    return low, high
-
-
-@triton.jit
-def pack_halves(low, high, HALF: tl.constexpr):
-    """Float32 ``low`` and ``high`` rounded to ``HALF`` and packed into int32 words, the
-    inverse of :func:`halves`."""
-    low_bits = low.to(HALF).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    high_bits = high.to(HALF).to(tl.int16, bitcast=True).to(tl.int32)
-    return (high_bits << 16) | low_bits
-
-
-CVT_X2_MIN_CAPABILITY = (8, 0)
-"""The oldest GPU with PTX's ``cvt.rn.bf16x2.f32`` and ``cvt.rn.f16x2.f32`` (Ampere, sm_80), the
-conversions :func:`pack_halves_x2` is written in."""
-
-
-def cvt_x2(capability: tuple[int, int] | None) -> bool:
-    """Whether a GPU of compute ``capability`` has the instruction :func:`pack_halves_x2` is
-    written in, so that :func:`resident_words_kernel` may round with it (``None``: Triton's
-    interpreter, which runs no PTX).
-
-    >>> cvt_x2((9, 0)), cvt_x2((7, 5)), cvt_x2(None)
-    (True, False, False)
-    """
-    return capability is not None and tuple(capability) >= CVT_X2_MIN_CAPABILITY
-
-
-@triton.jit
-def pack_halves_x2(low, high, HALF: tl.constexpr):
-    """:func:`pack_halves` in one instruction a word: PTX's ``cvt.rn.bf16x2.f32`` (``f16x2``
-    for float16) rounds ``high`` and ``low`` to nearest even and packs them, the same bits.
-    Triton converts each element with an instruction of its own (``F2F.BF16.F32`` in sm_90
-    SASS); this is one ``F2FP.BF16.F32.PACK_AB`` for two
-    (``python -m teachkit.kernels --resident-conversions``). Compiled on sm_80 and later only
-    (:data:`CVT_X2_MIN_CAPABILITY`)."""
-    if HALF == tl.bfloat16:
-        asm: tl.constexpr = "cvt.rn.bf16x2.f32 $0, $2, $1;"
-    else:
-        asm: tl.constexpr = "cvt.rn.f16x2.f32 $0, $2, $1;"
-    return tl.inline_asm_elementwise(asm, "=r,r,r", [low, high], dtype=tl.int32, is_pure=True,
-                                     pack=1)
-
-
-@triton.jit
-def fresh(words, m):
-    """``words`` again, as a new value that depends on ``m`` (it is ``words`` unless ``m`` is
-    NaN, and then the softmax it feeds is NaN either way). :func:`halves` of it cannot be
-    merged by the compiler with an earlier :func:`halves` of ``words``, so the float32 halves are
-    computed where they are used instead of kept alive in registers meanwhile."""
-    return tl.where(m == m, words, 0)
 
 
 @cached_launch
@@ -1026,10 +967,11 @@ def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | Non
 
     def launch(x2, y2):
         x2 = x2 if x2.is_contiguous() else x2.contiguous()
-        why = tma_not_ready(x2, y2)
+        chosen = (config or tma_config(x2.shape[1], x2.dtype)
+                  or TMA_CONFIGS.get(x2.element_size(), TMA_CONFIGS[4]))
+        why = tma_not_ready(x2, y2, chosen)
         if why is not None:
             raise ValueError(f"softmax_resident_tma {why}; use softmax, which picks")
-        chosen = config or tma_config(x2.shape[1], x2.dtype) or TMA_CONFIGS[x2.element_size()]
         launch_resident_tma(x2, y2, chosen)
     return _run(x, dim, launch)
 

@@ -41,9 +41,11 @@ from .pairs import (
     pack_pair,
     unpack_pair,
 )
+from .words import fresh, halves, pack_halves
 
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_MOST_COLS",
-           "TMA_WIDTH", "TmaConfig", "launch_resident_tma", "resident_tma_kernel", "tma_config",
+           "TMA_WIDTH", "TmaConfig", "launch_resident_tma", "resident_tma_kernel",
+           "resident_tma_words_kernel", "tma_config",
            "tma_fits", "tma_not_ready", "tma_programs"]
 
 
@@ -150,6 +152,68 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     mbarrier.invalidate(arrived)
 
 
+@gluon.jit
+def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
+                              G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
+                              BACKOFF: gl.constexpr, PADDING: gl.constexpr):
+    """:func:`resident_tma_kernel` for float16 and bfloat16 rows, holding its chunk as the input
+    itself, two elements to a 32-bit word, as the Triton kernel's
+    :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` does: twice the columns in
+    the same registers (and the same bytes of shared memory), so a row spans half the programs,
+    for a second exponential per element. ``x_desc`` sees ``X`` as int32 words, rows of ``W``
+    words, ``R`` of them a chunk; ``Y`` is written as words too. ``PADDING`` is a word of two
+    ``-inf`` in ``X``'s dtype, for the words past the row's end. The steps are
+    :func:`resident_tma_kernel`'s; the float32 halves are computed from the kept words where
+    they are used (:func:`~teachkit.kernels.softmax_kernels.fresh`), never kept."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    WORDS: gl.constexpr = R * W
+    HALF: gl.constexpr = X.dtype.element_ty
+    chunk_layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    pid = gl.program_id(0)
+    n_items = n_rows * G
+    n_words = n_cols // 2
+    row_lines = n_words // W
+    y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
+    buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
+    flat = buffer.reshape([WORDS])
+    arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(arrived, count=1)
+    mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=pid < n_items)
+    TMA_LOAD(x_desc, [(pid // G) * row_lines + (pid % G) * R, 0], arrived, buffer,
+             pred=pid < n_items)
+    offs = gl.arange(0, WORDS, layout=chunk_layout)
+    phase = 0
+    for item in range(pid, n_items, n_programs):
+        row = item // G
+        cols = (item % G) * WORDS + offs
+        mbarrier.wait(arrived, phase)
+        phase ^= 1
+        words = flat.load(chunk_layout)
+        fence_async_shared()
+        THREAD_BARRIER()
+        after = item + n_programs
+        mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=after < n_items)
+        TMA_LOAD(x_desc, [(after // G) * row_lines + (after % G) * R, 0], arrived, buffer,
+                 pred=after < n_items)
+        words = gl.where(cols < n_words, words, PADDING)
+        low, high = halves(words, HALF)
+        m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
+        safe = gl.where(m_c == float("-inf"), 0.0, m_c)
+        low, high = halves(fresh(words, m_c), HALF)
+        d_c = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E), axis=0)
+        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
+                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
+                                      MAX_SPIN, BACKOFF)
+        low, high = halves(fresh(words, m_row), HALF)
+        scale = 1.0 / d_row
+        y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
+                        gl.exp2((high - m_row) * LOG2E) * scale, HALF)
+        gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=cols < n_words)
+    mbarrier.invalidate(arrived)
+
+
 TMA_WIDTH = 256
 """Elements a row of the TMA descriptor's view holds (``W``): the most a TMA box takes along an
 axis. A row of ``X`` must be a whole number of them (:func:`tma_not_ready`)."""
@@ -158,19 +222,23 @@ axis. A row of ``X`` must be a whole number of them (:func:`tma_not_ready`)."""
 class TmaConfig(NamedTuple):
     """How :func:`resident_tma_kernel` runs: ``lines`` rows of :data:`TMA_WIDTH` elements a
     chunk (a power of two), ``num_warps``, ``per_sm`` programs wanted on each multiprocessor,
-    ``backoff`` (pause between polls, :func:`~teachkit.kernels.pairs.nap`) and
-    ``max_registers`` a thread (what lets ``per_sm`` programs share a multiprocessor)."""
+    ``backoff`` (pause between polls, :func:`~teachkit.kernels.pairs.nap`),
+    ``max_registers`` a thread (what lets ``per_sm`` programs share a multiprocessor) and
+    ``words``: hold a float16 or bfloat16 chunk as its own 32-bit words
+    (:func:`resident_tma_words_kernel`), a line then :data:`TMA_WIDTH` words, twice the
+    columns."""
 
     lines: int
     num_warps: int
     per_sm: int
     backoff: bool = False
     max_registers: int = 128
+    words: bool = False
 
     @property
     def chunk(self) -> int:
         """Columns of a row one program holds."""
-        return self.lines * TMA_WIDTH
+        return self.lines * TMA_WIDTH * (2 if self.words else 1)
 
 
 TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
@@ -215,11 +283,14 @@ def tma_config(n_cols: int, dtype: torch.dtype) -> TmaConfig | None:
     return TMA_CONFIGS[size]
 
 
-def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor) -> str | None:
+def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig | None = None,
+                  ) -> str | None:
     """Why :func:`resident_tma_kernel` cannot take the rows of ``x2`` into ``y2`` (2-D, unit
-    column stride), and what to do instead; ``None`` when it can: a Hopper GPU with compiled
-    Triton, float32, float16 or bfloat16, ``x2`` contiguous (the descriptor sees the tensor as
-    rows of :data:`TMA_WIDTH`) and 16-byte aligned, rows a whole number of such lines.
+    column stride) in ``config``, and what to do instead; ``None`` when it can: a Hopper GPU
+    with compiled Triton, float32, float16 or bfloat16, ``x2`` contiguous (the descriptor sees
+    the tensor as rows of :data:`TMA_WIDTH`) and 16-byte aligned, rows a whole number of such
+    lines. A configuration with ``words`` takes 16-bit rows of a whole number of lines of words
+    (twice the columns), written into contiguous rows of ``y2`` at a 4-byte boundary.
 
     >>> tma_not_ready(torch.zeros(2, 512), torch.zeros(2, 512)) is not None  # not on a GPU
     True
@@ -237,6 +308,14 @@ def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor) -> str | None:
         return "needs x to start at a 16-byte aligned address (TMA copies it)"
     if n_rows * n_cols // TMA_WIDTH >= 1 << 31:
         return f"takes at most {(1 << 31) * TMA_WIDTH} elements"
+    if config is not None and config.words:
+        if x2.element_size() != 2:
+            return f"holds words of two 16-bit elements, got {x2.dtype}; pass words=False"
+        if n_cols % (2 * TMA_WIDTH):
+            return (f"as words needs rows of a multiple of {2 * TMA_WIDTH} columns, got "
+                    f"{n_cols}; pass words=False")
+        if y2.stride(1) != 1 or (n_rows > 1 and y2.stride(0) % 2) or y2.data_ptr() % 4:
+            return "as words writes rows that start at 4-byte boundaries"
     return None
 
 
@@ -282,11 +361,16 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax, which picks")
     programs = min(fit, n_rows * g)
-    descriptor = TensorDescriptor(x2, [n_rows * n_cols // TMA_WIDTH, TMA_WIDTH],
+    seen = x2.view(torch.int32) if config.words else x2  # what TMA copies: words or elements
+    descriptor = TensorDescriptor(seen, [seen.numel() // TMA_WIDTH, TMA_WIDTH],
                                   [TMA_WIDTH, 1], [config.lines, TMA_WIDTH],
-                                  _shared_layout(8 * x2.element_size()))
+                                  _shared_layout(8 * seen.element_size()))
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
-    resident_tma_kernel[(programs,)](
+    kernel, extra = resident_tma_kernel, {}
+    if config.words:
+        padding = torch.full((2,), float("-inf"), dtype=x2.dtype).view(torch.int32).item()
+        kernel, extra = resident_tma_words_kernel, {"PADDING": padding}
+    kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
-        G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN,
-        BACKOFF=config.backoff, num_warps=config.num_warps, maxnreg=config.max_registers)
+        G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,
+        num_warps=config.num_warps, maxnreg=config.max_registers, **extra)

@@ -85,6 +85,33 @@ def gluon_row_pair(row_slots, X_row, n_cols, G, G_POW2: gl.constexpr, MAX_SPIN: 
 
 
 @gluon.jit
+def copy_chunk(x_desc, buffer, arrived, item, n_items, G, row_lines):
+    """Have TMA copy the chunk of item ``item`` (chunk ``item % G`` of row ``item // G``, a row
+    ``row_lines`` lines of ``x_desc``'s view) into ``buffer``, its bytes counted on the
+    ``mbarrier`` ``arrived``; nothing past the last item (``n_items``)."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=item < n_items)
+    TMA_LOAD(x_desc, [(item // G) * row_lines + (item % G) * R, 0], arrived, buffer,
+             pred=item < n_items)
+
+
+@gluon.jit
+def take_chunk(x_desc, buffer, arrived, phase, after, n_items, G, row_lines,
+               layout: gl.constexpr):
+    """Wait for the chunk in ``buffer`` (the ``phase`` of ``arrived``), load it into registers
+    in ``layout``, and have TMA copy the chunk of item ``after`` into the buffer, not waiting
+    for it: the chunk, flat, one element (or word) of ``x_desc``'s a lane."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    mbarrier.wait(arrived, phase)
+    chunk = buffer.reshape([R * W]).load(layout)
+    fence_async_shared()  # these reads come before the copy's writes (another proxy)
+    THREAD_BARRIER()  # and every warp has made them: the buffer may be refilled
+    copy_chunk(x_desc, buffer, arrived, after, n_items, G, row_lines)
+    return chunk
+
+
+@gluon.jit
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                         G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
@@ -117,26 +144,17 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     n_items = n_rows * G
     row_lines = n_cols // W  # rows of the descriptor's view a row of X spans
     buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
-    flat = buffer.reshape([CHUNK])
     arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(arrived, count=1)
-    mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=pid < n_items)
-    TMA_LOAD(x_desc, [(pid // G) * row_lines + (pid % G) * R, 0], arrived, buffer,
-             pred=pid < n_items)
+    copy_chunk(x_desc, buffer, arrived, pid, n_items, G, row_lines)
     offs = gl.arange(0, CHUNK, layout=chunk_layout)
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * CHUNK + offs
-        mbarrier.wait(arrived, phase)
+        x = take_chunk(x_desc, buffer, arrived, phase, item + n_programs, n_items, G,
+                       row_lines, chunk_layout).to(gl.float32)
         phase ^= 1
-        x = flat.load(chunk_layout).to(gl.float32)
-        fence_async_shared()  # these reads come before the copy's writes (another proxy)
-        THREAD_BARRIER()  # and every warp has made them: the buffer may be refilled
-        after = item + n_programs
-        mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=after < n_items)
-        TMA_LOAD(x_desc, [(after // G) * row_lines + (after % G) * R, 0], arrived, buffer,
-                 pred=after < n_items)
         x = gl.where(cols < n_cols, x, float("-inf"))
         m_c = gl.max(x, axis=0)
         safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
@@ -176,26 +194,17 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     row_lines = n_words // W
     y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
     buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
-    flat = buffer.reshape([WORDS])
     arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(arrived, count=1)
-    mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=pid < n_items)
-    TMA_LOAD(x_desc, [(pid // G) * row_lines + (pid % G) * R, 0], arrived, buffer,
-             pred=pid < n_items)
+    copy_chunk(x_desc, buffer, arrived, pid, n_items, G, row_lines)
     offs = gl.arange(0, WORDS, layout=chunk_layout)
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * WORDS + offs
-        mbarrier.wait(arrived, phase)
+        words = take_chunk(x_desc, buffer, arrived, phase, item + n_programs, n_items, G,
+                           row_lines, chunk_layout)
         phase ^= 1
-        words = flat.load(chunk_layout)
-        fence_async_shared()
-        THREAD_BARRIER()
-        after = item + n_programs
-        mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=after < n_items)
-        TMA_LOAD(x_desc, [(after // G) * row_lines + (after % G) * R, 0], arrived, buffer,
-                 pred=after < n_items)
         words = gl.where(cols < n_words, words, PADDING)
         low, high = halves(words, HALF)
         m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))

@@ -24,9 +24,10 @@ Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which onl
 kernel holds), checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3)
 in an order that reverses each round; plain launches, each after the L2 cache is cleared; a
 measurement is the median of its rounds. GB/s = 2 x tensor bytes / time, printed as a share of
-the copy bandwidth. About four minutes on an H100. With `--json` the figures are saved as a
-record (`softmax_resident_tma_<device>.json`). Exits 1 if a result is wrong, 2 without a
-Hopper GPU.
+the copy bandwidth. About ten minutes on an H100 (a minute for the edge checks, then 30-40
+seconds a shape): run it in parts with `--shapes` where a time limit is shorter. With `--json`
+the figures are saved as a record (`softmax_resident_tma_<device>.json`). Exits 1 if a result
+is wrong, 2 without a Hopper GPU.
 """
 
 from __future__ import annotations

@@ -189,3 +189,36 @@ def test_exchange_table_is_its_record():
                  for way in ("grid filled", "bell")]
         for cell, value in zip(row[1:], want, strict=True):
             assert close(cell.lstrip("+"), value), (row[0], cell, value)
+
+
+def test_tma_table_is_its_record():
+    """``| rows × cols, dtype | split rows | Triton, table | ... | `softmax` |``: shares of the
+    copy, one decimal, from the record's results and its float32 report; `softmax` is the
+    column of the configuration ``tma_config`` takes for the row."""
+    import torch
+
+    st = pytest.importorskip("teachkit.kernels.softmax_tma")
+    record = "softmax_resident_tma_nvidia_h100"
+    results, meta = load_record(record)
+    copy = meta["ceilings"]["copy_gbps"]
+    shares: dict[tuple[str, str], dict[str, float]] = {}
+    for line in meta["float32_report"]["lines"]:
+        head, *cells = line.split(" | ")
+        name, dtype = head.split()
+        shares[name, dtype] = {cell.rsplit(" ", 1)[0]: float(cell.rsplit(" ", 1)[1][:-1])
+                               for cell in cells}
+    for m in results:
+        shares.setdefault((m.problem, m.dtype), {})[m.provider] = 100 * m.value / copy
+    named = {st.TMA_CONFIGS[4]: "TMA 8k", st.TMA_LONG_ROW_CONFIGS[4]: "TMA 16k, pauses",
+             st.TMA_WORDS_CONFIGS[2]: "TMA words 16k",
+             st.TMA_LONG_ROW_CONFIGS[2]: "TMA words 32k, pauses"}
+    header, rows = table_after(record)
+    assert len(rows) == len(shares)
+    for row in rows:
+        name, dtype = problem(row[0])
+        s = shares[name, dtype]
+        config = st.tma_config(int(name.split("x")[1]),
+                               torch.float32 if dtype == "fp32" else torch.bfloat16)
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            value = s[named[config]] if column == "`softmax`" else s.get(column)
+            assert (cell == "–") if value is None else close(cell, value), (row[0], column)

@@ -18,16 +18,19 @@ from teachkit.kernels import softmax_kernels as ks  # noqa: E402
 HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
 
 
-def test_the_rule_takes_float32_rows_and_short_16_bit_rows():
+def test_the_rule_takes_every_row_by_its_dtype_and_length():
     """float32 rows take chunks of 8192 columns, from 3M columns chunks of 16384 with pauses;
-    16-bit rows up to 1M columns take 8192, longer ones stay on the Triton kernel."""
+    16-bit rows take 8192 held as float32, from 1M columns 16384 as words, from 8M 32768 as
+    words with pauses; other dtypes none."""
     assert st.tma_config(1 << 15, torch.float32) == st.TMA_CONFIGS[4]
     assert st.tma_config((3 << 20) - 256, torch.float32).chunk == 8192
     long = st.tma_config(3 << 20, torch.float32)
     assert long == st.TMA_LONG_ROW_CONFIGS[4] and long.chunk == 16384 and long.backoff
     for dtype in (torch.float16, torch.bfloat16):
-        assert st.tma_config(1 << 20, dtype).chunk == 8192
-        assert st.tma_config((1 << 20) + 256, dtype) is None
+        assert st.tma_config((1 << 20) - 256, dtype) == st.TMA_CONFIGS[2]
+        assert st.tma_config(1 << 20, dtype) == st.TmaConfig(32, 4, 4, words=True)
+        longest = st.tma_config(1 << 23, dtype)
+        assert longest.words and longest.backoff and longest.chunk == 32768
     assert st.tma_config(1 << 16, torch.float64) is None
 
 
@@ -95,3 +98,26 @@ def test_it_matches_torch_on_awkward_rows(dtype, config):
         torch.testing.assert_close(got, torch.softmax(rows.float(), -1), equal_nan=True,
                                    atol=1e-2 if dtype.itemsize == 2 else 1e-6,
                                    rtol=1e-2 if dtype.itemsize == 2 else 1e-4)
+
+
+def test_softmax_takes_it_on_hopper_where_it_was_measured_faster(monkeypatch):
+    """``softmax`` sends long rows that the TMA kernel reads to it on a Hopper GPU, by its
+    rule; rows it cannot read (a width not a multiple of 256, 16-bit rows from 1M columns not
+    a whole number of lines of words), rows of other GPUs and the interpreter's stay on the
+    Triton kernels."""
+    taken = []
+    monkeypatch.setattr(ks, "launch_resident_tma",
+                        lambda x2, y2, config: taken.append(("tma", config.chunk)))
+    monkeypatch.setattr(ks, "_launch_resident", lambda x2, y2, config: taken.append("triton"))
+    monkeypatch.setattr(ks, "_launch_split", lambda *args: taken.append("triton"))
+    dev = teachkit.DEVICE
+    small = 1 << 16 if teachkit.ON_GPU else 1 << 14  # long enough to leave the fused kernel
+    ks.softmax(torch.zeros(2, small, device=dev))
+    ks.softmax(torch.zeros(2, small + 1, device=dev))
+    if teachkit.ON_GPU:
+        ks.softmax(torch.zeros(1, 3 << 20, device=dev))
+        ks.softmax(torch.zeros(1, 1 << 21, dtype=torch.bfloat16, device=dev))  # as words
+        ks.softmax(torch.zeros(1, (1 << 20) + 256, dtype=torch.bfloat16, device=dev))
+    want = ([("tma", 8192), "triton", ("tma", 16384), ("tma", 16384), "triton"] if HOPPER
+            else ["triton"] * len(taken))
+    assert taken == want

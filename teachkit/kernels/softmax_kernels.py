@@ -56,10 +56,11 @@ try:  # Gluon is experimental: a Triton whose Gluon differs keeps softmax on the
         TmaConfig,
         launch_resident_tma,
         tma_config,
+        tma_fits,
         tma_not_ready,
     )
 except (ImportError, AttributeError):  # pragma: no cover - Triton 3.6 to 3.9 have what it needs
-    TMA_CONFIGS = TmaConfig = launch_resident_tma = tma_config = tma_not_ready = None
+    TMA_CONFIGS = TmaConfig = launch_resident_tma = tma_config = tma_fits = tma_not_ready = None
 from .pairs import (
     EMPTY_SLOT,
     LOG2E,
@@ -951,13 +952,14 @@ def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | Non
                          ) -> torch.Tensor:
     """Long rows in one read and one write on a Hopper GPU, the next chunk of each program
     arriving by TMA into shared memory while its row waits
-    (:func:`~teachkit.kernels.softmax_tma.resident_tma_kernel`).
+    (:func:`~teachkit.kernels.softmax_tma.resident_tma_kernel`, or for 16-bit rows held as
+    words :func:`~teachkit.kernels.softmax_tma.resident_tma_words_kernel`).
 
-    ``config`` defaults to :func:`~teachkit.kernels.softmax_tma.tma_config`'s for the rows, or
-    :data:`~teachkit.kernels.softmax_tma.TMA_CONFIGS`'s for the dtype where that prefers the
-    Triton kernel. Raises ``ValueError`` where the kernel cannot run (not a Hopper GPU, rows
-    not a multiple of 256 columns, ...: :func:`~teachkit.kernels.softmax_tma.tma_not_ready`
-    says why) or a row needs more programs than fit; use :func:`softmax`, which picks.
+    ``config`` defaults to :func:`~teachkit.kernels.softmax_tma.tma_config`'s for the rows (its
+    float32 form where the rule's words cannot read them). Raises ``ValueError`` where the
+    kernel cannot run (not a Hopper GPU, rows not a multiple of 256 columns, ...:
+    :func:`~teachkit.kernels.softmax_tma.tma_not_ready` says why) or a row needs more programs
+    than fit; use :func:`softmax`, which picks.
     """
     if config is not None and (TmaConfig is None or not isinstance(config, TmaConfig)):
         raise TypeError(f"config must be a TmaConfig, got {type(config).__name__}")
@@ -967,8 +969,9 @@ def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | Non
 
     def launch(x2, y2):
         x2 = x2 if x2.is_contiguous() else x2.contiguous()
-        chosen = (config or tma_config(x2.shape[1], x2.dtype)
-                  or TMA_CONFIGS.get(x2.element_size(), TMA_CONFIGS[4]))
+        chosen = config or tma_config(x2.shape[1], x2.dtype) or TMA_CONFIGS[4]
+        if config is None and chosen.words and tma_not_ready(x2, y2, chosen) is not None:
+            chosen = TMA_CONFIGS[2]  # rows its words cannot read: the float32 form
         why = tma_not_ready(x2, y2, chosen)
         if why is not None:
             raise ValueError(f"softmax_resident_tma {why}; use softmax, which picks")
@@ -1037,6 +1040,21 @@ def _remember_fused(key: tuple | None, x: torch.Tensor, y: torch.Tensor) -> None
         keep(FUSED_REPLAYS, key, replay)
 
 
+def _tma_choice(x2: torch.Tensor, y2: torch.Tensor) -> TmaConfig | None:
+    """The configuration :func:`softmax` runs the Gluon resident kernel in for the long rows of
+    ``x2`` into ``y2``, or ``None`` where it takes the Triton kernels instead: off Hopper or
+    under the interpreter, rows the TMA copy cannot read (``softmax_tma.tma_not_ready``), rows
+    where the Triton kernel was measured faster (``softmax_tma.tma_config``), and rows whose
+    chunks do not fit on the chip at once."""
+    if tma_config is None or not ON_GPU:
+        return None
+    n_cols = x2.shape[1]
+    config = tma_config(n_cols, x2.dtype)
+    if config is None or tma_not_ready(x2, y2, config) is not None:
+        return None
+    return config if tma_fits(n_cols, config, x2.dtype, x2.device.index or 0) else None
+
+
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax along ``dim`` with the fastest kernel of this module for the shape.
 
@@ -1044,8 +1062,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     On a GPU, longer rows whose chunks fit on the chip at once (:func:`resident_fits`) go to
     the resident kernel (one read, one write); the rest, and every long row under the
     interpreter, to the split kernels (every row cut into chunks that fill the GPU, partial
-    ``(m, d)`` merged, two reads and one write). The Gluon form of the resident kernel,
-    :func:`softmax_resident_tma`, is not taken here until its timing is recorded.
+    ``(m, d)`` merged, two reads and one write). On a Hopper GPU, the long rows that its
+    Gluon form takes (:func:`softmax_resident_tma`, whose next chunk arrives by TMA while the
+    row waits) go to it instead, where it was measured faster
+    (:func:`~teachkit.kernels.softmax_tma.tma_config`).
 
     Parameters
     ----------
@@ -1078,6 +1098,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         n_rows, n_cols = x2.shape
         if n_cols <= FUSED_MAX_COLS:
             _launch_fused(x2, y2)
+            return
+        tma = _tma_choice(x2, y2)
+        if tma is not None:
+            launch_resident_tma(x2, y2, tma)
             return
         config = resident_config(x2, y2)
         if ON_GPU and resident_fits(n_cols, x2.dtype, x2.device.index or 0, config):

@@ -14,7 +14,9 @@ being worked on.
 Triton does not say where a tensor lives, so this is written in Gluon, Triton's lower-level
 language (shared memory, TMA copies and ``mbarrier`` waits spelled out), for Hopper GPUs
 (compute capability 9.x). The merge and the pair are the Triton kernels' own functions
-(:mod:`teachkit.kernels.pairs`), called element-wise as they are.
+(:mod:`teachkit.kernels.pairs`), called element-wise as they are; its form for 16-bit rows holds
+them as words (:mod:`teachkit.kernels.words`), as the Triton kernel's does.
+:func:`~teachkit.kernels.softmax_kernels.softmax` takes it on a Hopper GPU by :func:`tma_config`.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ from .pairs import (
 )
 from .words import fresh, halves, pack_halves
 
-__all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_MOST_COLS",
-           "TMA_WIDTH", "TmaConfig", "launch_resident_tma", "resident_tma_kernel",
-           "resident_tma_words_kernel", "tma_config",
+__all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
+           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "copy_chunk", "launch_resident_tma",
+           "resident_tma_kernel", "resident_tma_words_kernel", "take_chunk", "tma_config",
            "tma_fits", "tma_not_ready", "tma_programs"]
 
 
@@ -251,44 +253,53 @@ class TmaConfig(NamedTuple):
 
 
 TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
-"""By element size: chunks of 8192 columns, four programs of four warps a multiprocessor (the
-Triton kernel's float32 configuration), 32 KB of float32 in shared memory each.
-``gpu_checks/resident_tma_gpu.py`` times it beside chunks of 4096 (two warps, eight an SM) and
-16384 (eight warps, two an SM). The figures below are from scratch runs of an earlier form of
-the kernel on an H100 (no record kept yet); :func:`~teachkit.kernels.softmax_kernels.softmax`
-does not take the kernel until a record confirms them."""
-TMA_LONG_ROW_CONFIGS = {4: TmaConfig(64, 8, 2, backoff=True)}
+"""By element size, the configuration of rows shorter than :data:`TMA_WORDS_FROM` and
+:data:`TMA_LONG_ROW_FROM`: chunks of 8192 columns held as float32, four programs of four warps
+a multiprocessor (the Triton kernel's float32 configuration), 32 KB of float32 (16 KB of 16-bit
+elements) in shared memory each. ``gpu_checks/resident_tma_gpu.py`` on an H100
+(``softmax_resident_tma_nvidia_h100``, % of the copy): float32 rows of 64k to 2M columns at
+89-95.5 %, where the Triton kernel reads them at 77-94 %; chunks of 4096 columns (two warps,
+eight an SM) read rows of 32k to 256k up to a point faster and 1M-2M rows 3-7 points slower."""
+TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True)}
+"""By element size, the configuration of 16-bit rows from :data:`TMA_WORDS_FROM` columns: the
+chunk as the input's own words (:func:`resident_tma_words_kernel`), 16384 columns in the
+registers of 8192 float32 ones, so a row spans half the programs."""
+TMA_WORDS_FROM = {2: 1 << 20}
+"""By element size, the columns from which :func:`tma_config` takes :data:`TMA_WORDS_CONFIGS`:
+1M in 16 bits. Timed on an H100 (bfloat16, % of the copy): at 256k columns the float32 form
+91.3 against the words' 88.1 (the second exponential costs more than the wait it saves); at 1M
+86.0 against 88.2, at 2M 81.0 against 86.7 (between 256k and 1M not timed)."""
+TMA_LONG_ROW_CONFIGS = {4: TmaConfig(64, 8, 2, backoff=True),
+                        2: TmaConfig(64, 8, 2, backoff=True, words=True)}
 """By element size, the configuration of rows from :data:`TMA_LONG_ROW_FROM` columns: chunks of
-16384 columns, two programs of eight warps a multiprocessor, pausing between polls, so that a
-row spans half the programs of :data:`TMA_CONFIGS` and each waits for half the pairs."""
-TMA_LONG_ROW_FROM = {4: 3 << 20}
+16384 float32 columns (32768 16-bit ones as words), two programs of eight warps a
+multiprocessor, pausing between polls, so that a row spans half the programs and each waits for
+half the pairs."""
+TMA_LONG_ROW_FROM = {4: 3 << 20, 2: 1 << 23}
 """By element size, the columns from which :func:`tma_config` takes
-:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (scratch runs: 84 % of the copy in these against 81 %
-in :data:`TMA_CONFIGS` at 3M, 86.5 % against 81.5 % at 4M, and 88 % against 89 % at 2M)."""
-TMA_MOST_COLS = {4: None, 2: 1 << 20}
-"""By element size, the longest rows :func:`tma_config` takes the kernel for (``None``: every
-row that fits): float16 and bfloat16 rows up to 1M columns. The kernel holds every element as a
-float32 weight, where the Triton kernel holds 16-bit rows as their own words, two to a register:
-past 1M columns its rows span twice the programs and wait longer, and the Triton kernel reads
-them faster (scratch runs)."""
+:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (on an H100, 84.1 % of the copy against 80.3 % in
+:data:`TMA_CONFIGS` at 3M, 86.5 % against 84.0 % at 4M, and 88.2 % against 89.4 % at 2M) and 8M
+in 16 bits (77.9 % against 73.8 % in :data:`TMA_WORDS_CONFIGS`; at 4M 81.0 % against 82.6 %)."""
 
 
 def tma_config(n_cols: int, dtype: torch.dtype) -> TmaConfig | None:
-    """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax_resident_tma` runs
-    :func:`resident_tma_kernel` in for rows of ``n_cols`` of ``dtype``, or ``None`` where the
-    Triton resident kernel was measured faster (:data:`TMA_MOST_COLS`).
+    """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax` runs the TMA kernel
+    in for rows of ``n_cols`` of ``dtype`` (``None`` for a dtype it does not take):
+    :data:`TMA_CONFIGS`, from :data:`TMA_WORDS_FROM` columns :data:`TMA_WORDS_CONFIGS`, from
+    :data:`TMA_LONG_ROW_FROM` :data:`TMA_LONG_ROW_CONFIGS`.
 
     >>> tma_config(1 << 20, torch.float32) == TMA_CONFIGS[4]
     True
-    >>> tma_config(1 << 22, torch.float32).chunk, tma_config(1 << 21, torch.bfloat16)
-    (16384, None)
+    >>> tma_config(1 << 22, torch.float32).chunk, tma_config(1 << 21, torch.bfloat16).chunk
+    (16384, 16384)
     """
     size = dtype.itemsize
-    most = TMA_MOST_COLS.get(size, 0)
-    if size not in TMA_CONFIGS or (most is not None and n_cols > most):
+    if size not in TMA_CONFIGS or dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return None
-    if n_cols >= TMA_LONG_ROW_FROM.get(size, n_cols + 1):
+    if n_cols >= TMA_LONG_ROW_FROM[size]:
         return TMA_LONG_ROW_CONFIGS[size]
+    if n_cols >= TMA_WORDS_FROM.get(size, n_cols + 1):
+        return TMA_WORDS_CONFIGS[size]
     return TMA_CONFIGS[size]
 
 

@@ -22,6 +22,9 @@ computes in float32 whatever the input dtype, and writes the input's dtype. The 
     one 64-bit word a chunk, before each normalises its chunk. float32 chunks are kept as their
     weights ``exp(x - m)``; float16 and bfloat16 chunks as the input's own words, two elements
     to a register.
+``softmax_resident_tma``
+    The resident kernel in Gluon for Hopper GPUs (:mod:`teachkit.kernels.softmax_tma`): each
+    program's next chunk is copied by TMA into shared memory while its row waits.
 
 :func:`softmax` picks among them by shape. All follow ``torch.softmax`` semantics: rows with NaN or
 ``+inf``, or only ``-inf``, give NaN; ``-inf`` entries give 0.

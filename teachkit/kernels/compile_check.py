@@ -1009,8 +1009,7 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
     kernel = st.resident_tma_kernel
     if config.words:
         kernel = st.resident_tma_words_kernel
-        constexprs["PADDING"] = torch.full((2,), float("-inf"), dtype=dtype).view(
-            torch.int32).item()
+        constexprs["PADDING"] = st.word_padding(dtype)
     return _gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,
                           divisible=("n_cols", "stride_y"))

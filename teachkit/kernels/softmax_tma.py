@@ -48,7 +48,7 @@ from .words import fresh, halves, pack_halves
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
            "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "copy_chunk", "launch_resident_tma",
            "resident_tma_kernel", "resident_tma_words_kernel", "take_chunk", "tma_config",
-           "tma_fits", "tma_not_ready", "tma_programs"]
+           "tma_fits", "tma_not_ready", "tma_programs", "word_padding"]
 
 
 @gluon.jit
@@ -369,6 +369,17 @@ def _shared_layout(bits: int) -> gl.NVMMASharedLayout:
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=bits, rank=2)
 
 
+@functools.cache
+def word_padding(dtype: torch.dtype) -> int:
+    """The int32 word of two ``-inf`` of the 16-bit ``dtype``: what
+    :func:`resident_tma_words_kernel` puts in the words past a row's end (``PADDING``).
+
+    >>> [hex(word_padding(dtype) & 0xFFFFFFFF) for dtype in (torch.bfloat16, torch.float16)]
+    ['0xff80ff80', '0xfc00fc00']
+    """
+    return torch.full((2,), float("-inf"), dtype=dtype).view(torch.int32).item()
+
+
 def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -> None:
     """Run :func:`resident_tma_kernel` on the rows of ``x2`` (which :func:`tma_not_ready`
     takes) into ``y2`` in ``config``: as many programs as fit (:func:`tma_programs`), at most
@@ -388,8 +399,7 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     kernel, extra = resident_tma_kernel, {}
     if config.words:
-        padding = torch.full((2,), float("-inf"), dtype=x2.dtype).view(torch.int32).item()
-        kernel, extra = resident_tma_words_kernel, {"PADDING": padding}
+        kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype)}
     kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,

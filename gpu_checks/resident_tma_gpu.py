@@ -18,6 +18,8 @@ and huge values; then each shape is timed by:
 - on 16-bit rows, **TMA words 16k** and **TMA words 32k, pauses**: its form that holds the
   chunk as the input's own 32-bit words, two elements each, in the same registers as 8192 and
   16384 float32 columns (four warps, four an SM; eight warps, two an SM, pausing);
+- from 2M columns, **TMA 8k, pauses** and **TMA words 16k, pauses**: the four-warp
+  configurations pausing between polls, as the long-row ones do;
 - **entry point**, `softmax`, which picks.
 
 Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which only the Triton
@@ -53,10 +55,17 @@ SHAPES = {"fp32": [(4096, 1 << 15), (1024, 1 << 16), (256, 1 << 18), (64, 1 << 2
 """Rows the resident kernels take: from 32k columns (past the fused kernel's 16k) to 4M in
 float32 (1.25M, 1.5M and 3M among them) and 8M in bfloat16."""
 TMA_PROVIDERS = {"TMA 4k": st.TmaConfig(16, 2, 8), "TMA 8k": st.TMA_CONFIGS[4],
+                 "TMA 8k, pauses": st.TMA_CONFIGS[4]._replace(backoff=True),
                  "TMA 16k, pauses": st.TMA_LONG_ROW_CONFIGS[4],
-                 "TMA words 16k": st.TmaConfig(32, 4, 4, words=True),
-                 "TMA words 32k, pauses": st.TmaConfig(64, 8, 2, backoff=True, words=True)}
-"""Name: configuration of the TMA kernel timed (those with ``words`` on 16-bit rows only)."""
+                 "TMA words 16k": st.TMA_WORDS_CONFIGS[2],
+                 "TMA words 16k, pauses": st.TMA_WORDS_CONFIGS[2]._replace(backoff=True),
+                 "TMA words 32k, pauses": st.TMA_LONG_ROW_CONFIGS[2]}
+"""Name: configuration of the TMA kernel timed (those with ``words`` on 16-bit rows only, and
+those with pauses in chunks of 8192 or 16384 columns on the rows of many chunks only,
+:data:`PAUSES_FROM`)."""
+PAUSES_FROM = 1 << 21
+"""The columns from which the configurations with pauses that the rule does not take (``TMA 8k,
+pauses`` and ``TMA words 16k, pauses``) are timed: rows of 256 chunks or more."""
 
 
 def providers(dtype: torch.dtype) -> dict[str, object]:
@@ -72,8 +81,12 @@ def providers(dtype: torch.dtype) -> dict[str, object]:
 
 
 def fits(name: str, x: torch.Tensor) -> bool:
-    """Whether the provider ``name`` holds the rows of ``x`` on this GPU."""
+    """Whether the provider ``name`` holds the rows of ``x`` on this GPU (and, for the
+    configurations with pauses the rule does not take, whether the rows are long enough to time
+    them, :data:`PAUSES_FROM`)."""
     cols, device = x.shape[1], x.device.index or 0
+    if name in ("TMA 8k, pauses", "TMA words 16k, pauses") and cols < PAUSES_FROM:
+        return False
     if name in TMA_PROVIDERS:
         return st.tma_fits(cols, TMA_PROVIDERS[name], x.dtype, device)
     if name.startswith("Triton"):

@@ -996,11 +996,7 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
     from .grid_math import next_power_of_2
 
     config = st.TMA_CONFIGS[dtype.itemsize] if config is None else config
-    seen = torch.int32 if config.words else dtype  # what TMA copies: words or elements
-    rows = torch.empty(config.lines, st.TMA_WIDTH, dtype=seen)
-    descriptor = st.TensorDescriptor(rows, list(rows.shape), [st.TMA_WIDTH, 1],
-                                     [config.lines, st.TMA_WIDTH],
-                                     st._shared_layout(8 * seen.itemsize))
+    descriptor = st.chunk_descriptor(torch.empty(1, config.chunk, dtype=dtype), config)
     pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}[dtype]
     scalars = {"X": pointer, "Y": pointer, "SLOTS": "*i64", "n_rows": "i32", "n_cols": "i32",
                "stride_y": "i32", "n_programs": "i32", "G": "i32"}

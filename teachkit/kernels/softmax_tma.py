@@ -46,9 +46,10 @@ from .pairs import (
 from .words import fresh, halves, pack_halves
 
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
-           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "copy_chunk", "launch_resident_tma",
-           "resident_tma_kernel", "resident_tma_words_kernel", "take_chunk", "tma_config",
-           "tma_fits", "tma_not_ready", "tma_programs", "word_padding"]
+           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_descriptor", "copy_chunk",
+           "launch_resident_tma", "resident_tma_kernel", "resident_tma_words_kernel",
+           "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
+           "tma_programs", "word_padding"]
 
 
 @gluon.jit
@@ -95,6 +96,20 @@ def copy_chunk(x_desc, buffer, arrived, item, n_items, G, row_lines):
     mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=item < n_items)
     TMA_LOAD(x_desc, [(item // G) * row_lines + (item % G) * R, 0], arrived, buffer,
              pred=item < n_items)
+
+
+@gluon.jit
+def start_chunks(x_desc, first, n_items, G, row_lines):
+    """A program's buffer of one chunk in shared memory and the ``mbarrier`` its copies count
+    their bytes on, with the copy of its ``first`` item's chunk under way (:func:`copy_chunk`):
+    ``(buffer, arrived)``, for :func:`take_chunk` to wait on at phase 0."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
+    arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(arrived, count=1)
+    copy_chunk(x_desc, buffer, arrived, first, n_items, G, row_lines)
+    return buffer, arrived
 
 
 @gluon.jit
@@ -145,10 +160,7 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     pid = gl.program_id(0)
     n_items = n_rows * G
     row_lines = n_cols // W  # rows of the descriptor's view a row of X spans
-    buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
-    arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(arrived, count=1)
-    copy_chunk(x_desc, buffer, arrived, pid, n_items, G, row_lines)
+    buffer, arrived = start_chunks(x_desc, pid, n_items, G, row_lines)
     offs = gl.arange(0, CHUNK, layout=chunk_layout)
     phase = 0
     for item in range(pid, n_items, n_programs):
@@ -184,7 +196,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     words, ``R`` of them a chunk; ``Y`` is written as words too. ``PADDING`` is a word of two
     ``-inf`` in ``X``'s dtype, for the words past the row's end. The steps are
     :func:`resident_tma_kernel`'s; the float32 halves are computed from the kept words where
-    they are used (:func:`~teachkit.kernels.softmax_kernels.fresh`), never kept."""
+    they are used (:func:`~teachkit.kernels.words.fresh`), never kept."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
     WORDS: gl.constexpr = R * W
@@ -195,10 +207,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     n_words = n_cols // 2
     row_lines = n_words // W
     y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
-    buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
-    arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(arrived, count=1)
-    copy_chunk(x_desc, buffer, arrived, pid, n_items, G, row_lines)
+    buffer, arrived = start_chunks(x_desc, pid, n_items, G, row_lines)
     offs = gl.arange(0, WORDS, layout=chunk_layout)
     phase = 0
     for item in range(pid, n_items, n_programs):
@@ -380,6 +389,15 @@ def word_padding(dtype: torch.dtype) -> int:
     return torch.full((2,), float("-inf"), dtype=dtype).view(torch.int32).item()
 
 
+def chunk_descriptor(x2: torch.Tensor, config: TmaConfig) -> TensorDescriptor:
+    """The TMA descriptor :func:`resident_tma_kernel` (or, with ``config.words``,
+    :func:`resident_tma_words_kernel`) copies ``config.lines`` lines at a time through: the
+    contiguous ``x2`` seen as lines of :data:`TMA_WIDTH` elements (or int32 words)."""
+    lines = (x2.view(torch.int32) if config.words else x2).view(-1, TMA_WIDTH)
+    return TensorDescriptor(lines, list(lines.shape), [TMA_WIDTH, 1], [config.lines, TMA_WIDTH],
+                            _shared_layout(8 * lines.element_size()))
+
+
 def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -> None:
     """Run :func:`resident_tma_kernel` on the rows of ``x2`` (which :func:`tma_not_ready`
     takes) into ``y2`` in ``config``: as many programs as fit (:func:`tma_programs`), at most
@@ -392,10 +410,7 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax, which picks")
     programs = min(fit, n_rows * g)
-    seen = x2.view(torch.int32) if config.words else x2  # what TMA copies: words or elements
-    descriptor = TensorDescriptor(seen, [seen.numel() // TMA_WIDTH, TMA_WIDTH],
-                                  [TMA_WIDTH, 1], [config.lines, TMA_WIDTH],
-                                  _shared_layout(8 * seen.element_size()))
+    descriptor = chunk_descriptor(x2, config)
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     kernel, extra = resident_tma_kernel, {}
     if config.words:

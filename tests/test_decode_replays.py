@@ -281,3 +281,46 @@ def test_the_decoding_sweeps_variants_plan_rather_than_make_a_kept_call_again(ke
     assert len(planned) == 2 and kept == before
     decode_gpu.planned_with("HELD_TABLE_PAGES", {}, call)
     assert len(planned) == 3 and kept == {}
+
+
+@GPU
+def test_a_graph_captured_after_a_plain_call_reads_the_lengths_that_call_kept():
+    """A call without ``cache_seqlens`` reads lengths of the cache's capacity, made by its first
+    plain call and kept: a graph captured after it reads the same ones, not a fill of its own
+    at every replay (a kernel beside the attention, about a µs of a short cache's 20). A graph
+    captured first fills its own, and nothing is kept from it."""
+    B, S = 3, 512
+    q, k, v = (torch.randn(B, 8, n, 128, device=DEV, dtype=torch.float16) for n in (1, S, S))
+    key = (B, S, q.device)
+    decode._FULL_LENGTHS.pop(key, None)
+    side = torch.cuda.Stream()
+
+    def captured() -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        graph = torch.cuda.CUDAGraph()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+            out = decode_attention(q, k, v, check_values=False)
+        torch.cuda.current_stream().wait_stream(side)
+        return graph, out
+
+    def after_replay(graph: torch.cuda.CUDAGraph, out: torch.Tensor) -> torch.Tensor:
+        graph.replay()
+        torch.cuda.synchronize()
+        return out.clone()
+
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    graph, out = captured()
+    assert key not in decode._FULL_LENGTHS  # the graph's own, filled at each replay
+    torch.testing.assert_close(after_replay(graph, out), want, atol=1e-3, rtol=1e-3)
+    graph.reset()
+    decode_attention(q, k, v, check_values=False)  # a plain call: keeps them
+    kept_lengths = decode._FULL_LENGTHS[key]
+    graph, out = captured()
+    torch.testing.assert_close(after_replay(graph, out), want, atol=1e-3, rtol=1e-3)
+    try:
+        kept_lengths.fill_(S // 2)  # the replay reads these: half of every cache
+        half = decode_attention(q, k, v, cache_seqlens=torch.full((B,), S // 2, device=DEV))
+        torch.testing.assert_close(after_replay(graph, out), half, atol=1e-3, rtol=1e-3)
+    finally:
+        kept_lengths.fill_(S)
+    graph.reset()

@@ -1501,10 +1501,29 @@ def merge_counters(n: int, device: torch.device) -> torch.Tensor:
     return have
 
 
-@functools.lru_cache(maxsize=16)
-def _full_lengths(B: int, S: int, device: torch.device) -> torch.Tensor:
-    """``(B,)`` int32 lengths ``S``, made once per shape (a decoding loop calls every step)."""
-    return torch.full((B,), S, dtype=torch.int32, device=device)
+_FULL_LENGTHS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+"""The lengths :func:`_full_lengths` made outside a graph capture, by ``(B, S, device)``: never
+dropped, as a graph that captured a call reads them at every replay (4 bytes a sequence; at
+most :data:`MAX_FULL_LENGTHS` shapes kept)."""
+MAX_FULL_LENGTHS = 1024
+"""Shapes whose full lengths are kept; past them, a new shape's lengths are made per call."""
+
+
+def _full_lengths(B: int, S: int, device: torch.device, capturing: bool) -> torch.Tensor:
+    """``(B,)`` int32 lengths ``S`` for a call without ``cache_seqlens``: made once per shape
+    outside a graph capture and kept (a decoding loop calls every step). A call being captured
+    reads the kept ones where an earlier call made them, so the graph replays the attention
+    kernel alone; else the graph fills its own (a fill kernel at every replay, about a µs of a
+    short cache's 20: warm a captured shape up with a plain call first, as capturing does
+    anyway). Made during a capture, they are the graph's and are not kept."""
+    key = (B, S, device)
+    kept = _FULL_LENGTHS.get(key)
+    if kept is not None:
+        return kept
+    made = torch.full((B,), S, dtype=torch.int32, device=device)
+    if not capturing and len(_FULL_LENGTHS) < MAX_FULL_LENGTHS:
+        _FULL_LENGTHS[key] = made
+    return made
 
 
 def decode_mask(cache_seqlens: torch.Tensor, Lq: int, S: int) -> torch.Tensor:
@@ -1677,9 +1696,8 @@ def decode_attention(
                          "the block_table, the number of tokens of every sequence")
     # a call captured into a CUDA graph gets the configuration for replays (decode_config)
     capturing = ON_GPU and torch.cuda.is_current_stream_capturing()
-    if cache_seqlens is None:  # made anew while captured: the graph's fill is its only one
-        seqlens = (torch.full((B,), capacity, dtype=torch.int32, device=device) if capturing
-                   else _full_lengths(B, capacity, device))
+    if cache_seqlens is None:
+        seqlens = _full_lengths(B, capacity, device, capturing)
     else:
         seqlens = _require_index_tensor(cache_seqlens, "cache_seqlens", (B,), device,
                                         "lengths (one per sequence)")
@@ -1867,9 +1885,10 @@ class DecodeReplay(NamedTuple):
     """What :func:`decode_attention` needs to make one kind of call's launches again
     (:func:`replay_key`): the call's plan, the launcher calls of its split kernel and of its
     merge kernel (``None``: it has none), the lengths it made itself (a call without
-    ``cache_seqlens``; ``None`` when it was captured, and a captured replay makes them anew, for
-    the graph to fill), the sizes its values are checked against (``capacity``, ``page_size``,
-    ``num_pages``; ``None``: not checked) and whether it was captured into a CUDA graph."""
+    ``cache_seqlens``; ``None`` when it was captured, and a captured replay takes the kept ones
+    or makes them in the capture, :func:`_full_lengths`), the sizes its values are checked
+    against (``capacity``, ``page_size``, ``num_pages``; ``None``: not checked) and whether it
+    was captured into a CUDA graph."""
 
     plan: _DecodePlan
     split: LaunchReplay | None
@@ -1888,9 +1907,8 @@ class DecodeReplay(NamedTuple):
             seqlens = _as_int32_rows(cache_seqlens)
         elif self.lengths is not None:
             seqlens = self.lengths
-        else:  # a captured call's lengths, made in this capture (the graph fills them)
-            seqlens = torch.full((q.shape[0],), k_cache.shape[2], dtype=torch.int32,
-                                 device=q.device)
+        else:  # a captured call's lengths: kept ones, or made in this capture
+            seqlens = _full_lengths(q.shape[0], k_cache.shape[2], q.device, self.captured)
         table = seqlens if block_table is None else _as_int32_rows(block_table)
         tensors = _call_tensors(self.plan, q, seqlens, return_lse, self.captured)
         device = q.get_device()

@@ -1626,7 +1626,7 @@ def decode_attention(
     launch. On an H100 machine a loop of back-to-back calls for one sequence of 256 tokens
     takes 18.5 µs a call, 1.09x ``scaled_dot_product_attention``'s (record ``host_nvidia_h100``);
     timed one call at a time after clearing the L2 cache, it hides (18 µs a call at 1k tokens,
-    as for the GPU alone: records ``decode_nvidia_h100`` and ``..._cudagraph``). The
+    17 for the GPU alone: records ``decode_nvidia_h100`` and ``..._cudagraph``). The
     partial results, and the lse unless ``return_lse``, live in buffers kept per CUDA stream
     between calls (:mod:`teachkit.kernels.scratch`). A call of a kind met before (the same
     dtypes, shapes, strides, alignment and other arguments: :func:`replay_key`) skips the
@@ -1637,8 +1637,9 @@ def decode_attention(
     do; pass ``check_values=False`` there, since the value checks synchronise with the GPU, which a
     capture forbids. Without a ``config``, a call being captured takes the merge kernel where it
     splits the keys (:func:`decode_config` with ``captured``): on an H100's replays that read one
-    sequence's cache at 0.99-1.01x cuDNN, where one launch read it at 0.86-0.99x (record
-    ``decode_nvidia_h100_cudagraph``).
+    sequence's cache at 1.00-1.04x cuDNN, where one launch read it at 0.90-0.99x (record
+    ``decode_nvidia_h100_cudagraph``). Captured after a plain call of its kind, a call without
+    ``cache_seqlens`` reads the lengths that call made, so the graph holds no fill of its own.
 
     Examples
     --------

@@ -267,8 +267,10 @@ TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
 a multiprocessor (the Triton kernel's float32 configuration), 32 KB of float32 (16 KB of 16-bit
 elements) in shared memory each. ``gpu_checks/resident_tma_gpu.py`` on an H100
 (``softmax_resident_tma_nvidia_h100``, % of the copy): float32 rows of 64k to 2M columns at
-89-95.5 %, where the Triton kernel reads them at 77-94 %; chunks of 4096 columns (two warps,
-eight an SM) read rows of 32k to 256k up to a point faster and 1M-2M rows 3-7 points slower."""
+89-95.6 %, where the Triton kernel reads them at 77-94 %; chunks of 4096 columns (two warps,
+eight an SM) read rows of 32k to 256k up to a point faster and 1M-2M rows 3-7 points slower.
+Pausing between polls in these chunks gains nothing at 2M (89.2 % either way) and less than
+:data:`TMA_LONG_ROW_CONFIGS` at 3M (82.0 against 80.1 and 84.2)."""
 TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True)}
 """By element size, the configuration of 16-bit rows from :data:`TMA_WORDS_FROM` columns: the
 chunk as the input's own words (:func:`resident_tma_words_kernel`), 16384 columns in the
@@ -276,8 +278,8 @@ registers of 8192 float32 ones, so a row spans half the programs."""
 TMA_WORDS_FROM = {2: 1 << 20}
 """By element size, the columns from which :func:`tma_config` takes :data:`TMA_WORDS_CONFIGS`:
 1M in 16 bits. Timed on an H100 (bfloat16, % of the copy): at 256k columns the float32 form
-91.3 against the words' 88.1; at 1M
-86.0 against 88.2, at 2M 81.0 against 86.7 (between 256k and 1M not timed)."""
+91.0 against the words' 87.0; at 1M 85.7 against 87.8, at 2M 81.0 against 86.4 (between 256k
+and 1M not timed). The words pausing between polls read 2M and 4M rows half a point slower."""
 TMA_LONG_ROW_CONFIGS = {4: TmaConfig(64, 8, 2, backoff=True),
                         2: TmaConfig(64, 8, 2, backoff=True, words=True)}
 """By element size, the configuration of rows from :data:`TMA_LONG_ROW_FROM` columns: chunks of
@@ -286,9 +288,9 @@ multiprocessor, pausing between polls, so that a row spans half the programs and
 half the pairs."""
 TMA_LONG_ROW_FROM = {4: 3 << 20, 2: 1 << 23}
 """By element size, the columns from which :func:`tma_config` takes
-:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (on an H100, 84.1 % of the copy against 80.3 % in
-:data:`TMA_CONFIGS` at 3M, 86.5 % against 84.0 % at 4M, and 88.2 % against 89.4 % at 2M) and 8M
-in 16 bits (77.9 % against 73.8 % in :data:`TMA_WORDS_CONFIGS`; at 4M 81.0 % against 82.6 %)."""
+:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (on an H100, 84.2 % of the copy against 80.1 % in
+:data:`TMA_CONFIGS` at 3M, 86.3 % against 83.8 % at 4M, and 88.2 % against 89.2 % at 2M) and 8M
+in 16 bits (78.0 % against 73.2 % in :data:`TMA_WORDS_CONFIGS`; at 4M 79.9 % against 82.2 %)."""
 
 
 def tma_config(n_cols: int, dtype: torch.dtype) -> TmaConfig | None:

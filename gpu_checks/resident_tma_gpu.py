@@ -1,6 +1,6 @@
 """The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
-`python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH]`.
+`python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -20,7 +20,10 @@ and huge values; then each shape is timed by:
   16384 float32 columns (four warps, four an SM; eight warps, two an SM, pausing);
 - from 2M columns, **TMA 8k, pauses** and **TMA words 16k, pauses**: the four-warp
   configurations pausing between polls, as the long-row ones do;
-- **entry point**, `softmax`, which picks.
+- **entry point**, `softmax`, which picks;
+- with `--whole-rows`, the rule's configurations launching only the most whole rows' chunks
+  that fit (`TmaConfig.fill_grid` off: a row's programs all in one round, as the Triton
+  kernel's configurations launch), on the rows where that grid is smaller.
 
 Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which only the Triton
 kernel holds), checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3)
@@ -47,6 +50,7 @@ import torch  # noqa: E402
 
 from teachkit.kernels import softmax_kernels as sk  # noqa: E402
 from teachkit.kernels import softmax_tma as st  # noqa: E402
+from teachkit.kernels.grid_math import resident_grid  # noqa: E402
 
 SHAPES = {"fp32": [(4096, 1 << 15), (1024, 1 << 16), (256, 1 << 18), (64, 1 << 20),
                    (52, 5 << 18), (48, 3 << 19), (32, 1 << 21), (24, 3 << 20), (16, 1 << 22)],
@@ -66,17 +70,24 @@ those with pauses in chunks of 8192 or 16384 columns on the rows of many chunks 
 PAUSES_FROM = 1 << 21
 """The columns from which the configurations with pauses that the rule does not take (``TMA 8k,
 pauses`` and ``TMA words 16k, pauses``) are timed: rows of 256 chunks or more."""
+WHOLE_ROWS = {f"{name}, whole rows": TMA_PROVIDERS[name]._replace(fill_grid=False)
+              for name in ("TMA 8k", "TMA 16k, pauses", "TMA words 16k", "TMA words 32k, pauses")}
+"""With ``--whole-rows``: the rule's configurations launching only the most whole rows' chunks
+that fit (``fill_grid`` off), a row's programs all in one round, timed where that grid differs
+from every program that fits."""
 
 
-def providers(dtype: torch.dtype) -> dict[str, object]:
-    """Name: a function of the rows, for every provider of the module docstring."""
+def providers(dtype: torch.dtype, whole_rows: bool = False) -> dict[str, object]:
+    """Name: a function of the rows, for every provider of the module docstring (and
+    :data:`WHOLE_ROWS` with ``whole_rows``)."""
     size = dtype.itemsize
+    timed = TMA_PROVIDERS | (WHOLE_ROWS if whole_rows else {})
     found = {"split rows": sk.softmax_split,
              "Triton, table": lambda x: sk.softmax_resident(x, config=sk.RESIDENT_CONFIGS[size]),
              "Triton, long rows": lambda x: sk.softmax_resident(
                  x, config=sk.LONG_ROW_CONFIGS[size])}
     found |= {name: (lambda x, c=config: sk.softmax_resident_tma(x, config=c))
-              for name, config in TMA_PROVIDERS.items() if not config.words or size == 2}
+              for name, config in timed.items() if not config.words or size == 2}
     return found | {"entry point": sk.softmax}
 
 
@@ -87,6 +98,12 @@ def fits(name: str, x: torch.Tensor) -> bool:
     cols, device = x.shape[1], x.device.index or 0
     if name in ("TMA 8k, pauses", "TMA words 16k, pauses") and cols < PAUSES_FROM:
         return False
+    if name in WHOLE_ROWS:
+        config = WHOLE_ROWS[name]
+        g = -(-cols // config.chunk)
+        fit = st.tma_programs(config, x.dtype, device)
+        whole = resident_grid(fit, g, x.shape[0])
+        return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)
     if name in TMA_PROVIDERS:
         return st.tma_fits(cols, TMA_PROVIDERS[name], x.dtype, device)
     if name.startswith("Triton"):
@@ -112,11 +129,12 @@ def awkward_rows(chunk: int, dtype: torch.dtype, width: int) -> list[torch.Tenso
             special, torch.randn(2, 5 * chunk, **make) * 1e4, torch.randn(7, width, **make)]
 
 
-def check_edges() -> bool:
-    """:func:`awkward_rows` through every TMA configuration in float32, float16 and bfloat16
-    (and a non-contiguous input and ``dim=0``), against ``torch.softmax``; prints each failure."""
+def check_edges(whole_rows: bool = False) -> bool:
+    """:func:`awkward_rows` through every TMA configuration (with ``whole_rows``,
+    :data:`WHOLE_ROWS`'s too) in float32, float16 and bfloat16 (and a non-contiguous input and
+    ``dim=0``), against ``torch.softmax``; prints each failure."""
     ok = True
-    for name, config in TMA_PROVIDERS.items():
+    for name, config in (TMA_PROVIDERS | (WHOLE_ROWS if whole_rows else {})).items():
         for dtype in (torch.float16, torch.bfloat16) if config.words else (
                 torch.float32, torch.float16, torch.bfloat16):
             width = st.TMA_WIDTH * (2 if config.words else 1)
@@ -144,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
                         help="only these shapes, e.g. fp32:48x1572864 bf16:8x8388608")
     parser.add_argument("--json", default=None, help="save the figures as a record here")
+    parser.add_argument("--whole-rows", action="store_true",
+                        help="also time the rule's configurations launching whole rows a round")
     parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
@@ -155,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     from teachkit.bench.softmax import dtype_shape_jobs, time_in_rounds, time_softmax_provider
 
     copy = announce_copy_bandwidth()
-    ok = check_edges()
+    ok = check_edges(args.whole_rows)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
     results = []
     for dt, (rows, cols) in tqdm(dtype_shape_jobs(SHAPES, args.shapes), desc="shapes",
@@ -163,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
         timers = {name: (lambda name=name, fn=fn, x=x, dt=dt: time_softmax_provider(
                       name, fn, x, dt, tolerance=1e-2))
-                  for name, fn in providers(x.dtype).items() if fits(name, x)}
+                  for name, fn in providers(x.dtype, args.whole_rows).items()
+                  if fits(name, x)}
         found, report, right = time_in_rounds(timers, args.rounds, copy)
         results += found
         ok &= right

@@ -100,6 +100,33 @@ def test_it_matches_torch_on_awkward_rows(dtype, config):
                                    rtol=1e-2 if dtype.itemsize == 2 else 1e-4)
 
 
+def test_the_rule_launches_every_program_that_fits_as_the_record_was_timed():
+    """The rule's configurations fill the grid (rows straddle rounds), as the record timed
+    them; ``fill_grid=False`` launches whole rows a round (``grid_math.resident_grid``)."""
+    rule = [*st.TMA_CONFIGS.values(), *st.TMA_WORDS_CONFIGS.values(),
+            *st.TMA_LONG_ROW_CONFIGS.values()]
+    assert all(config.fill_grid for config in rule)
+    from teachkit.kernels.grid_math import resident_grid
+
+    assert resident_grid(528, 384, 24) == 384  # 3M float32 columns in chunks of 8192
+    assert resident_grid(528, 384, 24, fill_grid=True) == 528
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("config", [st.TMA_CONFIGS[4], st.TMA_WORDS_CONFIGS[2]],
+                         ids=["8k", "words 16k"])
+def test_whole_rows_a_round_match_torch(config):
+    """With ``fill_grid`` off the grid holds whole rows only (rows of 7 chunks: fewer programs
+    than fit, more rows than a round): the same results, rounds apart."""
+    config = config._replace(fill_grid=False)
+    dtype = torch.bfloat16 if config.words else torch.float32
+    rows = torch.randn(300, 7 * config.chunk, device="cuda", dtype=dtype)
+    got = ks.softmax_resident_tma(rows, config=config).float()
+    torch.testing.assert_close(got, torch.softmax(rows.float(), -1),
+                               atol=1e-2 if dtype.itemsize == 2 else 1e-6,
+                               rtol=1e-2 if dtype.itemsize == 2 else 1e-4)
+
+
 def test_softmax_takes_it_on_hopper_where_it_was_measured_faster(monkeypatch):
     """``softmax`` sends long rows that the TMA kernel reads to it on a Hopper GPU, by its
     rule; rows it cannot read (a width not a multiple of 256, 16-bit rows from 1M columns not

@@ -42,7 +42,7 @@ import triton.language as tl
 
 from ..device import ON_GPU, compute_capability, current_gpu, multiprocessors, on_other_gpu
 from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
-from .grid_math import cdiv, next_power_of_2
+from .grid_math import cdiv, next_power_of_2, resident_grid
 from .launch_cache import (
     LaunchReplay,
     cached_launch,
@@ -791,22 +791,6 @@ def resident_config(x2: torch.Tensor, y2: torch.Tensor) -> ResidentConfig:
     long_rows = x2.shape[1] >= LONG_ROW_FROM[size]
     config = (LONG_ROW_CONFIGS if long_rows else RESIDENT_CONFIGS)[size]
     return UNPAIRED_CONFIG if config.words and not words_fit(x2, y2) else config
-
-
-def resident_grid(fit: int, g: int, n_rows: int, fill_grid: bool = False) -> int:
-    """The programs the resident kernel launches for ``n_rows`` rows of ``g`` chunks when
-    ``fit`` programs fit on the GPU at once (:func:`resident_programs`): the most whole rows'
-    chunks that fit, so a row's programs take it in the same round, or with ``fill_grid`` all
-    ``fit``; never more than the rows' chunks, and 0 when a row does not fit.
-
-    >>> resident_grid(264, 192, 24), resident_grid(264, 192, 24, fill_grid=True)
-    (192, 264)
-    >>> resident_grid(264, 192, 1, fill_grid=True), resident_grid(264, 300, 4, fill_grid=True)
-    (192, 0)
-    """
-    if g > fit:
-        return 0
-    return min(fit if fill_grid else fit // g * g, n_rows * g)
 
 
 def _launch_resident(x2: torch.Tensor, y2: torch.Tensor, config: ResidentConfig) -> None:

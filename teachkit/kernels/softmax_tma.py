@@ -32,7 +32,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ..device import INTERPRETED, compute_capability
 from .gluon_names import THREAD_BARRIER, TMA_LOAD
-from .grid_math import cdiv, next_power_of_2
+from .grid_math import cdiv, next_power_of_2, resident_grid
 from .pairs import (
     EMPTY_SLOT,
     LOG2E,
@@ -243,10 +243,12 @@ class TmaConfig(NamedTuple):
     """How :func:`resident_tma_kernel` runs: ``lines`` rows of :data:`TMA_WIDTH` elements a
     chunk (a power of two), ``num_warps``, ``per_sm`` programs wanted on each multiprocessor,
     ``backoff`` (pause between polls, :func:`~teachkit.kernels.pairs.nap`),
-    ``max_registers`` a thread (what lets ``per_sm`` programs share a multiprocessor) and
+    ``max_registers`` a thread (what lets ``per_sm`` programs share a multiprocessor),
     ``words``: hold a float16 or bfloat16 chunk as its own 32-bit words
     (:func:`resident_tma_words_kernel`), a line then :data:`TMA_WIDTH` words, twice the
-    columns."""
+    columns, and ``fill_grid``: launch every program that fits, so that rows straddle rounds
+    (on, as the record was timed), or only the most whole rows' chunks that fit, a row's
+    programs all in one round, as the Triton kernel's configurations do (off)."""
 
     lines: int
     num_warps: int
@@ -254,6 +256,7 @@ class TmaConfig(NamedTuple):
     backoff: bool = False
     max_registers: int = 128
     words: bool = False
+    fill_grid: bool = True
 
     @property
     def chunk(self) -> int:
@@ -403,15 +406,16 @@ def chunk_descriptor(x2: torch.Tensor, config: TmaConfig) -> TensorDescriptor:
 def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -> None:
     """Run :func:`resident_tma_kernel` on the rows of ``x2`` (which :func:`tma_not_ready`
     takes) into ``y2`` in ``config``: as many programs as fit (:func:`tma_programs`), at most
-    the rows' chunks, so that rows may straddle two rounds. Raises ``ValueError`` when a row
-    needs more programs than fit (:func:`tma_fits`)."""
+    the rows' chunks, so that rows may straddle two rounds, or with ``config.fill_grid`` off
+    the most whole rows' chunks that fit (:func:`~teachkit.kernels.grid_math.resident_grid`).
+    Raises ``ValueError`` when a row needs more programs than fit (:func:`tma_fits`)."""
     n_rows, n_cols = x2.shape
     g = cdiv(n_cols, config.chunk)
-    fit = tma_programs(config, x2.dtype, x2.device.index or 0)
-    if g > fit:
+    programs = resident_grid(tma_programs(config, x2.dtype, x2.device.index or 0), g, n_rows,
+                             config.fill_grid)
+    if programs == 0:
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax, which picks")
-    programs = min(fit, n_rows * g)
     descriptor = chunk_descriptor(x2, config)
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     kernel, extra = resident_tma_kernel, {}

@@ -1,6 +1,7 @@
 """The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
-`python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]`.
+`python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]
+[--keep-weights]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -23,7 +24,10 @@ and huge values; then each shape is timed by:
 - **entry point**, `softmax`, which picks;
 - with `--whole-rows`, the rule's configurations launching only the most whole rows' chunks
   that fit (`TmaConfig.fill_grid` off: a row's programs all in one round, as the Triton
-  kernel's configurations launch), on the rows where that grid is smaller.
+  kernel's configurations launch), on the rows where that grid is smaller;
+- with `--keep-weights`, the words configurations keeping the weights `exp(x - m_chunk)` as
+  bfloat16 words through the wait (`TmaConfig.keep_weights`: no exponential after it), on
+  bfloat16 rows, their largest error in bfloat16's last place printed beside the words'.
 
 Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which only the Triton
 kernel holds), checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3)
@@ -75,13 +79,25 @@ WHOLE_ROWS = {f"{name}, whole rows": TMA_PROVIDERS[name]._replace(fill_grid=Fals
 """With ``--whole-rows``: the rule's configurations launching only the most whole rows' chunks
 that fit (``fill_grid`` off), a row's programs all in one round, timed where that grid differs
 from every program that fits."""
+WEIGHTS_KEPT = {f"{name}, weights kept": TMA_PROVIDERS[name]._replace(keep_weights=True)
+                for name in ("TMA words 16k", "TMA words 32k, pauses")}
+"""With ``--keep-weights``: the words configurations keeping the weights ``exp(x - m_chunk)``
+as bfloat16 words through the wait (``keep_weights``), on bfloat16 rows; the edge checks print
+their largest error in units of the last place of bfloat16, beside the words that keep the
+input."""
 
 
-def providers(dtype: torch.dtype, whole_rows: bool = False) -> dict[str, object]:
-    """Name: a function of the rows, for every provider of the module docstring (and
-    :data:`WHOLE_ROWS` with ``whole_rows``)."""
+def extra_configs(whole_rows: bool = False, keep_weights: bool = False) -> dict[str, object]:
+    """:data:`WHOLE_ROWS` and :data:`WEIGHTS_KEPT`, as asked for."""
+    return (WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
+
+
+def providers(dtype: torch.dtype, extra: dict[str, object]) -> dict[str, object]:
+    """Name: a function of the rows, for every provider of the module docstring and the
+    configurations of ``extra`` (:func:`extra_configs`) that take ``dtype``."""
     size = dtype.itemsize
-    timed = TMA_PROVIDERS | (WHOLE_ROWS if whole_rows else {})
+    timed = TMA_PROVIDERS | {name: config for name, config in extra.items()
+                             if not config.keep_weights or dtype == torch.bfloat16}
     found = {"split rows": sk.softmax_split,
              "Triton, table": lambda x: sk.softmax_resident(x, config=sk.RESIDENT_CONFIGS[size]),
              "Triton, long rows": lambda x: sk.softmax_resident(
@@ -104,8 +120,8 @@ def fits(name: str, x: torch.Tensor) -> bool:
         fit = st.tma_programs(config, x.dtype, device)
         whole = resident_grid(fit, g, x.shape[0])
         return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)
-    if name in TMA_PROVIDERS:
-        return st.tma_fits(cols, TMA_PROVIDERS[name], x.dtype, device)
+    if name in TMA_PROVIDERS or name in WEIGHTS_KEPT:
+        return st.tma_fits(cols, (TMA_PROVIDERS | WEIGHTS_KEPT)[name], x.dtype, device)
     if name.startswith("Triton"):
         table = name.endswith("table")
         config = (sk.RESIDENT_CONFIGS if table else sk.LONG_ROW_CONFIGS)[x.element_size()]
@@ -129,14 +145,29 @@ def awkward_rows(chunk: int, dtype: torch.dtype, width: int) -> list[torch.Tenso
             special, torch.randn(2, 5 * chunk, **make) * 1e4, torch.randn(7, width, **make)]
 
 
-def check_edges(whole_rows: bool = False) -> bool:
-    """:func:`awkward_rows` through every TMA configuration (with ``whole_rows``,
-    :data:`WHOLE_ROWS`'s too) in float32, float16 and bfloat16 (and a non-contiguous input and
-    ``dim=0``), against ``torch.softmax``; prints each failure."""
+def bf16_ulps(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The largest ``|got - want|`` in units of the last place of bfloat16 at ``want`` (float32
+    tensors, finite ``want`` only)."""
+    finite = torch.isfinite(want) & (want != 0)
+    place = torch.exp2(torch.floor(torch.log2(want[finite].abs())) - 7)
+    return ((got[finite] - want[finite]).abs() / place).max().item()
+
+
+def check_edges(extra: dict[str, object]) -> bool:
+    """:func:`awkward_rows` through every TMA configuration and those of ``extra``
+    (:func:`extra_configs`) in float32, float16 and bfloat16 as they take them (and a
+    non-contiguous input and ``dim=0``), against ``torch.softmax``; prints each failure, and
+    the largest error of the words in bfloat16 in units of its last place."""
     ok = True
-    for name, config in (TMA_PROVIDERS | (WHOLE_ROWS if whole_rows else {})).items():
-        for dtype in (torch.float16, torch.bfloat16) if config.words else (
-                torch.float32, torch.float16, torch.bfloat16):
+    for name, config in (TMA_PROVIDERS | extra).items():
+        if config.words:
+            x = torch.randn(8, 4 * config.chunk, device="cuda", dtype=torch.bfloat16) * 4
+            ulps = bf16_ulps(sk.softmax_resident_tma(x, config=config).float(),
+                             torch.softmax(x.float(), -1))
+            print(f"{name}: bfloat16 error at most {ulps:.2f} units in the last place")
+        for dtype in (torch.bfloat16,) if config.keep_weights else (
+                (torch.float16, torch.bfloat16) if config.words else (
+                torch.float32, torch.float16, torch.bfloat16)):
             width = st.TMA_WIDTH * (2 if config.words else 1)
             for x in awkward_rows(config.chunk, dtype, width):
                 got = sk.softmax_resident_tma(x, config=config).float()
@@ -164,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="save the figures as a record here")
     parser.add_argument("--whole-rows", action="store_true",
                         help="also time the rule's configurations launching whole rows a round")
+    parser.add_argument("--keep-weights", action="store_true",
+                        help="also time the words configurations keeping bfloat16 weights")
     parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
@@ -175,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     from teachkit.bench.softmax import dtype_shape_jobs, time_in_rounds, time_softmax_provider
 
     copy = announce_copy_bandwidth()
-    ok = check_edges(args.whole_rows)
+    extra = extra_configs(args.whole_rows, args.keep_weights)
+    ok = check_edges(extra)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
     results = []
     for dt, (rows, cols) in tqdm(dtype_shape_jobs(SHAPES, args.shapes), desc="shapes",
@@ -183,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
         timers = {name: (lambda name=name, fn=fn, x=x, dt=dt: time_softmax_provider(
                       name, fn, x, dt, tolerance=1e-2))
-                  for name, fn in providers(x.dtype, args.whole_rows).items()
+                  for name, fn in providers(x.dtype, extra).items()
                   if fits(name, x)}
         found, report, right = time_in_rounds(timers, args.rounds, copy)
         results += found

@@ -69,22 +69,30 @@ def test_words_take_16_bit_rows_of_whole_lines_of_words():
     f = torch.randn(2, 1024, device="cuda")
     with pytest.raises(ValueError, match="words=False"):
         ks.softmax_resident_tma(f, config=words)
+    for config, rows, say in ((words._replace(keep_weights=True), x.half(), "keep_weights=False"),
+                              (st.TmaConfig(32, 4, 4, keep_weights=True), f, "words=True")):
+        with pytest.raises(ValueError, match=say):
+            ks.softmax_resident_tma(rows[:, :512], config=config)
 
 
 WORD_CONFIGS = [st.TmaConfig(16, 2, 8, words=True), st.TmaConfig(32, 4, 4, words=True),
-                st.TmaConfig(64, 8, 2, backoff=True, words=True)]
+                st.TmaConfig(64, 8, 2, backoff=True, words=True),
+                st.TmaConfig(32, 4, 4, words=True, keep_weights=True)]
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("config", [st.TmaConfig(16, 2, 8), st.TMA_CONFIGS[4],
                                     st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS],
-                         ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k"])
+                         ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k",
+                              "words 16k, weights kept"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""
     if config.words and dtype == torch.float32:
         pytest.skip("words hold 16-bit rows")
+    if config.keep_weights and dtype != torch.bfloat16:
+        pytest.skip("weights are kept as bfloat16 for bfloat16 rows")
     c = config.chunk
     x = torch.randn(9, 3 * c + 2 * st.TMA_WIDTH, device="cuda", dtype=dtype) * 20
     x[0] = float("-inf")
@@ -101,11 +109,12 @@ def test_it_matches_torch_on_awkward_rows(dtype, config):
 
 
 def test_the_rule_launches_every_program_that_fits_as_the_record_was_timed():
-    """The rule's configurations fill the grid (rows straddle rounds), as the record timed
-    them; ``fill_grid=False`` launches whole rows a round (``grid_math.resident_grid``)."""
+    """The rule's configurations fill the grid (rows straddle rounds) and keep the input, as the
+    record timed them; ``fill_grid=False`` launches whole rows a round
+    (``grid_math.resident_grid``)."""
     rule = [*st.TMA_CONFIGS.values(), *st.TMA_WORDS_CONFIGS.values(),
             *st.TMA_LONG_ROW_CONFIGS.values()]
-    assert all(config.fill_grid for config in rule)
+    assert all(config.fill_grid and not config.keep_weights for config in rule)
     from teachkit.kernels.grid_math import resident_grid
 
     assert resident_grid(528, 384, 24) == 384  # 3M float32 columns in chunks of 8192

@@ -1006,6 +1006,7 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
     if config.words:
         kernel = st.resident_tma_words_kernel
         constexprs["PADDING"] = st.word_padding(dtype)
+        constexprs["KEEP_WEIGHTS"] = config.keep_weights
     return _gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,
                           divisible=("n_cols", "stride_y"))

@@ -43,7 +43,7 @@ from .pairs import (
     pack_pair,
     unpack_pair,
 )
-from .words import fresh, halves, pack_halves
+from .words import fresh, halves, pack_halves, pack_halves_x2
 
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
            "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_descriptor", "copy_chunk",
@@ -187,7 +187,8 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
 @gluon.jit
 def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                               G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
-                              BACKOFF: gl.constexpr, PADDING: gl.constexpr):
+                              BACKOFF: gl.constexpr, PADDING: gl.constexpr,
+                              KEEP_WEIGHTS: gl.constexpr = False):
     """:func:`resident_tma_kernel` for float16 and bfloat16 rows, holding its chunk as the input
     itself, two elements to a 32-bit word, as the Triton kernel's
     :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` does: twice the columns in
@@ -196,7 +197,13 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     words, ``R`` of them a chunk; ``Y`` is written as words too. ``PADDING`` is a word of two
     ``-inf`` in ``X``'s dtype, for the words past the row's end. The steps are
     :func:`resident_tma_kernel`'s; the float32 halves are computed from the kept words where
-    they are used (:func:`~teachkit.kernels.words.fresh`), never kept."""
+    they are used (:func:`~teachkit.kernels.words.fresh`), never kept.
+
+    With ``KEEP_WEIGHTS`` (bfloat16 rows) the words kept through the wait are the weights
+    ``e = exp(x - m_chunk)`` rounded to bfloat16, not the input: after the wait each element
+    takes a multiplication by ``exp(m_chunk - m_row) / d_row`` instead of an exponential, as in
+    the float32 form, for a second rounding (``e`` to bfloat16, then the result); the chunk's
+    ``d`` sums the rounded weights, so a row's results still sum to one before their rounding."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
     WORDS: gl.constexpr = R * W
@@ -221,15 +228,27 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
         m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
         safe = gl.where(m_c == float("-inf"), 0.0, m_c)
         low, high = halves(fresh(words, m_c), HALF)
-        d_c = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E), axis=0)
+        if KEEP_WEIGHTS:  # the weights kept instead of the input, summed as kept
+            words = pack_halves_x2(gl.exp2((low - safe) * LOG2E),
+                                   gl.exp2((high - safe) * LOG2E), gl.bfloat16)
+            e_low, e_high = halves(words, gl.bfloat16)
+            d_c = gl.sum(e_low + e_high, axis=0)
+        else:
+            d_c = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E),
+                         axis=0)
         gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
         m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
                                       X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
                                       MAX_SPIN, BACKOFF)
-        low, high = halves(fresh(words, m_row), HALF)
-        scale = 1.0 / d_row
-        y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
-                        gl.exp2((high - m_row) * LOG2E) * scale, HALF)
+        if KEEP_WEIGHTS:
+            e_low, e_high = halves(fresh(words, m_row), gl.bfloat16)
+            scale = gl.exp2((m_c - m_row) * LOG2E) / d_row
+            y = pack_halves_x2(e_low * scale, e_high * scale, HALF)
+        else:
+            low, high = halves(fresh(words, m_row), HALF)
+            scale = 1.0 / d_row
+            y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
+                            gl.exp2((high - m_row) * LOG2E) * scale, HALF)
         gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=cols < n_words)
     mbarrier.invalidate(arrived)
 
@@ -248,7 +267,10 @@ class TmaConfig(NamedTuple):
     (:func:`resident_tma_words_kernel`), a line then :data:`TMA_WIDTH` words, twice the
     columns, and ``fill_grid``: launch every program that fits, so that rows straddle rounds
     (on, as the record was timed), or only the most whole rows' chunks that fit, a row's
-    programs all in one round, as the Triton kernel's configurations do (off)."""
+    programs all in one round, as the Triton kernel's configurations do (off), and
+    ``keep_weights``: with ``words`` on bfloat16 rows, keep the weights ``exp(x - m_chunk)``
+    as bfloat16 words through the wait instead of the input (``KEEP_WEIGHTS``): no exponential
+    after it, for a second rounding."""
 
     lines: int
     num_warps: int
@@ -257,6 +279,7 @@ class TmaConfig(NamedTuple):
     max_registers: int = 128
     words: bool = False
     fill_grid: bool = True
+    keep_weights: bool = False
 
     @property
     def chunk(self) -> int:
@@ -350,6 +373,12 @@ def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig | None =
                     f"{n_cols}; pass words=False")
         if y2.stride(1) != 1 or (n_rows > 1 and y2.stride(0) % 2) or y2.data_ptr() % 4:
             return "as words writes rows that start at 4-byte boundaries"
+    if config is not None and config.keep_weights:
+        if not config.words:
+            return "keeps its weights as words only; pass words=True or keep_weights=False"
+        if x2.dtype != torch.bfloat16:
+            return (f"keeps its weights as bfloat16, for bfloat16 rows, got {x2.dtype}; pass "
+                    "keep_weights=False")
     return None
 
 
@@ -420,7 +449,8 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     kernel, extra = resident_tma_kernel, {}
     if config.words:
-        kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype)}
+        kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype),
+                                                    "KEEP_WEIGHTS": config.keep_weights}
     kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,

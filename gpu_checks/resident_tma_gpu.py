@@ -54,7 +54,7 @@ import torch  # noqa: E402
 
 from teachkit.kernels import softmax_kernels as sk  # noqa: E402
 from teachkit.kernels import softmax_tma as st  # noqa: E402
-from teachkit.kernels.grid_math import resident_grid  # noqa: E402
+from teachkit.kernels.grid_math import cdiv, resident_grid  # noqa: E402
 
 SHAPES = {"fp32": [(4096, 1 << 15), (1024, 1 << 16), (256, 1 << 18), (64, 1 << 20),
                    (52, 5 << 18), (48, 3 << 19), (32, 1 << 21), (24, 3 << 20), (16, 1 << 22)],
@@ -116,7 +116,7 @@ def fits(name: str, x: torch.Tensor) -> bool:
         return False
     if name in WHOLE_ROWS:
         config = WHOLE_ROWS[name]
-        g = -(-cols // config.chunk)
+        g = cdiv(cols, config.chunk)
         fit = st.tma_programs(config, x.dtype, device)
         whole = resident_grid(fit, g, x.shape[0])
         return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)

@@ -6,6 +6,8 @@ The kernels run on teachkit.DEVICE (Triton's interpreter on a CPU).
 from __future__ import annotations  # noqa: I001  (teachkit first: it sets TRITON_INTERPRET)
 
 import teachkit  # noqa: F401
+import importlib.util
+import inspect
 import math
 
 import pytest
@@ -442,6 +444,34 @@ def test_online_kernel_loops_where_loads_cannot_be_counted():
     assert ex06._loops(_scalar_online) == 2
     assert ex06._loops(_three_while_passes) == 3
     assert ex06._loops(_three_passes_in_a_helper) == 3
+
+
+def test_online_kernel_loads_are_counted_when_compiled(tmp_path):
+    """On a GPU the learner's kernel is compiled (a JITFunction): the checker counts the loads
+    of an interpreted twin of it, the helpers it calls twinned too, and leaves the learner's
+    namespace as it was."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    kernels = (_scalar_stats, _scalar_online, _three_passes, _three_passes_in_a_helper,
+               _passes_counted_by_range, _one_block_fused)
+    source = "\n\n".join(inspect.getsource(k.fn).replace("@triton.jit", "@JITFunction")
+                          for k in kernels)
+    path = tmp_path / "compiled_kernels.py"
+    path.write_text("import triton.language as tl\nfrom triton.runtime.jit import JITFunction"
+                    "\n\n\n" + source)
+    spec = importlib.util.spec_from_file_location("compiled_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert isinstance(module._three_passes_in_a_helper, JITFunction)
+    x = torch.randn(3, 1001, generator=torch.Generator().manual_seed(0))
+    assert ex06._online_reads(module._scalar_online, x, ex06.ONLINE_BLOCK) == 2
+    assert ex06._online_reads(module._three_passes_in_a_helper, x, ex06.ONLINE_BLOCK) == 3
+    assert ex06._online_reads(module._passes_counted_by_range, x, ex06.ONLINE_BLOCK) == 3
+    assert ex06._online_reads(module._one_block_fused, x, ex06.ONLINE_BLOCK) == 1
+    assert isinstance(module._three_passes, JITFunction)  # the namespace is untouched
+    assert not any(getattr(fn, "__module__", "") == "compiled_kernels"
+                   for fn in InterpretedFunction.rewritten_fn)  # the twins are forgotten
 
 
 def test_online_kernel_rejects_the_library_kernel():

@@ -30,6 +30,7 @@ import contextlib
 import inspect
 import math
 import textwrap
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -712,14 +713,59 @@ def _online_cases(g: torch.Generator, block: int) -> list[tuple[str, torch.Tenso
 
 
 def _counts_loads(kernel: object) -> bool:
-    """Whether the checker can count ``kernel``'s loads: it runs under Triton's interpreter,
-    whose loads all go through one method of its builder."""
+    """Whether the checker can count ``kernel``'s loads as it runs: it is run by Triton's
+    interpreter (on a CPU, or an interpreted twin on a GPU), whose loads all go through one
+    method of its builder."""
     try:
         from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder
     except ImportError:  # pragma: no cover - a Triton without its interpreter
         return False
     return isinstance(kernel, InterpretedFunction) and hasattr(InterpreterBuilder,
                                                                "create_masked_load")
+
+
+@contextlib.contextmanager
+def _interpreted_twin(kernel: object) -> Iterator[Any]:
+    """Yield a compiled ``@triton.jit`` kernel as Triton's interpreter runs it (``None`` where
+    that cannot be made), so that its loads can be counted on a GPU too.
+
+    The twin is the kernel's own code over a copy of its globals in which every ``@triton.jit``
+    function is replaced by its twin in turn (the helpers a kernel calls run under the
+    interpreter with it); the learner's namespace is not touched. On leaving, the interpreter's
+    cache of rewritten functions forgets the twins."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+    except ImportError:  # pragma: no cover - a Triton without its interpreter
+        yield None
+        return
+    made: dict[int, Any] = {}
+
+    def twin(jit: Any) -> Any:
+        fn = jit.fn
+        if id(fn) not in made:
+            names = dict(fn.__globals__)
+            copy = types.FunctionType(fn.__code__, names, fn.__name__, fn.__defaults__,
+                                      fn.__closure__)
+            copy.__kwdefaults__ = fn.__kwdefaults__
+            copy.__annotations__ = dict(fn.__annotations__)
+            copy.__qualname__ = fn.__qualname__
+            copy.__module__ = fn.__module__
+            made[id(fn)] = InterpretedFunction(copy)
+            for name, value in fn.__globals__.items():
+                if isinstance(value, JITFunction):
+                    names[name] = twin(value)
+        return made[id(fn)]
+
+    if not isinstance(kernel, JITFunction) or not isinstance(getattr(kernel, "fn", None),
+                                                             types.FunctionType):
+        yield None
+        return
+    try:
+        yield twin(kernel)
+    finally:
+        for interpreted in made.values():
+            InterpretedFunction.rewritten_fn.pop(interpreted.fn, None)
 
 
 @contextlib.contextmanager
@@ -777,6 +823,37 @@ def _loops(fn: object, seen: set[int] | None = None) -> int:
     return total
 
 
+def _online_buffers(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input, output)`` CPU buffers for the rows of ``x``, each row wider than ``x``'s by
+    more than a block: the input holds ``x`` and NaN past it (so an unmasked load shows), the
+    output :data:`~teachkit.exercises.launching.SENTINEL` (so a store past the row shows)."""
+    rows, n = x.shape
+    wide = torch.full((rows, n + block + 3), float("nan"), dtype=x.dtype)
+    wide[:, :n] = x
+    return wide, torch.full(wide.shape, SENTINEL, dtype=x.dtype)
+
+
+def _online_reads(kernel: object, x: torch.Tensor, block: int) -> int | None:
+    """How many times ``kernel`` loads an element of the rows of ``x`` (from ``X`` and ``Y``
+    together, the most of any element), counted while Triton's interpreter runs it on CPU
+    buffers laid out as the checker's; ``None`` where the interpreter cannot run it (then the
+    checker counts loops instead)."""
+    rows, n = x.shape
+    wide, out = _online_buffers(x, block)
+    with (contextlib.nullcontext(kernel) if _counts_loads(kernel)
+          else _interpreted_twin(kernel)) as interpreted:
+        if interpreted is None or not _counts_loads(interpreted):
+            return None
+        try:
+            with _counting_loads((wide, out)) as counts:
+                interpreted[(rows,)](wide, out, n, wide.stride(0), out.stride(0), BLOCK=block)
+        except Exception:  # noqa: BLE001 - what the interpreter cannot run was run compiled
+            return None
+    if int(sum(c.sum() for c in counts)) == 0:
+        return None
+    return int((counts[0][:, :n] + counts[1][:, :n]).max())
+
+
 def _reads_message(reads: int) -> str:
     """What to say about a kernel that gives the right numbers but reads each element ``reads``
     times (counted), instead of twice."""
@@ -815,10 +892,12 @@ def check_online_kernel(kernel: object) -> None:
     random rows, rows whose maximum grows block after block, negative rows (padding read as 0
     shows), values times 1000, ``-inf`` prefixes and holes, a row shorter than one block and an
     all ``-inf`` row, bfloat16 and float16. A kernel that gives the right numbers must also
-    read each element twice: under Triton's interpreter the checker counts the loads from ``X``
-    and ``Y`` of every element of the first case's rows (however the loops are written, in the
-    kernel or in functions it calls); compiled, it counts the ``for`` and ``while`` loops of the
-    kernel and of the ``@triton.jit`` functions it calls.
+    read each element twice: the checker runs it once more on the first case's rows under
+    Triton's interpreter (on a GPU, an interpreted twin of the compiled kernel) and counts the
+    loads from ``X`` and ``Y`` of every element (however the loops are written, in the kernel
+    or in functions it calls). Only where the interpreter cannot run it does it fall back on
+    counting the ``for`` and ``while`` loops of the kernel and of the ``@triton.jit`` functions
+    it calls.
 
     Parameters
     ----------
@@ -831,19 +910,13 @@ def check_online_kernel(kernel: object) -> None:
     reads = None  # loads per element of the first case's rows, X's and Y's together
     for index, (case, x, rtol, advice) in enumerate(_online_cases(g, block)):
         rows, n = x.shape
-        wide = torch.full((rows, n + block + 3), float("nan"), dtype=x.dtype)
-        wide[:, :n] = x
-        out = torch.full((rows, n + block + 3), SENTINEL, dtype=x.dtype, device=DEVICE)
-        wide_dev = wide.to(DEVICE)
-        x_dev = wide_dev[:, :n]
-        counting = index == 0 and _counts_loads(kernel)
-        with (_counting_loads((wide_dev, out)) if counting
-              else contextlib.nullcontext()) as counts:
-            launch(kernel, (rows,), case, x_dev, out, n, x_dev.stride(0), out.stride(0),
-                   BLOCK=block,
-                   advice=f"The kernel's arguments are {_ONLINE_SIGNATURE}; grid (n_rows,).")
-        if counts is not None and int(sum(c.sum() for c in counts)) > 0:
-            reads = int((counts[0][:, :n] + counts[1][:, :n]).max())
+        wide, out = (buffer.to(DEVICE) for buffer in _online_buffers(x, block))
+        x_dev = wide[:, :n]
+        launch(kernel, (rows,), case, x_dev, out, n, x_dev.stride(0), out.stride(0),
+               BLOCK=block,
+               advice=f"The kernel's arguments are {_ONLINE_SIGNATURE}; grid (n_rows,).")
+        if index == 0:
+            reads = _online_reads(kernel, x, block)
         outside = torch.zeros(out.shape, dtype=torch.bool)
         outside[:, n:] = True
         expect_untouched(out, outside, case,
@@ -871,7 +944,7 @@ def check_online_kernel(kernel: object) -> None:
     if reads is not None:
         expect(reads == 2, _reads_message(reads))
         return
-    loops = _loops(kernel)  # compiled kernels: their loads cannot be counted, their loops can
+    loops = _loops(kernel)  # the interpreter could not run it: its loops can still be counted
     expect(loops <= 2,
            f"Your kernel gives the right numbers, but it has {loops} loops (for or while, "
            "counting those of the @triton.jit functions it calls): one for the maximum, one "

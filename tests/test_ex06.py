@@ -6,9 +6,12 @@ The kernels run on teachkit.DEVICE (Triton's interpreter on a CPU).
 from __future__ import annotations  # noqa: I001  (teachkit first: it sets TRITON_INTERPRET)
 
 import teachkit  # noqa: F401
-import importlib.util
+import ast
 import inspect
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -448,30 +451,42 @@ def test_online_kernel_loops_where_loads_cannot_be_counted():
 
 def test_online_kernel_loads_are_counted_when_compiled(tmp_path):
     """On a GPU the learner's kernel is compiled (a JITFunction): the checker counts the loads
-    of an interpreted twin of it, the helpers it calls twinned too, and leaves the learner's
-    namespace as it was."""
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
+    of an interpreted twin of it (its helpers and ``tl.max``/``tl.sum`` twinned too), and
+    leaves ``triton.language`` as it was, so a kernel compiled afterwards compiles to the same
+    IR. Run in a Python whose Triton compiles (``TRITON_INTERPRET=0``), as on a GPU."""
     kernels = (_scalar_stats, _scalar_online, _three_passes, _three_passes_in_a_helper,
                _passes_counted_by_range, _one_block_fused)
-    source = "\n\n".join(inspect.getsource(k.fn).replace("@triton.jit", "@JITFunction")
-                          for k in kernels)
-    path = tmp_path / "compiled_kernels.py"
-    path.write_text("import triton.language as tl\nfrom triton.runtime.jit import JITFunction"
-                    "\n\n\n" + source)
-    spec = importlib.util.spec_from_file_location("compiled_kernels", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert isinstance(module._three_passes_in_a_helper, JITFunction)
-    x = torch.randn(3, 1001, generator=torch.Generator().manual_seed(0))
-    assert ex06._online_reads(module._scalar_online, x, ex06.ONLINE_BLOCK) == 2
-    assert ex06._online_reads(module._three_passes_in_a_helper, x, ex06.ONLINE_BLOCK) == 3
-    assert ex06._online_reads(module._passes_counted_by_range, x, ex06.ONLINE_BLOCK) == 3
-    assert ex06._online_reads(module._one_block_fused, x, ex06.ONLINE_BLOCK) == 1
-    assert isinstance(module._three_passes, JITFunction)  # the namespace is untouched
-    assert not any(getattr(fn, "__module__", "") == "compiled_kernels"
-                   for fn in InterpretedFunction.rewritten_fn)  # the twins are forgotten
+    script = tmp_path / "compiled_kernels.py"
+    script.write_text("""import teachkit
+import torch
+import triton
+import triton.language as tl
+from teachkit.exercises import ex06
+from teachkit.exercises.solutions import ex06 as solutions
+from teachkit.kernels import compile_check as cc
+
+
+""" + "\n\n".join(inspect.getsource(k.fn) for k in kernels) + """
+
+config = next(c for c in cc.softmax_launch_configs() if c.name == "online fp32")
+before = cc._compile(config, 90).asm["ttir"]
+x = torch.randn(3, 1001, generator=torch.Generator().manual_seed(0))
+kernels = {"solution": solutions.solution_online_kernel, "scalar": _scalar_online,
+           "three": _three_passes, "helper": _three_passes_in_a_helper,
+           "range": _passes_counted_by_range, "one block": _one_block_fused}
+print({"kind": type(_scalar_online).__name__,
+       "reads": {name: ex06._online_reads(k, x, ex06.ONLINE_BLOCK) for name, k in kernels.items()},
+       "same IR": cc._compile(config, 90).asm["ttir"] == before})
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, TRITON_INTERPRET="0", TRITON_ALWAYS_COMPILE="1",
+                                   TRITON_CACHE_DIR=str(tmp_path / "cache")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert found == {"kind": "JITFunction", "same IR": True,
+                     "reads": {"solution": 2, "scalar": 2, "three": 3, "helper": 3, "range": 3,
+                               "one block": 1}}, found
 
 
 def test_online_kernel_rejects_the_library_kernel():

@@ -730,9 +730,11 @@ def _interpreted_twin(kernel: object) -> Iterator[Any]:
     that cannot be made), so that its loads can be counted on a GPU too.
 
     The twin is the kernel's own code over a copy of its globals in which every ``@triton.jit``
-    function is replaced by its twin in turn (the helpers a kernel calls run under the
-    interpreter with it); the learner's namespace is not touched. On leaving, the interpreter's
-    cache of rewritten functions forgets the twins."""
+    function is replaced by its twin in turn: the helpers a kernel calls run under the
+    interpreter with it, and so, while the twin is out, do the language's own device functions
+    (``tl.max``, ``tl.sum``, ...), swapped into ``triton.language`` for that long. The
+    learner's namespace is not touched; on leaving, the language is as it was and the
+    interpreter's cache of rewritten functions forgets the twins."""
     try:
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
@@ -740,6 +742,10 @@ def _interpreted_twin(kernel: object) -> Iterator[Any]:
         yield None
         return
     made: dict[int, Any] = {}
+
+    def twinned(value: object) -> bool:
+        return isinstance(value, JITFunction) and isinstance(getattr(value, "fn", None),
+                                                             types.FunctionType)
 
     def twin(jit: Any) -> Any:
         fn = jit.fn
@@ -753,19 +759,57 @@ def _interpreted_twin(kernel: object) -> Iterator[Any]:
             copy.__module__ = fn.__module__
             made[id(fn)] = InterpretedFunction(copy)
             for name, value in fn.__globals__.items():
-                if isinstance(value, JITFunction):
+                if twinned(value):
                     names[name] = twin(value)
         return made[id(fn)]
 
-    if not isinstance(kernel, JITFunction) or not isinstance(getattr(kernel, "fn", None),
-                                                             types.FunctionType):
+    if not twinned(kernel):
         yield None
         return
+    owners = _language_owners()
+    with _language_kept(owners):
+        try:
+            for owner in owners:
+                for name, value in list(vars(owner).items()):
+                    if twinned(value):
+                        setattr(owner, name, twin(value))
+            yield twin(kernel)
+        finally:
+            for interpreted in made.values():
+                InterpretedFunction.rewritten_fn.pop(interpreted.fn, None)
+
+
+def _language_owners() -> list[object]:
+    """The modules of ``triton.language`` and its classes whose attributes the interpreter
+    swaps (the tensor's methods and operators, ``dtype.to_ir``)."""
+    import sys
+
+    import triton.language as tl
+
+    modules = [module for name, module in list(sys.modules.items()) if module is not None
+               and (name == "triton.language" or name.startswith("triton.language."))]
+    classes = [tl.core.tensor, tl.core.dtype, getattr(tl.core, "tensor_descriptor_base", None)]
+    return modules + [cls for cls in classes if cls is not None]
+
+
+@contextlib.contextmanager
+def _language_kept(owners: list[object]) -> Iterator[None]:
+    """Put back the values ``owners`` (:func:`_language_owners`) held on entering. To run a
+    kernel, Triton's interpreter swaps its own versions into the language (``tl.load``,
+    ``tl.range``, ``tl.tensor.__add__``, ...), and for the device functions a kernel calls
+    (``tl.max`` and the like among them) it leaves them there. Under the interpreter that does
+    no harm; on a GPU the compiler would find them in every kernel compiled afterwards. Names
+    it adds (the interpreter's own, which its rewritten functions read) stay."""
+    kept = [(owner, dict(vars(owner))) for owner in owners]
     try:
-        yield twin(kernel)
+        yield
     finally:
-        for interpreted in made.values():
-            InterpretedFunction.rewritten_fn.pop(interpreted.fn, None)
+        missing = object()
+        for owner, names in kept:
+            now = vars(owner)
+            for name, value in names.items():
+                if now.get(name, missing) is not value:
+                    setattr(owner, name, value)
 
 
 @contextlib.contextmanager

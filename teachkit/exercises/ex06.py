@@ -775,8 +775,9 @@ def _interpreted_twin(kernel: object) -> Iterator[Any]:
                         setattr(owner, name, twin(value))
             yield twin(kernel)
         finally:
+            rewritten = getattr(InterpretedFunction, "rewritten_fn", {})
             for interpreted in made.values():
-                InterpretedFunction.rewritten_fn.pop(interpreted.fn, None)
+                rewritten.pop(interpreted.fn, None)
 
 
 def _language_owners() -> list[object]:
@@ -884,15 +885,17 @@ def _online_reads(kernel: object, x: torch.Tensor, block: int) -> int | None:
     checker counts loops instead)."""
     rows, n = x.shape
     wide, out = _online_buffers(x, block)
-    with (contextlib.nullcontext(kernel) if _counts_loads(kernel)
-          else _interpreted_twin(kernel)) as interpreted:
-        if interpreted is None or not _counts_loads(interpreted):
-            return None
-        try:
-            with _counting_loads((wide, out)) as counts:
+    try:
+        with (contextlib.nullcontext(kernel) if _counts_loads(kernel)
+              else _interpreted_twin(kernel)) as interpreted:
+            if interpreted is None or not _counts_loads(interpreted):
+                return None
+            with (_counting_loads((wide, out)) as counts, warnings.catch_warnings(),
+                  np.errstate(all="ignore")):
+                warnings.simplefilter("ignore", RuntimeWarning)
                 interpreted[(rows,)](wide, out, n, wide.stride(0), out.stride(0), BLOCK=block)
-        except Exception:  # noqa: BLE001 - what the interpreter cannot run was run compiled
-            return None
+    except Exception:  # noqa: BLE001 - what the interpreter cannot run was run compiled
+        return None
     if int(sum(c.sum() for c in counts)) == 0:
         return None
     return int((counts[0][:, :n] + counts[1][:, :n]).max())

@@ -407,6 +407,28 @@ def _one_block_fused(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _methods_and_ranges(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    # Two passes written with tl.range and the tensor's methods (x.max(0), x.sum(0)).
+    row = tl.program_id(0).to(tl.int64)
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    d = tl.zeros([BLOCK], tl.float32)
+    for start in tl.range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        m_new = tl.maximum(m, x.to(tl.float32))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        d = d * tl.exp(m - shift) + tl.exp(x.to(tl.float32) - shift)
+        m = m_new
+    m_row = m.max(0)
+    d_row = (d * tl.exp(m - m_row)).sum(0)
+    for start in tl.range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+        tl.store(Y + row * stride_y + cols, (tl.exp(x.to(tl.float32) - m_row) / d_row)
+                 .to(Y.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
 def _online_stub(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
     raise NotImplementedError  # delete this line when your kernel is written
 
@@ -414,9 +436,10 @@ def _online_stub(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 def test_online_kernel_accepts_solution_and_one_scalar_pair(capsys):
     ex06.check_online_kernel(solutions.solution_online_kernel)
     ex06.check_online_kernel(_scalar_online)
+    ex06.check_online_kernel(_methods_and_ranges)
     ex06.check_online_kernel(_online_stub)
     out = capsys.readouterr().out
-    assert out.count("[correct]") == 2 and "[not attempted]" in out and "m nor d" in out
+    assert out.count("[correct]") == 3 and "[not attempted]" in out and "m nor d" in out
 
 
 @pytest.mark.parametrize(("kernel", "says"), [
@@ -455,7 +478,7 @@ def test_online_kernel_loads_are_counted_when_compiled(tmp_path):
     leaves ``triton.language`` as it was, so a kernel compiled afterwards compiles to the same
     IR. Run in a Python whose Triton compiles (``TRITON_INTERPRET=0``), as on a GPU."""
     kernels = (_scalar_stats, _scalar_online, _three_passes, _three_passes_in_a_helper,
-               _passes_counted_by_range, _one_block_fused)
+               _passes_counted_by_range, _one_block_fused, _methods_and_ranges)
     script = tmp_path / "compiled_kernels.py"
     script.write_text("""import teachkit
 import torch
@@ -473,7 +496,8 @@ before = cc._compile(config, 90).asm["ttir"]
 x = torch.randn(3, 1001, generator=torch.Generator().manual_seed(0))
 kernels = {"solution": solutions.solution_online_kernel, "scalar": _scalar_online,
            "three": _three_passes, "helper": _three_passes_in_a_helper,
-           "range": _passes_counted_by_range, "one block": _one_block_fused}
+           "range": _passes_counted_by_range, "one block": _one_block_fused,
+           "methods": _methods_and_ranges}
 print({"kind": type(_scalar_online).__name__,
        "reads": {name: ex06._online_reads(k, x, ex06.ONLINE_BLOCK) for name, k in kernels.items()},
        "same IR": cc._compile(config, 90).asm["ttir"] == before})
@@ -486,7 +510,7 @@ print({"kind": type(_scalar_online).__name__,
     found = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert found == {"kind": "JITFunction", "same IR": True,
                      "reads": {"solution": 2, "scalar": 2, "three": 3, "helper": 3, "range": 3,
-                               "one block": 1}}, found
+                               "one block": 1, "methods": 2}}, found
 
 
 def test_online_kernel_rejects_the_library_kernel():

@@ -771,13 +771,24 @@ def _interpreted_twin(kernel: object) -> Iterator[Any]:
         try:
             for owner in owners:
                 for name, value in list(vars(owner).items()):
-                    if twinned(value):
-                        setattr(owner, name, twin(value))
+                    if twinned(value):  # on a class (``x.max(0)``), a function binds ``x``
+                        setattr(owner, name, _member(twin(value)) if isinstance(owner, type)
+                                else twin(value))
             yield twin(kernel)
         finally:
             rewritten = getattr(InterpretedFunction, "rewritten_fn", {})
             for interpreted in made.values():
                 rewritten.pop(interpreted.fn, None)
+
+
+def _member(fn: Any) -> Callable[..., Any]:
+    """``fn`` as a method: a plain function, which binds its instance as the first argument
+    (as Triton's interpreter sets the tensor's members)."""
+
+    def member(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return member
 
 
 def _language_owners() -> list[object]:

@@ -4,8 +4,11 @@ Each module holds, for every exercise, a checker ``check_<name>(fn)``; the solut
 ``solution_<name>`` a learner may ask for lives apart, in :mod:`teachkit.exercises.solutions`
 (``solutions.ex01`` and so on). Checkers never call the solutions: each compares with its own
 float64 reference and its own wrong formulas, so the two cannot agree on a shared bug. See
-:mod:`teachkit.exercises.checking` for how a checker reports and what it forbids, and
-:func:`show_solution` for showing a solution collapsed in a notebook.
+:mod:`teachkit.exercises.checking` for how a checker reports and what it forbids,
+:mod:`~teachkit.exercises.launching` for how the checkers of Triton-writing exercises launch
+the learner's kernel, :mod:`~teachkit.exercises.load_counting` for how they count its loads
+(the same under the interpreter and compiled), and :func:`show_solution` for showing a solution
+collapsed in a notebook.
 """
 
 from .checking import ExerciseFailed, show_solution

@@ -26,14 +26,11 @@ float64 references.
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import math
 import textwrap
-import types
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -54,6 +51,7 @@ from .checking import (
     random_int,
 )
 from .launching import SENTINEL, expect_untouched, launch, require_kernel
+from .load_counting import count_loads
 
 __all__ = [
     "check_row_softmax",
@@ -712,146 +710,6 @@ def _online_cases(g: torch.Generator, block: int) -> list[tuple[str, torch.Tenso
     ]
 
 
-def _counts_loads(kernel: object) -> bool:
-    """Whether the checker can count ``kernel``'s loads as it runs: it is run by Triton's
-    interpreter (on a CPU, or an interpreted twin on a GPU), whose loads all go through one
-    method of its builder."""
-    try:
-        from triton.runtime.interpreter import InterpretedFunction, InterpreterBuilder
-    except ImportError:  # pragma: no cover - a Triton without its interpreter
-        return False
-    return isinstance(kernel, InterpretedFunction) and hasattr(InterpreterBuilder,
-                                                               "create_masked_load")
-
-
-@contextlib.contextmanager
-def _interpreted_twin(kernel: object) -> Iterator[Any]:
-    """Yield a compiled ``@triton.jit`` kernel as Triton's interpreter runs it (``None`` where
-    that cannot be made), so that its loads can be counted on a GPU too.
-
-    The twin is the kernel's own code over a copy of its globals in which every ``@triton.jit``
-    function is replaced by its twin in turn: the helpers a kernel calls run under the
-    interpreter with it, and so, while the twin is out, do the language's own device functions
-    (``tl.max``, ``tl.sum``, ...), swapped into ``triton.language`` for that long. The
-    learner's namespace is not touched; on leaving, the language is as it was and the
-    interpreter's cache of rewritten functions forgets the twins."""
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-        from triton.runtime.jit import JITFunction
-    except ImportError:  # pragma: no cover - a Triton without its interpreter
-        yield None
-        return
-    made: dict[int, Any] = {}
-
-    def twinned(value: object) -> bool:
-        return isinstance(value, JITFunction) and isinstance(getattr(value, "fn", None),
-                                                             types.FunctionType)
-
-    def twin(jit: Any) -> Any:
-        fn = jit.fn
-        if id(fn) not in made:
-            names = dict(fn.__globals__)
-            copy = types.FunctionType(fn.__code__, names, fn.__name__, fn.__defaults__,
-                                      fn.__closure__)
-            copy.__kwdefaults__ = fn.__kwdefaults__
-            copy.__annotations__ = dict(fn.__annotations__)
-            copy.__qualname__ = fn.__qualname__
-            copy.__module__ = fn.__module__
-            made[id(fn)] = InterpretedFunction(copy)
-            for name, value in fn.__globals__.items():
-                if twinned(value):
-                    names[name] = twin(value)
-        return made[id(fn)]
-
-    if not twinned(kernel):
-        yield None
-        return
-    owners = _language_owners()
-    with _language_kept(owners):
-        try:
-            for owner in owners:
-                for name, value in list(vars(owner).items()):
-                    if twinned(value):  # on a class (``x.max(0)``), a function binds ``x``
-                        setattr(owner, name, _member(twin(value)) if isinstance(owner, type)
-                                else twin(value))
-            yield twin(kernel)
-        finally:
-            rewritten = getattr(InterpretedFunction, "rewritten_fn", {})
-            for interpreted in made.values():
-                rewritten.pop(interpreted.fn, None)
-
-
-def _member(fn: Any) -> Callable[..., Any]:
-    """``fn`` as a method: a plain function, which binds its instance as the first argument
-    (as Triton's interpreter sets the tensor's members)."""
-
-    def member(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    return member
-
-
-def _language_owners() -> list[object]:
-    """The modules of ``triton.language`` and its classes whose attributes the interpreter
-    swaps (the tensor's methods and operators, ``dtype.to_ir``)."""
-    import sys
-
-    import triton.language as tl
-
-    modules = [module for name, module in list(sys.modules.items()) if module is not None
-               and (name == "triton.language" or name.startswith("triton.language."))]
-    classes = [tl.core.tensor, tl.core.dtype, getattr(tl.core, "tensor_descriptor_base", None)]
-    return modules + [cls for cls in classes if cls is not None]
-
-
-@contextlib.contextmanager
-def _language_kept(owners: list[object]) -> Iterator[None]:
-    """Put back the values ``owners`` (:func:`_language_owners`) held on entering. To run a
-    kernel, Triton's interpreter swaps its own versions into the language (``tl.load``,
-    ``tl.range``, ``tl.tensor.__add__``, ...), and for the device functions a kernel calls
-    (``tl.max`` and the like among them) it leaves them there. Under the interpreter that does
-    no harm; on a GPU the compiler would find them in every kernel compiled afterwards. Names
-    it adds (the interpreter's own, which its rewritten functions read) stay."""
-    kept = [(owner, dict(vars(owner))) for owner in owners]
-    try:
-        yield
-    finally:
-        missing = object()
-        for owner, names in kept:
-            now = vars(owner)
-            for name, value in names.items():
-                if now.get(name, missing) is not value:
-                    setattr(owner, name, value)
-
-
-@contextlib.contextmanager
-def _counting_loads(buffers: tuple[torch.Tensor, ...]) -> Iterator[list[np.ndarray]]:
-    """While the block runs, count how many times a kernel run by Triton's interpreter loads
-    each element of each of ``buffers`` (CPU tensors, which the interpreter reads in place).
-    Yields one array of counts per buffer, of the buffer's shape, filled as the loads happen."""
-    from triton.runtime.interpreter import InterpreterBuilder
-
-    counts = [np.zeros(b.shape, dtype=np.int64) for b in buffers]
-    spans = [(b.data_ptr(), b.element_size(), b.numel()) for b in buffers]
-    original = InterpreterBuilder.create_masked_load
-
-    def counted(self: object, ptrs: Any, mask: Any, *args: Any, **kwargs: Any) -> Any:
-        addresses = np.asarray(ptrs.data, dtype=np.uint64)
-        taken = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
-        addresses = addresses[taken].astype(np.int64)
-        for (start, size, numel), count in zip(spans, counts, strict=True):
-            offsets = addresses - start
-            inside = offsets[(offsets >= 0) & (offsets < size * numel)]
-            np.add.at(count.reshape(-1), inside // size, 1)
-        return original(self, ptrs, mask, *args, **kwargs)
-
-    InterpreterBuilder.create_masked_load = counted
-    try:
-        yield counts
-    finally:
-        InterpreterBuilder.create_masked_load = original
-
-
 def _loops(fn: object, seen: set[int] | None = None) -> int:
     """Loops (``for`` and ``while``) in a ``@triton.jit`` function's source and in the learner's
     ``@triton.jit`` functions it calls, once per call (0 if the source cannot be read). What the
@@ -892,22 +750,13 @@ def _online_buffers(x: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Te
 def _online_reads(kernel: object, x: torch.Tensor, block: int) -> int | None:
     """How many times ``kernel`` loads an element of the rows of ``x`` (from ``X`` and ``Y``
     together, the most of any element), counted while Triton's interpreter runs it on CPU
-    buffers laid out as the checker's; ``None`` where the interpreter cannot run it (then the
-    checker counts loops instead)."""
+    buffers laid out as the checker's (:func:`~teachkit.exercises.load_counting.count_loads`);
+    ``None`` where the interpreter cannot run it (then the checker counts loops instead)."""
     rows, n = x.shape
     wide, out = _online_buffers(x, block)
-    try:
-        with (contextlib.nullcontext(kernel) if _counts_loads(kernel)
-              else _interpreted_twin(kernel)) as interpreted:
-            if interpreted is None or not _counts_loads(interpreted):
-                return None
-            with (_counting_loads((wide, out)) as counts, warnings.catch_warnings(),
-                  np.errstate(all="ignore")):
-                warnings.simplefilter("ignore", RuntimeWarning)
-                interpreted[(rows,)](wide, out, n, wide.stride(0), out.stride(0), BLOCK=block)
-    except Exception:  # noqa: BLE001 - what the interpreter cannot run was run compiled
-        return None
-    if int(sum(c.sum() for c in counts)) == 0:
+    counts = count_loads(kernel, (rows,), (wide, out), wide, out, n, wide.stride(0),
+                         out.stride(0), BLOCK=block)
+    if counts is None or int(sum(c.sum() for c in counts)) == 0:
         return None
     return int((counts[0][:, :n] + counts[1][:, :n]).max())
 

@@ -933,6 +933,7 @@ def launched_residency(run: Callable[[], object]) -> dict[str, int]:
 
     launched = decode.decode_split_kernel.run.compiled  # cached_launch's kernels, by key
     launched.clear()
+    decode.forget_plans()  # a kept launch (DECODE_REPLAYS) would skip the launch cache
     run()
     torch.cuda.synchronize()
     (compiled, *_), = launched.values()

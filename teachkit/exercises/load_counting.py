@@ -8,7 +8,10 @@ globals in which every ``@triton.jit`` function (the helpers it calls, the combi
 ``tl.reduce``) is a twin in turn, with the language's own device functions (``tl.max``,
 ``tl.sum``, the tensor's ``x.max(0)``) twinned in ``triton.language`` for as long as it runs.
 Whatever the interpreter swaps into ``triton.language`` is put back afterwards, so kernels
-compiled later compile as before. So a checker counts the same loads wherever the learner is.
+compiled later compile as before. On a GPU the interpreter is otherwise unused, so the repair
+of its loop bounds that a CPU session installs on import (:func:`teachkit.device.
+repair_interpreter_index`, for Triton 3.6 under NumPy 2.4 and later) is installed here first.
+So a checker counts the same loads wherever the learner is.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from teachkit.device import repair_interpreter_index
 
 __all__ = ["count_loads"]
 
@@ -48,6 +53,7 @@ def count_loads(kernel: object, grid: tuple[int, ...], buffers: tuple[torch.Tens
         One array of counts per buffer, of its shape; ``None`` where the interpreter cannot run
         the kernel (a checker then falls back on what it can read from the source).
     """
+    repair_interpreter_index()  # without it `range(0, n_cols, BLOCK)` fails (see the module)
     try:
         with (contextlib.nullcontext(kernel) if _is_interpreted(kernel)
               else _interpreted_twin(kernel)) as interpreted:

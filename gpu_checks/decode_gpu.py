@@ -57,6 +57,9 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    whose loop over masked key blocks is not pipelined on a grid of at most two programs an SM,
    and with it pipelined, beside cuDNN, plain and on CUDA-graph replays, saved as records
    (decode.TAIL_LOOP_STAGES, decode.TAIL_MOST_PER_SM).
+17. with --uneven-wave-sweep, contiguous grids of 2.9-3.9 programs an SM (D = 128, H = 32, one
+   wave of the usual tiles, 4k-64k tokens) by the default, the usual tiles and 128-key tiles,
+   beside cuDNN, plain and on CUDA-graph replays, saved as records (decode.UNEVEN_WAVE_TILES).
 """
 
 from __future__ import annotations
@@ -149,6 +152,12 @@ def main() -> int:
                              "not pipelined, and with it pipelined, beside cuDNN, plain and on "
                              "CUDA-graph replays, saved as teachkit/benchmarks/"
                              "decode_tail_loop_<device>.json and ..._cudagraph.json")
+    parser.add_argument("--uneven-wave-sweep", action="store_true",
+                        help="only contiguous grids of 2.9-3.9 programs an SM (one wave of the "
+                             "usual tiles) by the default, the usual tiles and 128-key tiles, "
+                             "beside cuDNN, plain and on CUDA-graph replays, saved as "
+                             "teachkit/benchmarks/decode_uneven_wave_<device>.json and "
+                             "..._cudagraph.json")
     parser.add_argument("--last-wave-sweep", action="store_true",
                         help="only contiguous grids of 1-1.45 programs an SM, unsplit and split, "
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
@@ -183,10 +192,11 @@ def main() -> int:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
     if (args.split_sweep or args.last_wave_sweep or args.short_rows_sweep
-            or args.nearly_full_sweep or args.tail_loop_sweep):
+            or args.nearly_full_sweep or args.tail_loop_sweep or args.uneven_wave_sweep):
         copy = copy_bandwidth()
         kind, run = (("split", split_sweep) if args.split_sweep else
                      ("last_wave", last_wave_sweep) if args.last_wave_sweep else
+                     ("uneven_wave", uneven_wave_sweep) if args.uneven_wave_sweep else
                      ("short_rows", short_rows_sweep) if args.short_rows_sweep else
                      ("tail_loop", tail_loop_sweep) if args.tail_loop_sweep else
                      ("nearly_full", nearly_full_sweep))
@@ -766,6 +776,43 @@ LAST_WAVE_GRIDS = ((34, 4), (19, 8), (5, 32), (22, 8), (24, 8))
 176 and 192 programs (1.03-1.45 an SM on 132 SMs)."""
 LAST_WAVE_LENGTHS = (2048, 4096, 16384, 65536)
 """The last-wave sweep's cache lengths."""
+
+
+UNEVEN_WAVE_BATCHES = (12, 13, 14, 15, 16)
+"""The uneven-wave sweep's batches of 32 heads: 2.91 to 3.88 programs an SM on 132 SMs, one wave
+of the usual four an SM; from 13 some SMs hold four and the rest three."""
+
+
+def uneven_wave_sweep() -> tuple[list, list]:
+    """GB/s of contiguous calls (H = 32, ``D = 128`` fp16, :data:`UNEVEN_WAVE_BATCHES`, 4k, 16k
+    and 64k tokens) whose grid fits in one wave of the usual tiles, by cuDNN (``SDPA cuDNN``),
+    the default (``teachkit split-KV, default``: from more than three programs an SM 128 keys,
+    ``decode.UNEVEN_WAVE_TILES``), the usual 64 keys in 2 stages (``contiguous 32 KB x 2``) and
+    128 keys in 2 stages (``contiguous 64 KB x 2``), both unsplit; launched plainly, then on
+    CUDA-graph replays, interleaved, best of three. Returns (plain rows, graph rows)."""
+    from teachkit.kernels.decode import DecodeConfig, decode_attention, sm_count
+
+    found: tuple[list, list] = ([], [])
+    for B in UNEVEN_WAVE_BATCHES:
+        for S in (4096, 16384, 65536):
+            q, k, v, nbytes = decoding_inputs(B, S)
+            call = functools.partial(decode_attention, q, k, v, check_values=False)
+            runs = {"SDPA cuDNN": functools.partial(cudnn, q, k, v),
+                    "teachkit split-KV, default": call,
+                    **{f"contiguous {keys // 2} KB x 2": functools.partial(
+                        call, num_splits=1, config=DecodeConfig(keys, 4, 2, one_launch=False))
+                       for keys in (64, 128)}}
+            for graph, out in zip((False, True), found, strict=True):
+                best = checked_best_times(runs, "SDPA cuDNN", "uneven wave", B, S, nbytes,
+                                          out, graph=graph, rounds=3)
+                base = best["SDPA cuDNN"]
+                say(f"B={B} S={S // 1024}k ({32 * B / sm_count():.2f} an SM) "
+                    f"{'graph' if graph else 'plain'}: cuDNN {nbytes / base / 1e6:.0f} GB/s; "
+                    + ", ".join(f"{n} {base / ms:.3f}" for n, ms in best.items()
+                                if n != "SDPA cuDNN") + " x cuDNN")
+            del q, k, v
+            torch.cuda.empty_cache()
+    return found
 
 
 def last_wave_sweep() -> tuple[list, list]:

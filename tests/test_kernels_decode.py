@@ -690,7 +690,9 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         # paged, entry by entry, 1.9 programs an SM: 2 ranges of the usual tiles (up to 5)
         assert (plan(8, True).num_splits, plan(8, True).config.block_n) == (2, 64)
         assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
-        assert plan(16, False).config.block_n == 64
+        # contiguous, 3.88 programs an SM: one uneven wave of the usual tiles, so 128 keys
+        # (UNEVEN_WAVE_TILES)
+        assert plan(16, False).config.block_n == 128
         # 16 sequences reading entries fill one wave of the usual tiles 0.78 full: 3 ranges of
         # 128 keys fill theirs 0.97 (ENTRIES_FILL_ONE_WAVE)
         assert (plan(16, True).num_splits, plan(16, True).config.block_n) == (3, 128)
@@ -1001,8 +1003,9 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
     takes, of ``FULLEST_WAVE_TILES`` (contiguous: 64 keys in 2 stages, four an SM; 128 keys in
     2, two; 64 keys in 3, three), the usual first tiles while its grid fits in one wave of them
     and else those whose last wave is the fullest, the first on a tie (``fullest_wave_tiles``):
-    at 12 and 16 sequences of 32 heads the usual tiles, at 18-24 and 40 128 keys, at 36 three
-    stages, at 26-32 and 44-48 the usual tiles again; grouped-query heads counted by their cache
+    at 12 sequences of 32 heads the usual tiles, at 14 and 16 (one wave, but more than three
+    programs an SM: ``UNEVEN_WAVE_TILES``) and 18-24 and 40 128 keys, at 36 three stages, at
+    26-32 and 44-48 the usual tiles again; grouped-query heads counted by their cache
     heads. Paged calls with one query head a cache head choose from their own residency (five,
     three and three), holding their row or not. Not grouped-query paged calls, nor at D = 64,
     nor in float32, nor with programs of more than 16 query rows, nor on sm_80. Planned with
@@ -1019,12 +1022,16 @@ def test_a_grid_of_many_programs_an_sm_takes_the_tiles_that_fill_its_last_wave()
 
     usual, wide, deep = (64, 2), (128, 2), (64, 3)
     with planned_on((9, 0)):
-        picks = {12: usual, 14: usual, 16: usual, 18: wide, 20: wide, 22: wide, 24: wide,
+        picks = {12: usual, 14: wide, 16: wide, 18: wide, 20: wide, 22: wide, 24: wide,
                  26: usual, 28: usual, 32: usual, 36: deep, 40: wide, 44: usual, 48: usual}
         assert {B: tiles(B) for B in picks} == picks
         for B, pick in picks.items():
             assert tiles(B, dtype=torch.bfloat16) == tiles(B, S=2048, num_splits=None) == pick
         assert tiles(96, H_kv=8) == wide  # 768 programs, as 24 sequences of 32
+        # one wave of four an SM, uneven from 13 sequences (3.15 an SM): 128 keys
+        assert [tiles(B) for B in (13, 15)] == [wide, wide]
+        assert tiles(56, H_kv=8) == wide  # 448 programs, as 14 sequences of 32
+        assert tiles(66, H_kv=8) == usual  # 528 programs: four on every SM, one even wave
         assert decode.fullest_wave_tiles(768, 132, decode.FULLEST_WAVE_TILES[90][False])[:2] == (
             64 * 1024, 2)
         # paged, one query head a cache head: five programs of the usual tiles an SM, three of
@@ -1047,10 +1054,10 @@ def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fu
     (``fullest_wave_plan``), and merges them with the merge kernel, launched or captured:
     contiguous, 18 sequences of 32 heads in 5 ranges of 128 keys, 20 in 2, 22 in 3 of 64 keys,
     26 in 5 of 64 keys, 28 in 5 of 128 keys, 44 in 3 of 64 keys; 24, 32, 36, 40 and 48 and the
-    grids that fit one wave unsplit. Paged (one query head a cache head), 22, 26, 32 and 44
-    sequences in 5 ranges and 28 in 3, of 128 keys; reading the table entry by entry, also 11
-    and 12 sequences unsplit with 128 keys, 14 in 5 ranges, 16 in 3 and 18 in 2, though their
-    grids fit in one wave of the usual tiles. Not below 4k keys, nor with ``num_splits`` given,
+    grids that fit one wave unsplit (16 sequences with 128 keys: ``UNEVEN_WAVE_TILES``). Paged
+    (one query head a cache head), 22, 26, 32 and 44 sequences in 5 ranges and 28 in 3, of 128
+    keys; reading the table entry by entry, also 11 and 12 sequences unsplit with 128 keys, 14
+    in 5 ranges, 16 in 3 and 18 in 2, though their grids fit in one wave of the usual tiles. Not below 4k keys, nor with ``num_splits`` given,
     nor at D = 64, nor on sm_80."""
     dev = torch.device(DEV)
 
@@ -1060,7 +1067,7 @@ def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fu
         return plan.config.block_n, plan.num_splits, plan.one_launch
 
     with planned_on((9, 0)):
-        picks = {12: (64, 1), 16: (64, 1), 18: (128, 5), 20: (128, 2), 22: (64, 3),
+        picks = {12: (64, 1), 16: (128, 1), 18: (128, 5), 20: (128, 2), 22: (64, 3),
                  24: (128, 1), 26: (64, 5), 28: (128, 5), 32: (64, 1), 36: (64, 1),
                  40: (128, 1), 44: (64, 3), 48: (64, 1)}
         paged_picks = {18: (64, 1), 20: (64, 1), 22: (128, 5), 24: (128, 1), 26: (128, 5),

@@ -128,6 +128,7 @@ __all__ = [
     "LAST_WAVE_GRID",
     "LAST_WAVE_MOST_SPLITS",
     "NEARLY_FULL_GRID",
+    "UNEVEN_WAVE_TILES",
     "NEARLY_FULL_HEAD_DIMS",
     "NEARLY_FULL_MIN_BLOCKS",
     "NEARLY_FULL_MOST_KEYS",
@@ -167,6 +168,7 @@ __all__ = [
     "forget_plans",
     "fullest_wave_plan",
     "fullest_wave_tiles",
+    "uneven_wave",
     "held_table_pages",
     "interleave_pages_per_sm",
     "max_rows",
@@ -770,6 +772,23 @@ one launch instead read the same (within 0.3 %). Where the gain is at most this,
 not pay in a scratch run before the record: 32 sequences contiguous (0.97 full unsplit, 0.99 in
 5 ranges of 64 keys in 3 stages) read at 0.98-1.00x cuDNN split against 1.00x unsplit."""
 
+UNEVEN_WAVE_TILES = {90: (64 * 1024, 2)}
+"""Where measured: the tiles (bytes of K and V an iteration loads, pipeline stages) of an
+unsplit contiguous float16 or bfloat16 grid that fits in one wave of the usual tiles of
+:data:`FULLEST_WAVE_TILES` unevenly: more programs than the SMs hold one fewer each, fewer than
+they hold (on sm_90, between three and four programs an SM of the usual four: 13 to 16
+sequences of 32 heads on 132 SMs). Some SMs then hold one program more than the rest. Where it
+fits one wave and every SM holds at most one program fewer than it could, the usual tiles stay;
+paged calls keep :func:`fullest_wave_plan` (their other tiles read slower there). On an H100
+(H = 32, ``D = 128`` fp16, 4k, 16k and 64k tokens, two interleaved runs of five and three rounds,
+plain launches and CUDA-graph replays, against cuDNN in the same rounds) 128 keys in 2 stages
+(two programs an SM, two waves) read faster than the usual 64 keys in 2 stages at 13 sequences
+(3.15 programs an SM) by 3.5-5 %, at 14 by 0.9-2.4 %, at 15 by 0.5-1.4 % and at 16 by
+0.1-0.6 %, and slower at 12 (2.91 an SM: every SM three programs or fewer) by 1.5-2.4 %; in the
+record of :data:`FULLEST_WAVE_TILES` on an H200 (4k and 16k tokens) they read faster at 14 and
+16 sequences by 0.2-0.8 % and slower at 12 by 8 %. ``gpu_checks/decode_gpu.py
+--uneven-wave-sweep`` times the rule (record ``decode_uneven_wave_<device>``)."""
+
 ENTRIES_FILL_ONE_WAVE = True
 """Whether a paged call that reads its table entry by entry, whose unsplit grid of more than two
 and a half programs an SM fits in one wave of the usual paged tiles (five an SM on sm_90, up to
@@ -977,7 +996,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     :func:`decode_attention` also narrows the tiles of a captured paged call whose ranges would
     hold a single iteration (:func:`paged_range_tiles`), and gives an unsplit grid of more than
     two programs an SM the tiles whose last wave is the fullest (:func:`fullest_wave_tiles`), or
-    cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`);
+    cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`), and
+    a contiguous one that fills one wave unevenly larger tiles (:data:`UNEVEN_WAVE_TILES`);
     it gives a grid of one to four thirds programs an SM on a cache too short to split 32 KB
     tiles in 3 stages (:data:`SHORT_CACHE_TILES`), and a captured split call at ``D = 64``
     four programs an SM (:data:`SHORT_ROW_SPLITS`).
@@ -1329,6 +1349,21 @@ def fullest_wave_tiles(programs: int, sms: int, tiles: tuple[tuple[int, int, int
     if programs <= tiles[0][2] * sms:
         return tiles[0]
     return max(tiles, key=lambda t: last_wave_fill(programs, t[2] * sms))
+
+
+def uneven_wave(programs: int, sms: int, resident: int) -> bool:
+    """Whether a grid of ``programs`` fits in one wave on ``sms`` SMs that hold ``resident``
+    programs each, yet unevenly: more than ``resident - 1`` programs an SM, fewer than
+    ``resident`` (some SMs hold one program more than the rest; :data:`UNEVEN_WAVE_TILES`).
+
+    Examples
+    --------
+    >>> [uneven_wave(32 * b, 132, 4) for b in (12, 13, 16)]  # 2.91, 3.15 and 3.88 an SM
+    [False, True, True]
+    >>> uneven_wave(528, 132, 4)  # four programs on every SM: one whole wave
+    False
+    """
+    return (resident - 1) * sms < programs < resident * sms
 
 
 def fullest_wave_plan(programs: int, sms: int, tiles: tuple[tuple[int, int, int], ...],
@@ -1970,9 +2005,11 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest
     (:func:`fullest_wave_tiles`, :data:`FULLEST_WAVE_TILES`), or, from
     :data:`LAST_WAVE_FEWEST_KEYS` keys, the ranges and tiles that fill it fuller by more than
-    :data:`WAVE_SPLIT_GAIN`, merged by the merge kernel (:func:`fullest_wave_plan`). A
-    contiguous 16-bit call at ``D = 64`` that splits and is captured aims for four programs an
-    SM, its tiles by how long a range is (:data:`SHORT_ROW_SPLITS`). A paged call
+    :data:`WAVE_SPLIT_GAIN`, merged by the merge kernel (:func:`fullest_wave_plan`); a
+    contiguous one that fits in one wave of the usual tiles unevenly (:func:`uneven_wave`) takes
+    :data:`UNEVEN_WAVE_TILES` instead. A contiguous 16-bit call at ``D = 64`` that splits and
+    is captured aims for four programs an SM, its tiles by how long a range is
+    (:data:`SHORT_ROW_SPLITS`). A paged call
     (``page_size`` tokens a page; 0: contiguous) holds its table row where the table is narrow
     enough (:func:`held_table_pages`), and then reads as a contiguous call does: where it does not
     split the keys it takes the contiguous call's tiles, and splits where that call would.
@@ -2028,9 +2065,14 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         # many programs an SM: the tiles, and ranges, whose last wave is the fullest
         most = (LAST_WAVE_MOST_SPLITS if num_splits is None
                 and capacity >= LAST_WAVE_FEWEST_KEYS else 1)
-        (stage_bytes, stages, _), splits = fullest_wave_plan(
-            B * H_kv * plan.row_blocks, sm_count(device), wave_tiles[paged], most,
-            one_wave=not (entries and ENTRIES_FILL_ONE_WAVE))
+        programs, sms = B * H_kv * plan.row_blocks, sm_count(device)
+        uneven = UNEVEN_WAVE_TILES.get(gpu_class(capability))
+        if uneven and not paged and uneven_wave(programs, sms, wave_tiles[paged][0][2]):
+            (stage_bytes, stages), splits = uneven, 1
+        else:
+            (stage_bytes, stages, _), splits = fullest_wave_plan(
+                programs, sms, wave_tiles[paged], most,
+                one_wave=not (entries and ENTRIES_FILL_ONE_WAVE))
         tiles = base._replace(block_n=_keys_per_block(stage_bytes, D, dtype.itemsize),
                               num_stages=stages, one_launch=base.one_launch and splits == 1)
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)

@@ -917,7 +917,8 @@ def wave_tiles_sweep() -> list:
     (H = 32, D = 128 fp16, :data:`WAVE_TILES_BATCHES`, caches of 4k and 16k tokens, contiguous
     and in pages of 16: at 4k tokens each program holds its table row, at 16k it reads it entry
     by entry) beside cuDNN (``SDPA cuDNN``): the default (``teachkit split-KV, default`` and
-    ``paged default``, ``decode.fullest_wave_plan``) and each of ``decode.FULLEST_WAVE_TILES``
+    ``paged default``, ``decode.fullest_wave_plan``; contiguous at 13-16 sequences
+    ``decode.UNEVEN_WAVE_TILES``) and each of ``decode.FULLEST_WAVE_TILES``
     unsplit (``contiguous <KB> KB x <stages>``, named as in :data:`CONTIGUOUS_TILES`, and
     ``paged <KB> KB x <stages>``) and cut into the 2 to 5 ranges that fill its last wave the
     most (``decode.last_wave_splits``, the count ``decode.fullest_wave_plan`` weighs for those

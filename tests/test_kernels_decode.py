@@ -1057,8 +1057,8 @@ def test_a_grid_of_many_programs_an_sm_splits_where_ranges_fill_its_last_wave_fu
     grids that fit one wave unsplit (16 sequences with 128 keys: ``UNEVEN_WAVE_TILES``). Paged
     (one query head a cache head), 22, 26, 32 and 44 sequences in 5 ranges and 28 in 3, of 128
     keys; reading the table entry by entry, also 11 and 12 sequences unsplit with 128 keys, 14
-    in 5 ranges, 16 in 3 and 18 in 2, though their grids fit in one wave of the usual tiles. Not below 4k keys, nor with ``num_splits`` given,
-    nor at D = 64, nor on sm_80."""
+    in 5 ranges, 16 in 3 and 18 in 2, though their grids fit in one wave of the usual tiles.
+    Not below 4k keys, nor with ``num_splits`` given, nor at D = 64, nor on sm_80."""
     dev = torch.device(DEV)
 
     def planned(B, page_size=0, S=4096, D=128, num_splits=None, captured=False):

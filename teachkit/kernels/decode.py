@@ -780,14 +780,15 @@ they hold (on sm_90, between three and four programs an SM of the usual four: 13
 sequences of 32 heads on 132 SMs). Some SMs then hold one program more than the rest. Where it
 fits one wave and every SM holds at most one program fewer than it could, the usual tiles stay;
 paged calls keep :func:`fullest_wave_plan` (their other tiles read slower there). On an H100
-(H = 32, ``D = 128`` fp16, 4k, 16k and 64k tokens, two interleaved runs of five and three rounds,
-plain launches and CUDA-graph replays, against cuDNN in the same rounds) 128 keys in 2 stages
-(two programs an SM, two waves) read faster than the usual 64 keys in 2 stages at 13 sequences
-(3.15 programs an SM) by 3.5-5 %, at 14 by 0.9-2.4 %, at 15 by 0.5-1.4 % and at 16 by
-0.1-0.6 %, and slower at 12 (2.91 an SM: every SM three programs or fewer) by 1.5-2.4 %; in the
-record of :data:`FULLEST_WAVE_TILES` on an H200 (4k and 16k tokens) they read faster at 14 and
-16 sequences by 0.2-0.8 % and slower at 12 by 8 %. ``gpu_checks/decode_gpu.py
---uneven-wave-sweep`` times the rule (record ``decode_uneven_wave_<device>``)."""
+(H = 32, ``D = 128`` fp16, 4k, 16k and 64k tokens, plain launches and CUDA-graph replays,
+interleaved, best of three; ``gpu_checks/decode_gpu.py --uneven-wave-sweep``, records
+``decode_uneven_wave_nvidia_h100`` and ``..._cudagraph``) the default so planned reads at
+1.040-1.052x the usual 64 keys in 2 stages at 13 sequences (3.15 programs an SM), 1.013-1.021x
+at 14, 1.007-1.016x at 15 and 1.004-1.005x at 16 (0.997-1.000x cuDNN), where 128 keys in 2
+stages (two programs an SM, two waves) read 1.6-2.4 % slower than the usual tiles at 12 (2.91
+an SM: every SM three programs or fewer). In the record of :data:`FULLEST_WAVE_TILES` on an
+H200 (4k and 16k tokens) they read faster at 14 and 16 sequences by 0.2-0.8 % and slower at 12
+by 8 %. What makes the uneven wave slower was not profiled."""
 
 ENTRIES_FILL_ONE_WAVE = True
 """Whether a paged call that reads its table entry by entry, whose unsplit grid of more than two

@@ -128,7 +128,6 @@ __all__ = [
     "LAST_WAVE_GRID",
     "LAST_WAVE_MOST_SPLITS",
     "NEARLY_FULL_GRID",
-    "UNEVEN_WAVE_TILES",
     "NEARLY_FULL_HEAD_DIMS",
     "NEARLY_FULL_MIN_BLOCKS",
     "NEARLY_FULL_MOST_KEYS",
@@ -144,6 +143,7 @@ __all__ = [
     "STAGE_BYTES",
     "TAIL_LOOP_STAGES",
     "TAIL_MOST_PER_SM",
+    "UNEVEN_WAVE_TILES",
     "WAVE_RULE_HEAD_DIMS",
     "WAVE_RULE_ROWS",
     "WAVE_SPLIT_GAIN",
@@ -168,7 +168,6 @@ __all__ = [
     "forget_plans",
     "fullest_wave_plan",
     "fullest_wave_tiles",
-    "uneven_wave",
     "held_table_pages",
     "interleave_pages_per_sm",
     "max_rows",
@@ -176,6 +175,7 @@ __all__ = [
     "merge_splits",
     "replay_key",
     "sm_count",
+    "uneven_wave",
 ]
 
 MAX_SPLITS = 128
@@ -788,7 +788,9 @@ at 14, 1.007-1.016x at 15 and 1.004-1.005x at 16 (0.997-1.000x cuDNN), where 128
 stages (two programs an SM, two waves) read 1.6-2.4 % slower than the usual tiles at 12 (2.91
 an SM: every SM three programs or fewer). In the record of :data:`FULLEST_WAVE_TILES` on an
 H200 (4k and 16k tokens) they read faster at 14 and 16 sequences by 0.2-0.8 % and slower at 12
-by 8 %. What makes the uneven wave slower was not profiled."""
+by 8 %. The rule holds at every cache length; below 4k tokens it was timed at sixteen sequences
+of 1k only (a scratch run: 0.994 / 0.995x cuDNN plain / replayed against the usual tiles' 0.992
+/ 0.997x). What makes the uneven wave slower was not profiled."""
 
 ENTRIES_FILL_ONE_WAVE = True
 """Whether a paged call that reads its table entry by entry, whose unsplit grid of more than two
@@ -997,8 +999,8 @@ def decode_config(head_dim: int, dtype: torch.dtype,
     :func:`decode_attention` also narrows the tiles of a captured paged call whose ranges would
     hold a single iteration (:func:`paged_range_tiles`), and gives an unsplit grid of more than
     two programs an SM the tiles whose last wave is the fullest (:func:`fullest_wave_tiles`), or
-    cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`), and
-    a contiguous one that fills one wave unevenly larger tiles (:data:`UNEVEN_WAVE_TILES`);
+    cuts its keys into the ranges and tiles that fill it fuller (:func:`fullest_wave_plan`), or,
+    contiguous and within one uneven wave, the larger tiles of :data:`UNEVEN_WAVE_TILES`;
     it gives a grid of one to four thirds programs an SM on a cache too short to split 32 KB
     tiles in 3 stages (:data:`SHORT_CACHE_TILES`), and a captured split call at ``D = 64``
     four programs an SM (:data:`SHORT_ROW_SPLITS`).

@@ -60,6 +60,10 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 17. with --uneven-wave-sweep, contiguous grids of 2.9-3.9 programs an SM (D = 128, H = 32, one
    wave of the usual tiles, 4k-64k tokens) by the default, the usual tiles and 128-key tiles,
    beside cuDNN, plain and on CUDA-graph replays, saved as records (decode.UNEVEN_WAVE_TILES).
+18. with --held-split-sweep, split paged calls whose programs hold their table row (one and two
+   sequences, 1k-4k tokens, D = 64 and 128) by the default, which aims for two programs an SM,
+   and aiming for four as a call reading entries does, beside the contiguous default on
+   CUDA-graph replays, saved as a record (decode.HELD_SPLIT_WAVES).
 """
 
 from __future__ import annotations
@@ -118,6 +122,10 @@ def main() -> int:
                         help="only a paged cache with the table row held and read entry by "
                              "entry, saved as teachkit/benchmarks/decode_held_table_<device>.json "
                              "(or --json)")
+    parser.add_argument("--held-split-sweep", action="store_true",
+                        help="only split paged calls holding their table row, aiming for two "
+                             "programs an SM and four, saved as teachkit/benchmarks/"
+                             "decode_held_split_<device>.json (or --json)")
     parser.add_argument("--interleave-sweep", action="store_true",
                         help="only a paged cache with and without its tiles' pages interleaved, "
                              "saved as teachkit/benchmarks/decode_interleave_<device>.json "
@@ -205,6 +213,7 @@ def main() -> int:
         return failures_status()
     kinds = {"paged": args.paged_sweep, "contiguous": args.contiguous_sweep,
              "head_dims": args.head_dim_sweep, "held_table": args.held_table_sweep,
+             "held_split": args.held_split_sweep,
              "interleave": args.interleave_sweep, "entry_waves": args.entry_waves_sweep,
              "wave_tiles": args.wave_tiles_sweep,
              "dependent_merge": args.dependent_merge_sweep}
@@ -213,6 +222,7 @@ def main() -> int:
         kind = next(name for name, asked in kinds.items() if asked)
         sweeps = {"paged": functools.partial(paged_sweep, copy), "contiguous": contiguous_sweep,
                   "head_dims": head_dim_sweep, "held_table": held_table_sweep,
+                  "held_split": held_split_sweep,
                   "interleave": interleave_sweep, "entry_waves": entry_waves_sweep,
                   "wave_tiles": wave_tiles_sweep, "dependent_merge": dependent_merge_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
@@ -706,6 +716,29 @@ def held_table_sweep() -> list:
                 say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; "
                     f"paged {base / best['teachkit paged']:.1%} held, "
                     f"{base / best['paged, entry by entry']:.1%} entry by entry")
+    return out
+
+
+def held_split_sweep() -> list:
+    """GB/s of a paged cache (pages of 16, shuffled) on CUDA-graph replays by the default
+    (``teachkit paged``: a split call whose programs hold their table row aims for
+    ``decode.HELD_SPLIT_WAVES`` programs an SM) and aiming for ``decode.PAGED_SPLIT_WAVES`` as a
+    call reading its entries does (``paged, as entry by entry``), beside the contiguous default
+    (``teachkit split-KV, default``), for head dims 128 and 64, one and two sequences (split)
+    and caches of 1k to 4k tokens (held rows); interleaved, best of three. The default's rows
+    carry its plan's ranges and programs an SM (``provider_params``)."""
+    variants = {"paged, as entry by entry": lambda paged: functools.partial(
+        planned_with, "HELD_SPLIT_WAVES", {}, paged)}
+    out = []
+    for D in (128, 64):
+        for B in (1, 2):
+            for S in (1024, 2048, 4096):
+                best, gbps, _ = paged_problem(
+                    "held split", B, S, D, variants, out,
+                    lambda plan, per_sm: {"num_splits": plan.num_splits,
+                                          "block_n": plan.config.block_n,
+                                          "programs_per_sm": round(per_sm, 2)})
+                say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; {shares(best)}")
     return out
 
 

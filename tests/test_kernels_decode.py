@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from unittest import mock
 
 import pytest
 import torch
@@ -642,8 +643,6 @@ def test_a_captured_split_call_merges_as_a_dependent_launch_on_sm_90_only():
 def planned_on(capability: tuple[int, int], sms: int = 132):
     """``decode._launch_plan`` as on a compiled GPU of ``capability`` with ``sms`` SMs (the
     plan is pure Python), its cache cleared before and after."""
-    from unittest import mock
-
     with mock.patch.object(decode, "INTERPRETED", False), \
             mock.patch.object(decode, "compute_capability", lambda device: capability), \
             mock.patch.object(decode, "sm_count", lambda device=None: sms):
@@ -657,8 +656,9 @@ def planned_on(capability: tuple[int, int], sms: int = 132):
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     """On sm_90 a split call whose ranges hold four 128-key tiles takes them, contiguous (plain
     or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call that
-    merges with the merge kernel aims for 4, and halves its tiles where a range would hold only
-    one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
+    merges with the merge kernel aims for 4 where it reads its table entry by entry, 2 where it
+    holds its table row (``HELD_SPLIT_WAVES``), and halves its tiles where a range would hold
+    only one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
     two programs an SM takes 128-key tiles, contiguous (paged reading its entries, it splits:
     ``PAGED_ENTRY_WAVES``) (pages of 16; planned for an H100's 132 SMs; the plan is pure
     Python)."""
@@ -680,9 +680,16 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
         # one launch: 2 programs an SM, as contiguous: 8 ranges of 128 keys
         assert (plan(1, True, 1024).num_splits, plan(1, True, 1024).config.block_n) == (8, 64)
-        # captured: 16 ranges of 64 keys, each two iterations of 32
+        # captured, the table row held (64 pages): 2 programs an SM, 8 ranges of 128 keys
         short_captured = plan(1, True, 1024, captured=True)
-        assert (short_captured.num_splits, short_captured.config.block_n) == (16, 32)
+        assert short_captured.table_tile == 64
+        assert (short_captured.num_splits, short_captured.config.block_n) == (8, 64)
+        # aiming for 4 instead: 16 ranges of 64 keys, each two iterations of 32
+        with mock.patch.object(decode, "HELD_SPLIT_WAVES", {}):
+            decode.forget_plans()
+            short_four = plan(1, True, 1024, captured=True)
+            assert (short_four.num_splits, short_four.config.block_n) == (16, 32)
+        decode.forget_plans()
         assert plan(2, True, 1024, captured=True).config.block_n == 64  # 128 keys a range
         for B, splits, block_n in ((1, 8, 64), (2, 4, 64), (4, 1, 128)):
             short = plan(B, False, 1024)
@@ -794,13 +801,13 @@ def test_a_captured_split_call_of_128_byte_rows_aims_for_four_programs_an_sm():
 
 def test_only_a_measured_gpu_halves_the_tiles_of_short_captured_paged_ranges():
     """The halving (``paged_range_tiles``) is measured on sm_90 only; an sm_80 GPU keeps its
-    tiles for a captured paged call of one sequence of 1k tokens."""
+    tiles for a captured paged call of one sequence of 512 tokens (8 ranges of 64 keys)."""
     dev = torch.device(DEV)
     for capability, block_n in (((9, 0), 32), ((8, 0), 64)):
         with planned_on(capability):
-            plan = decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 1024, None,
+            plan = decode._launch_plan(1, 32, 1, 128, 32, torch.float16, dev, 512, None,
                                        None, 16, True)
-            assert plan.config.block_n == block_n, capability
+            assert plan.num_splits == 8 and plan.config.block_n == block_n, capability
 
 
 def test_a_nearly_full_contiguous_grid_does_not_split_on_sm_90():
@@ -914,7 +921,7 @@ def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
         assert (one_launch.num_splits, one_launch.one_launch) == (8, True)
         assert not plan(5, S=16384).interleave_pages and plan(5, S=16384).num_splits == 4
         assert not plan(16, S=1024).interleave_pages
-        one = plan(1, D=128)
+        one = plan(1, D=128, S=16384)  # entry by entry: 16 ranges
         assert one.num_splits * 32 > 2 * 132 and not one.interleave_pages
         assert not plan(4, D=128, page_size=256).interleave_pages  # one page a tile
         assert not plan(4, page_size=0).interleave_pages

@@ -124,6 +124,7 @@ __all__ = [
     "DEPENDENT_MERGE",
     "ENTRIES_FILL_ONE_WAVE",
     "FULLEST_WAVE_TILES",
+    "HELD_SPLIT_WAVES",
     "LAST_WAVE_FEWEST_KEYS",
     "LAST_WAVE_GRID",
     "LAST_WAVE_MOST_SPLITS",
@@ -812,7 +813,8 @@ default, where the usual tiles read at 94.2-98.8 %."""
 PAGED_SPLIT_WAVES = {90: 4}
 """Programs per SM that a split call over a paged cache aims for (:func:`choose_num_splits`'s
 ``waves``) where it merges with the merge kernel (a call captured into a CUDA graph), where
-measured; elsewhere 2, as contiguous. More programs in flight hide the table's extra wait: on an
+measured; elsewhere 2, as contiguous. A call whose programs hold their table row aims for
+:data:`HELD_SPLIT_WAVES` instead. More programs in flight hide the table's extra wait: on an
 H200 at batches 1, 2 and 4 (CUDA-graph replays, the merge kernel; ``gpu_checks/decode_gpu.py
 --paged-sweep``, record ``decode_paged_nvidia_h200``), the contiguous tiles with 4 programs an SM
 read pages at 96-99 % of the contiguous default from 2k tokens on, against 81-99 % for 3 stages of
@@ -822,6 +824,27 @@ splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k tokens
 GPU's time of that launch on graph replays read at 83 / 84 / 88 % of the contiguous default with 2
 programs an SM, against 74 / 82 / 88 % with 4 (``--split-sweep``, record
 ``decode_split_nvidia_h200_cudagraph``, ``paged ..., one launch``)."""
+
+HELD_SPLIT_WAVES = {90: 2}
+"""Programs per SM that a split call over a paged cache aims for where it holds its table row
+(:data:`HELD_TABLE_PAGES`) and merges with the merge kernel, where measured, in place of
+:data:`PAGED_SPLIT_WAVES`. Those extra programs were there to hide each key's wait for its
+table entry; a program holding its row has no such wait, and twice the ranges leave each one
+half the keys: at one sequence of 1k tokens a range of 64 keys, one iteration (halved tiles,
+:data:`PAGED_MIN_BLOCKS`), where two programs an SM keep two iterations of 64 keys that
+overlap. On an H100 (H = 32, pages of 16 shuffled, CUDA-graph replays, interleaved, best of
+three; ``gpu_checks/decode_gpu.py --held-split-sweep``, record
+``decode_held_split_nvidia_h100``, one and two sequences of 1k, 2k and 4k tokens, against the
+contiguous default of the same run) two programs an SM read pages at 96.3-100.5 % of contiguous
+at ``D = 128`` and 95.7-100.0 % at ``D = 64``, where four read at 93.6-97.9 % and 92.0-99.5 %:
+1.005-1.061x as fast on each of the twelve problems. In the paged sweeps (``--paged-sweep``,
+``D = 128``, records ``decode_paged_nvidia_h100`` and ``..._h200``) the 32 KB tiles aiming for
+two programs an SM read one sequence of 1k / 2k / 4k tokens at 97.7 / 99.6 / 99.3 % of the
+contiguous default on the H100 (four an SM: 93.7 / 94.5 / 96.2 %) and 99.8 / 102.4 / 98.7 % on
+the H200 (97.0 / 98.1 / 98.6 %); two sequences at 100.1 / 100.5 / 99.8 % on the H100 (95.5 /
+96.7 / 98.0 %) and 104.6 / 99.1 / 98.7 % on the H200 (101.2 / 99.1 / 99.9 %). Longer tables
+are read entry by entry and keep :data:`PAGED_SPLIT_WAVES`: at 16k and 64k tokens two an SM
+read at 91-92 % on the H200 against its 98-99 %."""
 
 PAGED_ENTRY_WAVES = {90: 5}
 """Programs per SM that a paged call reading its table entry by entry aims for where its unsplit
@@ -852,7 +875,9 @@ hold, where measured: where its ranges would hold fewer, its tiles take half the
 16), with the same splits. With one iteration a range nothing overlaps the table's wait and the
 loads; at batch 1 and 1k tokens on an H200 (16 ranges of 64 keys, graph replays), 32-key tiles read
 pages at 97 % and 96 % of the contiguous default where 64-key tiles read at 93 % and 91 %
-(records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``)."""
+(records ``decode_paged_nvidia_h200`` and ``decode_split_nvidia_h200_cudagraph``). Such a call,
+its table row held, now aims for two programs an SM (:data:`HELD_SPLIT_WAVES`): 8 ranges of 128
+keys, two iterations each; ranges of one iteration remain for shorter caches (512 tokens)."""
 
 HELD_TABLE_PAGES = {90: 256}
 """GPU class -> the widest block table (pages a sequence) whose row each program of a paged call
@@ -1998,9 +2023,10 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     :func:`decode_config`'s tiles for ranges of that many keys (``keys_per_split``) and, being
     ``captured`` into a CUDA graph, the merge kernel, with the splits chosen again for those
     tiles. A paged call that merges with the merge kernel aims for :data:`PAGED_SPLIT_WAVES`
-    programs an SM, and halves its tiles where its ranges would hold too few iterations
-    (:func:`paged_range_tiles`); one that reads its table entry by entry and whose unsplit grid
-    already gives every SM a program still splits, with the usual tiles, up to
+    programs an SM (:data:`HELD_SPLIT_WAVES` where it holds its table row), and halves its
+    tiles where its ranges would hold too few iterations (:func:`paged_range_tiles`); one that
+    reads its table entry by entry and whose unsplit grid already gives every SM a program
+    still splits, with the usual tiles, up to
     :data:`PAGED_ENTRY_WAVES` programs an SM; a contiguous one whose unsplit grid gives some SMs
     two programs and the rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
@@ -2020,9 +2046,11 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     capability = None if INTERPRETED else compute_capability(device)
     per_sm = B * H_kv * _row_blocks((H // H_kv) * Lq, D, dtype)[1] / sm_count(device)
     paged = page_size > 0
-    paged_waves = PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability else 2
     pages = capacity // page_size if paged else 0
     table_tile = next_power_of_2(pages) if 0 < pages <= held_table_pages(capability) else 0
+    held_waves = HELD_SPLIT_WAVES.get(gpu_class(capability)) if capability and table_tile else None
+    paged_waves = held_waves or (PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability
+                                 else 2)
     if config is not None:
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, num_splits, config,
                          paged_waves if paged and not config.one_launch else 2)

@@ -38,6 +38,7 @@ PROBLEM_KEYS = {  # the params every result of a record family carries
 OPTIONAL_KEYS = {  # params a result may add: an attention run given its tokens or heads, a
     "attention_": {"B", "H"},  # decoding sweep over head dims its D where it is not 128, or
     "decode_held_table_": {"D"},  # its cache heads where they are fewer than the query heads
+    "decode_held_split_": {"D"},
     "decode_interleave_": {"D"},
     "decode_entry_waves_": {"D"},
     "decode_last_wave_": {"H_kv"},

@@ -1166,7 +1166,7 @@ def paged_range_tiles(config: DecodeConfig, keys_per_split: int,
     Examples
     --------
     >>> config = DecodeConfig(64, 4, 2, one_launch=False)
-    >>> paged_range_tiles(config, 64, (9, 0)).block_n  # one sequence of 1k tokens, 16 ranges
+    >>> paged_range_tiles(config, 64, (9, 0)).block_n  # 8 ranges of 512 tokens
     32
     >>> paged_range_tiles(config, 128, (9, 0)).block_n, paged_range_tiles(config, 64, (8, 0))[0]
     (64, 64)

@@ -845,8 +845,8 @@ the H200 (97.0 / 98.1 / 98.6 %); two sequences at 100.1 / 100.5 / 99.8 % on the 
 96.7 / 98.0 %) and 104.6 / 99.1 / 98.7 % on the H200 (101.2 / 99.1 / 99.9 %). Longer tables
 are read entry by entry and keep :data:`PAGED_SPLIT_WAVES`: at 16k and 64k tokens two an SM
 read one and two sequences at 90.5-92.3 % on the H200 against its 98.1-99.2 %. Timed in float16 at
-``D = 64`` and 128; like :data:`PAGED_SPLIT_WAVES` it applies at every head dim and dtype, the
-table's wait it no longer hides being the same there."""
+``D = 64`` and 128; like :data:`PAGED_SPLIT_WAVES` it applies at every head dim and dtype: a held
+row leaves no table wait to hide at any of them."""
 
 PAGED_ENTRY_WAVES = {90: 5}
 """Programs per SM that a paged call reading its table entry by entry aims for where its unsplit

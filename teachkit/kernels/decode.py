@@ -2050,7 +2050,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     paged = page_size > 0
     pages = capacity // page_size if paged else 0
     table_tile = next_power_of_2(pages) if 0 < pages <= held_table_pages(capability) else 0
-    held_waves = HELD_SPLIT_WAVES.get(gpu_class(capability)) if capability and table_tile else None
+    held_waves = _paged_rule(HELD_SPLIT_WAVES, capability) if table_tile else 0
     paged_waves = held_waves or (PAGED_SPLIT_WAVES.get(gpu_class(capability), 2) if capability
                                  else 2)
     if config is not None:

@@ -134,6 +134,10 @@ def main() -> int:
                         help="only a paged cache read entry by entry at 1-3 programs an SM, "
                              "unsplit and split, saved as teachkit/benchmarks/"
                              "decode_entry_waves_<device>.json (or --json)")
+    parser.add_argument("--entry-tiles-sweep", action="store_true",
+                        help="only a paged cache read entry by entry at 1.7-3.9 programs an SM "
+                             "by the default and unsplit with wider tiles, saved as teachkit/"
+                             "benchmarks/decode_entry_tiles_<device>.json (or --json)")
     parser.add_argument("--wave-tiles-sweep", action="store_true",
                         help="only contiguous and paged grids of 2.9-11.6 programs an SM by "
                              "each tile they choose from, unsplit and split, beside cuDNN, "
@@ -215,7 +219,7 @@ def main() -> int:
              "head_dims": args.head_dim_sweep, "held_table": args.held_table_sweep,
              "held_split": args.held_split_sweep,
              "interleave": args.interleave_sweep, "entry_waves": args.entry_waves_sweep,
-             "wave_tiles": args.wave_tiles_sweep,
+             "entry_tiles": args.entry_tiles_sweep, "wave_tiles": args.wave_tiles_sweep,
              "dependent_merge": args.dependent_merge_sweep}
     if any(kinds.values()):
         copy = copy_bandwidth()
@@ -224,7 +228,8 @@ def main() -> int:
                   "head_dims": head_dim_sweep, "held_table": held_table_sweep,
                   "held_split": held_split_sweep,
                   "interleave": interleave_sweep, "entry_waves": entry_waves_sweep,
-                  "wave_tiles": wave_tiles_sweep, "dependent_merge": dependent_merge_sweep}
+                  "entry_tiles": entry_tiles_sweep, "wave_tiles": wave_tiles_sweep,
+                  "dependent_merge": dependent_merge_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
@@ -801,6 +806,41 @@ def entry_waves_sweep() -> list:
                                           "programs_per_sm": round(per_sm, 2)})
                 say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; "
                     f"default {plan.num_splits} ranges: {shares(best)}")
+    return out
+
+
+ENTRY_TILES_PROBLEMS = ((7, 16384), (8, 16384), (8, 65536), (8, 131072), (16, 16384),
+                        (16, 65536))
+"""The entry-tiles sweep's (sequences, cache length) of 32 heads: 1.7, 1.94 and 3.88 programs
+an SM unsplit on 132 SMs, caches of 512 to 8192 pages of 16 (read entry by entry)."""
+ENTRY_TILES = {"128 keys x 2": (128, 2), "128 keys x 3": (128, 3), "64 keys x 3": (64, 3)}
+"""The entry-tiles sweep's unsplit tiles: name -> (BLOCK_N, stages)."""
+
+
+def entry_tiles_sweep() -> list:
+    """GB/s of a paged cache (pages of 16, shuffled; tables too wide to hold, read entry by
+    entry) on CUDA-graph replays by the default (``teachkit paged``) and unsplit with each of
+    :data:`ENTRY_TILES` (``paged, unsplit <tiles>``), beside the contiguous default (``teachkit
+    split-KV, default``), for head dims 128 and 64 and :data:`ENTRY_TILES_PROBLEMS`; interleaved
+    in time, best of three. The default's rows carry its plan's ranges, keys a tile, stages and
+    programs an SM (``provider_params``)."""
+    from teachkit.kernels.decode import DecodeConfig
+
+    variants = {f"paged, unsplit {name}": lambda paged, bn=bn, stages=stages: functools.partial(
+                    paged, num_splits=1, config=DecodeConfig(bn, 4, stages, one_launch=False))
+                for name, (bn, stages) in ENTRY_TILES.items()}
+    out = []
+    for D in (128, 64):
+        for B, S in ENTRY_TILES_PROBLEMS:
+            best, gbps, plan = paged_problem(
+                "entry tiles", B, S, D, variants, out,
+                lambda plan, per_sm: {"splits": plan.num_splits,
+                                      "block_n": plan.config.block_n,
+                                      "stages": plan.config.num_stages,
+                                      "programs_per_sm": round(per_sm, 2)})
+            say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; default "
+                f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
+            torch.cuda.empty_cache()
     return out
 
 

@@ -135,7 +135,7 @@ def main() -> int:
                              "unsplit and split, saved as teachkit/benchmarks/"
                              "decode_entry_waves_<device>.json (or --json)")
     parser.add_argument("--entry-tiles-sweep", action="store_true",
-                        help="only a paged cache read entry by entry at 1.7-3.9 programs an SM "
+                        help="only a paged cache read entry by entry at 1-3.9 programs an SM "
                              "by the default and unsplit with wider tiles, saved as teachkit/"
                              "benchmarks/decode_entry_tiles_<device>.json (or --json)")
     parser.add_argument("--wave-tiles-sweep", action="store_true",
@@ -809,10 +809,11 @@ def entry_waves_sweep() -> list:
     return out
 
 
-ENTRY_TILES_PROBLEMS = ((7, 16384), (8, 16384), (8, 65536), (8, 131072), (16, 16384),
-                        (16, 65536))
-"""The entry-tiles sweep's (sequences, cache length) of 32 heads: 1.7, 1.94 and 3.88 programs
-an SM unsplit on 132 SMs, caches of 512 to 8192 pages of 16 (read entry by entry)."""
+ENTRY_TILES_PROBLEMS = ((4, 16384), (7, 16384), (8, 16384), (8, 65536), (8, 131072),
+                        (12, 16384), (16, 16384), (16, 65536))
+"""The entry-tiles sweep's (sequences, cache length) of 32 heads: 0.97, 1.7, 1.94, 2.91 and
+3.88 programs an SM unsplit on 132 SMs, caches of 1024 to 8192 pages of 16 (read entry by
+entry)."""
 ENTRY_TILES = {"128 keys x 2": (128, 2), "128 keys x 3": (128, 3), "64 keys x 3": (64, 3)}
 """The entry-tiles sweep's unsplit tiles: name -> (BLOCK_N, stages)."""
 

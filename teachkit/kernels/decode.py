@@ -870,8 +870,9 @@ ten sequences (1.2-2.4 programs an SM unsplit) the unsplit grid read pages at 66
 contiguous at ``D = 64`` and 86-98 % at ``D = 128``; split this way (four, three, two, two, two,
 two ranges for five to ten sequences) at 96-105 % and 97-102 %. At twelve sequences (2.9 an SM,
 one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the unsplit 94-95 %.
-Calls that hold their table row (:data:`HELD_TABLE_PAGES`) are planned as contiguous ones
-instead."""
+A 16-bit grid of two nearly full waves (eight sequences, 1.94 an SM) no longer splits: it runs
+unsplit with deeper tiles (:data:`ENTRY_FULL_WAVES`). Calls that hold their table row
+(:data:`HELD_TABLE_PAGES`) are planned as contiguous ones instead."""
 
 ENTRY_FULL_WAVES = {90: (1.9, 2.0, 64 * 1024, 3)}
 """Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a paged
@@ -888,8 +889,11 @@ sequences (1.94 programs an SM) of 16k / 64k / 128k tokens so planned read pages
 read at 97.5 / 97.1 / 96.8 % and 92.4 / 92.2 / 91.9 %. At seven sequences (1.7 an SM, a second
 wave 0.7 full) the same tiles read at 99.2 % against two ranges' 98.8 % at ``D = 128`` but 97.2 %
 against 98.8 % at ``D = 64``, so such grids keep splitting; at four (0.97 an SM, one wave) they
-read at 95.7 % and 74.5 % against four ranges' 97.1 % and 91.6 %. Timed at ``D = 64`` and 128
-(:data:`ENTRY_FULL_HEAD_DIMS`)."""
+read at 95.7 % and 74.5 % against four ranges' 97.1 % and 91.6 %. The sweep run again with the
+rule (record ``decode_entry_tiles_nvidia_h100_with_rule``) read the default so planned at 98.5 /
+98.3 / 97.9 % and 97.1 / 95.7 / 94.7 %; launched plainly, at ``D = 128``, eight sequences read
+pages at 98.5 / 98.2 / 98.1 % of contiguous (record ``decode_nvidia_h100``). Timed in float16 at
+``D = 64`` and 128 (:data:`ENTRY_FULL_HEAD_DIMS`)."""
 
 ENTRY_FULL_HEAD_DIMS = (64, 128)
 """The head dims at which :data:`ENTRY_FULL_WAVES` was measured."""
@@ -2051,9 +2055,10 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     programs an SM (:data:`HELD_SPLIT_WAVES` where it holds its table row), and halves its
     tiles where its ranges would hold too few iterations (:func:`paged_range_tiles`); one that
     reads its table entry by entry and whose unsplit grid already gives every SM a program
-    still splits, with the usual tiles, up to
-    :data:`PAGED_ENTRY_WAVES` programs an SM; a contiguous one whose unsplit grid gives some SMs
-    two programs and the rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
+    still splits, with the usual tiles, up to :data:`PAGED_ENTRY_WAVES` programs an SM, but
+    where that grid is two nearly full waves (:data:`ENTRY_FULL_WAVES`), which runs unsplit
+    with deeper tiles; a contiguous one whose unsplit grid gives some SMs two programs and the
+    rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
     cache is too short for that runs unsplit with :data:`SHORT_CACHE_TILES`. An unsplit
     16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest

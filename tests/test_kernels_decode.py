@@ -695,7 +695,7 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
             short = plan(B, False, 1024)
             assert (short.num_splits, short.config.block_n) == (splits, block_n)
         # paged, entry by entry, 1.7 programs an SM: 2 ranges of the usual tiles (up to 5);
-        # 1.94, two nearly full waves: unsplit, 128 keys in 3 stages (ENTRY_FULL_WAVES)
+        # 1.94: unsplit, 128 keys in 3 stages (ENTRY_UNSPLIT_GRID)
         assert (plan(7, True).num_splits, plan(7, True).config.block_n) == (2, 64)
         assert plan(8, True).num_splits == 1
         assert plan(8, True).config == decode.DecodeConfig(128, 4, 3, one_launch=True)
@@ -937,7 +937,7 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
     tokens: 1024 pages) whose unsplit grid has one to two and a half programs an SM splits into
     the most ranges that keep it within five an SM (``PAGED_ENTRY_WAVES``), with the usual
     tiles, captured or in one launch, grouped-query heads counted by their cache heads; at
-    eight sequences (1.94 an SM: two nearly full waves, ``ENTRY_FULL_WAVES``) it runs unsplit
+    eight sequences (1.94 an SM, ``ENTRY_UNSPLIT_GRID``) it runs unsplit
     with 128 keys in 3 stages in 16 bits at D = 64 and 128 (split in float32 and at D = 256);
     at twelve sequences (2.9 an SM) it does not split, nor where it holds its table row (2k
     tokens), nor a contiguous call at D = 64, nor on sm_80."""
@@ -963,7 +963,7 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
             # contiguous: unsplit at D = 64; at D = 128 its own rule splits it
             # (test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave)
             assert plan(5, D, page_size=0).num_splits == (1 if D == 64 else 3)
-        # two nearly full waves in float32, or at D = 256: split, as before the rule
+        # nearly two programs an SM in float32, or at D = 256: split, as before the rule
         for D, dtype in ((128, torch.float32), (256, torch.float16)):
             got = decode._launch_plan(8, 32, 1, D, 32, dtype, dev, 16384, None, None, 16, True)
             assert got.num_splits == 2, (D, dtype)
@@ -1223,10 +1223,10 @@ def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen
     check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
 
 
-def test_an_entry_by_entry_grid_of_two_full_waves_unsplit_matches_the_reference(gen):
+def test_an_entry_by_entry_grid_of_two_programs_an_sm_unsplit_matches_the_reference(gen):
     """300 pages of one token, two sequences of four float16 heads (two programs an SM under
-    the interpreter, two full waves): the call runs unsplit with 128 keys in 3 stages
-    (``ENTRY_FULL_WAVES``), uneven lengths included, and its result matches the reference."""
+    the interpreter): the call runs unsplit with 128 keys in 3 stages
+    (``ENTRY_UNSPLIT_GRID``), uneven lengths included, and its result matches the reference."""
     S = decode.held_table_pages(None) + 44
     q, k, v, k_ref, v_ref, lens = make(2, 4, 4, 1, S, 64, gen, torch.float16, lens=[S, 201])
     k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 1, gen=gen)

@@ -123,8 +123,8 @@ __all__ = [
     # the launch plan's measured rules (forget_plans after changing one)
     "DEPENDENT_MERGE",
     "ENTRIES_FILL_ONE_WAVE",
-    "ENTRY_FULL_HEAD_DIMS",
-    "ENTRY_FULL_WAVES",
+    "ENTRY_UNSPLIT_GRID",
+    "ENTRY_UNSPLIT_HEAD_DIMS",
     "FULLEST_WAVE_TILES",
     "HELD_SPLIT_WAVES",
     "LAST_WAVE_FEWEST_KEYS",
@@ -870,33 +870,34 @@ ten sequences (1.2-2.4 programs an SM unsplit) the unsplit grid read pages at 66
 contiguous at ``D = 64`` and 86-98 % at ``D = 128``; split this way (four, three, two, two, two,
 two ranges for five to ten sequences) at 96-105 % and 97-102 %. At twelve sequences (2.9 an SM,
 one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the unsplit 94-95 %.
-A 16-bit grid of two nearly full waves (eight sequences, 1.94 an SM) no longer splits: it runs
-unsplit with deeper tiles (:data:`ENTRY_FULL_WAVES`). Calls that hold their table row
+A 16-bit grid of nearly two programs an SM (eight sequences, 1.94) no longer splits: it runs
+unsplit with deeper tiles (:data:`ENTRY_UNSPLIT_GRID`). Calls that hold their table row
 (:data:`HELD_TABLE_PAGES`) are planned as contiguous ones instead."""
 
-ENTRY_FULL_WAVES = {90: (1.9, 2.0, 64 * 1024, 3)}
+ENTRY_UNSPLIT_GRID = {90: (1.9, 2.0, 64 * 1024, 3)}
 """Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a paged
 float16 or bfloat16 call reading its table entry by entry that runs unsplit instead of splitting
 up to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at most 128
-keys) and its pipeline stages. Such a grid is two nearly full waves of programs that each keep
-three iterations in flight, as a contiguous grid of that size is read (unsplit, 128 keys a tile):
-three stages hide the wait for each table entry as more programs would, with no partial results
-to write and merge. On an H100 (H = 32, fp16, pages of 16 shuffled, CUDA-graph replays,
-interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
+keys) and its pipeline stages. Such a grid gives nearly every SM two programs, as a contiguous
+grid of that size is read (unsplit, 128 keys a tile); with three stages each program keeps three
+iterations in flight, which hides the wait for each table entry as the two ranges' extra programs
+did, with no partial results to write and merge. Why it pays at this fill and not at 1.7 programs
+an SM (below) was not profiled. On an H100 (H = 32, fp16, pages of 16 shuffled, CUDA-graph
+replays, interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
 ``decode_entry_tiles_nvidia_h100``, against the contiguous default of the same run) eight
-sequences (1.94 programs an SM) of 16k / 64k / 128k tokens so planned read pages at 98.4 / 98.3
-/ 97.9 % of contiguous at ``D = 128`` and 95.7 / 94.7 / 93.8 % at ``D = 64``, where two ranges
-read at 97.5 / 97.1 / 96.8 % and 92.4 / 92.2 / 91.9 %. At seven sequences (1.7 an SM, a second
-wave 0.7 full) the same tiles read at 99.2 % against two ranges' 98.8 % at ``D = 128`` but 97.2 %
-against 98.8 % at ``D = 64``, so such grids keep splitting; at four (0.97 an SM, one wave) they
-read at 95.7 % and 74.5 % against four ranges' 97.1 % and 91.6 %. The sweep run again with the
-rule (record ``decode_entry_tiles_nvidia_h100_with_rule``) read the default so planned at 98.5 /
-98.3 / 97.9 % and 97.1 / 95.7 / 94.7 %; launched plainly, at ``D = 128``, eight sequences read
-pages at 98.5 / 98.2 / 98.1 % of contiguous (record ``decode_nvidia_h100``). Timed in float16 at
-``D = 64`` and 128 (:data:`ENTRY_FULL_HEAD_DIMS`)."""
+sequences (1.94 programs an SM) of 16k / 64k / 128k tokens so planned read pages at
+98.4 / 98.3 / 97.9 % of contiguous at ``D = 128`` and 95.7 / 94.7 / 93.8 % at ``D = 64``, where
+two ranges read at 97.5 / 97.1 / 96.8 % and 92.4 / 92.2 / 91.9 %. At seven sequences (1.7 an SM)
+the same tiles read at 99.2 % against two ranges' 98.8 % at ``D = 128`` but 97.2 % against 98.8 %
+at ``D = 64``, so such grids keep splitting; at four (0.97 an SM) they read at 95.7 % and 74.5 %
+against four ranges' 97.1 % and 91.6 %. The sweep run again with the rule (record
+``decode_entry_tiles_nvidia_h100_with_rule``) read the default so planned at 98.5 / 98.3 / 97.9 %
+and 97.1 / 95.7 / 94.7 %; launched plainly, at ``D = 128``, eight sequences read pages at
+98.5 / 98.2 / 98.1 % of contiguous (record ``decode_nvidia_h100``). Timed in float16 at
+``D = 64`` and 128 (:data:`ENTRY_UNSPLIT_HEAD_DIMS`)."""
 
-ENTRY_FULL_HEAD_DIMS = (64, 128)
-"""The head dims at which :data:`ENTRY_FULL_WAVES` was measured."""
+ENTRY_UNSPLIT_HEAD_DIMS = (64, 128)
+"""The head dims at which :data:`ENTRY_UNSPLIT_GRID` was measured."""
 
 PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
@@ -2056,7 +2057,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     tiles where its ranges would hold too few iterations (:func:`paged_range_tiles`); one that
     reads its table entry by entry and whose unsplit grid already gives every SM a program
     still splits, with the usual tiles, up to :data:`PAGED_ENTRY_WAVES` programs an SM, but
-    where that grid is two nearly full waves (:data:`ENTRY_FULL_WAVES`), which runs unsplit
+    where that grid has nearly two programs an SM (:data:`ENTRY_UNSPLIT_GRID`), which runs unsplit
     with deeper tiles; a contiguous one whose unsplit grid gives some SMs two programs and the
     rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
@@ -2113,11 +2114,11 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     entry_waves = _paged_rule(PAGED_ENTRY_WAVES, capability)
-    full_waves = _paged_rule(ENTRY_FULL_WAVES, capability)
+    full_waves = _paged_rule(ENTRY_UNSPLIT_GRID, capability)
     if (entries and num_splits is None and plan.num_splits == 1 and full_waves
-            and dtype != torch.float32 and D in ENTRY_FULL_HEAD_DIMS
+            and dtype != torch.float32 and D in ENTRY_UNSPLIT_HEAD_DIMS
             and full_waves[0] <= per_sm <= full_waves[1]):
-        # two nearly full waves, each program three iterations deep: unsplit, as contiguous
+        # nearly two programs an SM, each three iterations deep: unsplit, as contiguous
         tiles = base._replace(block_n=_keys_per_block(full_waves[2], D, dtype.itemsize),
                               num_stages=full_waves[3])
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)

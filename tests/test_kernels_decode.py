@@ -1209,33 +1209,37 @@ def test_a_grid_a_little_past_a_program_an_sm_matches_the_reference():
     check_contiguous_and_paged(-(-sms // 32), 4096, gen)  # 5 sequences on 132 SMs: 1.2 an SM
 
 
+def checked_entry_by_entry_plan(gen, H, D, dtype, second_len):
+    """A paged call over 300 pages of one token (too many to hold the table row), two
+    sequences of ``H`` heads (the second ``second_len`` tokens long), checked against the
+    reference; returns the plan the interpreter makes for it (``None`` compiled, where the
+    GPU's own SMs plan it)."""
+    S = decode.held_table_pages(None) + 44
+    q, k, v, k_ref, v_ref, lens = make(2, H, H, 1, S, D, gen, dtype, lens=[S, second_len])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 1, gen=gen)
+    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
+    if not decode.INTERPRETED:
+        return None
+    return decode._launch_plan(2, H, 1, D, H, dtype, torch.device(DEV), S, None, None, 1)
+
+
 def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen):
     """300 pages of one token, two sequences of two heads (one program an SM under the
     interpreter): the call splits its keys by default (``PAGED_ENTRY_WAVES``) and its result
     matches the reference."""
-    S = decode.held_table_pages(None) + 44
-    q, k, v, k_ref, v_ref, lens = make(2, 2, 2, 1, S, 16, gen, torch.float32, lens=[S, 123])
-    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 1, gen=gen)
-    if decode.INTERPRETED:
-        plan = decode._launch_plan(2, 2, 1, 16, 2, torch.float32, torch.device(DEV), S, None,
-                                   None, 1)
+    plan = checked_entry_by_entry_plan(gen, 2, 16, torch.float32, 123)
+    if plan is not None:
         assert plan.table_tile == 0 and plan.num_splits == 5
-    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
 
 
 def test_an_entry_by_entry_grid_of_two_programs_an_sm_unsplit_matches_the_reference(gen):
     """300 pages of one token, two sequences of four float16 heads (two programs an SM under
     the interpreter): the call runs unsplit with 128 keys in 3 stages
     (``ENTRY_UNSPLIT_GRID``), uneven lengths included, and its result matches the reference."""
-    S = decode.held_table_pages(None) + 44
-    q, k, v, k_ref, v_ref, lens = make(2, 4, 4, 1, S, 64, gen, torch.float16, lens=[S, 201])
-    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), 1, gen=gen)
-    if decode.INTERPRETED:
-        plan = decode._launch_plan(2, 4, 1, 64, 4, torch.float16, torch.device(DEV), S, None,
-                                   None, 1)
+    plan = checked_entry_by_entry_plan(gen, 4, 64, torch.float16, 201)
+    if plan is not None:
         assert plan.table_tile == 0 and plan.num_splits == 1
         assert (plan.config.block_n, plan.config.num_stages) == (128, 3)
-    check(q, k_pool.to(DEV), v_pool.to(DEV), k_ref, v_ref, lens, table.to(DEV))
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")

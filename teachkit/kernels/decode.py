@@ -2114,13 +2114,13 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     entry_waves = _paged_rule(PAGED_ENTRY_WAVES, capability)
-    full_waves = _paged_rule(ENTRY_UNSPLIT_GRID, capability)
-    if (entries and num_splits is None and plan.num_splits == 1 and full_waves
+    unsplit_grid = _paged_rule(ENTRY_UNSPLIT_GRID, capability)
+    if (entries and num_splits is None and plan.num_splits == 1 and unsplit_grid
             and dtype != torch.float32 and D in ENTRY_UNSPLIT_HEAD_DIMS
-            and full_waves[0] <= per_sm <= full_waves[1]):
+            and unsplit_grid[0] <= per_sm <= unsplit_grid[1]):
         # nearly two programs an SM, each three iterations deep: unsplit, as contiguous
-        tiles = base._replace(block_n=_keys_per_block(full_waves[2], D, dtype.itemsize),
-                              num_stages=full_waves[3])
+        tiles = base._replace(block_n=_keys_per_block(unsplit_grid[2], D, dtype.itemsize),
+                              num_stages=unsplit_grid[3])
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     if entries and num_splits is None and plan.num_splits == 1 and entry_waves:

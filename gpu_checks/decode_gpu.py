@@ -63,7 +63,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 18. with --held-split-sweep, split paged calls whose programs hold their table row (one and two
    sequences, 1k-4k tokens, D = 64 and 128) by the default, which aims for two programs an SM,
    and aiming for four as a call reading entries does, beside the contiguous default on
-   CUDA-graph replays, saved as a record (decode.HELD_SPLIT_WAVES).
+   CUDA-graph replays, saved as a record (decode.HELD_SPLIT_WAVES);
+19. with --entry-tiles-sweep, a paged cache read entry by entry (four to sixteen sequences,
+   0.97-3.9 programs an SM unsplit, 16k-128k tokens, D = 64 and 128) by the default and
+   unsplit with 64- to 256-key tiles in 2 or 3 stages, beside the contiguous default on
+   CUDA-graph replays, saved as a record (decode.ENTRY_UNSPLIT_GRID).
 """
 
 from __future__ import annotations
@@ -809,13 +813,16 @@ def entry_waves_sweep() -> list:
     return out
 
 
-ENTRY_TILES_PROBLEMS = ((4, 16384), (7, 16384), (8, 16384), (8, 65536), (8, 131072),
-                        (12, 16384), (16, 16384), (16, 65536))
-"""The entry-tiles sweep's (sequences, cache length) of 32 heads: 0.97, 1.7, 1.94, 2.91 and
-3.88 programs an SM unsplit on 132 SMs, caches of 1024 to 8192 pages of 16 (read entry by
-entry)."""
-ENTRY_TILES = {"128 keys x 2": (128, 2), "128 keys x 3": (128, 3), "64 keys x 3": (64, 3)}
-"""The entry-tiles sweep's unsplit tiles: name -> (BLOCK_N, stages)."""
+ENTRY_TILES_PROBLEMS = ((4, 16384), (5, 16384), (6, 16384), (6, 65536), (7, 16384),
+                        (7, 65536), (8, 16384), (8, 65536), (8, 131072), (12, 16384),
+                        (16, 16384), (16, 65536))
+"""The entry-tiles sweep's (sequences, cache length) of 32 heads: 0.97, 1.21, 1.45, 1.7, 1.94,
+2.91 and 3.88 programs an SM unsplit on 132 SMs, caches of 1024 to 8192 pages of 16 (read entry
+by entry)."""
+ENTRY_TILES = {"128 keys x 2": (128, 2), "128 keys x 3": (128, 3), "64 keys x 3": (64, 3),
+               "256 keys x 2": (256, 2)}
+"""The entry-tiles sweep's unsplit tiles: name -> (BLOCK_N, stages); 256 keys are 64 KB at
+``D = 64`` (128 KB at ``D = 128``, one program an SM)."""
 
 
 def entry_tiles_sweep() -> list:

@@ -114,14 +114,16 @@ after its prefix."""
 
 
 def _residency(flag: str, prefix: str = "") -> list[dict]:
-    """The lines of ``python -m teachkit.kernels <flag>``, parsed; each line's programs an SM
-    checked against what its registers (a warp's allocated 256 at a time) and shared memory
-    (228 KB an SM, 1 KB more a block) leave between them."""
+    """The indented lines of ``python -m teachkit.kernels <flag>`` (under its headings),
+    parsed; each line's programs an SM checked against what its registers (a warp's allocated
+    256 at a time) and shared memory (228 KB an SM, 1 KB more a block) leave between them."""
     done = subprocess.run([sys.executable, "-m", "teachkit.kernels", flag],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     found = []
-    for line in done.stdout.splitlines()[1:]:
+    for line in done.stdout.splitlines():
+        if not line.startswith(" "):
+            continue  # a heading
         match = re.match(prefix + _RESIDENCY_LINE, line)
         assert match, line
         *head, block_n, stages, merge, registers, spilled, shared, programs = match.groups()
@@ -139,16 +141,26 @@ def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_wi
     with (sm_90, D = 64 and 128, with the merge kernel and in one launch), compiled as launched,
     each line's programs an SM being what its registers and shared memory leave, at least
     three; with Triton 3.6 (Colab's, where the rule was measured) 96 registers each way, the
-    five programs an SM that ``decode.PAGED_ENTRY_WAVES`` aims for."""
+    five programs an SM that ``decode.PAGED_ENTRY_WAVES`` aims for. Then the tiles such a call
+    runs unsplit with (``decode.ENTRY_UNSPLIT_GRID``: 64 KB, 256 keys at D = 64 and 128 at
+    D = 128, in 2 stages) spill nothing and leave at least the two programs an SM that the
+    rule's grid has at most."""
     from teachkit.kernels import decode
 
-    found = {}
+    found, unsplit = {}, {}
     for used in _residency("--paged-residency", r"\s+D=(\d+)"):
+        if used["merge"] == "unsplit":
+            unsplit[int(used["head"][0])] = used
+            continue
         assert used["programs"] >= 3, used
         found[int(used["head"][0]), used["merge"]] = used
     assert set(found) == {(D, m) for D in (64, 128) for m in ("merge kernel", "one launch")}
     if triton.__version__.startswith("3.6."):
         assert {u["programs"] for u in found.values()} == {decode.PAGED_ENTRY_WAVES[90]}, found
+    assert set(unsplit) == set(decode.ENTRY_UNSPLIT_HEAD_DIMS), unsplit
+    for D, used in unsplit.items():
+        assert (used["block_n"], used["stages"], used["spilled"]) == (16384 // D, 2, 0), used
+        assert used["programs"] >= decode.ENTRY_UNSPLIT_GRID[90][1], used
 
 
 def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():

@@ -694,11 +694,12 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         for B, splits, block_n in ((1, 8, 64), (2, 4, 64), (4, 1, 128)):
             short = plan(B, False, 1024)
             assert (short.num_splits, short.config.block_n) == (splits, block_n)
-        # paged, entry by entry, 1.7 programs an SM: 2 ranges of the usual tiles (up to 5);
-        # 1.94: unsplit, 128 keys in 3 stages (ENTRY_UNSPLIT_GRID)
-        assert (plan(7, True).num_splits, plan(7, True).config.block_n) == (2, 64)
-        assert plan(8, True).num_splits == 1
-        assert plan(8, True).config == decode.DecodeConfig(128, 4, 3, one_launch=True)
+        # paged, entry by entry, 1.2 programs an SM: 4 ranges of the usual tiles (up to 5);
+        # 1.45-1.94: unsplit, 64 KB tiles in 2 stages (ENTRY_UNSPLIT_GRID)
+        assert (plan(5, True).num_splits, plan(5, True).config.block_n) == (4, 64)
+        for B in (6, 7, 8):
+            assert (plan(B, True).num_splits, plan(B, True).config[:3]) == (1, (128, 4, 2)), B
+        assert plan(8, True).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
         assert (plan(8, False).num_splits, plan(8, False).config.block_n) == (1, 128)
         # contiguous, 3.88 programs an SM: one uneven wave of the usual tiles, so 128 keys
         # (UNEVEN_WAVE_TILES)
@@ -936,9 +937,10 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
     """On sm_90 (132 SMs, pages of 16) a paged call reading its table entry by entry (16k
     tokens: 1024 pages) whose unsplit grid has one to two and a half programs an SM splits into
     the most ranges that keep it within five an SM (``PAGED_ENTRY_WAVES``), with the usual
-    tiles, captured or in one launch, grouped-query heads counted by their cache heads; at
-    eight sequences (1.94 an SM, ``ENTRY_UNSPLIT_GRID``) it runs unsplit
-    with 128 keys in 3 stages in 16 bits at D = 64 and 128 (split in float32 and at D = 256);
+    tiles, captured or in one launch, grouped-query heads counted by their cache heads; at six
+    to eight sequences (1.45-1.94 an SM, ``ENTRY_UNSPLIT_GRID``) it runs unsplit with 64 KB
+    tiles in 2 stages in 16 bits at D = 64 (256 keys) and 128 (128 keys) (split in float32 and
+    at D = 256);
     at twelve sequences (2.9 an SM) it does not split, nor where it holds its table row (2k
     tokens), nor a contiguous call at D = 64, nor on sm_80."""
     dev = torch.device(DEV)
@@ -949,7 +951,7 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
 
     with planned_on((9, 0)):
         for D, block_n in ((64, 128), (128, 64)):
-            for B, splits in ((5, 4), (6, 3), (7, 2), (8, 1), (9, 2), (10, 2), (12, 1)):
+            for B, splits in ((5, 4), (6, 1), (7, 1), (8, 1), (9, 2), (10, 2), (12, 1)):
                 for captured in (True, False):
                     got = plan(B, D, captured=captured)
                     assert got.num_splits == splits, (D, B, captured)
@@ -957,13 +959,14 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
                     if splits > 1:
                         assert got.config.block_n == block_n
                         assert got.one_launch == (not captured)
-                full = plan(8, D)
-                assert (full.config.block_n, full.config.num_stages) == (128, 3)
+                for B in (6, 7, 8):
+                    full = plan(B, D)
+                    assert (full.config.block_n, full.config.num_stages) == (16384 // D, 2)
             assert plan(5, D, S=2048).num_splits == 1  # 128 pages: the row held
             # contiguous: unsplit at D = 64; at D = 128 its own rule splits it
             # (test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave)
             assert plan(5, D, page_size=0).num_splits == (1 if D == 64 else 3)
-        # nearly two programs an SM in float32, or at D = 256: split, as before the rule
+        # 1.94 programs an SM in float32, or at D = 256: split, as before the rule
         for D, dtype in ((128, torch.float32), (256, torch.float16)):
             got = decode._launch_plan(8, 32, 1, D, 32, dtype, dev, 16384, None, None, 16, True)
             assert got.num_splits == 2, (D, dtype)
@@ -1234,12 +1237,12 @@ def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen
 
 def test_an_entry_by_entry_grid_of_two_programs_an_sm_unsplit_matches_the_reference(gen):
     """300 pages of one token, two sequences of four float16 heads (two programs an SM under
-    the interpreter): the call runs unsplit with 128 keys in 3 stages
+    the interpreter): the call runs unsplit with 256 keys (64 KB) in 2 stages
     (``ENTRY_UNSPLIT_GRID``), uneven lengths included, and its result matches the reference."""
     plan = checked_entry_by_entry_plan(gen, 4, 64, torch.float16, 201)
     if plan is not None:
         assert plan.table_tile == 0 and plan.num_splits == 1
-        assert (plan.config.block_n, plan.config.num_stages) == (128, 3)
+        assert (plan.config.block_n, plan.config.num_stages) == (256, 2)
 
 
 @pytest.mark.skipif(not teachkit.ON_GPU, reason="the GPU's own plan needs a GPU")

@@ -870,31 +870,35 @@ ten sequences (1.2-2.4 programs an SM unsplit) the unsplit grid read pages at 66
 contiguous at ``D = 64`` and 86-98 % at ``D = 128``; split this way (four, three, two, two, two,
 two ranges for five to ten sequences) at 96-105 % and 97-102 %. At twelve sequences (2.9 an SM,
 one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the unsplit 94-95 %.
-A 16-bit grid of nearly two programs an SM (eight sequences, 1.94) no longer splits: it runs
-unsplit with deeper tiles (:data:`ENTRY_UNSPLIT_GRID`). Calls that hold their table row
+A 16-bit grid of 1.45 to 2 programs an SM (six to eight sequences) no longer splits on an H100:
+it runs unsplit with 64 KB tiles (:data:`ENTRY_UNSPLIT_GRID`). Calls that hold their table row
 (:data:`HELD_TABLE_PAGES`) are planned as contiguous ones instead."""
 
-ENTRY_UNSPLIT_GRID = {90: (1.9, 2.0, 64 * 1024, 3)}
+ENTRY_UNSPLIT_GRID = {90: (1.45, 2.0, 64 * 1024, 2)}
 """Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a paged
 float16 or bfloat16 call reading its table entry by entry that runs unsplit instead of splitting
-up to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at most 128
-keys) and its pipeline stages. Such a grid gives nearly every SM two programs, as a contiguous
-grid of that size is read (unsplit, 128 keys a tile); with three stages each program keeps three
-iterations in flight, which hides the wait for each table entry as the two ranges' extra programs
-did, with no partial results to write and merge. Why it pays at this fill and not at 1.7 programs
-an SM (below) was not profiled. On an H100 (H = 32, fp16, pages of 16 shuffled, CUDA-graph
-replays, interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
-``decode_entry_tiles_nvidia_h100``, against the contiguous default of the same run) eight
-sequences (1.94 programs an SM) of 16k / 64k / 128k tokens so planned read pages at
-98.4 / 98.3 / 97.9 % of contiguous at ``D = 128`` and 95.7 / 94.7 / 93.8 % at ``D = 64``, where
-two ranges read at 97.5 / 97.1 / 96.8 % and 92.4 / 92.2 / 91.9 %. At seven sequences (1.7 an SM)
-the same tiles read at 99.2 % against two ranges' 98.8 % at ``D = 128`` but 97.2 % against 98.8 %
-at ``D = 64``, so such grids keep splitting; at four (0.97 an SM) they read at 95.7 % and 74.5 %
-against four ranges' 97.1 % and 91.6 %. The sweep run again with the rule (record
-``decode_entry_tiles_nvidia_h100_with_rule``) read the default so planned at 98.5 / 98.3 / 97.9 %
-and 97.1 / 95.7 / 94.7 %; launched plainly, at ``D = 128``, eight sequences read pages at
-98.5 / 98.2 / 98.1 % of contiguous (record ``decode_nvidia_h100``). Timed in float16 at
-``D = 64`` and 128 (:data:`ENTRY_UNSPLIT_HEAD_DIMS`)."""
+up to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at most 256
+keys) and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and 256 at ``D = 64``, in
+two stages. Compiled as such a grid launches them, they take 252-255 registers a thread and
+72-74 KB of shared memory, so two programs of four warps fill an SM's 65536 registers (``python
+-m teachkit.kernels --paged-residency``, Triton 3.6; the launched kernels report the same): a
+grid of 1.45 to 2 programs an SM runs in one wave, with no partial results to write and merge, and each
+program's 64 KB iterations keep enough of the cache in flight to hide the wait for each table
+entry, which the split's smaller tiles hid by having more programs. Why it pays from 1.45 and
+not at 1.2 programs an SM (below) was not profiled. On an H100 (H = 32, fp16, pages of 16
+shuffled, CUDA-graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py
+--entry-tiles-sweep``, record ``decode_entry_tiles_nvidia_h100_with_rule``, against the
+contiguous default of the same run) six to eight sequences (1.45-1.94 programs an SM) of 16k to
+128k tokens read pages at the rates that record holds; in a scratch run before it, at ``D = 64``
+these tiles read six, seven and eight sequences at 101.5-104.2 %, 103.0-103.7 % and
+97.6-99.5 % of contiguous where two to three ranges read at 98.1-99.8 %, 100.7-101.7 % and
+(128 keys in three stages, the rule's first form) 94.5-96.9 %; at ``D = 128`` 128 keys in
+two or three stages read them at 99.9-102.3 % against the split's 98.2-99.8 % (eight: 97.7-98.7
+%, either depth, against 98.2-98.6 % in three). At five sequences (1.2 an SM) the split wins at
+both head dims (98.0 and 100.2 % at 16k against 96.0 and 98.8 % unsplit). The first form of the
+rule, 1.9-2 an SM with 128 keys in three stages at both head dims, is recorded in
+``decode_entry_tiles_nvidia_h100`` (before any rule) beside the two ranges it replaced. Timed in
+float16 at ``D = 64`` and 128 (:data:`ENTRY_UNSPLIT_HEAD_DIMS`)."""
 
 ENTRY_UNSPLIT_HEAD_DIMS = (64, 128)
 """The head dims at which :data:`ENTRY_UNSPLIT_GRID` was measured."""
@@ -2057,8 +2061,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     tiles where its ranges would hold too few iterations (:func:`paged_range_tiles`); one that
     reads its table entry by entry and whose unsplit grid already gives every SM a program
     still splits, with the usual tiles, up to :data:`PAGED_ENTRY_WAVES` programs an SM, but
-    where that grid has nearly two programs an SM (:data:`ENTRY_UNSPLIT_GRID`), which runs unsplit
-    with deeper tiles; a contiguous one whose unsplit grid gives some SMs two programs and the
+    where that grid has 1.45 to 2 programs an SM (:data:`ENTRY_UNSPLIT_GRID`), which runs
+    unsplit with 64 KB tiles; a contiguous one whose unsplit grid gives some SMs two programs and the
     rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
     cache is too short for that runs unsplit with :data:`SHORT_CACHE_TILES`. An unsplit
@@ -2118,8 +2122,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     if (entries and num_splits is None and plan.num_splits == 1 and unsplit_grid
             and dtype != torch.float32 and D in ENTRY_UNSPLIT_HEAD_DIMS
             and unsplit_grid[0] <= per_sm <= unsplit_grid[1]):
-        # nearly two programs an SM, each three iterations deep: unsplit, as contiguous
-        tiles = base._replace(block_n=_keys_per_block(unsplit_grid[2], D, dtype.itemsize),
+        # 1.45 to 2 programs an SM, two fit: unsplit, 64 KB tiles hiding the table's wait
+        tiles = base._replace(block_n=_keys_per_block(unsplit_grid[2], D, dtype.itemsize, 256),
                               num_stages=unsplit_grid[3])
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)

@@ -12,8 +12,8 @@ interleaved, and counts its PTX instructions, table entries and row addresses.
 entry by entry splits with, as a launch of one new token with one query head a cache head
 specialises it (``compile_check.AS_LAUNCHED``), and prints the registers a thread and the
 programs an SM they leave, then the same for the tiles such a call runs unsplit with
-(``decode.ENTRY_UNSPLIT_GRID``), with their shared memory; ``--last-wave-residency`` does the same for a contiguous call at
-``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
+(``decode.ENTRY_UNSPLIT_GRID``), with their shared memory; ``--last-wave-residency`` does the
+same for a contiguous call at ``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
 unsplit grid of more than two programs an SM chooses from, contiguous and paged, with their
 shared memory; ``--short-rows-residency`` for the tiles a captured call at ``D = 64`` splits
 with. ``--dependent-merge-evidence`` compiles the decode merge kernel for each GPU class and

@@ -880,11 +880,11 @@ float16 or bfloat16 call reading its table entry by entry that runs unsplit inst
 up to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at most 256
 keys) and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and 256 at ``D = 64``, in
 two stages. Compiled as such a grid launches them, they take 252-255 registers a thread and
-72-74 KB of shared memory, so two programs of four warps fill an SM's 65536 registers (``python
--m teachkit.kernels --paged-residency``, Triton 3.6; the launched kernels report the same): a
-grid of 1.45 to 2 programs an SM runs in one wave, with no partial results to write and merge, and each
-program's 64 KB iterations keep enough of the cache in flight to hide the wait for each table
-entry, which the split's smaller tiles hid by having more programs. Why it pays from 1.45 and
+72-74 KB of shared memory, so two programs of four warps fill an SM's 65536 registers
+(``python -m teachkit.kernels --paged-residency``, Triton 3.6; the launched kernels report the
+same): a grid of 1.45 to 2 programs an SM runs in one wave, with no partial results to write
+and merge, and each program's 64 KB iterations keep enough of the cache in flight to hide the
+wait for each table entry, which the split's smaller tiles hid by having more programs. Why it pays from 1.45 and
 not at 1.2 programs an SM (below) was not profiled. On an H100 (H = 32, fp16, pages of 16
 shuffled, CUDA-graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py
 --entry-tiles-sweep``, record ``decode_entry_tiles_nvidia_h100_with_rule``, against the
@@ -2062,8 +2062,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     reads its table entry by entry and whose unsplit grid already gives every SM a program
     still splits, with the usual tiles, up to :data:`PAGED_ENTRY_WAVES` programs an SM, but
     where that grid has 1.45 to 2 programs an SM (:data:`ENTRY_UNSPLIT_GRID`), which runs
-    unsplit with 64 KB tiles; a contiguous one whose unsplit grid gives some SMs two programs and the
-    rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
+    unsplit with 64 KB tiles; a contiguous one whose unsplit grid gives some SMs two programs
+    and the rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
     cache is too short for that runs unsplit with :data:`SHORT_CACHE_TILES`. An unsplit
     16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest

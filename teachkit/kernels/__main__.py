@@ -13,9 +13,9 @@ by entry splits with, as a launch of one new token with one query head a cache h
 (``compile_check.AS_LAUNCHED``), and prints the registers a thread and the programs an SM they
 leave, then the same for the tiles such a call runs unsplit with (``decode.ENTRY_UNSPLIT_GRID``),
 with their shared memory; ``--last-wave-residency`` does the same for a contiguous call at
-``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an unsplit
-grid of more than two programs an SM chooses from, contiguous and paged, with their shared memory;
-``--short-rows-residency`` for the tiles a captured call at ``D = 64`` splits with.
+``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
+unsplit grid of more than two programs an SM chooses from, contiguous and paged, with their shared
+memory; ``--short-rows-residency`` for the tiles a captured call at ``D = 64`` splits with.
 ``--dependent-merge-evidence`` compiles the decode merge kernel for each GPU class and
 prints its grid dependency control: ``griddepcontrol.wait`` before its first load where it is a
 programmatic dependent launch (sm_90), none elsewhere. ``--tail-loop-evidence`` compiles the

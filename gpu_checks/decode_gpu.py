@@ -827,19 +827,28 @@ ENTRY_TILES = {"128 keys x 2": (128, 2), "128 keys x 3": (128, 3), "64 keys x 3"
 
 def entry_tiles_sweep() -> list:
     """GB/s of a paged cache (pages of 16, shuffled; tables too wide to hold, read entry by
-    entry) on CUDA-graph replays by the default (``teachkit paged``) and unsplit with each of
-    :data:`ENTRY_TILES` (``paged, unsplit <tiles>``), beside the contiguous default (``teachkit
-    split-KV, default``), for head dims 128 and 64 and :data:`ENTRY_TILES_PROBLEMS`; interleaved
-    in time, best of three. The default's rows carry its plan's ranges, keys a tile, stages and
-    programs an SM (``provider_params``)."""
+    entry) on CUDA-graph replays by the default (``teachkit paged``), unsplit with each of
+    :data:`ENTRY_TILES` (``paged, unsplit <tiles>``) and split as such a grid splits without
+    ``decode.ENTRY_UNSPLIT_GRID`` (``paged, ranges up to 5 an SM``: the most ranges of the usual
+    tiles within ``decode.PAGED_ENTRY_WAVES`` programs an SM, where that is more than one),
+    beside the contiguous default (``teachkit split-KV, default``), for head dims 128 and 64 and
+    :data:`ENTRY_TILES_PROBLEMS`; interleaved in time, best of three. The default's rows carry
+    its plan's ranges, keys a tile, stages and programs an SM (``provider_params``)."""
+    from teachkit.kernels import decode
     from teachkit.kernels.decode import DecodeConfig
 
-    variants = {f"paged, unsplit {name}": lambda paged, bn=bn, stages=stages: functools.partial(
-                    paged, num_splits=1, config=DecodeConfig(bn, 4, stages, one_launch=False))
-                for name, (bn, stages) in ENTRY_TILES.items()}
+    unsplit = {f"paged, unsplit {name}": lambda paged, bn=bn, stages=stages: functools.partial(
+                   paged, num_splits=1, config=DecodeConfig(bn, 4, stages, one_launch=False))
+               for name, (bn, stages) in ENTRY_TILES.items()}
     out = []
     for D in (128, 64):
+        usual = decode.decode_config(D, torch.float16, (9, 0), paged=True, captured=True)
         for B, S in ENTRY_TILES_PROBLEMS:
+            aim = decode.PAGED_ENTRY_WAVES[90]
+            ranges = aim * decode.sm_count() // (B * 32)
+            split = {} if ranges < 2 else {f"paged, ranges up to {aim} an SM": (
+                lambda paged, n=ranges, c=usual: functools.partial(paged, num_splits=n, config=c))}
+            variants = unsplit | split
             best, gbps, plan = paged_problem(
                 "entry tiles", B, S, D, variants, out,
                 lambda plan, per_sm: {"splits": plan.num_splits,

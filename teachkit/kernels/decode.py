@@ -878,27 +878,25 @@ ENTRY_UNSPLIT_GRID = {90: (1.45, 2.0, 64 * 1024, 2)}
 """Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a
 paged float16 or bfloat16 call reading its table entry by entry that runs unsplit instead of
 splitting up to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at
-most 256 keys) and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and 256 at ``D =
-64``, in two stages. Compiled as such a grid launches them, they take 252-255 registers a thread
-and 72-74 KB of shared memory, so two programs of four warps fill an SM's 65536 registers
+most 256 keys) and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and 256 at
+``D = 64``, in two stages. Compiled as such a grid launches them, they take 252-255 registers a
+thread and 72-74 KB of shared memory, so two programs of four warps fill an SM's 65536 registers
 (``python -m teachkit.kernels --paged-residency``, Triton 3.6; the launched kernels report the
 same): a grid of 1.45 to 2 programs an SM runs in one wave, with no partial results to write and
-merge, and each program's 64 KB iterations keep enough of the cache in flight to hide the wait
-for each table entry, which the split's smaller tiles hid by having more programs. Why it pays
-from 1.45 and not at 1.2 programs an SM (below) was not profiled. On an H100 (H = 32, fp16,
-pages of 16 shuffled, CUDA-graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py
---entry-tiles-sweep``, record ``decode_entry_tiles_nvidia_h100_with_rule``, against the
-contiguous default of the same run) six to eight sequences (1.45-1.94 programs an SM) of 16k to
-128k tokens read pages at the rates that record holds; in a scratch run before it, at ``D = 64``
-these tiles read six, seven and eight sequences at 101.5-104.2 %, 103.0-103.7 % and 97.6-99.5 %
-of contiguous where two to three ranges read at 98.1-99.8 %, 100.7-101.7 % and (128 keys in
-three stages, the rule's first form) 94.5-96.9 %; at ``D = 128`` 128 keys in two or three stages
-read them at 99.9-102.3 % against the split's 98.2-99.8 % (eight: 97.7-98.7 %, either depth,
-against 98.2-98.6 % in three). At five sequences (1.2 an SM) the split wins at both head dims
-(98.0 and 100.2 % at 16k against 96.0 and 98.8 % unsplit). The first form of the rule, 1.9-2 an
-SM with 128 keys in three stages at both head dims, is recorded in
-``decode_entry_tiles_nvidia_h100`` (before any rule) beside the two ranges it replaced. Timed in
-float16 at ``D = 64`` and 128 (:data:`ENTRY_UNSPLIT_HEAD_DIMS`)."""
+merge, and each program's 64 KB iteration in flight hides the wait for the next one's table
+entries, which the split hid by having more programs. Why it pays from 1.45 and not at 1.2
+programs an SM was not profiled. On an H100 (H = 32, fp16, pages of 16 shuffled, CUDA-graph
+replays, interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
+``decode_entry_tiles_nvidia_h100_with_rule``, against the contiguous default of the same run)
+six to eight sequences (1.45-1.94 programs an SM) of 16k to 128k tokens so planned read pages at
+97.6-102.3 % of contiguous at ``D = 128`` and 97.3-103.0 % at ``D = 64``, 0.7-3.1 and 2.8-6.2
+points above the split those grids took before (two or three ranges of the usual tiles). At
+``D = 128`` three stages read six and eight sequences at most 0.4 points faster and seven 1.8-2.3
+slower; at ``D = 64`` 128 keys in three stages, the rule's first form (from 1.9 an SM; record
+``decode_entry_tiles_nvidia_h100``, before any rule), read them 2.4-8.3 points slower. At five
+sequences (1.2 an SM) the split reads as fast or faster: 100.6 and 94.3 % against the best
+unsplit tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128
+(:data:`ENTRY_UNSPLIT_HEAD_DIMS`)."""
 
 ENTRY_UNSPLIT_HEAD_DIMS = (64, 128)
 """The head dims at which :data:`ENTRY_UNSPLIT_GRID` was measured."""

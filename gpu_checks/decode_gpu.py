@@ -65,8 +65,9 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    and aiming for four as a call reading entries does, beside the contiguous default on
    CUDA-graph replays, saved as a record (decode.HELD_SPLIT_WAVES);
 19. with --entry-tiles-sweep, a paged cache read entry by entry (four to sixteen sequences,
-   0.97-3.9 programs an SM unsplit, 16k-128k tokens, D = 64 and 128) by the default and
-   unsplit with 64- to 256-key tiles in 2 or 3 stages, beside the contiguous default on
+   0.97-3.9 programs an SM unsplit, 16k-128k tokens, D = 64 and 128) by the default, split
+   as before its rule and unsplit with 64- to 256-key tiles in 2 or 3 stages, beside the
+   contiguous default on
    CUDA-graph replays, saved as a record (decode.ENTRY_UNSPLIT_GRID).
 """
 

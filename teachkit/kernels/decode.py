@@ -883,9 +883,9 @@ most 256 keys) and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and
 thread and 72-74 KB of shared memory, so two programs of four warps fill an SM's 65536 registers
 (``python -m teachkit.kernels --paged-residency``, Triton 3.6; the launched kernels report the
 same): a grid of 1.45 to 2 programs an SM runs in one wave, with no partial results to write and
-merge, and each program's 64 KB iteration in flight hides the wait for the next one's table
-entries, which the split hid by having more programs. Why it pays from 1.45 and not at 1.2
-programs an SM was not profiled. On an H100 (H = 32, fp16, pages of 16 shuffled, CUDA-graph
+merge, and each program has a 64 KB iteration in flight while the next one waits for its table
+entries, where the split had more programs waiting. That this is what hides the wait, and why it
+pays from 1.45 and not at 1.2 programs an SM, was not profiled. On an H100 (H = 32, fp16, pages of 16 shuffled, CUDA-graph
 replays, interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
 ``decode_entry_tiles_nvidia_h100_with_rule``, against the contiguous default of the same run)
 six to eight sequences (1.45-1.94 programs an SM) of 16k to 128k tokens so planned read pages at

@@ -885,8 +885,8 @@ thread and 72-74 KB of shared memory, so two programs of four warps fill an SM's
 same): a grid of 1.45 to 2 programs an SM runs in one wave, with no partial results to write and
 merge, and each program has a 64 KB iteration in flight while the next one waits for its table
 entries, where the split had more programs waiting. That this is what hides the wait, and why it
-pays from 1.45 and not at 1.2 programs an SM, was not profiled. On an H100 (H = 32, fp16, pages of 16 shuffled, CUDA-graph
-replays, interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
+pays from 1.45 and not at 1.2 programs an SM, was not profiled. On an H100 (H = 32, fp16, pages
+of 16 shuffled, CUDA-graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
 ``decode_entry_tiles_nvidia_h100_with_rule``, against the contiguous default of the same run)
 six to eight sequences (1.45-1.94 programs an SM) of 16k to 128k tokens so planned read pages at
 97.6-102.3 % of contiguous at ``D = 128`` and 97.3-103.0 % at ``D = 64``, 0.7-3.1 and 2.8-6.2

@@ -875,27 +875,28 @@ it runs unsplit with 64 KB tiles (:data:`ENTRY_UNSPLIT_GRID`). Calls that hold t
 (:data:`HELD_TABLE_PAGES`) are planned as contiguous ones instead."""
 
 ENTRY_UNSPLIT_GRID = {90: (1.45, 2.0, 64 * 1024, 2)}
-"""Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a
-paged float16 or bfloat16 call reading its table entry by entry that runs unsplit instead of
-splitting up to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at
-most 256 keys) and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and 256 at
-``D = 64``, in two stages. Compiled as such a grid launches them, they take 252-255 registers a
-thread and 72-74 KB of shared memory, so two programs of four warps fill an SM's 65536 registers
+"""Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a paged
+float16 or bfloat16 call reading its table entry by entry that runs unsplit instead of splitting up
+to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at most 256 keys)
+and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and 256 at ``D = 64``, in two stages.
+Compiled as such a grid launches them, they take 252-255 registers a thread and 72-74 KB of shared
+memory, so two programs of four warps fill an SM's 65536 registers
 (``python -m teachkit.kernels --paged-residency``, Triton 3.6; the launched kernels report the
 same): a grid of 1.45 to 2 programs an SM runs in one wave, with no partial results to write and
 merge, and each program has a 64 KB iteration in flight while the next one waits for its table
 entries, where the split had more programs waiting. That this is what hides the wait, and why it
-pays from 1.45 and not at 1.2 programs an SM, was not profiled. On an H100 (H = 32, fp16, pages
-of 16 shuffled, CUDA-graph replays, interleaved, best of three; ``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
-``decode_entry_tiles_nvidia_h100_with_rule``, against the contiguous default of the same run)
-six to eight sequences (1.45-1.94 programs an SM) of 16k to 128k tokens so planned read pages at
+pays from 1.45 and not at 1.2 programs an SM, was not profiled. On an H100 (H = 32, fp16, pages of
+16 shuffled, CUDA-graph replays, interleaved, best of three;
+``gpu_checks/decode_gpu.py --entry-tiles-sweep``, record
+``decode_entry_tiles_nvidia_h100_with_rule``, against the contiguous default of the same run) six
+to eight sequences (1.45-1.94 programs an SM) of 16k to 128k tokens so planned read pages at
 97.6-102.3 % of contiguous at ``D = 128`` and 97.3-103.0 % at ``D = 64``, 0.7-3.1 and 2.8-6.2
 points above the split those grids took before (two or three ranges of the usual tiles). At
 ``D = 128`` three stages read six and eight sequences at most 0.4 points faster and seven 1.8-2.3
 slower; at ``D = 64`` 128 keys in three stages, the rule's first form (from 1.9 an SM; record
 ``decode_entry_tiles_nvidia_h100``, before any rule), read them 2.4-8.3 points slower. At five
-sequences (1.2 an SM) the split reads as fast or faster: 100.6 and 94.3 % against the best
-unsplit tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128
+sequences (1.2 an SM) the split reads as fast or faster: 100.6 and 94.3 % against the best unsplit
+tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128
 (:data:`ENTRY_UNSPLIT_HEAD_DIMS`)."""
 
 ENTRY_UNSPLIT_HEAD_DIMS = (64, 128)

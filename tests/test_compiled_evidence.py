@@ -163,6 +163,17 @@ def test_paged_residency_reads_the_registers_of_the_tiles_a_paged_call_splits_wi
         assert used["programs"] >= decode.ENTRY_UNSPLIT_GRID[90][1], used
 
 
+def test_the_unsplit_entry_tiles_cost_grouped_query_heads_what_they_cost_one():
+    """``decode.ENTRY_UNSPLIT_GRID`` counts grouped-query heads by their cache heads, as it was
+    timed with one query head a cache head: compiled with two and eight query heads a cache head
+    (rows a program holds: 16 either way), the rule's tiles take the registers and shared memory
+    they take with one, so the same two programs fit an SM."""
+    code = "print([cc.entry_unsplit_residency(group=g) for g in (1, 2, 8)])"
+    one, *grouped = compiled_facts(code)
+    for found in grouped:
+        assert found == one, (found, one)
+
+
 def test_last_wave_residency_reads_the_programs_an_sm_the_rule_counts_on():
     """``--last-wave-residency``: the tiles a contiguous call at D = 128 splits with to fill its
     last wave (sm_90, 128 keys, with the merge kernel and in one launch, compiled as launched)

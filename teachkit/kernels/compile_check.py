@@ -1349,16 +1349,17 @@ program holds), the same tiles took up to 255 and 168 registers."""
 
 def _split_residency(head_dim: int, cfg: decode.DecodeConfig, page_size: int, one_launch: bool,
                      capability: int, table_tile: int = 0, interleave: bool = False,
-                     tail_stages: int | None = None) -> dict[str, int]:
+                     tail_stages: int | None = None, group: int = 1) -> dict[str, int]:
     """``BLOCK_N``, stages, registers a thread, spilled bytes, shared memory and programs an SM
     (by registers and shared memory) of the decode split kernel with tiles ``cfg`` (bf16, one
     query row, in key order or with ``interleave`` its pages interleaved; ``table_tile``
     entries of the table row held, 0: none; its masked loop ``tail_stages`` deep, ``None``: as
     the kernel) compiled for ``sm_<capability>`` as a launch of one new token with one query
-    head a cache head specialises it (:data:`AS_LAUNCHED`)."""
+    head a cache head specialises it (:data:`AS_LAUNCHED`), or with ``group`` query heads a
+    cache head (at most 16, the rows a program then holds)."""
     config = _split_config("bf16", head_dim, capability, cfg, page_size, table_tile, interleave,
                            16, one_launch, False, tail_stages)
-    constexprs = {**config.constexprs, **AS_LAUNCHED}
+    constexprs = {**config.constexprs, **AS_LAUNCHED, "GROUP": group}
     config = replace(config, constexprs=constexprs,
                      signature=kernel_signature(config.kernel, dict(config.signature), constexprs))
     compiled = _compile(config, capability)
@@ -1408,21 +1409,22 @@ def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[s
     return found
 
 
-def entry_unsplit_residency(capability: int = 90) -> dict[int, dict[str, int]]:
+def entry_unsplit_residency(capability: int = 90, group: int = 1) -> dict[int, dict[str, int]]:
     """What the tiles of a paged decode call that reads its table entry by entry and runs
     unsplit by ``decode.ENTRY_UNSPLIT_GRID`` (its tile bytes, up to 256 keys, and stages; bf16,
     pages of 16, no row held) cost on ``sm_<capability>``, for each head dim of
     ``decode.ENTRY_UNSPLIT_HEAD_DIMS``, compiled as the plan launches a grid of at most two
     programs an SM (its tiles' pages interleaved, ``decode.INTERLEAVE_PAGES_PER_SM``; its masked
     loop ``decode.TAIL_LOOP_STAGES`` deep) and as a launch of one new token with one query head
-    a cache head specialises them (:data:`AS_LAUNCHED`): the registers, shared memory and the
-    programs an SM they leave, to set beside the rule's grid of up to two an SM. Must run with
-    ``TRITON_INTERPRET=0``."""
+    a cache head specialises them (:data:`AS_LAUNCHED`), or ``group`` query heads a cache head
+    (grouped-query heads, which the rule counts by their cache heads): the registers, shared
+    memory and the programs an SM they leave, to set beside the rule's grid of up to two an SM.
+    Must run with ``TRITON_INTERPRET=0``."""
     _, _, stage_bytes, stages = decode.ENTRY_UNSPLIT_GRID[capability]
     return {head_dim: _split_residency(
                 head_dim, decode.DecodeConfig(decode._keys_per_block(stage_bytes, head_dim, 2, 256),
                                               4, stages, one_launch=False), 16, False, capability,
-                interleave=True, tail_stages=decode.TAIL_LOOP_STAGES.get(capability))
+                interleave=True, tail_stages=decode.TAIL_LOOP_STAGES.get(capability), group=group)
             for head_dim in decode.ENTRY_UNSPLIT_HEAD_DIMS}
 
 

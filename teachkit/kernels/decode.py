@@ -896,8 +896,11 @@ points above the split those grids took before (two or three ranges of the usual
 slower; at ``D = 64`` 128 keys in three stages, the rule's first form (from 1.9 an SM; record
 ``decode_entry_tiles_nvidia_h100``, before any rule), read them 2.4-8.3 points slower. At five
 sequences (1.2 an SM) the split reads as fast or faster: 100.6 and 94.3 % against the best unsplit
-tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128
-(:data:`ENTRY_UNSPLIT_HEAD_DIMS`)."""
+tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128 (:data:`ENTRY_UNSPLIT_HEAD_DIMS`),
+one query head a cache head. Grouped-query calls count their cache heads: the tiles compiled with
+two or eight query heads a cache head take the same registers and shared memory
+(``entry_unsplit_residency(group=...)`` of :mod:`teachkit.kernels.compile_check`), so two still fit
+an SM; their speed was not timed."""
 
 ENTRY_UNSPLIT_HEAD_DIMS = (64, 128)
 """The head dims at which :data:`ENTRY_UNSPLIT_GRID` was measured."""

@@ -67,8 +67,7 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 19. with --entry-tiles-sweep, a paged cache read entry by entry (four to sixteen sequences,
    0.97-3.9 programs an SM unsplit, 16k-128k tokens, D = 64 and 128) by the default, split
    as before its rule and unsplit with 64- to 256-key tiles in 2 or 3 stages, beside the
-   contiguous default on
-   CUDA-graph replays, saved as a record (decode.ENTRY_UNSPLIT_GRID).
+   contiguous default on CUDA-graph replays, saved as a record (decode.ENTRY_UNSPLIT_GRID).
 """
 
 from __future__ import annotations
@@ -841,12 +840,14 @@ def entry_tiles_sweep() -> list:
     unsplit = {f"paged, unsplit {name}": lambda paged, bn=bn, stages=stages: functools.partial(
                    paged, num_splits=1, config=DecodeConfig(bn, 4, stages, one_launch=False))
                for name, (bn, stages) in ENTRY_TILES.items()}
+    aim = decode.PAGED_ENTRY_WAVES[90]
     out = []
     for D in (128, 64):
         usual = decode.decode_config(D, torch.float16, (9, 0), paged=True, captured=True)
         for B, S in ENTRY_TILES_PROBLEMS:
-            aim = decode.PAGED_ENTRY_WAVES[90]
-            ranges = aim * decode.sm_count() // (B * 32)
+            # the split's ranges as _launch_plan chooses them for PAGED_ENTRY_WAVES
+            ranges = decode.choose_num_splits(B * 32, -(-S // usual.block_n), decode.sm_count(),
+                                              aim, aim)
             split = {} if ranges < 2 else {f"paged, ranges up to {aim} an SM": (
                 lambda paged, n=ranges, c=usual: functools.partial(paged, num_splits=n, config=c))}
             variants = unsplit | split

@@ -1422,7 +1422,7 @@ def entry_unsplit_residency(capability: int = 90, group: int = 1) -> dict[int, d
     Must run with ``TRITON_INTERPRET=0``."""
     _, _, stage_bytes, stages = decode.ENTRY_UNSPLIT_GRID[capability]
     return {head_dim: _split_residency(
-                head_dim, decode.DecodeConfig(decode._keys_per_block(stage_bytes, head_dim, 2, 256),
+                head_dim, decode.DecodeConfig(decode._entry_unsplit_keys(stage_bytes, head_dim, 2),
                                               4, stages, one_launch=False), 16, False, capability,
                 interleave=True, tail_stages=decode.TAIL_LOOP_STAGES.get(capability), group=group)
             for head_dim in decode.ENTRY_UNSPLIT_HEAD_DIMS}

@@ -1168,6 +1168,12 @@ def _keys_per_block(stage_bytes: int, head_dim: int, size: int, most: int = 128)
     return max(16, min(most, stage_bytes // (2 * head_dim * size)))
 
 
+def _entry_unsplit_keys(stage_bytes: int, head_dim: int, size: int) -> int:
+    """``BLOCK_N`` of the tiles :data:`ENTRY_UNSPLIT_GRID` runs with: ``stage_bytes`` of K and
+    V an iteration, up to 256 keys (64 KB is 256 keys at ``D = 64``)."""
+    return _keys_per_block(stage_bytes, head_dim, size, 256)
+
+
 def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_dim: int,
                  paged: bool = False) -> float:
     """Programs of the unsplit grid per SM from which :func:`decode_attention` does not split the
@@ -2125,7 +2131,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
             and dtype != torch.float32 and D in ENTRY_UNSPLIT_HEAD_DIMS
             and unsplit_grid[0] <= per_sm <= unsplit_grid[1]):
         # 1.45 to 2 programs an SM, two fit: unsplit, 64 KB tiles hiding the table's wait
-        tiles = base._replace(block_n=_keys_per_block(unsplit_grid[2], D, dtype.itemsize, 256),
+        tiles = base._replace(block_n=_entry_unsplit_keys(unsplit_grid[2], D, dtype.itemsize),
                               num_stages=unsplit_grid[3])
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)

@@ -67,7 +67,11 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
 19. with --entry-tiles-sweep, a paged cache read entry by entry (four to sixteen sequences,
    0.97-3.9 programs an SM unsplit, 16k-128k tokens, D = 64 and 128) by the default, split
    as before its rule and unsplit with 64- to 256-key tiles in 2 or 3 stages, beside the
-   contiguous default on CUDA-graph replays, saved as a record (decode.ENTRY_UNSPLIT_GRID).
+   contiguous default on CUDA-graph replays, saved as a record (decode.ENTRY_GRID).
+20. with --entry-ranges-sweep, a paged cache read entry by entry whose unsplit grid holds under
+   1.45 programs an SM (one to five sequences, 16k and 64k tokens, D = 64 and 128) by the
+   default, split as before its rule and in ranges of the rule's 64 KB tiles, beside the
+   contiguous default, plain and on CUDA-graph replays, saved as records (decode.ENTRY_GRID).
 """
 
 from __future__ import annotations
@@ -142,6 +146,11 @@ def main() -> int:
                         help="only a paged cache read entry by entry at 1-3.9 programs an SM "
                              "by the default and unsplit with wider tiles, saved as teachkit/"
                              "benchmarks/decode_entry_tiles_<device>.json (or --json)")
+    parser.add_argument("--entry-ranges-sweep", action="store_true",
+                        help="only a paged cache read entry by entry at 0.24-1.2 programs an SM "
+                             "unsplit by the default, as split before its rule and in ranges "
+                             "of 64 KB tiles, plain and on CUDA-graph replays, saved as "
+                             "teachkit/benchmarks/decode_entry_ranges_<device>(_cudagraph).json")
     parser.add_argument("--wave-tiles-sweep", action="store_true",
                         help="only contiguous and paged grids of 2.9-11.6 programs an SM by "
                              "each tile they choose from, unsplit and split, beside cuDNN, "
@@ -208,9 +217,11 @@ def main() -> int:
         sweep(*args.sweep_at, copy_bandwidth())
         return 0
     if (args.split_sweep or args.last_wave_sweep or args.short_rows_sweep
-            or args.nearly_full_sweep or args.tail_loop_sweep or args.uneven_wave_sweep):
+            or args.nearly_full_sweep or args.tail_loop_sweep or args.uneven_wave_sweep
+            or args.entry_ranges_sweep):
         copy = copy_bandwidth()
         kind, run = (("split", split_sweep) if args.split_sweep else
+                     ("entry_ranges", entry_ranges_sweep) if args.entry_ranges_sweep else
                      ("last_wave", last_wave_sweep) if args.last_wave_sweep else
                      ("uneven_wave", uneven_wave_sweep) if args.uneven_wave_sweep else
                      ("short_rows", short_rows_sweep) if args.short_rows_sweep else
@@ -829,7 +840,7 @@ def entry_tiles_sweep() -> list:
     """GB/s of a paged cache (pages of 16, shuffled; tables too wide to hold, read entry by
     entry) on CUDA-graph replays by the default (``teachkit paged``), unsplit with each of
     :data:`ENTRY_TILES` (``paged, unsplit <tiles>``) and split as such a grid splits without
-    ``decode.ENTRY_UNSPLIT_GRID`` (``paged, ranges up to 5 an SM``: the most ranges of the usual
+    ``decode.ENTRY_GRID`` (``paged, ranges up to 5 an SM``: the most ranges of the usual
     tiles within ``decode.PAGED_ENTRY_WAVES`` programs an SM, where that is more than one),
     beside the contiguous default (``teachkit split-KV, default``), for head dims 128 and 64 and
     :data:`ENTRY_TILES_PROBLEMS`; interleaved in time, best of three. The default's rows carry
@@ -861,6 +872,65 @@ def entry_tiles_sweep() -> list:
                 f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
             torch.cuda.empty_cache()
     return out
+
+
+ENTRY_RANGES_PROBLEMS = tuple((B, S) for B in (1, 2, 3, 4, 5) for S in (16384, 65536))
+"""The entry-ranges sweep's (sequences, cache length) of 32 heads: 0.24, 0.48, 0.73, 0.97 and
+1.21 programs an SM unsplit on 132 SMs, caches of 1024 and 4096 pages of 16 (read entry by
+entry)."""
+
+
+def entry_ranges_sweep() -> tuple[list, list]:
+    """GB/s of a paged cache (pages of 16, shuffled; tables too wide to hold, read entry by
+    entry) by the default (``teachkit paged``), split as such grids were before
+    ``decode.ENTRY_GRID`` took them (``paged, before the rule``: the plan made with that table
+    emptied, given as ``num_splits`` and ``config``) and in each number
+    of ranges of the rule's 64 KB tiles that leaves 0.9 to 2.5 programs an SM (``paged, 64 KB x
+    2, N ranges``), beside the contiguous default (``teachkit split-KV, default``), for head dims
+    64 and 128 and :data:`ENTRY_RANGES_PROBLEMS`; launched plainly (a split merging in one
+    launch), then on CUDA-graph replays (merged by the merge kernel), interleaved, best of three.
+    The default's rows carry its plan's ranges, keys a tile and programs an SM
+    (``provider_params``). Returns (plain rows, graph rows)."""
+    from teachkit.kernels import decode
+    from teachkit.kernels.decode import DecodeConfig, decode_attention
+
+    sms = decode.sm_count()
+    found: tuple[list, list] = ([], [])
+    for graph, out in zip((False, True), found, strict=True):
+        for D in (64, 128):
+            block_n = decode._entry_grid_keys(decode.ENTRY_GRID[90][2], D, 2)
+            for B, S in ENTRY_RANGES_PROBLEMS:
+                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
+                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
+                                          check_values=False)
+                before = planned_with("ENTRY_GRID", {}, functools.partial(
+                    decode._launch_plan, B, 32, 1, D, 32, q.dtype, q.device, S, None, None, 16,
+                    graph))  # the plan such a call took before the rule, given explicitly
+                runs = {"teachkit split-KV, default": functools.partial(
+                            decode_attention, q, k, v, check_values=False),
+                        "teachkit paged": paged,
+                        "paged, before the rule": functools.partial(
+                            paged, num_splits=before.num_splits, config=before.config)}
+                for n in range(1, 17):
+                    if 0.9 <= B * 32 * n / sms <= 2.5:
+                        runs[f"paged, 64 KB x 2, {n} ranges"] = functools.partial(
+                            paged, num_splits=n,
+                            config=DecodeConfig(block_n, 4, 2, one_launch=not graph))
+                start = len(out)
+                best = checked_best_times(runs, "teachkit split-KV, default", "entry ranges", B,
+                                          S, nbytes, out, graph=graph, rounds=3, head_dim=D)
+                plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
+                                           16, graph)
+                params = {"splits": plan.num_splits, "block_n": plan.config.block_n,
+                          "programs_per_sm": round(plan.num_splits * B * 32 / sms, 2)}
+                for i in range(start, len(out)):  # the paged default's row: its plan
+                    if out[i].provider == "teachkit paged":
+                        out[i] = dataclasses.replace(out[i], provider_params=params)
+                say(f"{'graph' if graph else 'plain'} D={D} B={B} S={S // 1024}k: default "
+                    f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
+                del q, k, v, kp, vp
+                torch.cuda.empty_cache()
+    return found
 
 
 LAST_WAVE_GRIDS = ((34, 4), (19, 8), (5, 32), (22, 8), (24, 8))

@@ -660,8 +660,8 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     holds its table row (``HELD_SPLIT_WAVES``), and halves its tiles where a range would hold
     only one. A paged call in one launch aims for 2 whatever its tiles. An unsplit grid of one or
     two programs an SM takes 128-key tiles, contiguous (paged reading its entries, it splits:
-    ``PAGED_ENTRY_WAVES``) (pages of 16; planned for an H100's 132 SMs; the plan is pure
-    Python)."""
+    ``PAGED_ENTRY_WAVES``, or runs by ``ENTRY_GRID``) (pages of 16; planned for an H100's 132
+    SMs; the plan is pure Python)."""
     dev = torch.device(DEV)
     with planned_on((9, 0)):
         def plan(B, paged, S=16384, captured=False):
@@ -673,11 +673,17 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         assert plan(1, False, captured=True).config == decode.DecodeConfig(128, 4, 2, False)
         assert plan(1, False).num_splits == plan(1, True).num_splits == 8
         assert plan(1, True).config == decode.DecodeConfig(128, 4, 2, one_launch=True)
-        # paged and captured: 64 keys at a time, 16 ranges (4 programs an SM)
         assert decode.default_config(1, 32, 128, 16384, torch.float16, dev,
                                      captured=True) == plan(1, False, captured=True).config
+        # paged (entry by entry) and captured: 8 ranges of the 64 KB tiles (ENTRY_GRID); without
+        # that rule, 64 keys at a time, 16 ranges (4 programs an SM)
         paged_captured = plan(1, True, captured=True)
-        assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
+        assert (paged_captured.num_splits, paged_captured.config.block_n) == (8, 128)
+        with mock.patch.object(decode, "ENTRY_GRID", {}):
+            decode.forget_plans()
+            paged_captured = plan(1, True, captured=True)
+            assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
+        decode.forget_plans()
         # one launch: 2 programs an SM, as contiguous: 8 ranges of 128 keys
         assert (plan(1, True, 1024).num_splits, plan(1, True, 1024).config.block_n) == (8, 64)
         # captured, the table row held (64 pages): 2 programs an SM, 8 ranges of 128 keys
@@ -695,7 +701,7 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
             short = plan(B, False, 1024)
             assert (short.num_splits, short.config.block_n) == (splits, block_n)
         # paged, entry by entry, 1.2 programs an SM: 4 ranges of the usual tiles (up to 5);
-        # 1.45-1.94: unsplit, 64 KB tiles in 2 stages (ENTRY_UNSPLIT_GRID)
+        # 1.45-1.94: unsplit, 64 KB tiles in 2 stages (ENTRY_GRID)
         assert (plan(5, True).num_splits, plan(5, True).config.block_n) == (4, 64)
         for B in (6, 7, 8):
             assert (plan(B, True).num_splits, plan(B, True).config[:3]) == (1, (128, 4, 2)), B
@@ -779,7 +785,7 @@ def test_a_captured_split_call_of_128_byte_rows_aims_for_four_programs_an_sm():
     (the merge kernel) aims for four programs an SM and loads 32 KB (128 keys) in 2 stages
     where a range holds four such iterations, else 16 KB (``SHORT_ROW_SPLITS``), also with
     ``num_splits`` given; merging in one launch, at D = 128, in float32 or paged it splits as
-    before."""
+    before (paged, entry by entry, as ``ENTRY_GRID`` plans it)."""
     dev = torch.device(DEV)
 
     def plan(B, S, D=64, dtype=torch.float16, page_size=0, captured=True, num_splits=None):
@@ -798,7 +804,12 @@ def test_a_captured_split_call_of_128_byte_rows_aims_for_four_programs_an_sm():
         assert plan(1, 16384, num_splits=64).config.block_n == 64  # ranges of 256 keys
         assert plan(1, 16384, D=128).num_splits == 8
         assert plan(1, 16384, dtype=torch.float32).num_splits == 8
-        assert plan(1, 16384, page_size=16).config.block_n == 128
+        # paged, entry by entry: ENTRY_GRID's 64 KB tiles; without that rule, as before
+        assert plan(1, 16384, page_size=16).config.block_n == 256
+        with mock.patch.object(decode, "ENTRY_GRID", {}):
+            decode.forget_plans()
+            assert plan(1, 16384, page_size=16).config.block_n == 128
+        decode.forget_plans()
     with planned_on((8, 0)):
         assert plan(1, 16384).num_splits == 8
 
@@ -908,8 +919,9 @@ def test_the_masked_loop_is_not_pipelined_on_a_grid_of_few_programs_an_sm():
 def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
     """On sm_90 (132 SMs) a paged call whose tiles hold several whole pages interleaves them
     where its grid has at most two programs an SM (``INTERLEAVE_PAGES_PER_SM``), held row or
-    not: four sequences of 32 heads unsplit (0.97 an SM), one of 16k tokens in one launch (8
-    ranges, 1.9); not sixteen (3.9), nor one split 16 ways (3.9), nor five of 16k tokens (4
+    not: four sequences of 32 heads unsplit (0.97 an SM), one of 16k tokens in one launch or
+    captured (8 ranges, 1.9); not sixteen (3.9), nor one split 16 ways (3.9, captured without
+    ``ENTRY_GRID``), nor five of 16k tokens (4
     ranges, 4.8), nor pages as large as the tile, nor a contiguous call, nor on another GPU
     class."""
     dev = torch.device(DEV)
@@ -925,8 +937,13 @@ def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
         assert (one_launch.num_splits, one_launch.one_launch) == (8, True)
         assert not plan(5, S=16384).interleave_pages and plan(5, S=16384).num_splits == 4
         assert not plan(16, S=1024).interleave_pages
-        one = plan(1, D=128, S=16384)  # entry by entry: 16 ranges
-        assert one.num_splits * 32 > 2 * 132 and not one.interleave_pages
+        one = plan(1, D=128, S=16384)  # entry by entry: 8 ranges (ENTRY_GRID)
+        assert one.num_splits * 32 <= 2 * 132 and one.interleave_pages
+        with mock.patch.object(decode, "ENTRY_GRID", {}):
+            decode.forget_plans()
+            one = plan(1, D=128, S=16384)  # without that rule: 16 ranges
+            assert one.num_splits * 32 > 2 * 132 and not one.interleave_pages
+        decode.forget_plans()
         assert not plan(4, D=128, page_size=256).interleave_pages  # one page a tile
         assert not plan(4, page_size=0).interleave_pages
     with planned_on((8, 0)):
@@ -938,7 +955,7 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
     tokens: 1024 pages) whose unsplit grid has one to two and a half programs an SM splits into
     the most ranges that keep it within five an SM (``PAGED_ENTRY_WAVES``), with the usual
     tiles, captured or in one launch, grouped-query heads counted by their cache heads; at six
-    to eight sequences (1.45-1.94 an SM, ``ENTRY_UNSPLIT_GRID``) it runs unsplit with 64 KB
+    to eight sequences (1.45-1.94 an SM, ``ENTRY_GRID``) it runs unsplit with 64 KB
     tiles in 2 stages in 16 bits at D = 64 (256 keys) and 128 (128 keys) (split in float32 and
     at D = 256);
     at twelve sequences (2.9 an SM) it does not split, nor where it holds its table row (2k
@@ -976,6 +993,54 @@ def test_a_paged_grid_of_a_program_an_sm_reading_entries_splits():
         assert grouped.num_splits == 4
     with planned_on((8, 0)):
         assert plan(5).num_splits == 1
+
+
+def test_a_paged_grid_under_the_entry_grid_splits_into_it():
+    """On sm_90 (132 SMs, pages of 16) a 16-bit paged call reading its table entry by entry at
+    D = 64 or 128 whose unsplit grid holds fewer than 1.45 programs an SM splits into the most
+    ranges that keep it within two an SM, with the 64 KB tiles of ``ENTRY_GRID`` in 2 stages,
+    where that brings it to 1.45 or more: one to four sequences of 32 heads into 8, 4, 2 and 2
+    (1.94, 1.94, 1.45, 1.94 an SM), captured (the merge kernel) or in one launch; grouped-query
+    heads counted by their cache heads (16 sequences of 2: 8 ranges). Not five sequences (1.21:
+    two ranges would be 2.4), nor where the ranges would hold fewer than two of those tiles
+    (``PAGED_MIN_BLOCKS``), nor in float32, nor at D = 256, nor where the row is held, nor with
+    ``num_splits`` given, nor on sm_80 (``entry_grid_splits``)."""
+    dev = torch.device(DEV)
+
+    def plan(B, D=64, S=16384, page_size=16, captured=True, dtype=torch.float16, H_kv=32,
+             num_splits=None):
+        return decode._launch_plan(B, 32, 1, D, H_kv, dtype, dev, S, num_splits, None,
+                                   page_size, captured)
+
+    def without_rule(*args, **kwargs):
+        with mock.patch.object(decode, "ENTRY_GRID", {}):
+            decode.forget_plans()
+            got = plan(*args, **kwargs)
+        decode.forget_plans()
+        return got
+
+    with planned_on((9, 0)):
+        for D in (64, 128):
+            for B, ranges in ((1, 8), (2, 4), (3, 2), (4, 2)):
+                for S in (16384, 65536):
+                    for captured in (True, False):
+                        got = plan(B, D, S, captured=captured)
+                        assert got.num_splits == ranges, (D, B, S, captured)
+                        assert got.config[:3] == (16384 // D, 4, 2), (D, B, S, captured)
+                        assert got.one_launch == (not captured)
+                        assert 1.45 * 132 <= ranges * B * 32 <= 2 * 132
+            assert plan(5, D) == without_rule(5, D)  # 1.21 an SM: as before
+            assert plan(16, D, H_kv=2).num_splits == 8  # 32 cache heads
+        # 2560 tokens in pages of 8 (320 entries): 10 tiles of 256 keys, ranges of two
+        # iterations at most 5, 1.2 an SM: as before; 3072 tokens: 6 ranges, 1.45 an SM
+        assert plan(1, S=2560, page_size=8) == without_rule(1, S=2560, page_size=8)
+        assert plan(1, S=3072, page_size=8).num_splits == 6
+        assert plan(1, S=3072, page_size=8).config.block_n == 256
+        for kwargs in ({"dtype": torch.float32}, {"D": 256}, {"S": 4096}, {"num_splits": 4}):
+            assert plan(1, **kwargs) == without_rule(1, **kwargs), kwargs
+        assert plan(1, S=4096).table_tile  # 256 pages: the row held
+    with planned_on((8, 0)):
+        assert plan(1) == without_rule(1)
 
 
 def test_a_grid_a_little_past_a_program_an_sm_splits_to_fill_its_last_wave():
@@ -1238,7 +1303,7 @@ def test_an_entry_by_entry_grid_that_splits_by_default_matches_the_reference(gen
 def test_an_entry_by_entry_grid_of_two_programs_an_sm_unsplit_matches_the_reference(gen):
     """300 pages of one token, two sequences of four float16 heads (two programs an SM under
     the interpreter): the call runs unsplit with 256 keys (64 KB) in 2 stages
-    (``ENTRY_UNSPLIT_GRID``), uneven lengths included, and its result matches the reference."""
+    (``ENTRY_GRID``), uneven lengths included, and its result matches the reference."""
     plan = checked_entry_by_entry_plan(gen, 4, 64, torch.float16, 201)
     if plan is not None:
         assert plan.table_tile == 0 and plan.num_splits == 1

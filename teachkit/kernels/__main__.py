@@ -11,7 +11,7 @@ interleaved, and counts its PTX instructions, table entries and row addresses.
 ``--paged-residency`` compiles it for sm_90 with the tiles a paged call that reads its table entry
 by entry splits with, as a launch of one new token with one query head a cache head specialises it
 (``compile_check.AS_LAUNCHED``), and prints the registers a thread and the programs an SM they
-leave, then the same for the tiles such a call runs unsplit with (``decode.ENTRY_UNSPLIT_GRID``),
+leave, then the same for the tiles such a call runs unsplit with (``decode.ENTRY_GRID``),
 with their shared memory; ``--last-wave-residency`` does the same for a contiguous call at
 ``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
 unsplit grid of more than two programs an SM chooses from, contiguous and paged, with their shared
@@ -221,9 +221,10 @@ def main(argv: list[str] | None = None) -> int:
               "cache head (ptxas -v):")
         for (head_dim, one_launch), used in cc.paged_entry_residency().items():
             print(f"  D={head_dim:<4} {_residency_line(used, _merge_name(one_launch))}")
-        print("and unsplit with the tiles of decode.ENTRY_UNSPLIT_GRID (metadata.shared too):")
-        for head_dim, used in cc.entry_unsplit_residency().items():
-            print(f"  D={head_dim:<4} {_residency_line(used, 'unsplit')}")
+        print("and with the tiles of decode.ENTRY_GRID, unsplit or split (metadata.shared too):")
+        for (head_dim, one_launch), used in cc.entry_grid_residency().items():
+            merge = "one launch" if one_launch else "unsplit"
+            print(f"  D={head_dim:<4} {_residency_line(used, merge)}")
         return 0
     if args.last_wave_residency:
         from . import decode

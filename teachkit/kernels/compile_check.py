@@ -1409,23 +1409,27 @@ def paged_entry_residency(capability: int = 90) -> dict[tuple[int, bool], dict[s
     return found
 
 
-def entry_unsplit_residency(capability: int = 90, group: int = 1) -> dict[int, dict[str, int]]:
-    """What the tiles of a paged decode call that reads its table entry by entry and runs
-    unsplit by ``decode.ENTRY_UNSPLIT_GRID`` (its tile bytes, up to 256 keys, and stages; bf16,
-    pages of 16, no row held) cost on ``sm_<capability>``, for each head dim of
-    ``decode.ENTRY_UNSPLIT_HEAD_DIMS``, compiled as the plan launches a grid of at most two
-    programs an SM (its tiles' pages interleaved, ``decode.INTERLEAVE_PAGES_PER_SM``; its masked
-    loop ``decode.TAIL_LOOP_STAGES`` deep) and as a launch of one new token with one query head
-    a cache head specialises them (:data:`AS_LAUNCHED`), or ``group`` query heads a cache head
-    (grouped-query heads, which the rule counts by their cache heads): the registers, shared
-    memory and the programs an SM they leave, to set beside the rule's grid of up to two an SM.
-    Must run with ``TRITON_INTERPRET=0``."""
-    _, _, stage_bytes, stages = decode.ENTRY_UNSPLIT_GRID[capability]
-    return {head_dim: _split_residency(
-                head_dim, decode.DecodeConfig(decode._entry_unsplit_keys(stage_bytes, head_dim, 2),
-                                              4, stages, one_launch=False), 16, False, capability,
-                interleave=True, tail_stages=decode.TAIL_LOOP_STAGES.get(capability), group=group)
-            for head_dim in decode.ENTRY_UNSPLIT_HEAD_DIMS}
+def entry_grid_residency(capability: int = 90, group: int = 1,
+                         ) -> dict[tuple[int, bool], dict[str, int]]:
+    """What the tiles of a paged decode call that reads its table entry by entry and runs by
+    ``decode.ENTRY_GRID`` (its tile bytes, up to 256 keys, and stages; bf16, pages of 16, no row
+    held) cost on ``sm_<capability>``, for ``(head dim, merging in one launch)``: each head dim
+    of ``decode.ENTRY_GRID_HEAD_DIMS``, unsplit or split and merged by the merge kernel (one
+    kernel, ``False``) and split merging in one launch (``True``, a split call launched plainly).
+    Compiled as the plan launches a grid of at most two programs an SM (its tiles' pages
+    interleaved, ``decode.INTERLEAVE_PAGES_PER_SM``; its masked loop ``decode.TAIL_LOOP_STAGES``
+    deep) and as a launch of one new token with one query head a cache head specialises them
+    (:data:`AS_LAUNCHED`), or ``group`` query heads a cache head (grouped-query heads, which the
+    rule counts by their cache heads): the registers, shared memory and the programs an SM they
+    leave, to set beside the rule's grid of up to two an SM. Must run with
+    ``TRITON_INTERPRET=0``."""
+    _, _, stage_bytes, stages = decode.ENTRY_GRID[capability]
+    return {(head_dim, one_launch): _split_residency(
+                head_dim, decode.DecodeConfig(decode._entry_grid_keys(stage_bytes, head_dim, 2),
+                                              4, stages, one_launch=one_launch), 16, one_launch,
+                capability, interleave=True, tail_stages=decode.TAIL_LOOP_STAGES.get(capability),
+                group=group)
+            for head_dim in decode.ENTRY_GRID_HEAD_DIMS for one_launch in (False, True)}
 
 
 def last_wave_residency(capability: int = 90) -> dict[bool, dict[str, int]]:

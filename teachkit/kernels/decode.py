@@ -123,8 +123,8 @@ __all__ = [
     # the launch plan's measured rules (forget_plans after changing one)
     "DEPENDENT_MERGE",
     "ENTRIES_FILL_ONE_WAVE",
-    "ENTRY_UNSPLIT_GRID",
-    "ENTRY_UNSPLIT_HEAD_DIMS",
+    "ENTRY_GRID",
+    "ENTRY_GRID_HEAD_DIMS",
     "FULLEST_WAVE_TILES",
     "HELD_SPLIT_WAVES",
     "LAST_WAVE_FEWEST_KEYS",
@@ -871,10 +871,10 @@ contiguous at ``D = 64`` and 86-98 % at ``D = 128``; split this way (four, three
 two ranges for five to ten sequences) at 96-105 % and 97-102 %. At twelve sequences (2.9 an SM,
 one range) no split gained: 2 ranges read at 74-77 %, 3 at 93-96 % against the unsplit 94-95 %.
 A 16-bit grid of 1.45 to 2 programs an SM (six to eight sequences) no longer splits on an H100:
-it runs unsplit with 64 KB tiles (:data:`ENTRY_UNSPLIT_GRID`). Calls that hold their table row
+it runs unsplit with 64 KB tiles (:data:`ENTRY_GRID`). Calls that hold their table row
 (:data:`HELD_TABLE_PAGES`) are planned as contiguous ones instead."""
 
-ENTRY_UNSPLIT_GRID = {90: (1.45, 2.0, 64 * 1024, 2)}
+ENTRY_GRID = {90: (1.45, 2.0, 64 * 1024, 2)}
 """Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a paged
 float16 or bfloat16 call reading its table entry by entry that runs unsplit instead of splitting up
 to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at most 256 keys)
@@ -896,14 +896,14 @@ points above the split those grids took before (two or three ranges of the usual
 slower; at ``D = 64`` 128 keys in three stages, the rule's first form (from 1.9 an SM; record
 ``decode_entry_tiles_nvidia_h100``, before any rule), read them 2.4-8.3 points slower. At five
 sequences (1.2 an SM) the split reads as fast or faster: 100.6 and 94.3 % against the best unsplit
-tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128 (:data:`ENTRY_UNSPLIT_HEAD_DIMS`),
+tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128 (:data:`ENTRY_GRID_HEAD_DIMS`),
 one query head a cache head. Grouped-query calls count their cache heads: the tiles compiled with
 two or eight query heads a cache head take the same registers and shared memory
-(``entry_unsplit_residency(group=...)`` of :mod:`teachkit.kernels.compile_check`), so two still fit
+(``entry_grid_residency(group=...)`` of :mod:`teachkit.kernels.compile_check`), so two still fit
 an SM; their speed was not timed."""
 
-ENTRY_UNSPLIT_HEAD_DIMS = (64, 128)
-"""The head dims at which :data:`ENTRY_UNSPLIT_GRID` was measured."""
+ENTRY_GRID_HEAD_DIMS = (64, 128)
+"""The head dims at which :data:`ENTRY_GRID` was measured."""
 
 PAGED_MIN_BLOCKS = {90: 2}
 """The fewest iterations each range of a paged call that merges with the merge kernel should
@@ -1168,10 +1168,35 @@ def _keys_per_block(stage_bytes: int, head_dim: int, size: int, most: int = 128)
     return max(16, min(most, stage_bytes // (2 * head_dim * size)))
 
 
-def _entry_unsplit_keys(stage_bytes: int, head_dim: int, size: int) -> int:
-    """``BLOCK_N`` of the tiles :data:`ENTRY_UNSPLIT_GRID` runs with: ``stage_bytes`` of K and
+def _entry_grid_keys(stage_bytes: int, head_dim: int, size: int) -> int:
+    """``BLOCK_N`` of the tiles :data:`ENTRY_GRID` runs with: ``stage_bytes`` of K and
     V an iteration, up to 256 keys (64 KB is 256 keys at ``D = 64``)."""
     return _keys_per_block(stage_bytes, head_dim, size, 256)
+
+
+def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, int],
+                      most: int) -> int:
+    """The ranges a paged 16-bit call reading its table entry by entry cuts its keys into under
+    :data:`ENTRY_GRID` (``grid``: from and to how many programs an SM, tile bytes,
+    stages): 1 where its unsplit grid of ``programs`` on ``sms`` SMs already holds from-to
+    programs an SM; below that, the most ranges that keep the grid within ``to`` programs an
+    SM, where they bring it to ``from`` or more and are no more than ``most`` (the key blocks
+    of the rule's tiles over :data:`PAGED_MIN_BLOCKS`); 0 where the rule does not apply (the
+    grid is fuller, or no split lands in the window).
+
+    Examples
+    --------
+    >>> grid = (1.45, 2.0, 64 * 1024, 2)  # an H100's 132 SMs, 32 heads a sequence:
+    >>> [entry_grid_splits(32 * B, 132, grid, most=32) for B in (1, 2, 3, 4, 5, 6, 8, 9)]
+    [8, 4, 2, 2, 0, 1, 1, 0]
+    >>> entry_grid_splits(32, 132, grid, most=4)  # too short a cache for 8 ranges
+    0
+    """
+    low, high = grid[0] * sms, grid[1] * sms
+    if low <= programs <= high:
+        return 1
+    ranges = min(int(high // max(programs, 1)), most, MAX_SPLITS)
+    return ranges if ranges > 1 and ranges * programs >= low else 0
 
 
 def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_dim: int,
@@ -2069,7 +2094,7 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     tiles where its ranges would hold too few iterations (:func:`paged_range_tiles`); one that
     reads its table entry by entry and whose unsplit grid already gives every SM a program
     still splits, with the usual tiles, up to :data:`PAGED_ENTRY_WAVES` programs an SM, but
-    where that grid has 1.45 to 2 programs an SM (:data:`ENTRY_UNSPLIT_GRID`), which runs
+    where that grid has 1.45 to 2 programs an SM (:data:`ENTRY_GRID`), which runs
     unsplit with 64 KB tiles; a contiguous one whose unsplit grid gives some SMs two programs
     and the rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
     last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
@@ -2126,15 +2151,19 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, splits, tiles)
         return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     entry_waves = _paged_rule(PAGED_ENTRY_WAVES, capability)
-    unsplit_grid = _paged_rule(ENTRY_UNSPLIT_GRID, capability)
-    if (entries and num_splits is None and plan.num_splits == 1 and unsplit_grid
-            and dtype != torch.float32 and D in ENTRY_UNSPLIT_HEAD_DIMS
-            and unsplit_grid[0] <= per_sm <= unsplit_grid[1]):
-        # 1.45 to 2 programs an SM, two fit: unsplit, 64 KB tiles hiding the table's wait
-        tiles = base._replace(block_n=_entry_unsplit_keys(unsplit_grid[2], D, dtype.itemsize),
-                              num_stages=unsplit_grid[3])
-        plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, 1, tiles)
-        return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
+    entry_grid = _paged_rule(ENTRY_GRID, capability)
+    if (entries and num_splits is None and entry_grid and dtype != torch.float32
+            and D in ENTRY_GRID_HEAD_DIMS):
+        # 1.45 to 2 programs an SM of 64 KB tiles (two fit), unsplit or split to get there
+        block_n = _entry_grid_keys(entry_grid[2], D, dtype.itemsize)
+        ranges = entry_grid_splits(B * H_kv * plan.row_blocks, sm_count(device), entry_grid,
+                                   cdiv(capacity, block_n) // _paged_rule(PAGED_MIN_BLOCKS,
+                                                                          capability))
+        if ranges:
+            tiles = decode_config(D, dtype, capability, paged, captured)._replace(
+                block_n=block_n, num_stages=entry_grid[3])
+            plan = _plan_for(B, H, Lq, D, H_kv, dtype, device, capacity, ranges, tiles)
+            return _finished_plan(plan, table_tile, page_size, B * H_kv, capability, device)
     if entries and num_splits is None and plan.num_splits == 1 and entry_waves:
         # a grid of one or more programs an SM waiting on every entry: more programs
         tiles = decode_config(D, dtype, capability, paged, captured)

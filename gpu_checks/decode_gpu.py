@@ -889,8 +889,8 @@ def entry_ranges_sweep() -> tuple[list, list]:
     2, N ranges``), beside the contiguous default (``teachkit split-KV, default``), for head dims
     64 and 128 and :data:`ENTRY_RANGES_PROBLEMS`; launched plainly (a split merging in one
     launch), then on CUDA-graph replays (merged by the merge kernel), interleaved, best of three.
-    The default's rows carry its plan's ranges, keys a tile and programs an SM
-    (``provider_params``). Returns (plain rows, graph rows)."""
+    The rows of the default and of the plan before the rule carry their ranges, keys a tile and
+    programs an SM (``provider_params``). Returns (plain rows, graph rows)."""
     from teachkit.kernels import decode
     from teachkit.kernels.decode import DecodeConfig, decode_attention
 
@@ -921,11 +921,13 @@ def entry_ranges_sweep() -> tuple[list, list]:
                                           S, nbytes, out, graph=graph, rounds=3, head_dim=D)
                 plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
                                            16, graph)
-                params = {"splits": plan.num_splits, "block_n": plan.config.block_n,
-                          "programs_per_sm": round(plan.num_splits * B * 32 / sms, 2)}
-                for i in range(start, len(out)):  # the paged default's row: its plan
-                    if out[i].provider == "teachkit paged":
-                        out[i] = dataclasses.replace(out[i], provider_params=params)
+                plans = {"teachkit paged": plan, "paged, before the rule": before}
+                for i in range(start, len(out)):  # the two defaults' rows: their plans
+                    if out[i].provider in plans:
+                        p = plans[out[i].provider]
+                        out[i] = dataclasses.replace(out[i], provider_params={
+                            "splits": p.num_splits, "block_n": p.config.block_n,
+                            "programs_per_sm": round(p.num_splits * B * 32 / sms, 2)})
                 say(f"{'graph' if graph else 'plain'} D={D} B={B} S={S // 1024}k: default "
                     f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
                 del q, k, v, kp, vp

@@ -158,6 +158,7 @@ __all__ = [
     "choose_num_splits",
     "last_wave_fill",
     "last_wave_splits",
+    "entry_grid_splits",
     "decode_attention",
     "decode_config",
     "decode_mask",
@@ -825,7 +826,8 @@ contiguous: its last split of a row reads every partial of the row, twice as man
 splits. Where such a call keeps the 32 KB tiles (one sequence of 1k or 2k tokens, two of 1k), the
 GPU's time of that launch on graph replays read at 83 / 84 / 88 % of the contiguous default with 2
 programs an SM, against 74 / 82 / 88 % with 4 (``--split-sweep``, record
-``decode_split_nvidia_h200_cudagraph``, ``paged ..., one launch``)."""
+``decode_split_nvidia_h200_cudagraph``, ``paged ..., one launch``). A 16-bit call reading its
+table entry by entry at ``D = 64`` or 128 splits by :data:`ENTRY_GRID` instead where it can."""
 
 HELD_SPLIT_WAVES = {90: 2}
 """Programs per SM that a split call over a paged cache aims for where it holds its table row
@@ -853,7 +855,8 @@ row leaves no table wait to hide at any of them."""
 PAGED_ENTRY_WAVES = {90: 5}
 """Programs per SM that a paged call reading its table entry by entry aims for where its unsplit
 grid already gives every SM a program (one to two and a half an SM; below one it aims for
-:data:`PAGED_SPLIT_WAVES`, or 2 in one launch), where measured. A contiguous grid that full
+:data:`PAGED_SPLIT_WAVES`, or 2 in one launch, unless it splits by :data:`ENTRY_GRID`), where
+measured. A contiguous grid that full
 keeps the memory busy unsplit (it splits only to fill its last wave, :data:`LAST_WAVE_GRID`),
 but one or two paged programs an SM leave each key's wait for its table entry in the open: such
 a call splits its keys into the most ranges whose grid stays within this many programs an SM,
@@ -898,9 +901,22 @@ slower; at ``D = 64`` 128 keys in three stages, the rule's first form (from 1.9 
 sequences (1.2 an SM) the split reads as fast or faster: 100.6 and 94.3 % against the best unsplit
 tiles' 99.7 and 93.8 %. Timed in float16 at ``D = 64`` and 128 (:data:`ENTRY_GRID_HEAD_DIMS`),
 one query head a cache head. Grouped-query calls count their cache heads: the tiles compiled with
-two or eight query heads a cache head take the same registers and shared memory
+two or eight query heads a cache head take the same shared memory and registers within a few
 (``entry_grid_residency(group=...)`` of :mod:`teachkit.kernels.compile_check`), so two still fit
-an SM; their speed was not timed."""
+an SM; their speed was not timed.
+
+A grid of fewer programs an SM gets there by splitting (:func:`entry_grid_splits`): into the most
+ranges of these tiles that keep it within two an SM, where that brings it to 1.45 or more (one to
+four sequences of 32 heads on 132 SMs: 8, 4, 2 and 2 ranges), merged by the merge kernel when
+captured and in one launch otherwise (that form: 255 registers, no spills, two an SM). On an H100
+(H = 32, fp16, pages of 16 shuffled, 16k and 64k tokens, interleaved, best of three;
+``--entry-ranges-sweep``, records ``decode_entry_ranges_nvidia_h100`` and ``..._cudagraph``,
+against the contiguous default of the same run) one to four sequences so planned read pages on
+CUDA-graph replays at 93.1-101.3 % of contiguous at ``D = 64`` and 97.0-104.5 % at ``D = 128``,
+-0.2 to +3.3 points on the sixteen, eight, five and four ranges of the usual tiles they took before
+(+1.1 to +3.3 at ``D = 64``); launched plainly, at ``D = 64`` -0.9 to +7.1 points on their two to
+eight ranges of 128 keys (+5.6 and +7.1 at three sequences, 1.45 an SM), and at ``D = 128`` the
+plan they had already. Five sequences (1.21 an SM) would need 2.4 and keep theirs."""
 
 ENTRY_GRID_HEAD_DIMS = (64, 128)
 """The head dims at which :data:`ENTRY_GRID` was measured."""
@@ -2094,10 +2110,12 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     tiles where its ranges would hold too few iterations (:func:`paged_range_tiles`); one that
     reads its table entry by entry and whose unsplit grid already gives every SM a program
     still splits, with the usual tiles, up to :data:`PAGED_ENTRY_WAVES` programs an SM, but
-    where that grid has 1.45 to 2 programs an SM (:data:`ENTRY_GRID`), which runs
-    unsplit with 64 KB tiles; a contiguous one whose unsplit grid gives some SMs two programs
-    and the rest one (:data:`LAST_WAVE_GRID`) splits into the ranges that fill its
-    last wave (:func:`last_wave_splits`), as does a paged one holding its row, and where its
+    where that grid has 1.45 to 2 programs an SM (:data:`ENTRY_GRID`), which runs unsplit
+    with 64 KB tiles, and a 16-bit one whose grid has fewer splits into the ranges of those
+    tiles that bring it there (:func:`entry_grid_splits`); a contiguous one whose unsplit grid
+    gives some SMs two programs and the rest one (:data:`LAST_WAVE_GRID`) splits into the
+    ranges that fill its last wave (:func:`last_wave_splits`), as does a paged one holding its
+    row, and where its
     cache is too short for that runs unsplit with :data:`SHORT_CACHE_TILES`. An unsplit
     16-bit grid of more than two programs an SM takes the tiles whose last wave is the fullest
     (:func:`fullest_wave_tiles`, :data:`FULLEST_WAVE_TILES`), or, from

@@ -11,7 +11,8 @@ interleaved, and counts its PTX instructions, table entries and row addresses.
 ``--paged-residency`` compiles it for sm_90 with the tiles a paged call that reads its table entry
 by entry splits with, as a launch of one new token with one query head a cache head specialises it
 (``compile_check.AS_LAUNCHED``), and prints the registers a thread and the programs an SM they
-leave, then the same for the tiles such a call runs unsplit with (``decode.ENTRY_GRID``),
+leave, then the same for the tiles such a call runs with in a grid of 1.45 to 2 programs an SM,
+unsplit or split to get there, merged by the merge kernel or in one launch (``decode.ENTRY_GRID``),
 with their shared memory; ``--last-wave-residency`` does the same for a contiguous call at
 ``D = 128`` that splits to fill its last wave, and ``--wave-tiles-residency`` for the tiles an
 unsplit grid of more than two programs an SM chooses from, contiguous and paged, with their shared
@@ -72,9 +73,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--paged-residency", action="store_true",
                         help="registers a thread (ptxas -v) of the tiles notebook 09's paged "
                              "decode kernel splits with where it reads its block table entry by "
-                             "entry (sm_90, D = 64 and 128), and of those it runs unsplit with "
-                             "where its grid holds 1.45 to 2 programs an SM, and the programs an "
-                             "SM they leave")
+                             "entry (sm_90, D = 64 and 128), and of those it runs with where its "
+                             "grid holds, or is split to hold, 1.45 to 2 programs an SM, and the "
+                             "programs an SM they leave")
     parser.add_argument("--last-wave-residency", action="store_true",
                         help="registers a thread (ptxas -v) of the tiles notebook 09's contiguous "
                              "decode kernel splits with where its grid holds one to four thirds "

@@ -1195,10 +1195,11 @@ def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, in
     """The ranges a paged 16-bit call reading its table entry by entry cuts its keys into under
     :data:`ENTRY_GRID` (``grid``: from and to how many programs an SM, tile bytes,
     stages): 1 where its unsplit grid of ``programs`` on ``sms`` SMs already holds from-to
-    programs an SM; below that, the most ranges that keep the grid within ``to`` programs an
-    SM, where they bring it to ``from`` or more and are no more than ``most`` (the key blocks
-    of the rule's tiles over :data:`PAGED_MIN_BLOCKS`); 0 where the rule does not apply (the
-    grid is fuller, or no split lands in the window).
+    programs an SM; below one, the most ranges that keep the grid within ``to`` programs an SM
+    and number no more than ``most`` (the key blocks of the rule's tiles over
+    :data:`PAGED_MIN_BLOCKS`; :func:`choose_num_splits` aiming for ``to``), where they bring it
+    to ``from`` or more; 0 where the rule does not apply (the grid is fuller, or no split lands
+    in the window).
 
     Examples
     --------
@@ -1211,7 +1212,7 @@ def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, in
     low, high = grid[0] * sms, grid[1] * sms
     if low <= programs <= high:
         return 1
-    ranges = min(int(high // max(programs, 1)), most, MAX_SPLITS)
+    ranges = choose_num_splits(programs, most, sms, grid[1])  # 1 from a program an SM
     return ranges if ranges > 1 and ranges * programs >= low else 0
 
 
@@ -1350,7 +1351,7 @@ def sm_count(device: torch.device | str | None = None) -> int:
     return multiprocessors(device)
 
 
-def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2,
+def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: float = 2,
                       full_from: float = 1.0) -> int:
     """How many ranges to cut every row's keys into, so the grid fills the GPU in one wave.
 
@@ -1375,7 +1376,7 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2,
         Key blocks of the longest sequence, ``ceil(S / BLOCK_N)``.
     sms : int
         The GPU's SMs (:func:`sm_count`).
-    waves : int
+    waves : float
         Programs per SM to aim for: more than one hides one program's stalls behind another's.
     full_from : float
         Programs of the unsplit grid per SM from which it is full enough not to split: 1, every
@@ -1395,7 +1396,7 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: int = 2,
     """
     if programs >= full_from * sms:
         return 1
-    fit = waves * sms // max(programs, 1)  # the most splits in one wave
+    fit = int(waves * sms // max(programs, 1))  # the most splits in one wave
     return max(1, min(fit, key_blocks, MAX_SPLITS))
 
 
@@ -2174,9 +2175,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
             and D in ENTRY_GRID_HEAD_DIMS):
         # 1.45 to 2 programs an SM of 64 KB tiles (two fit), unsplit or split to get there
         block_n = _entry_grid_keys(entry_grid[2], D, dtype.itemsize)
+        min_blocks = max(1, _paged_rule(PAGED_MIN_BLOCKS, capability))
         ranges = entry_grid_splits(B * H_kv * plan.row_blocks, sm_count(device), entry_grid,
-                                   cdiv(capacity, block_n) // _paged_rule(PAGED_MIN_BLOCKS,
-                                                                          capability))
+                                   cdiv(capacity, block_n) // min_blocks)
         if ranges:
             tiles = decode_config(D, dtype, capability, paged, captured)._replace(
                 block_n=block_n, num_stages=entry_grid[3])

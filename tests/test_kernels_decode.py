@@ -653,6 +653,19 @@ def planned_on(capability: tuple[int, int], sms: int = 132):
             decode.forget_plans()
 
 
+
+@contextlib.contextmanager
+def rule_replaced(name: str, value: object):
+    """``decode``'s per-GPU-class table ``name`` (such as ``"ENTRY_GRID"``) replaced by
+    ``value`` while the block runs, the plans' cache cleared before and after (a plan made
+    either side would otherwise be kept)."""
+    with mock.patch.object(decode, name, value):
+        decode.forget_plans()
+        try:
+            yield
+        finally:
+            decode.forget_plans()
+
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     """On sm_90 a split call whose ranges hold four 128-key tiles takes them, contiguous (plain
     or captured) or paged in one launch, and aims for 2 programs an SM; a paged split call that
@@ -679,11 +692,9 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         # that rule, 64 keys at a time, 16 ranges (4 programs an SM)
         paged_captured = plan(1, True, captured=True)
         assert (paged_captured.num_splits, paged_captured.config.block_n) == (8, 128)
-        with mock.patch.object(decode, "ENTRY_GRID", {}):
-            decode.forget_plans()
+        with rule_replaced("ENTRY_GRID", {}):
             paged_captured = plan(1, True, captured=True)
             assert (paged_captured.num_splits, paged_captured.config.block_n) == (16, 64)
-        decode.forget_plans()
         # one launch: 2 programs an SM, as contiguous: 8 ranges of 128 keys
         assert (plan(1, True, 1024).num_splits, plan(1, True, 1024).config.block_n) == (8, 64)
         # captured, the table row held (64 pages): 2 programs an SM, 8 ranges of 128 keys
@@ -691,11 +702,9 @@ def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
         assert short_captured.table_tile == 64
         assert (short_captured.num_splits, short_captured.config.block_n) == (8, 64)
         # aiming for 4 instead: 16 ranges of 64 keys, each two iterations of 32
-        with mock.patch.object(decode, "HELD_SPLIT_WAVES", {}):
-            decode.forget_plans()
+        with rule_replaced("HELD_SPLIT_WAVES", {}):
             short_four = plan(1, True, 1024, captured=True)
             assert (short_four.num_splits, short_four.config.block_n) == (16, 32)
-        decode.forget_plans()
         assert plan(2, True, 1024, captured=True).config.block_n == 64  # 128 keys a range
         for B, splits, block_n in ((1, 8, 64), (2, 4, 64), (4, 1, 128)):
             short = plan(B, False, 1024)
@@ -806,10 +815,8 @@ def test_a_captured_split_call_of_128_byte_rows_aims_for_four_programs_an_sm():
         assert plan(1, 16384, dtype=torch.float32).num_splits == 8
         # paged, entry by entry: ENTRY_GRID's 64 KB tiles; without that rule, as before
         assert plan(1, 16384, page_size=16).config.block_n == 256
-        with mock.patch.object(decode, "ENTRY_GRID", {}):
-            decode.forget_plans()
+        with rule_replaced("ENTRY_GRID", {}):
             assert plan(1, 16384, page_size=16).config.block_n == 128
-        decode.forget_plans()
     with planned_on((8, 0)):
         assert plan(1, 16384).num_splits == 8
 
@@ -939,11 +946,9 @@ def test_a_paged_call_interleaves_its_pages_at_few_programs_an_sm():
         assert not plan(16, S=1024).interleave_pages
         one = plan(1, D=128, S=16384)  # entry by entry: 8 ranges (ENTRY_GRID)
         assert one.num_splits * 32 <= 2 * 132 and one.interleave_pages
-        with mock.patch.object(decode, "ENTRY_GRID", {}):
-            decode.forget_plans()
+        with rule_replaced("ENTRY_GRID", {}):
             one = plan(1, D=128, S=16384)  # without that rule: 16 ranges
             assert one.num_splits * 32 > 2 * 132 and not one.interleave_pages
-        decode.forget_plans()
         assert not plan(4, D=128, page_size=256).interleave_pages  # one page a tile
         assert not plan(4, page_size=0).interleave_pages
     with planned_on((8, 0)):
@@ -1013,11 +1018,8 @@ def test_a_paged_grid_under_the_entry_grid_splits_into_it():
                                    page_size, captured)
 
     def without_rule(*args, **kwargs):
-        with mock.patch.object(decode, "ENTRY_GRID", {}):
-            decode.forget_plans()
-            got = plan(*args, **kwargs)
-        decode.forget_plans()
-        return got
+        with rule_replaced("ENTRY_GRID", {}):
+            return plan(*args, **kwargs)
 
     with planned_on((9, 0)):
         for D in (64, 128):

@@ -880,8 +880,9 @@ it runs unsplit with 64 KB tiles (:data:`ENTRY_GRID`). Calls that hold their tab
 ENTRY_GRID = {90: (1.45, 2.0, 64 * 1024, 2)}
 """Where measured: the programs an SM (from and to, both inclusive) of an unsplit grid of a paged
 float16 or bfloat16 call reading its table entry by entry that runs unsplit instead of splitting up
-to :data:`PAGED_ENTRY_WAVES`, and the bytes of K and V one iteration then loads (at most 256 keys)
-and its pipeline stages: 64 KB tiles, 128 keys at ``D = 128`` and 256 at ``D = 64``, in two stages.
+to :data:`PAGED_ENTRY_WAVES` (a grid of fewer splits into that window, below), and the bytes of K
+and V one iteration then loads (at most 256 keys) and its pipeline stages: 64 KB tiles, 128 keys at
+``D = 128`` and 256 at ``D = 64``, in two stages.
 Compiled as such a grid launches them, they take 252-255 registers a thread and 72-74 KB of shared
 memory, so two programs of four warps fill an SM's 65536 registers
 (``python -m teachkit.kernels --paged-residency``, Triton 3.6; the launched kernels report the

@@ -4,6 +4,8 @@ Triton compiles)."""
 
 from __future__ import annotations  # noqa: I001  (teachkit first: it sets TRITON_INTERPRET)
 
+from concurrent.futures import ThreadPoolExecutor
+
 import teachkit  # noqa: F401
 import torch
 import triton
@@ -42,3 +44,13 @@ def test_nothing_counted_where_the_interpreter_cannot_run_it():
     assert count_loads(_fails, (1,), (x,), x, y, 100, TIMES=1, BLOCK=128) is None
     counts = count_loads(_reads_times, (1,), (x,), x, y, 100, TIMES=2, BLOCK=128)
     assert (counts[0] == 2).all()  # and it still counts after a failed run
+
+
+def test_threads_counting_at_once_each_get_their_own_counts():
+    def counted(times: int) -> bool:
+        x, y = torch.randn(500), torch.zeros(500)
+        counts = count_loads(_reads_times, (2,), (x, y), x, y, 500, TIMES=times, BLOCK=256)
+        return bool((counts[0] == times).all() and not counts[1].any())
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert all(pool.map(counted, [1, 2, 3, 4] * 3))

@@ -17,6 +17,7 @@ So a checker counts the same loads wherever the learner is.
 from __future__ import annotations
 
 import contextlib
+import threading
 import types
 import warnings
 from collections.abc import Callable, Iterator
@@ -28,6 +29,10 @@ import torch
 from teachkit.device import repair_interpreter_index
 
 __all__ = ["count_loads"]
+
+# Counting swaps functions in ``triton.language`` and a method of the interpreter's builder for
+# as long as a kernel runs: two threads counting at once would put back each other's swaps.
+_COUNTING = threading.Lock()
 
 
 def count_loads(kernel: object, grid: tuple[int, ...], buffers: tuple[torch.Tensor, ...],
@@ -52,11 +57,15 @@ def count_loads(kernel: object, grid: tuple[int, ...], buffers: tuple[torch.Tens
     list of numpy.ndarray or None
         One array of counts per buffer, of its shape; ``None`` where the interpreter cannot run
         the kernel (a checker then falls back on what it can read from the source).
+
+    Notes
+    -----
+    One count runs at a time: a second thread calling it waits for the first to finish.
     """
     repair_interpreter_index()  # without it `range(0, n_cols, BLOCK)` fails (see the module)
     try:
-        with (contextlib.nullcontext(kernel) if _is_interpreted(kernel)
-              else _interpreted_twin(kernel)) as interpreted:
+        with _COUNTING, (contextlib.nullcontext(kernel) if _is_interpreted(kernel)
+                         else _interpreted_twin(kernel)) as interpreted:
             if interpreted is None or not _is_interpreted(interpreted):
                 return None
             with (_counting_loads(buffers) as counts, warnings.catch_warnings(),

@@ -686,14 +686,17 @@ def entry_by_entry(call: functools.partial) -> torch.Tensor:
 
 
 def paged_problem(sweep: str, B: int, S: int, D: int, variants: dict, out: list,
-                  plan_params: Callable | None = None) -> tuple[dict[str, float], float, object]:
+                  plan_params: Callable | None = None, graph: bool = True,
+                  labelled: dict[str, object] | None = None,
+                  ) -> tuple[dict[str, float], float, object]:
     """One problem of a paged sweep (:func:`paged_inputs`, head dim ``D``): the contiguous
     default (``teachkit split-KV, default``), the paged default (``teachkit paged``) and
     ``variants`` (name -> a function of the paged default's call returning the run), checked
-    and timed by :func:`checked_best_times` on CUDA-graph replays, best of three. With
-    ``plan_params``, the paged default's row carries ``plan_params(plan, programs an SM)`` of
-    the plan it ran (captured) as its ``provider_params``. Returns the ms per run, the
-    contiguous default's GB/s and that plan (``None`` without ``plan_params``)."""
+    and timed by :func:`checked_best_times` on CUDA-graph replays (without ``graph``, launched
+    plainly), best of three. With ``plan_params``, the paged default's row carries
+    ``plan_params(plan, programs an SM)`` of the plan it ran as its ``provider_params``, and so
+    does each variant named in ``labelled`` (name -> the plan it runs). Returns the ms per run,
+    the contiguous default's GB/s and the default's plan (``None`` without ``plan_params``)."""
     from teachkit.kernels import decode
     from teachkit.kernels.decode import decode_attention, sm_count
 
@@ -704,15 +707,16 @@ def paged_problem(sweep: str, B: int, S: int, D: int, variants: dict, out: list,
             "teachkit paged": paged,
             **{name: make(paged) for name, make in variants.items()}}
     best = checked_best_times(runs, "teachkit split-KV, default", sweep, B, S, nbytes, out,
-                              rounds=3, head_dim=D)
+                              graph=graph, rounds=3, head_dim=D)
     plan = None
     if plan_params is not None:
         plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None, 16,
-                                   True)  # what the default (captured) ran
-        per_sm = plan.num_splits * B * 32 * plan.row_blocks / sm_count()
-        row = next(i for i in range(len(out) - len(runs), len(out))
-                   if out[i].provider == "teachkit paged")  # the default's row
-        out[row] = dataclasses.replace(out[row], provider_params=plan_params(plan, per_sm))
+                                   graph)  # what the default ran
+        first = len(out) - len(runs)
+        for name, ran in {"teachkit paged": plan, **(labelled or {})}.items():
+            row = next(i for i in range(first, len(out)) if out[i].provider == name)
+            per_sm = ran.num_splits * B * 32 * ran.row_blocks / sm_count()
+            out[row] = dataclasses.replace(out[row], provider_params=plan_params(ran, per_sm))
     return best, nbytes / best["teachkit split-KV, default"] / 1e6, plan
 
 
@@ -892,45 +896,33 @@ def entry_ranges_sweep() -> tuple[list, list]:
     The rows of the default and of the plan before the rule carry their ranges, keys a tile and
     programs an SM (``provider_params``). Returns (plain rows, graph rows)."""
     from teachkit.kernels import decode
-    from teachkit.kernels.decode import DecodeConfig, decode_attention
+    from teachkit.kernels.decode import DecodeConfig
 
     sms = decode.sm_count()
     found: tuple[list, list] = ([], [])
     for graph, out in zip((False, True), found, strict=True):
         for D in (64, 128):
-            block_n = decode._entry_grid_keys(decode.ENTRY_GRID[90][2], D, 2)
+            tiles = DecodeConfig(decode._entry_grid_keys(decode.ENTRY_GRID[90][2], D, 2), 4, 2,
+                                 one_launch=not graph)
             for B, S in ENTRY_RANGES_PROBLEMS:
-                q, k, v, nbytes, lens, kp, vp, table = paged_inputs(B, S, D)
-                paged = functools.partial(decode_attention, q, kp, vp, lens, table,
-                                          check_values=False)
                 before = planned_with("ENTRY_GRID", {}, functools.partial(
-                    decode._launch_plan, B, 32, 1, D, 32, q.dtype, q.device, S, None, None, 16,
-                    graph))  # the plan such a call took before the rule, given explicitly
-                runs = {"teachkit split-KV, default": functools.partial(
-                            decode_attention, q, k, v, check_values=False),
-                        "teachkit paged": paged,
-                        "paged, before the rule": functools.partial(
-                            paged, num_splits=before.num_splits, config=before.config)}
+                    decode._launch_plan, B, 32, 1, D, 32, torch.float16, teachkit.DEVICE, S,
+                    None, None, 16, graph))  # the plan such a call took before the rule
+                variants = {"paged, before the rule": lambda paged, p=before: functools.partial(
+                    paged, num_splits=p.num_splits, config=p.config)}
                 for n in range(1, 17):
                     if 0.9 <= B * 32 * n / sms <= 2.5:
-                        runs[f"paged, 64 KB x 2, {n} ranges"] = functools.partial(
-                            paged, num_splits=n,
-                            config=DecodeConfig(block_n, 4, 2, one_launch=not graph))
-                start = len(out)
-                best = checked_best_times(runs, "teachkit split-KV, default", "entry ranges", B,
-                                          S, nbytes, out, graph=graph, rounds=3, head_dim=D)
-                plan = decode._launch_plan(B, 32, 1, D, 32, q.dtype, q.device, S, None, None,
-                                           16, graph)
-                plans = {"teachkit paged": plan, "paged, before the rule": before}
-                for i in range(start, len(out)):  # the two defaults' rows: their plans
-                    if out[i].provider in plans:
-                        p = plans[out[i].provider]
-                        out[i] = dataclasses.replace(out[i], provider_params={
-                            "splits": p.num_splits, "block_n": p.config.block_n,
-                            "programs_per_sm": round(p.num_splits * B * 32 / sms, 2)})
+                        variants[f"paged, 64 KB x 2, {n} ranges"] = (
+                            lambda paged, n=n, c=tiles: functools.partial(
+                                paged, num_splits=n, config=c))
+                best, _, plan = paged_problem(
+                    "entry ranges", B, S, D, variants, out,
+                    lambda plan, per_sm: {"splits": plan.num_splits,
+                                          "block_n": plan.config.block_n,
+                                          "programs_per_sm": round(per_sm, 2)},
+                    graph=graph, labelled={"paged, before the rule": before})
                 say(f"{'graph' if graph else 'plain'} D={D} B={B} S={S // 1024}k: default "
                     f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
-                del q, k, v, kp, vp
                 torch.cuda.empty_cache()
     return found
 

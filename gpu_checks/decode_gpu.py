@@ -72,6 +72,10 @@ Prints a compact report; exits 1 if any correctness check fails. Budget: under 3
    1.45 programs an SM (one to five sequences, 16k and 64k tokens, D = 64 and 128) by the
    default, split as before its rule and in ranges of the rule's 64 KB tiles, beside the
    contiguous default, plain and on CUDA-graph replays, saved as records (decode.ENTRY_GRID).
+21. with --page-layout-sweep, where a paged cache's cost against contiguous comes from (one to
+   eight sequences, 16k and 64k tokens, D = 64 and 128): the default on pages of 16 shuffled,
+   the same pages with each head's rows stored together, the same pages in order, and pages
+   of 64 shuffled, beside the contiguous default on CUDA-graph replays, saved as a record.
 """
 
 from __future__ import annotations
@@ -188,6 +192,11 @@ def main() -> int:
                              "beside cuDNN, plain and on CUDA-graph replays, saved as "
                              "teachkit/benchmarks/decode_last_wave_<device>.json and "
                              "..._cudagraph.json")
+    parser.add_argument("--page-layout-sweep", action="store_true",
+                        help="only paged caches of 16-token pages shuffled, stored head by "
+                             "head, in order, and of 64-token pages, beside contiguous on "
+                             "CUDA-graph replays, saved as "
+                             "teachkit/benchmarks/decode_page_layout_<device>.json (or --json)")
     args = parser.parse_args()
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script checks the compiled kernels; run it on a GPU machine")
@@ -235,7 +244,8 @@ def main() -> int:
              "held_split": args.held_split_sweep,
              "interleave": args.interleave_sweep, "entry_waves": args.entry_waves_sweep,
              "entry_tiles": args.entry_tiles_sweep, "wave_tiles": args.wave_tiles_sweep,
-             "dependent_merge": args.dependent_merge_sweep}
+             "dependent_merge": args.dependent_merge_sweep,
+             "page_layout": args.page_layout_sweep}
     if any(kinds.values()):
         copy = copy_bandwidth()
         kind = next(name for name, asked in kinds.items() if asked)
@@ -244,7 +254,7 @@ def main() -> int:
                   "held_split": held_split_sweep,
                   "interleave": interleave_sweep, "entry_waves": entry_waves_sweep,
                   "entry_tiles": entry_tiles_sweep, "wave_tiles": wave_tiles_sweep,
-                  "dependent_merge": dependent_merge_sweep}
+                  "dependent_merge": dependent_merge_sweep, "page_layout": page_layout_sweep}
         save_record(kind, sweeps[kind](), copy, path=args.json)
         return failures_status()
     if args.splits_only:
@@ -925,6 +935,74 @@ def entry_ranges_sweep() -> tuple[list, list]:
                     f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
                 torch.cuda.empty_cache()
     return found
+
+
+PAGE_LAYOUT_PROBLEMS = ((1, 16384), (2, 16384), (4, 16384), (8, 16384), (1, 65536),
+                        (4, 65536))
+"""The page-layout sweep's (sequences, cache length) of 32 heads."""
+
+
+def head_major(pages: torch.Tensor) -> torch.Tensor:
+    """A page pool ``(num_pages, page_size, H_kv, D)`` holding the same values, stored with each
+    head's rows of a page together (``(num_pages, H_kv, page_size, D)`` in memory): a head's
+    page is one run of ``page_size * D`` elements, where the usual layout (vLLM's) puts a row of
+    ``D`` elements every ``H_kv * D``."""
+    return pages.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def pages_in_order(k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor,
+                   merge: int = 1, seed: int | None = None) -> tuple:
+    """The pages of full sequences' ``table`` copied into pools in the table's order (sequence
+    by sequence, page by page), ``merge`` consecutive pages made one, then, given ``seed``,
+    those pages shuffled: ``k_pool, v_pool, table``, the same keys and values."""
+    order = table.flatten().long()
+    k, v = k_pool[order], v_pool[order]
+    n, page_size = k.shape[0] // merge, k.shape[1] * merge
+    k, v = k.reshape(n, page_size, *k.shape[2:]), v.reshape(n, page_size, *v.shape[2:])
+    where = torch.arange(n, device=k.device)
+    if seed is not None:
+        where = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(k.device)
+        k_out, v_out = torch.empty_like(k), torch.empty_like(v)
+        k_out[where], v_out[where] = k, v
+        k, v = k_out, v_out
+    return k, v, where.to(torch.int32).view(table.shape[0], -1)
+
+
+def page_layout_sweep() -> list:
+    """GB/s of a paged cache by the default on pages of 16 shuffled (``teachkit paged``), the
+    same pages stored head by head (``paged, head-major pages``, :func:`head_major`), the same
+    pages in order (``paged, pages in order``) and the same keys on pages of 64 shuffled
+    (``paged, pages of 64``; :func:`pages_in_order`), each by its default plan, beside the
+    contiguous default (``teachkit split-KV, default``), for head dims 64 and 128 and
+    :data:`PAGE_LAYOUT_PROBLEMS`, on CUDA-graph replays, interleaved, best of three: which part
+    of a paged read's cost is the layout of a page's rows, which the shuffle, which the page
+    size. The default's rows carry its plan (``provider_params``)."""
+    from teachkit.kernels.decode import decode_attention
+
+    def relaid(paged: functools.partial, layout: Callable) -> functools.partial:
+        q, k_pool, v_pool, lens, table = paged.args
+        k_pool, v_pool, table = layout(k_pool, v_pool, table)
+        return functools.partial(decode_attention, q, k_pool, v_pool, lens, table,
+                                 check_values=False)
+
+    variants = {
+        "paged, head-major pages": lambda paged: relaid(
+            paged, lambda k, v, t: (head_major(k), head_major(v), t)),
+        "paged, pages in order": lambda paged: relaid(paged, pages_in_order),
+        "paged, pages of 64": lambda paged: relaid(
+            paged, lambda k, v, t: pages_in_order(k, v, t, merge=4, seed=0)),
+    }
+    out = []
+    for D in (64, 128):
+        for B, S in PAGE_LAYOUT_PROBLEMS:
+            best, gbps, plan = paged_problem(
+                "page layout", B, S, D, variants, out,
+                lambda plan, per_sm: {"splits": plan.num_splits, "block_n": plan.config.block_n,
+                                      "programs_per_sm": round(per_sm, 2)})
+            say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; default "
+                f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
+            torch.cuda.empty_cache()
+    return out
 
 
 LAST_WAVE_GRIDS = ((34, 4), (19, 8), (5, 32), (22, 8), (24, 8))

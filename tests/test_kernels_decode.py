@@ -1005,7 +1005,8 @@ def test_a_paged_grid_under_the_entry_grid_splits_into_it():
     D = 64 or 128 whose unsplit grid holds fewer than 1.45 programs an SM splits into the most
     ranges that keep it within two an SM, with the 64 KB tiles of ``ENTRY_GRID`` in 2 stages,
     where that brings it to 1.45 or more: one to four sequences of 32 heads into 8, 4, 2 and 2
-    (1.94, 1.94, 1.45, 1.94 an SM), captured (the merge kernel) or in one launch; grouped-query
+    (1.94, 1.94, 1.45, 1.94 an SM) in one launch, and captured (the merge kernel) where that
+    lands at 1.9 or more (``ENTRY_SPLIT_CAPTURED_FROM``: not three sequences); grouped-query
     heads counted by their cache heads (16 sequences of 2: 8 ranges). Not five sequences (1.21:
     two ranges would be 2.4), nor where the ranges would hold fewer than two of those tiles
     (``PAGED_MIN_BLOCKS``), nor in float32, nor at D = 256, nor where the row is held, nor with
@@ -1027,6 +1028,10 @@ def test_a_paged_grid_under_the_entry_grid_splits_into_it():
                 for S in (16384, 65536):
                     for captured in (True, False):
                         got = plan(B, D, S, captured=captured)
+                        if captured and B == 3:  # 1.45 an SM: captured, as before
+                            assert got == without_rule(B, D, S, captured=True), (D, S)
+                            assert got.num_splits == 5 and got.config.block_n < 16384 // D
+                            continue
                         assert got.num_splits == ranges, (D, B, S, captured)
                         assert got.config[:3] == (16384 // D, 4, 2), (D, B, S, captured)
                         assert got.one_launch == (not captured)
@@ -1034,10 +1039,12 @@ def test_a_paged_grid_under_the_entry_grid_splits_into_it():
             assert plan(5, D) == without_rule(5, D)  # 1.21 an SM: as before
             assert plan(16, D, H_kv=2).num_splits == 8  # 32 cache heads
         # 2560 tokens in pages of 8 (320 entries): 10 tiles of 256 keys, ranges of two
-        # iterations at most 5, 1.2 an SM: as before; 3072 tokens: 6 ranges, 1.45 an SM
+        # iterations at most 5, 1.2 an SM: as before; 3072 tokens: 6 ranges, 1.45 an SM, in one
+        # launch (captured, under 1.9: as before)
         assert plan(1, S=2560, page_size=8) == without_rule(1, S=2560, page_size=8)
-        assert plan(1, S=3072, page_size=8).num_splits == 6
-        assert plan(1, S=3072, page_size=8).config.block_n == 256
+        six = plan(1, S=3072, page_size=8, captured=False)
+        assert (six.num_splits, six.config.block_n) == (6, 256)
+        assert plan(1, S=3072, page_size=8) == without_rule(1, S=3072, page_size=8)
         for kwargs in ({"dtype": torch.float32}, {"D": 256}, {"S": 4096}, {"num_splits": 4}):
             assert plan(1, **kwargs) == without_rule(1, **kwargs), kwargs
         assert plan(1, S=4096).table_tile  # 256 pages: the row held

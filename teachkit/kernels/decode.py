@@ -125,6 +125,7 @@ __all__ = [
     "ENTRIES_FILL_ONE_WAVE",
     "ENTRY_GRID",
     "ENTRY_GRID_HEAD_DIMS",
+    "ENTRY_SPLIT_CAPTURED_FROM",
     "FULLEST_WAVE_TILES",
     "HELD_SPLIT_WAVES",
     "LAST_WAVE_FEWEST_KEYS",
@@ -917,7 +918,27 @@ CUDA-graph replays at 93.1-101.3 % of contiguous at ``D = 64`` and 97.0-104.5 % 
 -0.2 to +3.3 points on the sixteen, eight, five and four ranges of the usual tiles they took before
 (+1.1 to +3.3 at ``D = 64``); launched plainly, at ``D = 64`` -0.9 to +7.1 points on their two to
 eight ranges of 128 keys (+5.6 and +7.1 at three sequences, 1.45 an SM), and at ``D = 128`` the
-plan they had already. Five sequences (1.21 an SM) would need 2.4 and keep theirs."""
+plan they had already. Five sequences (1.21 an SM) would need 2.4 and keep theirs. On an H200
+(the same sweep, records ``decode_entry_ranges_nvidia_h200`` and ``..._cudagraph``) launched
+plainly at ``D = 64`` the split gains 2.4-15.8 points (89.4-95.1 %; three sequences +13.1 and
++15.8), and at ``D = 128`` the plan is again the one before; replayed, it reads within a point of
+the plan before at one, two and four sequences (1.94 an SM), but three (1.45 an SM) read 4.2-7.0
+points slower than their five ranges of the usual tiles (3.64 an SM): a captured call splits into
+the window only where it lands at :data:`ENTRY_SPLIT_CAPTURED_FROM` or more."""
+
+ENTRY_SPLIT_CAPTURED_FROM = {90: 1.9}
+"""Where measured: the programs an SM from which a call captured into a CUDA graph (merged by
+the merge kernel) splits into :data:`ENTRY_GRID`'s window (:func:`entry_grid_splits`); below it,
+such a call splits as before that rule. A call launched plainly splits into the window from the
+window's own 1.45. Replayed, three sequences of 32 heads (96 programs, split in two: 1.45 an SM)
+read pages against contiguous on an H200 at 91.9-93.7 % at ``D = 64`` and 92.3-92.4 % at
+``D = 128`` so split, and at 96.6-100.7 % in the five ranges of the usual tiles they take
+without it (3.64 an SM); on an H100 the split read 2.6-3.1 points above those five ranges at
+``D = 64`` (98.7-101.3 %) and -0.2 to +1.0 at ``D = 128``. One, two and four sequences land at
+1.94 an SM: on the H200 within a point of the plan before (-0.7 to +0.9), on the H100 -0.0 to
++3.3 points above it (records ``decode_entry_ranges_nvidia_h100_cudagraph`` and
+``decode_entry_ranges_nvidia_h200_cudagraph``, 16k and 64k tokens, pages of 16 shuffled). No
+grid landing between 1.45 and 1.94 an SM was timed; the bound lies between them."""
 
 ENTRY_GRID_HEAD_DIMS = (64, 128)
 """The head dims at which :data:`ENTRY_GRID` was measured."""
@@ -1192,15 +1213,16 @@ def _entry_grid_keys(stage_bytes: int, head_dim: int, size: int) -> int:
 
 
 def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, int],
-                      most: int) -> int:
+                      most: int, split_from: float | None = None) -> int:
     """The ranges a paged 16-bit call reading its table entry by entry cuts its keys into under
     :data:`ENTRY_GRID` (``grid``: from and to how many programs an SM, tile bytes,
     stages): 1 where its unsplit grid of ``programs`` on ``sms`` SMs already holds from-to
     programs an SM; below one, the most ranges that keep the grid within ``to`` programs an SM
     and number no more than ``most`` (the key blocks of the rule's tiles over
     :data:`PAGED_MIN_BLOCKS`; :func:`choose_num_splits` aiming for ``to``), where they bring it
-    to ``from`` or more; 0 where the rule does not apply (the grid is fuller, or no split lands
-    in the window).
+    to ``split_from`` programs an SM or more (default: ``from``; a captured call's is
+    :data:`ENTRY_SPLIT_CAPTURED_FROM`); 0 where the rule does not apply (the grid is fuller, or
+    no split lands in the window).
 
     Examples
     --------
@@ -1209,12 +1231,15 @@ def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, in
     [8, 4, 2, 2, 0, 1, 1, 0]
     >>> entry_grid_splits(32, 132, grid, most=4)  # too short a cache for 8 ranges
     0
+    >>> [entry_grid_splits(32 * B, 132, grid, most=32, split_from=1.9) for B in (1, 2, 3, 4)]
+    [8, 4, 0, 2]
     """
     low, high = grid[0] * sms, grid[1] * sms
     if low <= programs <= high:
         return 1
     ranges = choose_num_splits(programs, most, sms, grid[1])  # 1 from a program an SM
-    return ranges if ranges > 1 and ranges * programs >= low else 0
+    least = (grid[0] if split_from is None else split_from) * sms
+    return ranges if ranges > 1 and ranges * programs >= least else 0
 
 
 def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_dim: int,
@@ -2114,7 +2139,8 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
     still splits, with the usual tiles, up to :data:`PAGED_ENTRY_WAVES` programs an SM, but
     where that grid has 1.45 to 2 programs an SM (:data:`ENTRY_GRID`), which runs unsplit
     with 64 KB tiles, and a 16-bit one whose grid has fewer splits into the ranges of those
-    tiles that bring it there (:func:`entry_grid_splits`); a contiguous one whose unsplit grid
+    tiles that bring it there (:func:`entry_grid_splits`; captured, only where that lands at
+    :data:`ENTRY_SPLIT_CAPTURED_FROM`); a contiguous one whose unsplit grid
     gives some SMs two programs and the rest one (:data:`LAST_WAVE_GRID`) splits into the
     ranges that fill its last wave (:func:`last_wave_splits`), as does a paged one holding its
     row, and where its
@@ -2177,8 +2203,9 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         # 1.45 to 2 programs an SM of 64 KB tiles (two fit), unsplit or split to get there
         block_n = _entry_grid_keys(entry_grid[2], D, dtype.itemsize)
         min_blocks = max(1, _paged_rule(PAGED_MIN_BLOCKS, capability))
+        split_from = _paged_rule(ENTRY_SPLIT_CAPTURED_FROM, capability) if captured else 0
         ranges = entry_grid_splits(B * H_kv * plan.row_blocks, sm_count(device), entry_grid,
-                                   cdiv(capacity, block_n) // min_blocks)
+                                   cdiv(capacity, block_n) // min_blocks, split_from or None)
         if ranges:
             tiles = decode_config(D, dtype, capability, paged, captured)._replace(
                 block_n=block_n, num_stages=entry_grid[3])

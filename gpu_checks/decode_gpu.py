@@ -730,6 +730,13 @@ def paged_problem(sweep: str, B: int, S: int, D: int, variants: dict, out: list,
     return best, nbytes / best["teachkit split-KV, default"] / 1e6, plan
 
 
+def plan_ranges(plan: object, per_sm: float) -> dict[str, object]:
+    """The ``provider_params`` of a paged sweep's row for the plan its call ran (a
+    ``plan_params`` of :func:`paged_problem`): ranges, keys a tile and programs an SM."""
+    return {"splits": plan.num_splits, "block_n": plan.config.block_n,
+            "programs_per_sm": round(per_sm, 2)}
+
+
 def held_table_sweep() -> list:
     """GB/s of a paged cache (pages of 16, shuffled) on CUDA-graph replays by the default
     (``teachkit paged``: each program holds its table row where the table is narrow enough,
@@ -926,11 +933,8 @@ def entry_ranges_sweep() -> tuple[list, list]:
                             lambda paged, n=n, c=tiles: functools.partial(
                                 paged, num_splits=n, config=c))
                 best, _, plan = paged_problem(
-                    "entry ranges", B, S, D, variants, out,
-                    lambda plan, per_sm: {"splits": plan.num_splits,
-                                          "block_n": plan.config.block_n,
-                                          "programs_per_sm": round(per_sm, 2)},
-                    graph=graph, labelled={"paged, before the rule": before})
+                    "entry ranges", B, S, D, variants, out, plan_ranges, graph=graph,
+                    labelled={"paged, before the rule": before})
                 say(f"{'graph' if graph else 'plain'} D={D} B={B} S={S // 1024}k: default "
                     f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
                 torch.cuda.empty_cache()
@@ -950,29 +954,25 @@ def head_major(pages: torch.Tensor) -> torch.Tensor:
     return pages.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-def pages_in_order(k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor,
-                   merge: int = 1, seed: int | None = None) -> tuple:
-    """The pages of full sequences' ``table`` copied into pools in the table's order (sequence
-    by sequence, page by page), ``merge`` consecutive pages made one, then, given ``seed``,
-    those pages shuffled: ``k_pool, v_pool, table``, the same keys and values."""
-    order = table.flatten().long()
-    k, v = k_pool[order], v_pool[order]
-    n, page_size = k.shape[0] // merge, k.shape[1] * merge
-    k, v = k.reshape(n, page_size, *k.shape[2:]), v.reshape(n, page_size, *v.shape[2:])
-    where = torch.arange(n, device=k.device)
-    if seed is not None:
-        where = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(k.device)
-        k_out, v_out = torch.empty_like(k), torch.empty_like(v)
-        k_out[where], v_out[where] = k, v
-        k, v = k_out, v_out
-    return k, v, where.to(torch.int32).view(table.shape[0], -1)
+def repaged(page_size: int, seed: int | None) -> Callable:
+    """A layout for :func:`page_layout_sweep`: the keys and values of page pools read back
+    (``paging.gather_from_pages``) and paged again on pages of ``page_size`` tokens
+    (``paging.paged_from_contiguous``), the free list shuffled by a generator seeded with
+    ``seed`` (``None``: pages in order)."""
+    from teachkit.paging import gather_from_pages, paged_from_contiguous
+
+    def layout(k_pool, v_pool, lens, table):
+        k, v = (gather_from_pages(pool, table, lens.cpu()) for pool in (k_pool, v_pool))
+        gen = None if seed is None else torch.Generator().manual_seed(seed)
+        return paged_from_contiguous(k, v, lens.cpu(), page_size, gen=gen)
+    return layout
 
 
 def page_layout_sweep() -> list:
     """GB/s of a paged cache by the default on pages of 16 shuffled (``teachkit paged``), the
     same pages stored head by head (``paged, head-major pages``, :func:`head_major`), the same
     pages in order (``paged, pages in order``) and the same keys on pages of 64 shuffled
-    (``paged, pages of 64``; :func:`pages_in_order`), each by its default plan, beside the
+    (``paged, pages of 64``; :func:`repaged`), each by its default plan, beside the
     contiguous default (``teachkit split-KV, default``), for head dims 64 and 128 and
     :data:`PAGE_LAYOUT_PROBLEMS`, on CUDA-graph replays, interleaved, best of three: which part
     of a paged read's cost is the layout of a page's rows, which the shuffle, which the page
@@ -981,24 +981,20 @@ def page_layout_sweep() -> list:
 
     def relaid(paged: functools.partial, layout: Callable) -> functools.partial:
         q, k_pool, v_pool, lens, table = paged.args
-        k_pool, v_pool, table = layout(k_pool, v_pool, table)
+        k_pool, v_pool, table = layout(k_pool, v_pool, lens, table)
         return functools.partial(decode_attention, q, k_pool, v_pool, lens, table,
                                  check_values=False)
 
     variants = {
         "paged, head-major pages": lambda paged: relaid(
-            paged, lambda k, v, t: (head_major(k), head_major(v), t)),
-        "paged, pages in order": lambda paged: relaid(paged, pages_in_order),
-        "paged, pages of 64": lambda paged: relaid(
-            paged, lambda k, v, t: pages_in_order(k, v, t, merge=4, seed=0)),
+            paged, lambda k, v, lens, t: (head_major(k), head_major(v), t)),
+        "paged, pages in order": lambda paged: relaid(paged, repaged(16, None)),
+        "paged, pages of 64": lambda paged: relaid(paged, repaged(64, 0)),
     }
     out = []
     for D in (64, 128):
         for B, S in PAGE_LAYOUT_PROBLEMS:
-            best, gbps, plan = paged_problem(
-                "page layout", B, S, D, variants, out,
-                lambda plan, per_sm: {"splits": plan.num_splits, "block_n": plan.config.block_n,
-                                      "programs_per_sm": round(per_sm, 2)})
+            best, gbps, plan = paged_problem("page layout", B, S, D, variants, out, plan_ranges)
             say(f"D={D} B={B} S={S // 1024}k: contiguous {gbps:.0f} GB/s; default "
                 f"{plan.num_splits} x {plan.config.block_n} keys: {shares(best)}")
             torch.cuda.empty_cache()

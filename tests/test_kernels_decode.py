@@ -653,7 +653,6 @@ def planned_on(capability: tuple[int, int], sms: int = 132):
             decode.forget_plans()
 
 
-
 @contextlib.contextmanager
 def rule_replaced(name: str, value: object):
     """``decode``'s per-GPU-class table ``name`` (such as ``"ENTRY_GRID"``) replaced by
@@ -665,6 +664,7 @@ def rule_replaced(name: str, value: object):
             yield
         finally:
             decode.forget_plans()
+
 
 def test_a_paged_call_plans_its_tiles_and_splits_for_the_programs():
     """On sm_90 a split call whose ranges hold four 128-key tiles takes them, contiguous (plain

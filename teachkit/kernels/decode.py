@@ -1213,14 +1213,14 @@ def _entry_grid_keys(stage_bytes: int, head_dim: int, size: int) -> int:
 
 
 def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, int],
-                      most: int, split_from: float | None = None) -> int:
+                      most: int, split_from: float = 0.0) -> int:
     """The ranges a paged 16-bit call reading its table entry by entry cuts its keys into under
     :data:`ENTRY_GRID` (``grid``: from and to how many programs an SM, tile bytes,
     stages): 1 where its unsplit grid of ``programs`` on ``sms`` SMs already holds from-to
     programs an SM; below one, the most ranges that keep the grid within ``to`` programs an SM
     and number no more than ``most`` (the key blocks of the rule's tiles over
     :data:`PAGED_MIN_BLOCKS`; :func:`choose_num_splits` aiming for ``to``), where they bring it
-    to ``split_from`` programs an SM or more (default: ``from``; a captured call's is
+    to ``from`` programs an SM or more, and to ``split_from`` (a captured call's
     :data:`ENTRY_SPLIT_CAPTURED_FROM`); 0 where the rule does not apply (the grid is fuller, or
     no split lands in the window).
 
@@ -1238,8 +1238,7 @@ def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, in
     if low <= programs <= high:
         return 1
     ranges = choose_num_splits(programs, most, sms, grid[1])  # 1 from a program an SM
-    least = (grid[0] if split_from is None else split_from) * sms
-    return ranges if ranges > 1 and ranges * programs >= least else 0
+    return ranges if ranges > 1 and ranges * programs >= max(low, split_from * sms) else 0
 
 
 def unsplit_from(capability: tuple[int, int] | None, dtype: torch.dtype, head_dim: int,
@@ -2203,9 +2202,10 @@ def _launch_plan(B: int, H: int, Lq: int, D: int, H_kv: int, dtype: torch.dtype,
         # 1.45 to 2 programs an SM of 64 KB tiles (two fit), unsplit or split to get there
         block_n = _entry_grid_keys(entry_grid[2], D, dtype.itemsize)
         min_blocks = max(1, _paged_rule(PAGED_MIN_BLOCKS, capability))
-        split_from = _paged_rule(ENTRY_SPLIT_CAPTURED_FROM, capability) if captured else 0
-        ranges = entry_grid_splits(B * H_kv * plan.row_blocks, sm_count(device), entry_grid,
-                                   cdiv(capacity, block_n) // min_blocks, split_from or None)
+        ranges = entry_grid_splits(
+            B * H_kv * plan.row_blocks, sm_count(device), entry_grid,
+            cdiv(capacity, block_n) // min_blocks,
+            _paged_rule(ENTRY_SPLIT_CAPTURED_FROM, capability) if captured else 0.0)
         if ranges:
             tiles = decode_config(D, dtype, capability, paged, captured)._replace(
                 block_n=block_n, num_stages=entry_grid[3])

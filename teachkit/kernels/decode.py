@@ -74,7 +74,7 @@ them tables keyed by the GPU class where they were measured (``90`` for sm_90): 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 import triton
@@ -992,10 +992,13 @@ Where the row is not held the contiguous plan is slower: in a scratch run at 8k 
 95-100 % split."""
 
 
-def _paged_rule(table: dict[int, int], capability: tuple[int, int] | None) -> int:
-    """``table``'s value (GPU class -> a paged rule's setting) for a GPU of ``capability``, 0
-    where not measured; the interpreter (``None``) takes sm_90's, so the CPU tests run the
-    paths an sm_90 GPU takes."""
+_Setting = TypeVar("_Setting")
+
+
+def _paged_rule(table: dict[int, _Setting], capability: tuple[int, int] | None) -> _Setting | int:
+    """``table``'s value (GPU class -> a paged rule's setting: a count, a bound in programs an
+    SM, a pair of bounds) for a GPU of ``capability``, 0 where not measured; the interpreter
+    (``None``) takes sm_90's, so the CPU tests run the paths an sm_90 GPU takes."""
     return table.get(gpu_class(capability) if capability else 90, 0)
 
 

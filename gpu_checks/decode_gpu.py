@@ -946,14 +946,6 @@ PAGE_LAYOUT_PROBLEMS = ((1, 16384), (2, 16384), (4, 16384), (8, 16384), (1, 6553
 """The page-layout sweep's (sequences, cache length) of 32 heads."""
 
 
-def head_major(pages: torch.Tensor) -> torch.Tensor:
-    """A page pool ``(num_pages, page_size, H_kv, D)`` holding the same values, stored with each
-    head's rows of a page together (``(num_pages, H_kv, page_size, D)`` in memory): a head's
-    page is one run of ``page_size * D`` elements, where the usual layout (vLLM's) puts a row of
-    ``D`` elements every ``H_kv * D``."""
-    return pages.transpose(1, 2).contiguous().transpose(1, 2)
-
-
 def repaged(page_size: int, seed: int | None) -> Callable:
     """A layout for :func:`page_layout_sweep`: the keys and values of page pools read back
     (``paging.gather_from_pages``) and paged again on pages of ``page_size`` tokens
@@ -970,7 +962,7 @@ def repaged(page_size: int, seed: int | None) -> Callable:
 
 def page_layout_sweep() -> list:
     """GB/s of a paged cache by the default on pages of 16 shuffled (``teachkit paged``), the
-    same pages stored head by head (``paged, head-major pages``, :func:`head_major`), the same
+    same pages stored head by head (``paged, head-major pages``, ``paging.head_major``), the same
     pages in order (``paged, pages in order``) and the same keys on pages of 64 shuffled
     (``paged, pages of 64``; :func:`repaged`), each by its default plan, beside the
     contiguous default (``teachkit split-KV, default``), for head dims 64 and 128 and
@@ -978,6 +970,7 @@ def page_layout_sweep() -> list:
     of a paged read's cost is the layout of a page's rows, which the shuffle, which the page
     size. The default's rows carry its plan (``provider_params``)."""
     from teachkit.kernels.decode import decode_attention
+    from teachkit.paging import head_major
 
     def relaid(paged: functools.partial, layout: Callable) -> functools.partial:
         q, k_pool, v_pool, lens, table = paged.args

@@ -13,7 +13,8 @@ This module measures that with a small simulation of a server
 kernel needs: a block table that maps each sequence's logical pages to physical pages taken from
 a shuffled free list (:func:`build_block_table`), and helpers that scatter a contiguous cache
 into a page pool and gather it back (:func:`scatter_to_pages`, :func:`gather_from_pages`,
-:func:`paged_from_contiguous`), the reference the paged kernel is tested against.
+:func:`paged_from_contiguous`), the reference the paged kernel is tested against, and
+:func:`head_major`, the same pool stored with each head's rows of a page side by side.
 
 Examples
 --------
@@ -45,6 +46,7 @@ __all__ = [
     "scatter_to_pages",
     "gather_from_pages",
     "paged_from_contiguous",
+    "head_major",
 ]
 
 POLICIES = ("reserve max", "reserve exact", "paged")
@@ -875,3 +877,48 @@ def paged_from_contiguous(
     k_pool = scatter_to_pages(k_cache, table, lengths, page_size, num_pages, fill)
     v_pool = scatter_to_pages(v_cache, table, lengths, page_size, num_pages, fill)
     return k_pool, v_pool, table.to(k_cache.device)
+
+
+def head_major(pool: torch.Tensor) -> torch.Tensor:
+    """The same page pool, stored with each head's rows of a page side by side.
+
+    A pool ``(num_pages, page_size, H_kv, D)`` stored as its shape says (vLLM's and
+    FlashAttention's layout) keeps a token's heads together: one head's rows of a page lie
+    ``H_kv * D`` elements apart, 4 KB at 32 heads of ``D = 64`` in 16 bits. The tensor returned
+    has the same shape and values, with memory ordered ``(num_pages, H_kv, page_size, D)``: a
+    head's page is one run of ``page_size * D`` elements, as in a contiguous ``(B, H_kv, S, D)``
+    cache. ``decode.decode_attention`` takes either, since it reads a pool through its strides.
+
+    Parameters
+    ----------
+    pool : torch.Tensor
+        ``(num_pages, page_size, H_kv, D)``, any strides.
+
+    Returns
+    -------
+    torch.Tensor
+        A copy, ``(num_pages, page_size, H_kv, D)`` with strides
+        ``(page_size * H_kv * D, D, page_size * D, 1)``.
+
+    Raises
+    ------
+    TypeError
+        ``pool`` is not a tensor.
+    ValueError
+        ``pool`` is not 4-D.
+
+    Examples
+    --------
+    >>> pool = torch.zeros(8, 16, 32, 64)
+    >>> pool.stride(), head_major(pool).stride()
+    ((32768, 2048, 64, 1), (32768, 64, 1024, 1))
+    >>> torch.equal(head_major(pool), pool)
+    True
+    """
+    if not isinstance(pool, torch.Tensor):
+        raise TypeError(f"pool must be a (num_pages, page_size, kv_heads, head_dim) "
+                        f"torch.Tensor, got {type(pool).__name__}")
+    if pool.dim() != 4:
+        raise ValueError(f"pool must be (num_pages, page_size, kv_heads, head_dim), got shape "
+                         f"{tuple(pool.shape)}")
+    return pool.transpose(1, 2).contiguous().transpose(1, 2)

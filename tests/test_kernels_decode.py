@@ -20,7 +20,7 @@ from inputs import randn
 
 import teachkit
 from teachkit.compare import attention_reference, relative_error
-from teachkit.paging import paged_from_contiguous
+from teachkit.paging import head_major, paged_from_contiguous
 
 K = pytest.importorskip("teachkit.kernels")
 from teachkit.kernels import decode  # noqa: E402
@@ -118,6 +118,22 @@ def test_paged_cache_equals_contiguous(page_size, Lq, gen):
     paged, lse_p = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=3)
     flat, lse_f = decode_attention(q, k, v, cache_seqlens=lens, num_splits=3, return_lse=True)
     assert relative_error(paged, flat) < 1e-6 and relative_error(lse_p, lse_f) < 1e-6
+
+
+@pytest.mark.parametrize("page_size,splits", [(16, 1), (16, 3), (5, 2)])
+def test_a_head_major_pool_reads_as_the_usual_layout(page_size, splits, gen):
+    """``paging.head_major`` stores each head's rows of a page side by side; the kernel reads the
+    pool through its strides, so the answer is the usual layout's, bit for bit (the same keys in
+    the same order), with grouped-query heads and one empty sequence."""
+    q, k, v, k_ref, v_ref, lens = make(3, 4, 2, 1, 70, 64, gen, torch.float16, lens=[70, 0, 37])
+    k_pool, v_pool, table = paged_from_contiguous(k_ref, v_ref, lens.cpu(), page_size,
+                                                  num_pages=40, gen=gen, fill=NAN)
+    k_pool, v_pool, table = k_pool.to(DEV), v_pool.to(DEV), table.to(DEV)
+    k_hm, v_hm = head_major(k_pool), head_major(v_pool)
+    assert k_hm.stride()[1:] == (64, page_size * 64, 1) and not k_hm.is_contiguous()
+    usual = check(q, k_pool, v_pool, k_ref, v_ref, lens, table, num_splits=splits)
+    relaid = check(q, k_hm, v_hm, k_ref, v_ref, lens, table, num_splits=splits)
+    assert all(torch.equal(a, b) for a, b in zip(usual, relaid, strict=True))
 
 
 @pytest.mark.parametrize("page_size,Lq", [(5, 1), (16, 3), (64, 1)])

@@ -10,6 +10,7 @@ from teachkit.paging import (
     POLICIES,
     build_block_table,
     gather_from_pages,
+    head_major,
     paged_from_contiguous,
     pages_needed,
     request_lengths,
@@ -139,3 +140,17 @@ def test_scatter_checks_shapes(gen):
         pages_needed(torch.tensor([1.5]), 4)
     with pytest.raises(ValueError, match=">= 0"):
         pages_needed([-1], 4)
+
+
+def test_head_major_keeps_shape_and_values_and_lays_a_heads_page_out_in_one_run():
+    pool = torch.randn(5, 4, 3, 8)
+    hm = head_major(pool)
+    assert hm.shape == pool.shape and torch.equal(hm, pool)
+    assert hm.stride() == (4 * 3 * 8, 8, 4 * 8, 1)  # head h of page p: one run of 4 x 8
+    page, head = 2, 1
+    run = hm.as_strided((4 * 8,), (1,), hm.storage_offset() + page * 96 + head * 32)
+    assert torch.equal(run, pool[page, :, head].reshape(-1))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        head_major(pool.numpy())
+    with pytest.raises(ValueError, match=r"got shape \(5, 4, 24\)"):
+        head_major(pool.reshape(5, 4, 24))

@@ -43,6 +43,7 @@ OPTIONAL_KEYS = {  # params a result may add: an attention run given its tokens 
     "decode_entry_waves_": {"D"},
     "decode_entry_tiles_": {"D"},
     "decode_entry_ranges_": {"D"},
+    "decode_page_layout_": {"D"},
     "decode_last_wave_": {"H_kv"},
     "decode_short_rows_": {"D"},
     "decode_dependent_merge_": {"D"},

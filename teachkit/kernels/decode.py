@@ -1756,7 +1756,8 @@ def decode_attention(
         Without ``block_table``: ``(B, H_kv, S, D)``, sequence ``b``'s keys in
         ``k_cache[b, :, :n]``. With it: page pools ``(num_pages, page_size, H_kv, D)``.
         ``H`` must be a multiple of ``H_kv`` (grouped-query attention). Any strides; q's dtype
-        and device.
+        and device. (At ``D = 64`` pools stored head by head, ``paging.head_major``, read
+        faster: notebook 09.)
     cache_seqlens : torch.Tensor, optional
         ``(B,)`` int32 or int64: the number ``n`` of valid keys of each sequence, at most the
         cache's length (or the table's ``max_pages * page_size``); default ``S`` for a

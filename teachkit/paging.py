@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .validation import require_int
+
 __all__ = [
     "POLICIES",
     "ServingStats",
@@ -58,16 +60,6 @@ that knows the future, the best case of contiguous reservations); or pages on de
 # ---------------------------------------------------------------------------------------------
 # The simulation
 # ---------------------------------------------------------------------------------------------
-def _require_int(value: object, name: str, minimum: int) -> int:
-    """``value`` as an ``int`` if it is an integer (NumPy's included) ``>= minimum``, else raise
-    ``TypeError`` (not an integer) or ``ValueError`` (too small)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}; pass {minimum} or more")
-    return int(value)
-
-
 def request_lengths(n: int, max_len: int, gen: torch.Generator | None = None,
                     min_len: int = 1) -> list[int]:
     """``n`` final sequence lengths drawn uniformly from ``min_len .. max_len``.
@@ -80,9 +72,9 @@ def request_lengths(n: int, max_len: int, gen: torch.Generator | None = None,
     >>> request_lengths(4, 100, torch.Generator().manual_seed(0))
     [45, 40, 34, 61]
     """
-    n = _require_int(n, "n", 0)
-    max_len = _require_int(max_len, "max_len", 1)
-    min_len = _require_int(min_len, "min_len", 1)
+    n = require_int(n, "n", 0)
+    max_len = require_int(max_len, "max_len", 1)
+    min_len = require_int(min_len, "min_len", 1)
     if min_len > max_len:
         raise ValueError(f"min_len = {min_len} is larger than max_len = {max_len}; pass "
                          "min_len <= max_len")
@@ -294,12 +286,12 @@ def simulate_serving(lengths: list[int], capacity: int, policy: str, page_size: 
     """
     if not isinstance(policy, str) or policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-    capacity = _require_int(capacity, "capacity", 1)
-    page_size = _require_int(page_size, "page_size", 1)
+    capacity = require_int(capacity, "capacity", 1)
+    page_size = require_int(page_size, "page_size", 1)
     lengths = _serving_lengths(lengths)
     longest = max(range(len(lengths)), key=lengths.__getitem__)  # the first longest sequence
     if max_len is not None:
-        max_len = _require_int(max_len, "max_len", 1)
+        max_len = require_int(max_len, "max_len", 1)
     max_len = lengths[longest] if max_len is None else max_len
     if policy == "reserve max" and max_len < lengths[longest]:
         raise ValueError(f"max_len = {max_len} is shorter than the longest sequence "
@@ -454,7 +446,7 @@ def waste_against_page_size(lengths: list[int], page_sizes: list[int], capacity:
     """
     if isinstance(page_sizes, (str, bytes)) or not isinstance(page_sizes, Iterable):
         raise TypeError(f"page_sizes must be a list of ints, got {type(page_sizes).__name__}")
-    sizes = [_require_int(p, f"page_sizes[{i}]", 1) for i, p in enumerate(page_sizes)]
+    sizes = [require_int(p, f"page_sizes[{i}]", 1) for i, p in enumerate(page_sizes)]
     return {p: simulate_serving(lengths, capacity, "paged", page_size=p) for p in sizes}
 
 
@@ -549,7 +541,7 @@ def pages_needed(cache_seqlens: torch.Tensor | list[int], page_size: int) -> tor
     >>> pages_needed([0, 1, 16, 17], 16).tolist()
     [0, 1, 1, 2]
     """
-    page_size = _require_int(page_size, "page_size", 1)
+    page_size = require_int(page_size, "page_size", 1)
     return (_lengths(cache_seqlens) + page_size - 1) // page_size
 
 
@@ -599,12 +591,12 @@ def build_block_table(cache_seqlens: torch.Tensor | list[int], page_size: int,
     """
     need = pages_needed(cache_seqlens, page_size).cpu()
     total = int(need.sum())
-    num_pages = total if num_pages is None else _require_int(num_pages, "num_pages", 0)
+    num_pages = total if num_pages is None else require_int(num_pages, "num_pages", 0)
     if num_pages < total:
         raise ValueError(f"the sequences need {total} pages of {page_size} tokens, the pool has "
                          f"{num_pages}; pass num_pages >= {total}")
     width = int(need.max()) if need.numel() else 0
-    max_pages = width if max_pages is None else _require_int(max_pages, "max_pages", 0)
+    max_pages = width if max_pages is None else require_int(max_pages, "max_pages", 0)
     if max_pages < width:
         raise ValueError(f"a sequence needs {width} pages; pass max_pages >= {width}")
     _require_generator(gen)
@@ -663,7 +655,7 @@ def token_rows(block_table: torch.Tensor, page_size: int, positions: torch.Tenso
             [23,  4]])
     """
     block_table = _require_table(block_table)
-    page_size = _require_int(page_size, "page_size", 1)
+    page_size = require_int(page_size, "page_size", 1)
     if not isinstance(positions, torch.Tensor) or not _is_int_dtype(positions.dtype):
         got = positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__
         raise TypeError(f"positions must be a (batch, n) integer tensor, got {got}")
@@ -755,8 +747,8 @@ def scatter_to_pages(cache: torch.Tensor, block_table: torch.Tensor,
                         f"{type(cache).__name__}")
     block_table = _require_table(block_table)
     lengths = _lengths(cache_seqlens)
-    page_size = _require_int(page_size, "page_size", 1)
-    num_pages = _require_int(num_pages, "num_pages", 0)
+    page_size = require_int(page_size, "page_size", 1)
+    num_pages = require_int(num_pages, "num_pages", 0)
     fill = _require_fill(fill)
     _pool_checks(cache, block_table, lengths)
     B, H_kv, S, D = cache.shape
@@ -810,7 +802,7 @@ def gather_from_pages(pool: torch.Tensor, block_table: torch.Tensor,
     fill = _require_fill(fill)
     num_pages, page_size, H_kv, D = pool.shape
     longest = int(lengths.max()) if lengths.numel() else 0
-    S = longest if S is None else _require_int(S, "S", 0)
+    S = longest if S is None else require_int(S, "S", 0)
     _require_within(lengths, S)
     cache = torch.full((len(lengths), H_kv, S, D), fill, dtype=pool.dtype, device=pool.device)
     _pool_checks(cache, block_table, lengths)

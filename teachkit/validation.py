@@ -86,6 +86,27 @@ def require_positive_int(value: object, name: str) -> int:
     return value
 
 
+def require_int(value: object, name: str, minimum: int = 0) -> int:
+    """``value`` as an ``int`` if it is an integer (NumPy's included) ``>= minimum``, else raise
+    ``TypeError`` (not an integer) or ``ValueError`` (too small), naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}; pass {minimum} or more")
+    return int(value)
+
+
+def require_real(value: object, name: str, minimum: float = 0.0) -> float:
+    """``value`` as a ``float`` if it is a finite real number ``>= minimum``, else raise
+    ``TypeError`` (not a number) or ``ValueError`` (too small, or not finite), naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value}; pass "
+                         f"{minimum} or more")
+    return float(value)
+
+
 def require_kv_heads(kv_heads: object, heads: int) -> int:
     """Return ``kv_heads`` if it is a positive ``int`` that divides ``heads`` (grouped-query
     heads: each cache head serves ``heads // kv_heads`` query heads), else raise

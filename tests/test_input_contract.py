@@ -336,6 +336,47 @@ def test_helpers_name_their_arguments():
         decode_mask(torch.tensor([3]), -1, 5)
 
 
+TILES = ((32 * 1024, 2, 4), (64 * 1024, 2, 2))
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda d: d.choose_num_splits(32, 8, 0), ValueError, "sms must be an int >= 1"),
+    (lambda d: d.choose_num_splits(32.0, 8, 132), TypeError, "programs must be an int"),
+    (lambda d: d.choose_num_splits(32, 8, 132, waves=float("nan")), ValueError, "waves"),
+    (lambda d: d.last_wave_splits(160, 132, 0), ValueError, "resident must be an int >= 1"),
+    (lambda d: d.last_wave_splits(160, 132, 2, most=1), ValueError, "most must be an int >= 2"),
+    (lambda d: d.last_wave_fill(480, 0), ValueError, "places must be an int >= 1"),
+    (lambda d: d.last_wave_fill(0, 264), ValueError, "programs must be an int >= 1"),
+    (lambda d: d.fullest_wave_tiles(768, 132, ()), ValueError, "tiles must be a non-empty"),
+    (lambda d: d.fullest_wave_tiles(768, 132, [(1, 2, 3)]), ValueError, "tuple of"),
+    (lambda d: d.fullest_wave_tiles(768, 132, ((1, 2, 0),)), ValueError, "positive ints"),
+    (lambda d: d.fullest_wave_plan(576, 132, TILES, gain=-1.0), ValueError, "gain"),
+    (lambda d: d.fullest_wave_plan(576, 132, TILES, one_wave="no"), TypeError, "one_wave"),
+    (lambda d: d.uneven_wave(416, 132, "4"), TypeError, "resident must be an int"),
+    (lambda d: d.entry_grid_splits(32, 132, (2.0, 1.45, 65536, 2), 32), ValueError,
+     "from <= to"),
+    (lambda d: d.entry_grid_splits(32, 132, (1.45, 2.0), 32), ValueError, "grid must be"),
+    (lambda d: d.entry_grid_splits(32, 132, d.ENTRY_GRID[90], 0), ValueError,
+     "most must be an int >= 1"),
+], ids=lambda c: c if isinstance(c, str) else "")
+def test_wave_planning_helpers_name_a_bad_argument(call, error, message):
+    """The public planning helpers of ``decode`` (what the exercises of notebook 09 rebuild)
+    refuse arguments that would divide by zero, loop over nothing or mean nothing."""
+    from teachkit.kernels import decode
+
+    with pytest.raises(error, match=message):
+        call(decode)
+
+
+def test_wave_planning_helpers_take_numpy_counts():
+    import numpy as np
+
+    from teachkit.kernels import decode
+
+    assert decode.last_wave_splits(np.int64(160), np.int64(132), 2) == 3
+    assert decode.choose_num_splits(np.int32(32), 2048, 132) == 8
+
+
 def test_first_kernels_refuse_offsets_past_int32():
     """row_max and reduce_stats keep row offsets in int32: past 2**31 they would read the wrong
     rows. (A meta tensor has the strides without the memory.)"""

@@ -95,11 +95,13 @@ from ..validation import (
     plain_attention_inputs,
     require_bool,
     require_float_tensor,
+    require_int,
     require_kernel_world,
     require_kv_heads,
     require_no_grad,
     require_positive_int,
     require_power_of_two,
+    require_real,
     resolve_scale,
 )
 from .flash import HEAD_DIMS, LN2, LOG2E
@@ -1237,6 +1239,13 @@ def entry_grid_splits(programs: int, sms: int, grid: tuple[float, float, int, in
     >>> [entry_grid_splits(32 * B, 132, grid, most=32, split_from=1.9) for B in (1, 2, 3, 4)]
     [8, 4, 0, 2]
     """
+    programs, sms = require_int(programs, "programs", 1), require_int(sms, "sms", 1)
+    most, split_from = require_int(most, "most", 1), require_real(split_from, "split_from")
+    if not (isinstance(grid, tuple) and len(grid) == 4
+            and all(isinstance(g, (int, float)) and not isinstance(g, bool) for g in grid)
+            and 0 < grid[0] <= grid[1]):
+        raise ValueError(f"grid must be (from, to, tile bytes, stages) with 0 < from <= to "
+                         f"programs an SM, as ENTRY_GRID's values, got {grid!r}")
     low, high = grid[0] * sms, grid[1] * sms
     if low <= programs <= high:
         return 1
@@ -1422,6 +1431,9 @@ def choose_num_splits(programs: int, key_blocks: int, sms: int, waves: float = 2
     >>> choose_num_splits(programs=128, key_blocks=32, sms=132, full_from=0.7)  # B = 4
     1
     """
+    programs, key_blocks = require_int(programs, "programs"), require_int(key_blocks, "key_blocks")
+    sms = require_int(sms, "sms", 1)
+    waves, full_from = require_real(waves, "waves"), require_real(full_from, "full_from")
     if programs >= full_from * sms:
         return 1
     fit = int(waves * sms // max(programs, 1))  # the most splits in one wave
@@ -1445,6 +1457,8 @@ def last_wave_splits(programs: int, sms: int, resident: int,
     >>> last_wave_splits(176, 132, 2)  # 528 programs: 2 whole waves
     3
     """
+    programs, sms = require_int(programs, "programs", 1), require_int(sms, "sms", 1)
+    resident, most = require_int(resident, "resident", 1), require_int(most, "most", 2)
     return max(range(2, most + 1),
                key=lambda splits: (last_wave_fill(programs * splits, resident * sms), -splits))
 
@@ -1466,7 +1480,20 @@ def last_wave_fill(programs: int, places: int) -> float:
     >>> last_wave_fill(528, 264), last_wave_fill(132, 264)
     (1.0, 0.5)
     """
+    programs, places = require_int(programs, "programs", 1), require_int(places, "places", 1)
     return programs / (places * -(-programs // places))
+
+
+def _require_tiles(tiles: object) -> None:
+    """Raise ``ValueError`` unless ``tiles`` is a non-empty tuple of ``(stage bytes, stages,
+    programs an SM)`` triples of positive ints (as :data:`FULLEST_WAVE_TILES` holds them)."""
+    if not (isinstance(tiles, tuple) and tiles and all(
+            isinstance(t, tuple) and len(t) == 3
+            and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in t)
+            for t in tiles)):
+        raise ValueError(f"tiles must be a non-empty tuple of (stage bytes, stages, programs an "
+                         f"SM) triples of positive ints, as FULLEST_WAVE_TILES's values, got "
+                         f"{tiles!r}")
 
 
 def fullest_wave_tiles(programs: int, sms: int, tiles: tuple[tuple[int, int, int], ...],
@@ -1486,6 +1513,8 @@ def fullest_wave_tiles(programs: int, sms: int, tiles: tuple[tuple[int, int, int
     >>> fullest_wave_tiles(1152, 132, tiles)  # 36: 2.18 of four, 4.36 of two, 2.91 of three
     (32768, 3, 3)
     """
+    programs, sms = require_int(programs, "programs", 1), require_int(sms, "sms", 1)
+    _require_tiles(tiles)
     if programs <= tiles[0][2] * sms:
         return tiles[0]
     return max(tiles, key=lambda t: last_wave_fill(programs, t[2] * sms))
@@ -1503,6 +1532,8 @@ def uneven_wave(programs: int, sms: int, resident: int) -> bool:
     >>> uneven_wave(528, 132, 4)  # four programs on every SM: one whole wave
     False
     """
+    programs, sms = require_int(programs, "programs"), require_int(sms, "sms", 1)
+    resident = require_int(resident, "resident", 1)
     return (resident - 1) * sms < programs < resident * sms
 
 
@@ -1531,6 +1562,10 @@ def fullest_wave_plan(programs: int, sms: int, tiles: tuple[tuple[int, int, int]
     >>> fullest_wave_plan(384, 132, paged), fullest_wave_plan(384, 132, paged, one_wave=False)
     (((32768, 2, 5), 1), ((65536, 2, 3), 1))
     """
+    programs, sms = require_int(programs, "programs", 1), require_int(sms, "sms", 1)
+    most, gain = require_int(most, "most", 1), require_real(gain, "gain")
+    one_wave = require_bool(one_wave, "one_wave")
+    _require_tiles(tiles)
     if one_wave:
         unsplit = fullest_wave_tiles(programs, sms, tiles)
         if programs <= tiles[0][2] * sms:

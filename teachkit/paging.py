@@ -771,6 +771,17 @@ def _require_within(lengths: torch.Tensor, S: int) -> None:
                          f"{S} positions; pass lengths <= {S}")
 
 
+def _require_pool(pool: object) -> None:
+    """Raise ``TypeError`` unless ``pool`` is a tensor, ``ValueError`` unless it is
+    ``(num_pages, page_size >= 1, kv_heads, head_dim)``."""
+    if not isinstance(pool, torch.Tensor):
+        raise TypeError(f"pool must be a (num_pages, page_size, kv_heads, head_dim) "
+                        f"torch.Tensor, got {type(pool).__name__}")
+    if pool.dim() != 4 or pool.shape[1] < 1:
+        raise ValueError(f"pool must be (num_pages, page_size >= 1, kv_heads, head_dim), got "
+                         f"shape {tuple(pool.shape)}")
+
+
 def gather_from_pages(pool: torch.Tensor, block_table: torch.Tensor,
                       cache_seqlens: torch.Tensor | list[int], S: int | None = None,
                       fill: float = 0.0) -> torch.Tensor:
@@ -791,12 +802,7 @@ def gather_from_pages(pool: torch.Tensor, block_table: torch.Tensor,
     >>> torch.equal(back[0], k[0]) and torch.equal(back[1, :, :7], k[1, :, :7])
     True
     """
-    if not isinstance(pool, torch.Tensor):
-        raise TypeError(f"pool must be a (num_pages, page_size, kv_heads, head_dim) "
-                        f"torch.Tensor, got {type(pool).__name__}")
-    if pool.dim() != 4 or pool.shape[1] < 1:
-        raise ValueError(f"pool must be (num_pages, page_size >= 1, kv_heads, head_dim), got "
-                         f"shape {tuple(pool.shape)}")
+    _require_pool(pool)
     block_table = _require_table(block_table)
     lengths = _lengths(cache_seqlens)
     fill = _require_fill(fill)
@@ -897,7 +903,7 @@ def head_major(pool: torch.Tensor) -> torch.Tensor:
     TypeError
         ``pool`` is not a tensor.
     ValueError
-        ``pool`` is not 4-D.
+        ``pool`` is not 4-D, or its pages hold no slot.
 
     Examples
     --------
@@ -907,10 +913,5 @@ def head_major(pool: torch.Tensor) -> torch.Tensor:
     >>> torch.equal(head_major(pool), pool)
     True
     """
-    if not isinstance(pool, torch.Tensor):
-        raise TypeError(f"pool must be a (num_pages, page_size, kv_heads, head_dim) "
-                        f"torch.Tensor, got {type(pool).__name__}")
-    if pool.dim() != 4:
-        raise ValueError(f"pool must be (num_pages, page_size, kv_heads, head_dim), got shape "
-                         f"{tuple(pool.shape)}")
+    _require_pool(pool)
     return pool.transpose(1, 2).contiguous().transpose(1, 2)

@@ -1,7 +1,7 @@
 """The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
 `python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]
-[--keep-weights]`.
+[--keep-weights] [--one-per-sm]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -28,6 +28,9 @@ and huge values; then each shape is timed by:
 - with `--keep-weights`, the words configurations keeping the weights `exp(x - m_chunk)` as
   bfloat16 words through the wait (`TmaConfig.keep_weights`: no exponential after it), on
   bfloat16 rows, their largest error in bfloat16's last place printed beside the words'.
+- with `--one-per-sm`, **TMA 32k, one an SM** and, on 16-bit rows, **TMA words 64k, one an
+  SM**: one program of sixteen warps a multiprocessor, chunks twice the long-row ones'
+  (`ONE_PER_SM`), so a row of the same length spans half the programs.
 
 Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which only the Triton
 kernel holds), checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3)
@@ -86,10 +89,19 @@ as bfloat16 words through the wait (``keep_weights``), on bfloat16 rows; the edg
 their largest error in units of the last place of bfloat16, beside the words that keep the
 input."""
 
+ONE_PER_SM = {"TMA 32k, one an SM": st.TmaConfig(128, 16, 1, backoff=True),
+              "TMA words 64k, one an SM": st.TmaConfig(128, 16, 1, backoff=True, words=True)}
+"""With ``--one-per-sm``: one program of sixteen warps a multiprocessor, its chunk 32768
+float32 columns (65536 16-bit ones as words) and a buffer of 128 KB, pausing between polls: the
+rows the long-row configurations hold, in half the programs, so a row waits for half the
+pairs."""
 
-def extra_configs(whole_rows: bool = False, keep_weights: bool = False) -> dict[str, object]:
-    """:data:`WHOLE_ROWS` and :data:`WEIGHTS_KEPT`, as asked for."""
-    return (WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
+
+def extra_configs(whole_rows: bool = False, keep_weights: bool = False,
+                  one_per_sm: bool = False) -> dict[str, object]:
+    """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT` and :data:`ONE_PER_SM`, as asked for."""
+    return ((WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
+            | (ONE_PER_SM if one_per_sm else {}))
 
 
 def providers(dtype: torch.dtype, extra: dict[str, object]) -> dict[str, object]:
@@ -120,8 +132,9 @@ def fits(name: str, x: torch.Tensor) -> bool:
         fit = st.tma_programs(config, x.dtype, device)
         whole = resident_grid(fit, g, x.shape[0])
         return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)
-    if name in TMA_PROVIDERS or name in WEIGHTS_KEPT:
-        return st.tma_fits(cols, (TMA_PROVIDERS | WEIGHTS_KEPT)[name], x.dtype, device)
+    configs = TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM
+    if name in configs:
+        return st.tma_fits(cols, configs[name], x.dtype, device)
     if name.startswith("Triton"):
         table = name.endswith("table")
         config = (sk.RESIDENT_CONFIGS if table else sk.LONG_ROW_CONFIGS)[x.element_size()]
@@ -197,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the rule's configurations launching whole rows a round")
     parser.add_argument("--keep-weights", action="store_true",
                         help="also time the words configurations keeping bfloat16 weights")
+    parser.add_argument("--one-per-sm", action="store_true",
+                        help="also time one program of sixteen warps a multiprocessor")
     parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
@@ -208,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     from teachkit.bench.softmax import dtype_shape_jobs, time_in_rounds, time_softmax_provider
 
     copy = announce_copy_bandwidth()
-    extra = extra_configs(args.whole_rows, args.keep_weights)
+    extra = extra_configs(args.whole_rows, args.keep_weights, args.one_per_sm)
     ok = check_edges(extra)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
     results = []

@@ -78,21 +78,24 @@ def normalize_dim(x: torch.Tensor, dim: int, name: str = "x") -> int:
 
 
 def require_positive_int(value: object, name: str) -> int:
-    """Return ``value`` if it is a positive ``int``, else raise ``TypeError``/``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value}; pass 1 or more")
-    return value
+    """``value`` as an ``int`` if it is a positive integer (NumPy's included), else raise
+    ``TypeError`` (not an integer) or ``ValueError`` (below 1), naming ``name``."""
+    return _require_integer(value, name, 1, "a positive int")
 
 
 def require_int(value: object, name: str, minimum: int = 0) -> int:
     """``value`` as an ``int`` if it is an integer (NumPy's included) ``>= minimum``, else raise
     ``TypeError`` (not an integer) or ``ValueError`` (too small), naming ``name``."""
+    return _require_integer(value, name, minimum, f"an int >= {minimum}")
+
+
+def _require_integer(value: object, name: str, minimum: int, wanted: str) -> int:
+    """The check of :func:`require_positive_int` and :func:`require_int`: ``wanted`` says what
+    to pass in their messages."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be {wanted}, got {type(value).__name__} {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value}; pass {minimum} or more")
+        raise ValueError(f"{name} must be {wanted}, got {value}; pass {minimum} or more")
     return int(value)
 
 

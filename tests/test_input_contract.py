@@ -423,3 +423,19 @@ def test_plain_attention_inputs_says_yes_only_to_the_common_case():
     ]
     for args in refused:
         assert not validation.plain_attention_inputs(*args, heads), [a.shape for a in args]
+
+
+def test_integer_checks_take_numpy_integers_and_name_the_argument():
+    """``require_positive_int`` and ``require_int`` are one check: both take NumPy integers (as
+    a plain ``int``), refuse bools and floats with a TypeError and a value below their minimum
+    with a ValueError, each saying what to pass."""
+    import numpy as np
+
+    for check in (validation.require_positive_int, lambda v, n: validation.require_int(v, n, 1)):
+        got = check(np.int64(3), "n")
+        assert got == 3 and type(got) is int
+        for bad in (True, 2.0, "3"):
+            with pytest.raises(TypeError, match="n must be"):
+                check(bad, "n")
+        with pytest.raises(ValueError, match="pass 1 or more"):
+            check(np.int32(0), "n")

@@ -45,7 +45,6 @@ three minutes on an H100, five with `--waits`. With `--json` the figures are sav
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -107,16 +106,6 @@ def unexchanged(x: torch.Tensor) -> dict[str, sk.ResidentConfig]:
     return found
 
 
-def cut_to_chunks(name: str, fn, x: torch.Tensor, chunk: int, dtype: str):
-    """``time_softmax_provider`` of ``fn`` on ``x`` viewed as rows of ``chunk`` columns (checked
-    against a softmax of each chunk), recorded under ``x``'s problem with ``name``."""
-    from teachkit.bench.softmax import softmax_params, time_softmax_provider
-
-    cut = time_softmax_provider(name, fn, x.view(-1, chunk), dtype, tolerance=1e-2)
-    return dataclasses.replace(cut, problem=f"{x.shape[0]}x{x.shape[1]}",
-                               params=softmax_params(x.shape[0], x.shape[1], dtype))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -140,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
-    from teachkit.bench.softmax import dtype_shape_jobs, time_in_rounds, time_softmax_provider
+    from teachkit.bench.softmax import (
+        dtype_shape_jobs,
+        time_cut_to_chunks,
+        time_in_rounds,
+        time_softmax_provider,
+    )
 
     copy = announce_copy_bandwidth()
     results, ok = [], True
@@ -155,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                   or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
         if args.unexchanged:
             for name, config in unexchanged(x).items():
-                timers[name] = (lambda name=name, c=config, x=x, dt=dt: cut_to_chunks(
+                timers[name] = (lambda name=name, c=config, x=x, dt=dt: time_cut_to_chunks(
                     name, lambda cut: sk.softmax_resident(cut, config=c), x, c.chunk, dt))
         found, report, right = time_in_rounds(timers, args.rounds, copy)
         results += found

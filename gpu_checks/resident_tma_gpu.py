@@ -1,7 +1,7 @@
 """The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
 `python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]
-[--keep-weights] [--one-per-sm]`.
+[--keep-weights] [--one-per-sm] [--unexchanged]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -30,7 +30,12 @@ and huge values; then each shape is timed by:
   bfloat16 rows, their largest error in bfloat16's last place printed beside the words'.
 - with `--one-per-sm`, **TMA 32k, one an SM** and, on 16-bit rows, **TMA words 64k, one an
   SM**: one program of sixteen warps a multiprocessor, chunks twice the long-row ones'
-  (`ONE_PER_SM`), so a row of the same length spans half the programs.
+  (`ONE_PER_SM`), so a row of the same length spans half the programs;
+- with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
+  the same tensor viewed as rows of one chunk each, so that each program reads, holds and
+  writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
+  configuration's figure on the long rows is what the exchange costs. Checked against a
+  softmax of each chunk.
 
 Rows of 32k to 4M columns in float32 and bfloat16 (and 8M in bfloat16, which only the Triton
 kernel holds), checked against `torch.softmax`, then timed in ``--rounds`` rounds (default 3)
@@ -89,6 +94,8 @@ as bfloat16 words through the wait (``keep_weights``), on bfloat16 rows; the edg
 their largest error in units of the last place of bfloat16, beside the words that keep the
 input."""
 
+RULE_CONFIGS = ("TMA 8k", "TMA 16k, pauses", "TMA words 16k", "TMA words 32k, pauses")
+"""The providers of :data:`TMA_PROVIDERS` that are configurations :func:`tma_config` takes."""
 ONE_PER_SM = {"TMA 32k, one an SM": st.TmaConfig(128, 16, 1, backoff=True),
               "TMA words 64k, one an SM": st.TmaConfig(128, 16, 1, backoff=True, words=True)}
 """With ``--one-per-sm``: one program of sixteen warps a multiprocessor, its chunk 32768
@@ -102,6 +109,16 @@ def extra_configs(whole_rows: bool = False, keep_weights: bool = False,
     """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT` and :data:`ONE_PER_SM`, as asked for."""
     return ((WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
             | (ONE_PER_SM if one_per_sm else {}))
+
+
+def unexchanged(x: torch.Tensor) -> dict[str, object]:
+    """Name: configuration, of the ``--unexchanged`` providers for the rows ``x``: the TMA
+    configurations the rule takes (:data:`RULE_CONFIGS`) that hold ``x``'s rows and whose chunk
+    divides them, to be run on ``x`` cut to rows of one chunk."""
+    cols, device = x.shape[1], x.device.index or 0
+    return {f"{name}, cut to chunks": config for name, config in TMA_PROVIDERS.items()
+            if name in RULE_CONFIGS and (not config.words or x.element_size() == 2)
+            and cols % config.chunk == 0 and st.tma_fits(cols, config, x.dtype, device)}
 
 
 def providers(dtype: torch.dtype, extra: dict[str, object]) -> dict[str, object]:
@@ -212,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the words configurations keeping bfloat16 weights")
     parser.add_argument("--one-per-sm", action="store_true",
                         help="also time one program of sixteen warps a multiprocessor")
+    parser.add_argument("--unexchanged", action="store_true",
+                        help="also the rule's configurations on the rows cut to one chunk each, "
+                             "which wait for no other program")
     parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
@@ -220,7 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
-    from teachkit.bench.softmax import dtype_shape_jobs, time_in_rounds, time_softmax_provider
+    from teachkit.bench.softmax import (
+        dtype_shape_jobs,
+        time_cut_to_chunks,
+        time_in_rounds,
+        time_softmax_provider,
+    )
 
     copy = announce_copy_bandwidth()
     extra = extra_configs(args.whole_rows, args.keep_weights, args.one_per_sm)
@@ -234,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
                       name, fn, x, dt, tolerance=1e-2))
                   for name, fn in providers(x.dtype, extra).items()
                   if fits(name, x)}
+        if args.unexchanged:
+            for name, config in unexchanged(x).items():
+                timers[name] = (lambda name=name, c=config, x=x, dt=dt: time_cut_to_chunks(
+                    name, lambda cut: sk.softmax_resident_tma(cut, config=c), x, c.chunk, dt))
         found, report, right = time_in_rounds(timers, args.rounds, copy)
         results += found
         ok &= right

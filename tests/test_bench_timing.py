@@ -62,6 +62,28 @@ def test_softmax_providers_are_timed_in_order_and_a_wrong_one_is_reported_not_ti
     assert time_softmax_providers({"torch": providers["torch"]}, x, "fp32", 1.0)[2]
 
 
+def test_cut_to_chunks_checks_each_chunk_and_records_the_long_rows():
+    """``time_cut_to_chunks`` runs a softmax on rows of one chunk (right against a softmax of
+    each chunk, wrong against one of the long rows) and records the measurement under the long
+    rows' problem and bytes; a chunk that does not divide the rows is refused."""
+    from teachkit.bench.softmax import softmax_params, time_cut_to_chunks
+
+    x = torch.randn(3, 96, device=teachkit.DEVICE)
+    seen = []
+
+    def per_row(t):
+        seen.append(tuple(t.shape))
+        return torch.softmax(t, -1)
+
+    found = time_cut_to_chunks("torch, cut", per_row, x, 32, "fp32")
+    assert seen[0] == (9, 32)
+    assert (found.problem, found.provider) == ("3x96", "torch, cut")
+    assert found.params == softmax_params(3, 96, "fp32")
+    assert found.value == 2 * 3 * 96 * 4 / found.ms / 1e6
+    with pytest.raises(ValueError, match="chunk = 40 does not divide rows of 96"):
+        time_cut_to_chunks("torch, cut", per_row, x, 40, "fp32")
+
+
 def test_timing_description_names_the_settling_on_a_gpu(monkeypatch):
     from teachkit.bench import core
 

@@ -29,8 +29,8 @@ from .core import (
 )
 
 __all__ = ["SOFTMAX_SHAPES", "SAME_BYTES_COPY", "RESIDENT_F2F", "softmax_providers",
-           "softmax_bytes", "softmax_params", "time_softmax_provider", "time_softmax_providers",
-           "bench_softmax", "main"]
+           "softmax_bytes", "softmax_params", "time_cut_to_chunks", "time_softmax_provider",
+           "time_softmax_providers", "bench_softmax", "main"]
 
 SOFTMAX_SHAPES = [(16384, 1024), (8192, 4096), (4096, 16384), (1024, 65536), (256, 262144),
                   (64, 1048576), (4, 16777216)]
@@ -174,6 +174,25 @@ def time_softmax_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor],
     gbps = 2 * x.numel() * x.element_size() / ms / 1e6
     return Measurement(problem, dtype, name, ms, gbps, "GB/s",
                        softmax_params(x.shape[0], x.shape[1], dtype))
+
+
+def time_cut_to_chunks(name: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
+                       chunk: int, dtype: str) -> Measurement:
+    """:func:`time_softmax_provider` of ``fn`` on ``x`` viewed as rows of ``chunk`` columns
+    (checked against a softmax of each chunk, not of ``x``'s rows), recorded under ``x``'s
+    problem with ``name``: a resident kernel run so reads, holds and writes the same bytes as
+    on ``x`` but waits for no other program, its row's only pair being its own, so the gap to
+    its figure on ``x`` is what the exchange costs (``gpu_checks/resident_long_gpu.py`` and
+    ``resident_tma_gpu.py``, ``--unexchanged``). ``chunk`` must divide ``x``'s row length."""
+    import dataclasses
+
+    rows, cols = x.shape
+    if cols % chunk:
+        raise ValueError(f"chunk = {chunk} does not divide rows of {cols} columns; pass a "
+                         "divisor")
+    cut = time_softmax_provider(name, fn, x.view(-1, chunk), dtype, tolerance=1e-2)
+    return dataclasses.replace(cut, problem=f"{rows}x{cols}",
+                               params=softmax_params(rows, cols, dtype))
 
 
 def time_softmax_providers(providers: dict[str, Callable[[torch.Tensor], torch.Tensor]],

@@ -78,21 +78,26 @@ def normalize_dim(x: torch.Tensor, dim: int, name: str = "x") -> int:
 
 
 def require_positive_int(value: object, name: str) -> int:
-    """``value`` as an ``int`` if it is a positive integer (NumPy's included), else raise
-    ``TypeError`` (not an integer) or ``ValueError`` (below 1), naming ``name``."""
-    return _require_integer(value, name, 1, "a positive int")
+    """Return ``value`` if it is a positive ``int``, else raise ``TypeError`` (not an ``int``)
+    or ``ValueError`` (below 1), naming ``name``. A plain ``int`` only, not a NumPy integer:
+    most callers go on with the value they were given, into kernels and records, where a NumPy
+    integer would fail later and less clearly (:func:`require_int` takes one and returns an
+    ``int``)."""
+    return _require_integer(value, name, 1, "a positive int", int)
 
 
 def require_int(value: object, name: str, minimum: int = 0) -> int:
     """``value`` as an ``int`` if it is an integer (NumPy's included) ``>= minimum``, else raise
     ``TypeError`` (not an integer) or ``ValueError`` (too small), naming ``name``."""
-    return _require_integer(value, name, minimum, f"an int >= {minimum}")
+    return _require_integer(value, name, minimum, f"an int >= {minimum}", numbers.Integral)
 
 
-def _require_integer(value: object, name: str, minimum: int, wanted: str) -> int:
-    """The check of :func:`require_positive_int` and :func:`require_int`: ``wanted`` says what
-    to pass in their messages."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+def _require_integer(value: object, name: str, minimum: int, wanted: str,
+                     kind: type) -> int:
+    """The check of :func:`require_positive_int` and :func:`require_int`: ``value`` an
+    instance of ``kind`` (never a ``bool``) and at least ``minimum``; ``wanted`` says what to
+    pass in their messages."""
+    if isinstance(value, bool) or not isinstance(value, kind):
         raise TypeError(f"{name} must be {wanted}, got {type(value).__name__} {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be {wanted}, got {value}; pass {minimum} or more")

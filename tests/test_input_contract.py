@@ -425,17 +425,22 @@ def test_plain_attention_inputs_says_yes_only_to_the_common_case():
         assert not validation.plain_attention_inputs(*args, heads), [a.shape for a in args]
 
 
-def test_integer_checks_take_numpy_integers_and_name_the_argument():
-    """``require_positive_int`` and ``require_int`` are one check: both take NumPy integers (as
-    a plain ``int``), refuse bools and floats with a TypeError and a value below their minimum
-    with a ValueError, each saying what to pass."""
+def test_integer_checks_name_the_argument_and_say_which_integers_they_take():
+    """``require_positive_int`` and ``require_int`` are one check: both refuse bools, floats
+    and strings with a TypeError and a value below their minimum with a ValueError, each saying
+    what to pass. ``require_int`` takes a NumPy integer and returns a plain ``int``;
+    ``require_positive_int`` takes a plain ``int`` only, since its callers go on with the value
+    they were given."""
     import numpy as np
 
+    got = validation.require_int(np.int64(3), "n", 1)
+    assert got == 3 and type(got) is int
+    with pytest.raises(TypeError, match="n must be a positive int, got int64"):
+        validation.require_positive_int(np.int64(3), "n")
     for check in (validation.require_positive_int, lambda v, n: validation.require_int(v, n, 1)):
-        got = check(np.int64(3), "n")
-        assert got == 3 and type(got) is int
+        assert check(3, "n") == 3
         for bad in (True, 2.0, "3"):
             with pytest.raises(TypeError, match="n must be"):
                 check(bad, "n")
         with pytest.raises(ValueError, match="pass 1 or more"):
-            check(np.int32(0), "n")
+            check(0, "n")

@@ -94,8 +94,11 @@ as bfloat16 words through the wait (``keep_weights``), on bfloat16 rows; the edg
 their largest error in units of the last place of bfloat16, beside the words that keep the
 input."""
 
-RULE_CONFIGS = ("TMA 8k", "TMA 16k, pauses", "TMA words 16k", "TMA words 32k, pauses")
-"""The providers of :data:`TMA_PROVIDERS` that are configurations :func:`tma_config` takes."""
+RULE_CONFIGS = frozenset(config for table in (st.TMA_CONFIGS, st.TMA_WORDS_CONFIGS,
+                                               st.TMA_LONG_ROW_CONFIGS)
+                         for config in table.values())
+"""The configurations :func:`~teachkit.kernels.softmax_tma.tma_config` takes, read from its
+tables."""
 ONE_PER_SM = {"TMA 32k, one an SM": st.TmaConfig(128, 16, 1, backoff=True),
               "TMA words 64k, one an SM": st.TmaConfig(128, 16, 1, backoff=True, words=True)}
 """With ``--one-per-sm``: one program of sixteen warps a multiprocessor, its chunk 32768
@@ -117,7 +120,7 @@ def unexchanged(x: torch.Tensor) -> dict[str, object]:
     divides them, to be run on ``x`` cut to rows of one chunk."""
     cols, device = x.shape[1], x.device.index or 0
     return {f"{name}, cut to chunks": config for name, config in TMA_PROVIDERS.items()
-            if name in RULE_CONFIGS and (not config.words or x.element_size() == 2)
+            if config in RULE_CONFIGS and (not config.words or x.element_size() == 2)
             and cols % config.chunk == 0 and st.tma_fits(cols, config, x.dtype, device)}
 
 

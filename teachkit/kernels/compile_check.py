@@ -103,6 +103,7 @@ __all__ = [
     "format_register_sweep",
     "format_two_pass_evidence",
     "fused_register_sweep",
+    "gluon_compile",
     "kernel_signature",
     "layout_evidence",
     "programs_by_shared",
@@ -890,7 +891,7 @@ def hopper_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool = Fal
     constexprs = {"CAUSAL": causal, "OVERLAP": overlap, "STAGES": stages,
                   **({"Q_BUFS": fh.HOPPER_QUERY_BUFFERS[head_dim]} if persistent else {})}
     kernel = fh.flash_fwd_hopper_persistent_kernel if persistent else fh.flash_fwd_hopper_kernel
-    return _gluon_compile(
+    return gluon_compile(
         kernel, dict(zip(("q_desc", "k_desc", "v_desc", "o_desc"), descriptors, strict=True)),
         scalars, constexprs, fh.HOPPER_MAX_REGISTERS)
 
@@ -907,7 +908,7 @@ def hopper_dkdv_compiled(head_dim: int = 128, dtype: str = "fp16", causal: bool 
     queries, keys = (_empty_rows(n, head_dim, dtype) for n in (block_m, fbh.DKDV_HOPPER_KEYS))
     dq = torch.empty(queries.shape, dtype=torch.float32) if fused_dq else None
     descriptors = fbh.dkdv_descriptors(queries, queries, keys, keys, keys, keys, dq)
-    return _gluon_compile(
+    return gluon_compile(
         fbh.flash_bwd_dkdv_hopper_kernel,
         dict(zip(("q_desc", "do_desc", "k_desc", "v_desc", "dk_desc", "dv_desc", "dq_desc"),
                  descriptors, strict=True)),
@@ -962,9 +963,9 @@ def _empty_rows(rows: int, head_dim: int, dtype: str) -> torch.Tensor:
                        dtype={"fp16": torch.float16, "bf16": torch.bfloat16}[dtype])
 
 
-def _gluon_compile(kernel: object, descriptors: dict[str, object], scalars: dict[str, str],
-                   constexprs: dict[str, object], maxnreg: int, num_warps: int = 4,
-                   divisible: tuple[str, ...] = ()) -> object:
+def gluon_compile(kernel: object, descriptors: dict[str, object], scalars: dict[str, str],
+                  constexprs: dict[str, object], maxnreg: int, num_warps: int = 4,
+                  divisible: tuple[str, ...] = ()) -> object:
     """``triton.compile`` of a Gluon kernel for sm_90 (``num_warps``, ``maxnreg``), its arguments
     the ``descriptors`` (whose types are read off them), the typed ``scalars`` and the
     ``constexprs``, in the kernel's order. Given ``divisible``, the scalars it names and every
@@ -1007,7 +1008,7 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
         kernel = st.resident_tma_words_kernel
         constexprs["PADDING"] = st.word_padding(dtype)
         constexprs["KEEP_WEIGHTS"] = config.keep_weights
-    return _gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
+    return gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,
                           divisible=("n_cols", "stride_y"))
 

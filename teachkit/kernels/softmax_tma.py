@@ -48,7 +48,7 @@ from .words import fresh, halves, pack_halves, pack_halves_x2
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
            "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_descriptor", "copy_chunk",
            "launch_resident_tma", "resident_tma_kernel", "resident_tma_words_kernel",
-           "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
+           "shared_layout", "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
            "tma_programs", "word_padding"]
 
 
@@ -415,7 +415,7 @@ def tma_fits(n_cols: int, config: TmaConfig, dtype: torch.dtype, device: int) ->
 
 
 @functools.cache
-def _shared_layout(bits: int) -> gl.NVMMASharedLayout:
+def shared_layout(bits: int) -> gl.NVMMASharedLayout:
     """The buffer's layout: rows as they are in memory (no swizzle), which a TMA copy writes and
     each warp reads 16 bytes a thread without bank conflicts."""
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=bits, rank=2)
@@ -438,7 +438,7 @@ def chunk_descriptor(x2: torch.Tensor, config: TmaConfig) -> TensorDescriptor:
     contiguous ``x2`` seen as lines of :data:`TMA_WIDTH` elements (or int32 words)."""
     lines = (x2.view(torch.int32) if config.words else x2).view(-1, TMA_WIDTH)
     return TensorDescriptor(lines, list(lines.shape), [TMA_WIDTH, 1], [config.lines, TMA_WIDTH],
-                            _shared_layout(8 * lines.element_size()))
+                            shared_layout(8 * lines.element_size()))
 
 
 def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -> None:

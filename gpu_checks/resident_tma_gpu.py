@@ -1,7 +1,7 @@
 """The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
 `python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]
-[--keep-weights] [--one-per-sm] [--unexchanged]`.
+[--keep-weights] [--one-per-sm] [--two-in-flight] [--unexchanged]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -31,6 +31,13 @@ and huge values; then each shape is timed by:
 - with `--one-per-sm`, **TMA 32k, one an SM** and, on 16-bit rows, **TMA words 64k, one an
   SM**: one program of sixteen warps a multiprocessor, chunks twice the long-row ones'
   (`ONE_PER_SM`), so a row of the same length spans half the programs;
+- with `--two-in-flight`, **TMA 8k, 3 an SM, two in flight** (and **TMA words 16k, 3 an SM,
+  two in flight** on 16-bit rows), with and without pauses: three programs of four warps a
+  multiprocessor, each with two chunks in flight in two buffers of shared memory
+  (`TmaConfig.depth`), so that the copies of its next two items run while it waits, beside
+  **TMA 8k, 3 an SM, pauses** (**TMA words 16k, 3 an SM, pauses**), the same programs with one
+  chunk in flight (`TWO_IN_FLIGHT`): three programs because four of 64 KB of buffers do not fit
+  in a multiprocessor's 228 KB;
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
@@ -106,12 +113,26 @@ float32 columns (65536 16-bit ones as words) and a buffer of 128 KB, pausing bet
 rows the long-row configurations hold, in half the programs, so a row waits for half the
 pairs."""
 
+TWO_IN_FLIGHT = {
+    "TMA 8k, 3 an SM, pauses": st.TmaConfig(32, 4, 3, backoff=True),
+    "TMA 8k, 3 an SM, two in flight": st.TmaConfig(32, 4, 3, depth=2),
+    "TMA 8k, 3 an SM, two in flight, pauses": st.TmaConfig(32, 4, 3, backoff=True, depth=2),
+    "TMA words 16k, 3 an SM, pauses": st.TmaConfig(32, 4, 3, backoff=True, words=True),
+    "TMA words 16k, 3 an SM, two in flight": st.TmaConfig(32, 4, 3, words=True, depth=2),
+    "TMA words 16k, 3 an SM, two in flight, pauses": st.TmaConfig(32, 4, 3, backoff=True,
+                                                                  words=True, depth=2)}
+"""With ``--two-in-flight``: :data:`~teachkit.kernels.softmax_tma.TMA_CONFIGS`' chunks (and
+:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS`') in three programs a multiprocessor,
+two chunks in flight each (``depth=2``: 64 KB of buffers a program), beside the same three with
+one: float32 rows of up to 3.2M columns on an H100, 16-bit rows of 6.5M."""
+
 
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,
-                  one_per_sm: bool = False) -> dict[str, object]:
-    """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT` and :data:`ONE_PER_SM`, as asked for."""
+                  one_per_sm: bool = False, two_in_flight: bool = False) -> dict[str, object]:
+    """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT`, :data:`ONE_PER_SM` and
+    :data:`TWO_IN_FLIGHT`, as asked for."""
     return ((WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
-            | (ONE_PER_SM if one_per_sm else {}))
+            | (ONE_PER_SM if one_per_sm else {}) | (TWO_IN_FLIGHT if two_in_flight else {}))
 
 
 def unexchanged(x: torch.Tensor) -> dict[str, object]:
@@ -152,7 +173,7 @@ def fits(name: str, x: torch.Tensor) -> bool:
         fit = st.tma_programs(config, x.dtype, device)
         whole = resident_grid(fit, g, x.shape[0])
         return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)
-    configs = TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM
+    configs = TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM | TWO_IN_FLIGHT
     if name in configs:
         return st.tma_fits(cols, configs[name], x.dtype, device)
     if name.startswith("Triton"):
@@ -232,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the words configurations keeping bfloat16 weights")
     parser.add_argument("--one-per-sm", action="store_true",
                         help="also time one program of sixteen warps a multiprocessor")
+    parser.add_argument("--two-in-flight", action="store_true",
+                        help="also time three programs a multiprocessor with two chunks in "
+                             "flight each")
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the rule's configurations on the rows cut to one chunk each, "
                              "which wait for no other program")
@@ -251,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     copy = announce_copy_bandwidth()
-    extra = extra_configs(args.whole_rows, args.keep_weights, args.one_per_sm)
+    extra = extra_configs(args.whole_rows, args.keep_weights, args.one_per_sm,
+                          args.two_in_flight)
     ok = check_edges(extra)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
     results = []

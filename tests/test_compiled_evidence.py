@@ -496,3 +496,27 @@ def test_the_tma_resident_softmax_fits_without_spills_and_copies_by_tma():
         exponentials[chunk, words, kept] = ex2
     for chunk in (16384, 32768):
         assert exponentials[chunk, True, True] < 0.6 * exponentials[chunk, True, False]
+
+
+def test_the_tma_resident_softmax_with_two_chunks_in_flight_takes_two_buffers():
+    """``depth=2``: three programs of 8192 float32 columns (16384 16-bit ones as words) a
+    multiprocessor, each with two buffers of a chunk in shared memory (64 KB and a little, three
+    to a multiprocessor's 228 KB), three TMA copies (the first two items' and, in the loop, the
+    item two after), and the registers and stack of ``depth=1``, which compiles to the same
+    instructions as before ``depth`` was added."""
+    code = ("import torch; from teachkit.kernels import softmax_tma as st; "
+            "ks = [(d, c, cc.resident_tma_compiled(d, c, 128)) for d, w in ((torch.float32, "
+            "False), (torch.bfloat16, True)) for c in (st.TmaConfig(32, 4, 3, words=w), "
+            "st.TmaConfig(32, 4, 3, words=w, depth=2))]; "
+            "print([(d.itemsize, c.chunk, c.depth, k.metadata.shared, "
+            "cc.assembled_resources(k.asm['ptx'], 90), "
+            "k.asm['ptx'].count('cp.async.bulk.tensor')) for d, c, k in ks])")
+    found = {}
+    for size, chunk, depth, shared, resources, copies in compiled_facts(code, timeout=600):
+        assert depth * chunk * size <= shared <= depth * chunk * size + 1024
+        assert 3 * (shared + 1024) <= 228 * 1024
+        assert copies == 1 + depth
+        found[size, depth] = resources
+    for size in (4, 2):
+        assert found[size, 2]["registers"] <= 128
+        assert found[size, 2]["stack"] == found[size, 1]["stack"], found

@@ -78,14 +78,24 @@ def test_words_take_16_bit_rows_of_whole_lines_of_words():
 WORD_CONFIGS = [st.TmaConfig(16, 2, 8, words=True), st.TmaConfig(32, 4, 4, words=True),
                 st.TmaConfig(64, 8, 2, backoff=True, words=True),
                 st.TmaConfig(32, 4, 4, words=True, keep_weights=True)]
+TWO_IN_FLIGHT = [st.TmaConfig(32, 4, 3, depth=2), st.TmaConfig(32, 4, 3, words=True, depth=2)]
+
+
+def test_a_depth_below_one_is_refused_naming_it():
+    """``depth`` counts the chunks a program has in flight, one buffer each: at least 1."""
+    for depth, error in ((0, ValueError), (1.5, TypeError)):
+        with pytest.raises(error, match="config.depth"):
+            ks.softmax_resident_tma(torch.randn(2, 512), config=st.TmaConfig(32, 4, 3,
+                                                                            depth=depth))
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("config", [st.TmaConfig(16, 2, 8), st.TMA_CONFIGS[4],
-                                    st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS],
+                                    st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS, *TWO_IN_FLIGHT],
                          ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k",
-                              "words 16k, weights kept"])
+                              "words 16k, weights kept", "8k, two in flight",
+                              "words 16k, two in flight"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""

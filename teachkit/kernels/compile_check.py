@@ -1003,11 +1003,11 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
                "stride_y": "i32", "n_programs": "i32", "G": "i32"}
     constexprs = {"G_POW2": max(next_power_of_2(chunks), 32),
                   "MAX_SPIN": sk.SPIN_POLLS, "BACKOFF": config.backoff}
-    kernel = st.resident_tma_kernel
     if config.words:
-        kernel = st.resident_tma_words_kernel
         constexprs["PADDING"] = st.word_padding(dtype)
         constexprs["KEEP_WEIGHTS"] = config.keep_weights
+    constexprs["DEPTH"] = config.depth
+    kernel = st.resident_tma_words_kernel if config.words else st.resident_tma_kernel
     return gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,
                           divisible=("n_cols", "stride_y"))

@@ -41,7 +41,12 @@ import triton
 import triton.language as tl
 
 from ..device import ON_GPU, compute_capability, current_gpu, multiprocessors, on_other_gpu
-from ..validation import normalize_dim, require_kernel_tensor, require_power_of_two
+from ..validation import (
+    normalize_dim,
+    require_kernel_tensor,
+    require_positive_int,
+    require_power_of_two,
+)
 from .grid_math import cdiv, next_power_of_2, resident_grid
 from .launch_cache import (
     LaunchReplay,
@@ -950,6 +955,8 @@ def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | Non
     """
     if config is not None and (TmaConfig is None or not isinstance(config, TmaConfig)):
         raise TypeError(f"config must be a TmaConfig, got {type(config).__name__}")
+    if config is not None:
+        require_positive_int(config.depth, "config.depth (chunks in flight a program)")
     if tma_not_ready is None:  # pragma: no cover - Triton 3.6 to 3.9 have Gluon
         raise ValueError("softmax_resident_tma needs Triton's Gluon, which this Triton lacks; "
                          "use softmax")

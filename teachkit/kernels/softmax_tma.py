@@ -49,7 +49,7 @@ __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDT
            "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_descriptor", "copy_chunk",
            "launch_resident_tma", "resident_tma_kernel", "resident_tma_words_kernel",
            "shared_layout", "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
-           "tma_programs", "word_padding"]
+           "next_buffer", "tma_programs", "word_padding"]
 
 
 @gluon.jit
@@ -99,17 +99,34 @@ def copy_chunk(x_desc, buffer, arrived, item, n_items, G, row_lines):
 
 
 @gluon.jit
-def start_chunks(x_desc, first, n_items, G, row_lines):
-    """A program's buffer of one chunk in shared memory and the ``mbarrier`` its copies count
-    their bytes on, with the copy of its ``first`` item's chunk under way (:func:`copy_chunk`):
-    ``(buffer, arrived)``, for :func:`take_chunk` to wait on at phase 0."""
+def start_chunks(x_desc, first, n_items, G, row_lines, n_programs, DEPTH: gl.constexpr):
+    """A program's ``DEPTH`` buffers of one chunk each in shared memory and the ``mbarrier``
+    each buffer's copies count their bytes on, with the copies of its first ``DEPTH`` items'
+    chunks under way (:func:`copy_chunk`; item ``first``, then every ``n_programs``th):
+    ``(buffers, arrived)``, for :func:`take_chunk` to wait on in turn (:func:`next_buffer`),
+    each at phase 0 first."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
-    buffer = gl.allocate_shared_memory(x_desc.dtype, [R, W], x_desc.layout)
-    arrived = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(arrived, count=1)
-    copy_chunk(x_desc, buffer, arrived, first, n_items, G, row_lines)
-    return buffer, arrived
+    buffers = gl.allocate_shared_memory(x_desc.dtype, [DEPTH, R, W], x_desc.layout)
+    arrived = gl.allocate_shared_memory(gl.int64, [DEPTH, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(DEPTH):
+        mbarrier.init(arrived.index(i), count=1)
+        copy_chunk(x_desc, buffers.index(i), arrived.index(i), first + i * n_programs, n_items,
+                   G, row_lines)
+    return buffers, arrived
+
+
+@gluon.jit
+def next_buffer(b, phase, DEPTH: gl.constexpr):
+    """The buffer after ``b`` of ``DEPTH`` in turn, and the phase of its ``mbarrier`` to wait
+    at: ``(b, phase)``. A buffer's copies complete phases 0, 1, 0, ... of its ``mbarrier``, so
+    the phase flips each time the turn comes back to buffer 0."""
+    if b == DEPTH - 1:
+        b = 0
+        phase ^= 1
+    else:
+        b += 1
+    return b, phase
 
 
 @gluon.jit
@@ -130,7 +147,8 @@ def take_chunk(x_desc, buffer, arrived, phase, after, n_items, G, row_lines,
 
 @gluon.jit
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
-                        G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr):
+                        G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
+                        DEPTH: gl.constexpr = 1):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
     takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks to a
     row, as the Triton resident kernel does; ``x_desc`` sees ``X`` as rows of ``W`` elements,
@@ -141,7 +159,9 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     1. waits for its chunk in its shared-memory buffer (the ``mbarrier`` the TMA copy counts
        its bytes on) and loads it into registers;
     2. asks TMA to copy its next item's chunk into the same buffer (after a barrier: every warp
-       has its part), and goes on without waiting;
+       has its part), and goes on without waiting; with ``DEPTH`` buffers taken in turn
+       (:func:`next_buffer`), the chunk of the item ``DEPTH`` after, so that that many are in
+       flight while it waits;
     3. keeps ``e = exp(x - m_chunk)`` in registers and publishes the chunk's ``(m, d)`` as one
        64-bit word (:func:`~teachkit.kernels.pairs.pack_pair`) with a relaxed exchange;
     4. waits for its row's pairs (:func:`gluon_row_pair`) and writes ``e * exp(m_chunk - m_row)
@@ -160,15 +180,17 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     pid = gl.program_id(0)
     n_items = n_rows * G
     row_lines = n_cols // W  # rows of the descriptor's view a row of X spans
-    buffer, arrived = start_chunks(x_desc, pid, n_items, G, row_lines)
+    buffers, arrived = start_chunks(x_desc, pid, n_items, G, row_lines, n_programs, DEPTH)
     offs = gl.arange(0, CHUNK, layout=chunk_layout)
+    b = 0
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * CHUNK + offs
-        x = take_chunk(x_desc, buffer, arrived, phase, item + n_programs, n_items, G,
-                       row_lines, chunk_layout).to(gl.float32)
-        phase ^= 1
+        x = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
+                       item + DEPTH * n_programs, n_items, G, row_lines,
+                       chunk_layout).to(gl.float32)
+        b, phase = next_buffer(b, phase, DEPTH)
         x = gl.where(cols < n_cols, x, float("-inf"))
         m_c = gl.max(x, axis=0)
         safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
@@ -181,14 +203,15 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
         y = e * (gl.exp2((m_c - m_row) * LOG2E) / d_row)
         gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
                  mask=cols < n_cols)
-    mbarrier.invalidate(arrived)
+    for i in gl.static_range(DEPTH):
+        mbarrier.invalidate(arrived.index(i))
 
 
 @gluon.jit
 def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                               G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
                               BACKOFF: gl.constexpr, PADDING: gl.constexpr,
-                              KEEP_WEIGHTS: gl.constexpr = False):
+                              KEEP_WEIGHTS: gl.constexpr = False, DEPTH: gl.constexpr = 1):
     """:func:`resident_tma_kernel` for float16 and bfloat16 rows, holding its chunk as the input
     itself, two elements to a 32-bit word, as the Triton kernel's
     :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` does: twice the columns in
@@ -214,15 +237,16 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     n_words = n_cols // 2
     row_lines = n_words // W
     y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
-    buffer, arrived = start_chunks(x_desc, pid, n_items, G, row_lines)
+    buffers, arrived = start_chunks(x_desc, pid, n_items, G, row_lines, n_programs, DEPTH)
     offs = gl.arange(0, WORDS, layout=chunk_layout)
+    b = 0
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * WORDS + offs
-        words = take_chunk(x_desc, buffer, arrived, phase, item + n_programs, n_items, G,
-                           row_lines, chunk_layout)
-        phase ^= 1
+        words = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
+                           item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout)
+        b, phase = next_buffer(b, phase, DEPTH)
         words = gl.where(cols < n_words, words, PADDING)
         low, high = halves(words, HALF)
         m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
@@ -250,7 +274,8 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
             y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
                             gl.exp2((high - m_row) * LOG2E) * scale, HALF)
         gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=cols < n_words)
-    mbarrier.invalidate(arrived)
+    for i in gl.static_range(DEPTH):
+        mbarrier.invalidate(arrived.index(i))
 
 
 TMA_WIDTH = 256
@@ -270,7 +295,8 @@ class TmaConfig(NamedTuple):
     programs all in one round, as the Triton kernel's configurations do (off), and
     ``keep_weights``: with ``words`` on bfloat16 rows, keep the weights ``exp(x - m_chunk)``
     as bfloat16 words through the wait instead of the input (``KEEP_WEIGHTS``): no exponential
-    after it, for a second rounding.
+    after it, for a second rounding, and ``depth``: chunks a program has in flight, each in a
+    buffer of its own in shared memory (``DEPTH``, 1 in the rule).
 
     Both are off in the rule. One run of ``gpu_checks/resident_tma_gpu.py --whole-rows
     --keep-weights`` on an H100 (% of the copy, not a record): whole rows a round read float32
@@ -289,6 +315,7 @@ class TmaConfig(NamedTuple):
     words: bool = False
     fill_grid: bool = True
     keep_weights: bool = False
+    depth: int = 1
 
     @property
     def chunk(self) -> int:
@@ -401,7 +428,7 @@ def tma_programs(config: TmaConfig, dtype: torch.dtype, device: int) -> int:
     threads = 32 * config.num_warps
     per_warp = -(-config.max_registers * 32 // 256) * 256  # allocated 256 registers at a time
     by_registers = props.regs_per_multiprocessor // (per_warp * config.num_warps)
-    shared = config.chunk * dtype.itemsize + 1024
+    shared = config.depth * config.chunk * dtype.itemsize + 1024
     by_shared = props.shared_memory_per_multiprocessor // shared
     by_threads = props.max_threads_per_multi_processor // threads
     return max(1, min(config.per_sm, by_registers, by_shared, by_threads)) \
@@ -463,4 +490,4 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
     kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,
-        num_warps=config.num_warps, maxnreg=config.max_registers, **extra)
+        DEPTH=config.depth, num_warps=config.num_warps, maxnreg=config.max_registers, **extra)

@@ -2,7 +2,8 @@
 Gluon resident softmax for sm_90 that stashes part of each chunk in shared memory, checked and
 timed on a Hopper GPU beside the entry point, the split kernels, `torch.softmax` and a copy of
 the same bytes. Run from the repository root:
-`python gpu_checks/resident_stash_gpu.py [--rounds N] [--shapes ...] [--json PATH] [--compiled]`.
+`python gpu_checks/resident_stash_gpu.py [--rounds N] [--shapes ...] [--json PATH] [--overlap]
+[--compiled]`.
 
 The resident kernels hold a row's chunks in registers, 128 KB a multiprocessor: 16.5 MiB on an
 H100's 132, a float32 row of 4.3M columns or a 16-bit one of 8.7M. `softmax` sends longer rows to
@@ -28,6 +29,11 @@ rows (one chunk, chunks running past the row's end, more rows than a round takes
 times each shape by:
 
 - **stash** and **stash, 8 warps**: the kernel in those two configurations;
+- with `--overlap`, **stash, overlapped** and **stash, overlapped, 8 warps**: its form that
+  reads the next item while it writes this one (`resident_stash_overlap_kernel`): the register
+  part's results first, then the next item's register part loaded while the stashed part's
+  results are written box by box, each box refilled by TMA with the next item's as soon as every
+  warp has read it, an `mbarrier` a box;
 - **entry point**, `softmax`, which picks (the split kernels past the registers);
 - **split rows**, the two-read split kernels;
 - **torch**, `torch.softmax`; and **copy, same bytes**.
@@ -36,8 +42,9 @@ Plain launches, each after the L2 cache is cleared, in ``--rounds`` rounds (defa
 order that reverses each round; a figure is the median of its rounds. GB/s = 2 x tensor bytes /
 time, printed as a share of the copy bandwidth. About three minutes on an H100. With `--json`
 the figures are saved as a record. Exits 1 if a result is wrong, 2 without a Hopper GPU.
-`--compiled` needs no GPU: it compiles the kernel's two forms for sm_90 as launched and prints
-what each takes (registers, spills, shared memory, TMA copies).
+`--compiled` needs no GPU: it compiles the float32 and 16-bit kernels, plain and overlapped,
+for sm_90 as launched and prints what each takes (registers, stack, shared memory, TMA
+copies).
 
 On an H100 it is right on every row and no faster than the split kernels but on float32 rows of
 a round each (`teachkit/benchmarks/softmax_resident_stash_nvidia_h100.json`, notebook 06), so
@@ -329,13 +336,248 @@ def resident_stash_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n
     mbarrier.invalidate(arrived)
 
 
+@gluon.jit
+def fetch_box(x_desc, box, landed, line, live):
+    """Have TMA copy one box of ``x_desc`` (from line ``line`` of its view) into ``box``,
+    counted on the ``mbarrier`` ``landed``; nothing unless ``live``."""
+    mbarrier.expect(landed, x_desc.block_type.nbytes, pred=live)
+    TMA_LOAD(x_desc, [line, 0], landed, box, pred=live)
+
+
+@gluon.jit
+def stash_line(item, G, row_lines, CHUNK_LINES: gl.constexpr, FIRST_LINE: gl.constexpr):
+    """The line of the descriptor's view where item ``item``'s stashed part starts (chunk
+    ``item % G`` of row ``item // G``, ``CHUNK_LINES`` lines a chunk, the stashed part from line
+    ``FIRST_LINE`` of the chunk on)."""
+    return (item // G) * row_lines + (item % G) * CHUNK_LINES + FIRST_LINE
+
+
+@gluon.jit
+def fetch_each_box(x_desc, big, small, landed, line, live):
+    """:func:`fetch_stash` with each box counted on an ``mbarrier`` of its own (``landed``,
+    ``big``'s boxes first), so that a box can be read as soon as it has landed."""
+    BOX: gl.constexpr = x_desc.block_type.shape[0]
+    NB: gl.constexpr = big.shape[0]
+    NS: gl.constexpr = small.shape[0]
+    for c in gl.static_range(NB):
+        fetch_box(x_desc, big.index(c), landed.index(c), line + c * BOX, live)
+    for c in gl.static_range(NS):
+        fetch_box(x_desc, small.index(c), landed.index(NB + c), line + (NB + c) * BOX, live)
+
+
+@gluon.jit
+def stash_max_as_landed(stash, landed, FIRST: gl.constexpr, phase, m, n_cols, col0,
+                        layout: gl.constexpr):
+    """:func:`stash_max`, waiting for each box (its ``mbarrier``, ``landed`` from ``FIRST`` on,
+    at ``phase``) just before it is read: the maximum of the first boxes is taken while the
+    last are still on their way."""
+    BOX: gl.constexpr = stash.shape[1] * stash.shape[2]
+    offs = gl.arange(0, BOX, layout=layout)
+    for c in range(stash.shape[0]):
+        mbarrier.wait(landed.index(FIRST + c), phase)
+        cols = col0 + c * BOX + offs
+        m = gl.maximum(m, gl.where(cols < n_cols, stash_box(stash, c, layout), float("-inf")))
+    return m
+
+
+@gluon.jit
+def stash_pair_as_landed(big, small, landed, phase, n_cols, col0, layout: gl.constexpr,
+                         KEEP: gl.constexpr):
+    """:func:`stash_pair` with its first pass (the maximum) taken box by box as the boxes land
+    (:func:`stash_max_as_landed`); the second finds them all there."""
+    BOX: gl.constexpr = big.shape[1] * big.shape[2]
+    m = gl.full([BOX], float("-inf"), gl.float32, layout)
+    m = stash_max_as_landed(big, landed, 0, phase, m, n_cols, col0, layout)
+    m = stash_max_as_landed(small, landed, big.shape[0], phase, m, n_cols, col0 + big.numel,
+                            layout)
+    m_h = gl.max(m, axis=0)
+    safe = gl.where(m_h == float("-inf"), 0.0, m_h)
+    d = gl.zeros([BOX], gl.float32, layout)
+    d = stash_sum(big, d, n_cols, col0, safe, layout, KEEP)
+    d = stash_sum(small, d, n_cols, col0 + big.numel, safe, layout, KEEP)
+    return m_h, gl.sum(d, axis=0)
+
+
+@gluon.jit
+def write_stash_and_refill(stash, landed, FIRST: gl.constexpr, Y_row, n_cols, col0, m, scale,
+                           layout: gl.constexpr, KEPT: gl.constexpr, x_desc, line, live):
+    """:func:`write_stash`, each box refilled as soon as every warp has read it: TMA copies box
+    ``c`` of the next item's stashed part (from line ``line`` on, unless past the last item,
+    ``live``) into it, counted on its ``mbarrier`` (``landed``, from ``FIRST`` on), while the
+    later boxes' results are written. The next item's reads overlap this item's writes."""
+    BOX_LINES: gl.constexpr = x_desc.block_type.shape[0]
+    BOX: gl.constexpr = stash.shape[1] * stash.shape[2]
+    offs = gl.arange(0, BOX, layout=layout)
+    for c in range(stash.shape[0]):
+        cols = col0 + c * BOX + offs
+        if KEPT:
+            y = stash_box(stash, c, layout) * scale
+        else:
+            y = gl.exp2((stash_box(stash, c, layout) - m) * LOG2E) * scale
+        gl.store(Y_row + cols, y.to(Y_row.dtype.element_ty), mask=cols < n_cols)
+        fence_async_shared()  # these reads come before the copy's writes (another proxy)
+        THREAD_BARRIER()  # and every warp has made them
+        fetch_box(x_desc, stash.index(c), landed.index(FIRST + c), line + c * BOX_LINES, live)
+
+
+@gluon.jit
+def start_overlapped(x_desc, first, n_items, G, row_lines, BIG: gl.constexpr,
+                     SMALL: gl.constexpr, CHUNK_LINES: gl.constexpr, FIRST_LINE: gl.constexpr):
+    """The stash buffers (:func:`start_stash`'s), an ``mbarrier`` a box, and the copies of item
+    ``first``'s stashed part under way (:func:`fetch_each_box`): ``(big, small, landed)``."""
+    BOX: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    big = gl.allocate_shared_memory(x_desc.dtype, [BIG, BOX, W], x_desc.layout)
+    small = gl.allocate_shared_memory(x_desc.dtype, [SMALL, BOX, W], x_desc.layout)
+    landed = gl.allocate_shared_memory(gl.int64, [BIG + SMALL, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(BIG + SMALL):
+        mbarrier.init(landed.index(c), count=1)
+    fetch_each_box(x_desc, big, small, landed,
+                   stash_line(first, G, row_lines, CHUNK_LINES, FIRST_LINE), first < n_items)
+    return big, small, landed
+
+
+@gluon.jit
+def register_part(X, item, n_items, G, n_cols, CHUNK: gl.constexpr, offs, other):
+    """The first ``offs.numel`` columns of item ``item``'s chunk of ``X`` (as elements or as
+    words: ``n_cols`` and ``CHUNK`` in the same unit), ``other`` past the row's end and past the
+    last item: a load issued now and waited for where it is used."""
+    cols = (item % G) * CHUNK + offs
+    live = (cols < n_cols) & (item < n_items)
+    return gl.load(X + (item // G).to(gl.int64) * n_cols + cols, mask=live, other=other)
+
+
+@gluon.jit
+def resident_stash_overlap_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs,
+                                  G, REG: gl.constexpr, BIG: gl.constexpr,
+                                  SMALL: gl.constexpr, G_POW2: gl.constexpr,
+                                  MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr):
+    """:func:`resident_stash_kernel` with the next item's reads under way while this item's
+    results are written. After the wait a program writes its register part's results first,
+    then issues the loads of its next item's register part, then writes the stashed part's
+    results box by box, each box refilled by TMA with the next item's as soon as every warp has
+    read it (:func:`write_stash_and_refill`). The next item's stashed part lands box by box, an
+    ``mbarrier`` each, and its maximum is taken as the boxes land
+    (:func:`stash_pair_as_landed`). What stays serial is the wait for the row's pairs."""
+    BOX: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    CHUNK: gl.constexpr = REG + (BIG + SMALL) * BOX * W
+    layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    pid = gl.program_id(0)
+    n_items = n_rows * G
+    row_lines = n_cols // W
+    big, small, landed = start_overlapped(x_desc, pid, n_items, G, row_lines, BIG, SMALL,
+                                          CHUNK // W, REG // W)
+    offs = gl.arange(0, REG, layout=layout)
+    x = register_part(X, pid, n_items, G, n_cols, CHUNK, offs, float("-inf"))
+    phase = 0
+    for item in range(pid, n_items, n_programs):
+        row = item // G
+        start = (item % G) * CHUNK
+        m_r = gl.max(x, axis=0)
+        safe = gl.where(m_r == float("-inf"), 0.0, m_r)
+        e = gl.exp2((x - safe) * LOG2E)
+        d_r = gl.sum(e, axis=0)
+        m_h, d_h = stash_pair_as_landed(big, small, landed, phase, n_cols, start + REG, layout,
+                                        True)
+        phase ^= 1
+        m_c, d_c = merge_combine(m_r, d_r, m_h, d_h)
+        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
+                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
+                                      MAX_SPIN, BACKOFF)
+        inv_d = 1.0 / d_row
+        Y_row = Y + row.to(gl.int64) * stride_y
+        cols = start + offs
+        gl.store(Y_row + cols, e * (gl.exp2((m_r - m_row) * LOG2E) * inv_d),
+                 mask=cols < n_cols)
+        after = item + n_programs
+        x = register_part(X, after, n_items, G, n_cols, CHUNK, offs, float("-inf"))
+        line = stash_line(after, G, row_lines, CHUNK // W, REG // W)
+        scale = gl.exp2((m_h - m_row) * LOG2E) * inv_d
+        write_stash_and_refill(big, landed, 0, Y_row, n_cols, start + REG, m_row, scale,
+                               layout, True, x_desc, line, after < n_items)
+        write_stash_and_refill(small, landed, BIG, Y_row, n_cols, start + REG + big.numel,
+                               m_row, scale, layout, True, x_desc, line + BIG * BOX,
+                               after < n_items)
+    for c in gl.static_range(BIG + SMALL):
+        mbarrier.invalidate(landed.index(c))
+
+
+@gluon.jit
+def resident_stash_overlap_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y,
+                                        n_programs, G, REG: gl.constexpr, BIG: gl.constexpr,
+                                        SMALL: gl.constexpr, G_POW2: gl.constexpr,
+                                        MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
+                                        PADDING: gl.constexpr):
+    """:func:`resident_stash_overlap_kernel` for float16 and bfloat16 rows, the register part
+    kept as words as in :func:`resident_stash_words_kernel`. It waits for every box of the
+    stashed part before its first pass: taking the maximum as the boxes land
+    (:func:`stash_pair_as_landed`) makes ptxas spill 320 bytes a thread here, at 128 registers,
+    and none in float32."""
+    BOX: gl.constexpr = x_desc.block_type.shape[0]
+    W: gl.constexpr = x_desc.block_type.shape[1]
+    CHUNK: gl.constexpr = REG + (BIG + SMALL) * BOX * W
+    HALF: gl.constexpr = X.dtype.element_ty
+    layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    stash_layout: gl.constexpr = gl.BlockedLayout([8], [32], [gl.num_warps()], [0])
+    pid = gl.program_id(0)
+    n_items = n_rows * G
+    row_lines = n_cols // W
+    n_words = n_cols // 2
+    x_words = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
+    big, small, landed = start_overlapped(x_desc, pid, n_items, G, row_lines, BIG, SMALL,
+                                          CHUNK // W, REG // W)
+    offs = gl.arange(0, REG // 2, layout=layout)
+    words = register_part(x_words, pid, n_items, G, n_words, CHUNK // 2, offs, PADDING)
+    phase = 0
+    for item in range(pid, n_items, n_programs):
+        row = item // G
+        start = (item % G) * CHUNK
+        low, high = halves(words, HALF)
+        m_r = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
+        safe = gl.where(m_r == float("-inf"), 0.0, m_r)
+        low, high = halves(fresh(words, m_r), HALF)
+        d_r = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E), axis=0)
+        for c in gl.static_range(BIG + SMALL):  # (waiting box by box here spills in 16 bits)
+            mbarrier.wait(landed.index(c), phase)
+        m_h, d_h = stash_pair(big, small, n_cols, start + REG, stash_layout, False)
+        phase ^= 1
+        m_c, d_c = merge_combine(m_r, d_r, m_h, d_h)
+        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
+                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
+                                      MAX_SPIN, BACKOFF)
+        inv_d = 1.0 / d_row
+        low, high = halves(fresh(words, m_row), HALF)
+        y = pack_halves_x2(gl.exp2((low - m_row) * LOG2E) * inv_d,
+                           gl.exp2((high - m_row) * LOG2E) * inv_d, HALF)
+        wcols = start // 2 + offs
+        gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + wcols, y,
+                 mask=wcols < n_words)
+        after = item + n_programs
+        words = register_part(x_words, after, n_items, G, n_words, CHUNK // 2, offs, PADDING)
+        line = stash_line(after, G, row_lines, CHUNK // W, REG // W)
+        Y_row = Y + row.to(gl.int64) * stride_y
+        write_stash_and_refill(big, landed, 0, Y_row, n_cols, start + REG, m_row, inv_d,
+                               stash_layout, False, x_desc, line, after < n_items)
+        write_stash_and_refill(small, landed, BIG, Y_row, n_cols, start + REG + big.numel,
+                               m_row, inv_d, stash_layout, False, x_desc, line + BIG * BOX,
+                               after < n_items)
+    for c in gl.static_range(BIG + SMALL):
+        mbarrier.invalidate(landed.index(c))
+
+
 class StashConfig(NamedTuple):
     """How :func:`resident_stash_kernel` runs: ``reg`` columns of a chunk in registers (a power
     of two; as words in 16 bits), ``big`` and ``small`` boxes (powers of two) of ``box_lines``
     lines of :data:`~teachkit.kernels.softmax_tma.TMA_WIDTH` elements stashed in shared memory,
     ``num_warps``, ``max_registers`` a thread, pausing between polls (``backoff``) and
-    ``words``, the form for 16-bit rows (:func:`resident_stash_words_kernel`). One program a
-    multiprocessor, its shared memory nearly all stash. It has the fields of
+    ``words``, the form for 16-bit rows (:func:`resident_stash_words_kernel`), and
+    ``overlap``, the forms that read the next item while writing this one
+    (:func:`resident_stash_overlap_kernel`). One program a multiprocessor, its shared memory
+    nearly all stash. It has the fields of
     :class:`~teachkit.kernels.softmax_tma.TmaConfig` that
     :func:`~teachkit.kernels.softmax_tma.tma_not_ready` reads."""
 
@@ -348,6 +590,7 @@ class StashConfig(NamedTuple):
     backoff: bool = True
     words: bool = False
     keep_weights: bool = False  # as TmaConfig's, for tma_not_ready: never
+    overlap: bool = False
 
     @property
     def stashed(self) -> int:
@@ -401,6 +644,15 @@ def stash_descriptor(x2: torch.Tensor, config: StashConfig) -> TensorDescriptor:
                             [config.box_lines, TMA_WIDTH], shared_layout(8 * x2.element_size()))
 
 
+def stash_kernel(config: StashConfig) -> object:
+    """The kernel that runs ``config``: :func:`resident_stash_kernel`, its words form, or with
+    ``overlap`` their overlapped forms."""
+    if config.overlap:
+        return resident_stash_overlap_words_kernel if config.words \
+            else resident_stash_overlap_kernel
+    return resident_stash_words_kernel if config.words else resident_stash_kernel
+
+
 def launch_resident_stash(x2: torch.Tensor, y2: torch.Tensor, config: StashConfig) -> None:
     """Run :func:`resident_stash_kernel` (its words form for 16-bit rows) on the rows of ``x2``
     into ``y2`` in ``config``: ``x2`` as :func:`~teachkit.kernels.softmax_tma.tma_not_ready`
@@ -414,9 +666,9 @@ def launch_resident_stash(x2: torch.Tensor, y2: torch.Tensor, config: StashConfi
         raise ValueError(f"rows of {n_cols} columns need {g} programs on chip at once, more "
                          f"than this GPU holds; use softmax, which picks")
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
-    kernel, extra = resident_stash_kernel, {}
+    kernel, extra = stash_kernel(config), {}
     if config.words:
-        kernel, extra = resident_stash_words_kernel, {"PADDING": word_padding(x2.dtype)}
+        extra = {"PADDING": word_padding(x2.dtype)}
     kernel[(programs,)](
         stash_descriptor(x2, config), x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         REG=config.reg, BIG=config.big, SMALL=config.small, G_POW2=max(next_power_of_2(g), 32),
@@ -452,33 +704,44 @@ def stash_compiled(dtype: torch.dtype, config: StashConfig | None = None,
     constexprs = {"REG": config.reg, "BIG": config.big, "SMALL": config.small,
                   "G_POW2": max(next_power_of_2(chunks), 32), "MAX_SPIN": MAX_SPIN,
                   "BACKOFF": config.backoff}
-    kernel = resident_stash_kernel
     if config.words:
-        kernel = resident_stash_words_kernel
         constexprs["PADDING"] = word_padding(dtype)
-    return gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
+    return gluon_compile(stash_kernel(config), {"x_desc": descriptor}, scalars, constexprs,
                          config.max_registers, config.num_warps,
                          divisible=("n_cols", "stride_y"))
 
 
 def print_compiled() -> None:
-    """What :func:`stash_compiled` gives for float32 and bfloat16, one line each."""
+    """What :func:`stash_compiled` gives for float32 and bfloat16, in the kernel's form and its
+    overlapped form, one line each."""
     from teachkit.kernels.compile_check import assembled_resources
 
     for dtype in (torch.float32, torch.bfloat16):
-        kernel = stash_compiled(dtype)
-        found = assembled_resources(kernel.asm["ptx"], 90)
-        print(f"{dtype}: stashed {stash_config(dtype).stashed * dtype.itemsize} bytes, shared "
-              f"memory {kernel.metadata.shared} bytes, registers {found['registers']}, stack "
-              f"{found['stack']} bytes, TMA copies "
-              f"{kernel.asm['ptx'].count('cp.async.bulk.tensor')}")
+        config = stash_config(dtype)
+        for form in (config, config._replace(overlap=True)):
+            kernel = stash_compiled(dtype, form)
+            found = assembled_resources(kernel.asm["ptx"], 90)
+            print(f"{dtype}{', overlapped' if form.overlap else ''}: stashed "
+                  f"{config.stashed * dtype.itemsize} bytes, shared memory "
+                  f"{kernel.metadata.shared} bytes, registers {found['registers']}, stack "
+                  f"{found['stack']} bytes, TMA copies "
+                  f"{kernel.asm['ptx'].count('cp.async.bulk.tensor')}")
 
 
-def eight_warps() -> dict[int, object]:
-    """By element size, :data:`STASH_CONFIGS` in eight warps of
-    up to 255 registers a thread (the same bytes a program, twice the registers a thread)."""
-    return {size: config._replace(num_warps=8, max_registers=255)
+def eight_warps(overlap: bool = False) -> dict[int, object]:
+    """By element size, :data:`STASH_CONFIGS` in eight warps of up to 255 registers a thread
+    (the same bytes a program, twice the registers a thread), in the overlapped form with
+    ``overlap``."""
+    return {size: config._replace(num_warps=8, max_registers=255, overlap=overlap)
             for size, config in STASH_CONFIGS.items()}
+
+
+def overlapped() -> dict[str, dict[int, object]]:
+    """With ``--overlap``: the overlapped form (:func:`resident_stash_overlap_kernel`) of
+    :data:`STASH_CONFIGS` and of :func:`eight_warps`, by name."""
+    return {"stash, overlapped": {size: config._replace(overlap=True)
+                                  for size, config in STASH_CONFIGS.items()},
+            "stash, overlapped, 8 warps": eight_warps(overlap=True)}
 
 
 def awkward_rows(chunk: int, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -522,6 +785,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
                         help="only these shapes, e.g. fp32:8x8388608 bf16:4x16777216")
     parser.add_argument("--json", default=None, help="save the figures as a record here")
+    parser.add_argument("--overlap", action="store_true",
+                        help="also check and time the forms that read the next item while "
+                             "writing this one")
     parser.add_argument("--compiled", action="store_true",
                         help="compile for sm_90 (no GPU needed) and print what it takes")
     parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
@@ -543,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     copy = announce_copy_bandwidth()
     configs = {"stash": STASH_CONFIGS, "stash, 8 warps": eight_warps()}
+    if args.overlap:
+        configs |= overlapped()
     ok = check_edges(configs)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
     results = []

@@ -133,14 +133,20 @@ def stash_box(stash, c, layout: gl.constexpr):
 
 
 @gluon.jit
-def stash_max(stash, m, n_cols, col0, layout: gl.constexpr):
-    """The lane-wise maximum of ``m`` and ``stash``'s elements, whose first column is ``col0``,
-    read box by box; columns from ``n_cols`` on do not count."""
+def box_max(stash, c, m, n_cols, col0, layout: gl.constexpr):
+    """The lane-wise maximum of ``m`` and the elements of box ``c`` of ``stash`` (whose first
+    column is ``col0``); columns from ``n_cols`` on do not count."""
     BOX: gl.constexpr = stash.shape[1] * stash.shape[2]
-    offs = gl.arange(0, BOX, layout=layout)
+    cols = col0 + c * BOX + gl.arange(0, BOX, layout=layout)
+    return gl.maximum(m, gl.where(cols < n_cols, stash_box(stash, c, layout), float("-inf")))
+
+
+@gluon.jit
+def stash_max(stash, m, n_cols, col0, layout: gl.constexpr):
+    """The lane-wise maximum of ``m`` and ``stash``'s elements, read box by box
+    (:func:`box_max`)."""
     for c in range(stash.shape[0]):
-        cols = col0 + c * BOX + offs
-        m = gl.maximum(m, gl.where(cols < n_cols, stash_box(stash, c, layout), float("-inf")))
+        m = box_max(stash, c, m, n_cols, col0, layout)
     return m
 
 
@@ -162,15 +168,11 @@ def stash_sum(stash, d, n_cols, col0, safe, layout: gl.constexpr, KEEP: gl.const
 
 
 @gluon.jit
-def stash_pair(big, small, n_cols, col0, layout: gl.constexpr, KEEP: gl.constexpr):
-    """The ``(m, d)`` of the stashed part (``big`` from column ``col0``, then ``small``) in two
-    passes over shared memory, its maximum and then its sum (:func:`stash_sum`, keeping the
-    exponentials with ``KEEP``): one exponential an element, where
-    :func:`~teachkit.kernels.pairs.online_update` takes two."""
+def stash_sums(big, small, m, n_cols, col0, layout: gl.constexpr, KEEP: gl.constexpr):
+    """The ``(m, d)`` of the stashed part (``big`` from column ``col0``, then ``small``) given
+    the lane-wise maxima ``m`` of its first pass: the maximum, then the sum in a second pass
+    (:func:`stash_sum`, keeping the exponentials with ``KEEP``)."""
     BOX: gl.constexpr = big.shape[1] * big.shape[2]
-    m = gl.full([BOX], float("-inf"), gl.float32, layout)
-    m = stash_max(big, m, n_cols, col0, layout)
-    m = stash_max(small, m, n_cols, col0 + big.numel, layout)
     m_h = gl.max(m, axis=0)
     safe = gl.where(m_h == float("-inf"), 0.0, m_h)  # nothing stashed in this chunk: d = 0
     d = gl.zeros([BOX], gl.float32, layout)
@@ -180,20 +182,38 @@ def stash_pair(big, small, n_cols, col0, layout: gl.constexpr, KEEP: gl.constexp
 
 
 @gluon.jit
-def write_stash(stash, Y_row, n_cols, col0, m, scale, layout: gl.constexpr, KEPT: gl.constexpr):
-    """``stash``'s results into the row at ``Y_row`` from column ``col0``, box by box, nothing
-    from ``n_cols`` on: ``exp(x - m) * scale`` of the input ``x`` (``m`` the row's maximum,
-    ``scale`` one over its sum), or with ``KEPT`` ``e * scale`` of the exponentials that
-    :func:`stash_sum` kept (``scale`` then ``exp(m_h - m_row) / d_row``)."""
+def stash_pair(big, small, n_cols, col0, layout: gl.constexpr, KEEP: gl.constexpr):
+    """The ``(m, d)`` of the stashed part in two passes over shared memory, its maximum
+    (:func:`stash_max`) and then its sum (:func:`stash_sums`): one exponential an element, where
+    :func:`~teachkit.kernels.pairs.online_update` takes two."""
+    BOX: gl.constexpr = big.shape[1] * big.shape[2]
+    m = gl.full([BOX], float("-inf"), gl.float32, layout)
+    m = stash_max(big, m, n_cols, col0, layout)
+    m = stash_max(small, m, n_cols, col0 + big.numel, layout)
+    return stash_sums(big, small, m, n_cols, col0, layout, KEEP)
+
+
+@gluon.jit
+def write_box(stash, c, Y_row, n_cols, col0, m, scale, layout: gl.constexpr,
+              KEPT: gl.constexpr):
+    """The results of box ``c`` of ``stash`` (whose first column is ``col0``) into the row at
+    ``Y_row``, nothing from ``n_cols`` on: ``exp(x - m) * scale`` of the input ``x`` (``m`` the
+    row's maximum, ``scale`` one over its sum), or with ``KEPT`` ``e * scale`` of the
+    exponentials that :func:`stash_sum` kept (``scale`` then ``exp(m_h - m_row) / d_row``)."""
     BOX: gl.constexpr = stash.shape[1] * stash.shape[2]
-    offs = gl.arange(0, BOX, layout=layout)
+    cols = col0 + c * BOX + gl.arange(0, BOX, layout=layout)
+    if KEPT:
+        y = stash_box(stash, c, layout) * scale
+    else:
+        y = gl.exp2((stash_box(stash, c, layout) - m) * LOG2E) * scale
+    gl.store(Y_row + cols, y.to(Y_row.dtype.element_ty), mask=cols < n_cols)
+
+
+@gluon.jit
+def write_stash(stash, Y_row, n_cols, col0, m, scale, layout: gl.constexpr, KEPT: gl.constexpr):
+    """``stash``'s results into the row at ``Y_row``, box by box (:func:`write_box`)."""
     for c in range(stash.shape[0]):
-        cols = col0 + c * BOX + offs
-        if KEPT:
-            y = stash_box(stash, c, layout) * scale
-        else:
-            y = gl.exp2((stash_box(stash, c, layout) - m) * LOG2E) * scale
-        gl.store(Y_row + cols, y.to(Y_row.dtype.element_ty), mask=cols < n_cols)
+        write_box(stash, c, Y_row, n_cols, col0, m, scale, layout, KEPT)
 
 
 @gluon.jit
@@ -371,31 +391,23 @@ def stash_max_as_landed(stash, landed, FIRST: gl.constexpr, phase, m, n_cols, co
     """:func:`stash_max`, waiting for each box (its ``mbarrier``, ``landed`` from ``FIRST`` on,
     at ``phase``) just before it is read: the maximum of the first boxes is taken while the
     last are still on their way."""
-    BOX: gl.constexpr = stash.shape[1] * stash.shape[2]
-    offs = gl.arange(0, BOX, layout=layout)
     for c in range(stash.shape[0]):
         mbarrier.wait(landed.index(FIRST + c), phase)
-        cols = col0 + c * BOX + offs
-        m = gl.maximum(m, gl.where(cols < n_cols, stash_box(stash, c, layout), float("-inf")))
+        m = box_max(stash, c, m, n_cols, col0, layout)
     return m
 
 
 @gluon.jit
 def stash_pair_as_landed(big, small, landed, phase, n_cols, col0, layout: gl.constexpr,
                          KEEP: gl.constexpr):
-    """:func:`stash_pair` with its first pass (the maximum) taken box by box as the boxes land
+    """:func:`stash_pair` with its first pass taken box by box as the boxes land
     (:func:`stash_max_as_landed`); the second finds them all there."""
     BOX: gl.constexpr = big.shape[1] * big.shape[2]
     m = gl.full([BOX], float("-inf"), gl.float32, layout)
     m = stash_max_as_landed(big, landed, 0, phase, m, n_cols, col0, layout)
     m = stash_max_as_landed(small, landed, big.shape[0], phase, m, n_cols, col0 + big.numel,
                             layout)
-    m_h = gl.max(m, axis=0)
-    safe = gl.where(m_h == float("-inf"), 0.0, m_h)
-    d = gl.zeros([BOX], gl.float32, layout)
-    d = stash_sum(big, d, n_cols, col0, safe, layout, KEEP)
-    d = stash_sum(small, d, n_cols, col0 + big.numel, safe, layout, KEEP)
-    return m_h, gl.sum(d, axis=0)
+    return stash_sums(big, small, m, n_cols, col0, layout, KEEP)
 
 
 @gluon.jit
@@ -406,15 +418,8 @@ def write_stash_and_refill(stash, landed, FIRST: gl.constexpr, Y_row, n_cols, co
     ``live``) into it, counted on its ``mbarrier`` (``landed``, from ``FIRST`` on), while the
     later boxes' results are written. The next item's reads overlap this item's writes."""
     BOX_LINES: gl.constexpr = x_desc.block_type.shape[0]
-    BOX: gl.constexpr = stash.shape[1] * stash.shape[2]
-    offs = gl.arange(0, BOX, layout=layout)
     for c in range(stash.shape[0]):
-        cols = col0 + c * BOX + offs
-        if KEPT:
-            y = stash_box(stash, c, layout) * scale
-        else:
-            y = gl.exp2((stash_box(stash, c, layout) - m) * LOG2E) * scale
-        gl.store(Y_row + cols, y.to(Y_row.dtype.element_ty), mask=cols < n_cols)
+        write_box(stash, c, Y_row, n_cols, col0, m, scale, layout, KEPT)
         fence_async_shared()  # these reads come before the copy's writes (another proxy)
         THREAD_BARRIER()  # and every warp has made them
         fetch_box(x_desc, stash.index(c), landed.index(FIRST + c), line + c * BOX_LINES, live)

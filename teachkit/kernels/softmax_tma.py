@@ -47,9 +47,9 @@ from .words import fresh, halves, pack_halves, pack_halves_x2
 
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
            "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_descriptor", "copy_chunk",
-           "launch_resident_tma", "resident_tma_kernel", "resident_tma_words_kernel",
-           "shared_layout", "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
-           "next_buffer", "tma_programs", "word_padding"]
+           "launch_resident_tma", "next_buffer", "resident_tma_kernel",
+           "resident_tma_words_kernel", "shared_layout", "start_chunks", "take_chunk",
+           "tma_config", "tma_fits", "tma_not_ready", "tma_programs", "word_padding"]
 
 
 @gluon.jit

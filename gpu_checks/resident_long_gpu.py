@@ -126,37 +126,29 @@ def main(argv: list[str] | None = None) -> int:
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script times the resident softmax on a GPU")
         return 2
-    from tqdm.auto import tqdm
-
-    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
+    from teachkit.bench.core import announce_copy_bandwidth, finish
     from teachkit.bench.softmax import (
+        cut_timers,
         dtype_shape_jobs,
-        time_cut_to_chunks,
-        time_in_rounds,
-        time_softmax_provider,
+        provider_timers,
+        time_shapes,
     )
 
     copy = announce_copy_bandwidth()
-    results, ok = [], True
-    for dt, (rows, cols) in tqdm(dtype_shape_jobs(SHAPES, args.shapes), desc="shapes",
-                                 mininterval=30):
-        x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
+
+    def timers_for(x, dt):
         offered = providers(x.dtype, args.waits, args.fill_grid, args.bell)
-        timers = {name: (lambda name=name, fn=fn, x=x, dt=dt: time_softmax_provider(
-                      name, fn, x, dt, tolerance=1e-2))
-                  for name, fn in offered.items()
-                  if name in ("split rows", "entry point")
-                  or sk.resident_fits(cols, x.dtype, 0, sk.LONG_ROW_CONFIGS[x.element_size()])}
+        long_rows = sk.LONG_ROW_CONFIGS[x.element_size()]
+        timed = {name: fn for name, fn in offered.items()
+                 if name in ("split rows", "entry point")
+                 or sk.resident_fits(x.shape[1], x.dtype, 0, long_rows)}
+        timers = provider_timers(timed, x, dt)
         if args.unexchanged:
-            for name, config in unexchanged(x).items():
-                timers[name] = (lambda name=name, c=config, x=x, dt=dt: time_cut_to_chunks(
-                    name, lambda cut: sk.softmax_resident(cut, config=c), x, c.chunk, dt))
-        found, report, right = time_in_rounds(timers, args.rounds, copy)
-        results += found
-        ok &= right
-        tqdm.write(f"{rows}x{cols} {dt}" + report)
-        del x, timers
-        torch.cuda.empty_cache()
+            timers |= cut_timers(unexchanged(x), sk.softmax_resident, x, dt)
+        return timers
+
+    results, ok = time_shapes(dtype_shape_jobs(SHAPES, args.shapes), timers_for, args.rounds,
+                              copy)
     finish(args, results, copy_gbps=copy)  # --json: the record
     return 0 if ok else 1
 

@@ -109,6 +109,14 @@ def fetch_boxes(x_desc, stash, arrived, line, live):
 
 
 @gluon.jit
+def stash_line(item, G, row_lines, CHUNK_LINES: gl.constexpr, FIRST_LINE: gl.constexpr):
+    """The line of the descriptor's view where item ``item``'s stashed part starts (chunk
+    ``item % G`` of row ``item // G``, ``CHUNK_LINES`` lines a chunk, the stashed part from line
+    ``FIRST_LINE`` of the chunk on)."""
+    return (item // G) * row_lines + (item % G) * CHUNK_LINES + FIRST_LINE
+
+
+@gluon.jit
 def fetch_stash(x_desc, big, small, arrived, item, n_items, G, row_lines,
                CHUNK_LINES: gl.constexpr, FIRST_LINE: gl.constexpr):
     """Have TMA copy the stashed part of item ``item``'s chunk (chunk ``item % G`` of row
@@ -120,7 +128,7 @@ def fetch_stash(x_desc, big, small, arrived, item, n_items, G, row_lines,
     live = item < n_items
     mbarrier.expect(arrived, (big.shape[0] + small.shape[0]) * x_desc.block_type.nbytes,
                     pred=live)
-    line = (item // G) * row_lines + (item % G) * CHUNK_LINES + FIRST_LINE
+    line = stash_line(item, G, row_lines, CHUNK_LINES, FIRST_LINE)
     fetch_boxes(x_desc, big, arrived, line, live)
     fetch_boxes(x_desc, small, arrived, line + big.shape[0] * BOX, live)
 
@@ -230,6 +238,41 @@ def start_stash(x_desc, BIG: gl.constexpr, SMALL: gl.constexpr):
 
 
 @gluon.jit
+def register_exponentials(x):
+    """The register part's maximum ``m_r``, its exponentials ``e = exp(x - m_r)`` (kept in
+    registers for after the wait: one exponential an element) and their sum:
+    ``(m_r, e, d_r)``."""
+    m_r = gl.max(x, axis=0)
+    safe = gl.where(m_r == float("-inf"), 0.0, m_r)  # nothing but -inf: d = 0
+    e = gl.exp2((x - safe) * LOG2E)
+    return m_r, e, gl.sum(e, axis=0)
+
+
+@gluon.jit
+def words_pair(words, HALF: gl.constexpr):
+    """The ``(m, d)`` of the register part held as ``words`` of two ``HALF`` elements, its
+    exponentials computed from fresh halves (:func:`~teachkit.kernels.words.fresh`), not
+    kept."""
+    low, high = halves(words, HALF)
+    m_r = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
+    safe = gl.where(m_r == float("-inf"), 0.0, m_r)
+    low, high = halves(fresh(words, m_r), HALF)
+    return m_r, gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E), axis=0)
+
+
+@gluon.jit
+def publish_and_wait(SLOTS, item, row, G, X, n_cols, m_r, d_r, m_h, d_h,
+                     G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr):
+    """Merge the register part's ``(m_r, d_r)`` and the stash's ``(m_h, d_h)`` into the chunk's
+    pair, publish it at slot ``item`` and wait for the pairs of row ``row``
+    (:func:`~teachkit.kernels.softmax_tma.gluon_row_pair`): the row's ``(m, d)``."""
+    m_c, d_c = merge_combine(m_r, d_r, m_h, d_h)
+    gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+    return gluon_row_pair(SLOTS + row.to(gl.int64) * G, X + row.to(gl.int64) * n_cols, n_cols,
+                          G, G_POW2, MAX_SPIN, BACKOFF)
+
+
+@gluon.jit
 def resident_stash_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                          REG: gl.constexpr, BIG: gl.constexpr, SMALL: gl.constexpr,
                          G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
@@ -269,17 +312,12 @@ def resident_stash_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_progr
         X_row = X + row.to(gl.int64) * n_cols
         Y_row = Y + row.to(gl.int64) * stride_y
         x = gl.load(X_row + cols, mask=cols < n_cols, other=float("-inf"))
-        m_r = gl.max(x, axis=0)
-        safe = gl.where(m_r == float("-inf"), 0.0, m_r)
-        e = gl.exp2((x - safe) * LOG2E)  # kept in registers: one exponential per element
-        d_r = gl.sum(e, axis=0)
+        m_r, e, d_r = register_exponentials(x)
         mbarrier.wait(arrived, phase)
         phase ^= 1
         m_h, d_h = stash_pair(big, small, n_cols, start + REG, layout, True)
-        m_c, d_c = merge_combine(m_r, d_r, m_h, d_h)
-        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G, X_row, n_cols, G, G_POW2,
-                                      MAX_SPIN, BACKOFF)
+        m_row, d_row = publish_and_wait(SLOTS, item, row, G, X, n_cols, m_r, d_r, m_h, d_h,
+                                        G_POW2, MAX_SPIN, BACKOFF)
         inv_d = 1.0 / d_row
         scale = gl.exp2((m_h - m_row) * LOG2E) * inv_d
         write_stash(big, Y_row, n_cols, start + REG, m_row, scale, layout, True)
@@ -326,19 +364,12 @@ def resident_stash_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n
         wcols = start // 2 + offs
         words = gl.load(x_words + row.to(gl.int64) * n_words + wcols, mask=wcols < n_words,
                         other=PADDING)
-        low, high = halves(words, HALF)
-        m_r = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
-        safe = gl.where(m_r == float("-inf"), 0.0, m_r)
-        low, high = halves(fresh(words, m_r), HALF)
-        d_r = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E), axis=0)
+        m_r, d_r = words_pair(words, HALF)
         mbarrier.wait(arrived, phase)
         phase ^= 1
         m_h, d_h = stash_pair(big, small, n_cols, start + REG, stash_layout, False)
-        m_c, d_c = merge_combine(m_r, d_r, m_h, d_h)
-        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
-                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
-                                      MAX_SPIN, BACKOFF)
+        m_row, d_row = publish_and_wait(SLOTS, item, row, G, X, n_cols, m_r, d_r, m_h, d_h,
+                                        G_POW2, MAX_SPIN, BACKOFF)
         inv_d = 1.0 / d_row
         Y_row = Y + row.to(gl.int64) * stride_y
         write_stash(big, Y_row, n_cols, start + REG, m_row, inv_d, stash_layout, False)
@@ -362,14 +393,6 @@ def fetch_box(x_desc, box, landed, line, live):
     counted on the ``mbarrier`` ``landed``; nothing unless ``live``."""
     mbarrier.expect(landed, x_desc.block_type.nbytes, pred=live)
     TMA_LOAD(x_desc, [line, 0], landed, box, pred=live)
-
-
-@gluon.jit
-def stash_line(item, G, row_lines, CHUNK_LINES: gl.constexpr, FIRST_LINE: gl.constexpr):
-    """The line of the descriptor's view where item ``item``'s stashed part starts (chunk
-    ``item % G`` of row ``item // G``, ``CHUNK_LINES`` lines a chunk, the stashed part from line
-    ``FIRST_LINE`` of the chunk on)."""
-    return (item // G) * row_lines + (item % G) * CHUNK_LINES + FIRST_LINE
 
 
 @gluon.jit
@@ -479,18 +502,12 @@ def resident_stash_overlap_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y,
     for item in range(pid, n_items, n_programs):
         row = item // G
         start = (item % G) * CHUNK
-        m_r = gl.max(x, axis=0)
-        safe = gl.where(m_r == float("-inf"), 0.0, m_r)
-        e = gl.exp2((x - safe) * LOG2E)
-        d_r = gl.sum(e, axis=0)
+        m_r, e, d_r = register_exponentials(x)
         m_h, d_h = stash_pair_as_landed(big, small, landed, phase, n_cols, start + REG, layout,
                                         True)
         phase ^= 1
-        m_c, d_c = merge_combine(m_r, d_r, m_h, d_h)
-        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
-                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
-                                      MAX_SPIN, BACKOFF)
+        m_row, d_row = publish_and_wait(SLOTS, item, row, G, X, n_cols, m_r, d_r, m_h, d_h,
+                                        G_POW2, MAX_SPIN, BACKOFF)
         inv_d = 1.0 / d_row
         Y_row = Y + row.to(gl.int64) * stride_y
         cols = start + offs
@@ -540,20 +557,13 @@ def resident_stash_overlap_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, str
     for item in range(pid, n_items, n_programs):
         row = item // G
         start = (item % G) * CHUNK
-        low, high = halves(words, HALF)
-        m_r = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
-        safe = gl.where(m_r == float("-inf"), 0.0, m_r)
-        low, high = halves(fresh(words, m_r), HALF)
-        d_r = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E), axis=0)
+        m_r, d_r = words_pair(words, HALF)
         for c in gl.static_range(BIG + SMALL):  # (waiting box by box here spills in 16 bits)
             mbarrier.wait(landed.index(c), phase)
         m_h, d_h = stash_pair(big, small, n_cols, start + REG, stash_layout, False)
         phase ^= 1
-        m_c, d_c = merge_combine(m_r, d_r, m_h, d_h)
-        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
-                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
-                                      MAX_SPIN, BACKOFF)
+        m_row, d_row = publish_and_wait(SLOTS, item, row, G, X, n_cols, m_r, d_r, m_h, d_h,
+                                        G_POW2, MAX_SPIN, BACKOFF)
         inv_d = 1.0 / d_row
         low, high = halves(fresh(words, m_row), HALF)
         y = pack_halves_x2(gl.exp2((low - m_row) * LOG2E) * inv_d,
@@ -803,38 +813,32 @@ def main(argv: list[str] | None = None) -> int:
     if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
         print("no Hopper GPU: this script checks and times the stash resident softmax on one")
         return 2
-    from tqdm.auto import tqdm
-
-    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
+    from teachkit.bench.core import announce_copy_bandwidth, finish
     from teachkit.bench.softmax import (
         SAME_BYTES_COPY,
         dtype_shape_jobs,
-        time_in_rounds,
-        time_softmax_provider,
+        provider_timers,
+        time_shapes,
     )
+
     copy = announce_copy_bandwidth()
     configs = {"stash": STASH_CONFIGS, "stash, 8 warps": eight_warps()}
     if args.overlap:
         configs |= overlapped()
     ok = check_edges(configs)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
-    results = []
-    for dt, (rows, cols) in tqdm(dtype_shape_jobs(SHAPES, args.shapes), desc="shapes",
-                                 mininterval=30):
-        x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
+
+    def timers_for(x, dt):
         size = x.element_size()
         providers = {name: (lambda x, c=by_size[size]: softmax_stash(x, c))
                      for name, by_size in configs.items()}
         providers |= {"entry point": sk.softmax, "split rows": sk.softmax_split,
                       "torch": lambda x: torch.softmax(x, -1), SAME_BYTES_COPY: torch.clone}
-        timers = {name: (lambda name=name, fn=fn, x=x, dt=dt: time_softmax_provider(
-                      name, fn, x, dt, tolerance=1e-2)) for name, fn in providers.items()}
-        found, report, right = time_in_rounds(timers, args.rounds, copy)
-        results += found
-        ok &= right
-        tqdm.write(f"{rows}x{cols} {dt}" + report)
-        del x, timers
-        torch.cuda.empty_cache()
+        return provider_timers(providers, x, dt)
+
+    results, right = time_shapes(dtype_shape_jobs(SHAPES, args.shapes), timers_for, args.rounds,
+                                 copy)
+    ok &= right
     finish(args, results, copy_gbps=copy)  # --json: the record
     return 0 if ok else 1
 

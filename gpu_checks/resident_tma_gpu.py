@@ -264,14 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
         print("no Hopper GPU: this script checks and times the TMA resident softmax on one")
         return 2
-    from tqdm.auto import tqdm
-
-    from teachkit.bench.core import DTYPES, announce_copy_bandwidth, finish
+    from teachkit.bench.core import announce_copy_bandwidth, finish
     from teachkit.bench.softmax import (
+        cut_timers,
         dtype_shape_jobs,
-        time_cut_to_chunks,
-        time_in_rounds,
-        time_softmax_provider,
+        provider_timers,
+        time_shapes,
     )
 
     copy = announce_copy_bandwidth()
@@ -279,24 +277,17 @@ def main(argv: list[str] | None = None) -> int:
                           args.two_in_flight)
     ok = check_edges(extra)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
-    results = []
-    for dt, (rows, cols) in tqdm(dtype_shape_jobs(SHAPES, args.shapes), desc="shapes",
-                                 mininterval=30):
-        x = torch.randn(rows, cols, device="cuda", dtype=DTYPES[dt])
-        timers = {name: (lambda name=name, fn=fn, x=x, dt=dt: time_softmax_provider(
-                      name, fn, x, dt, tolerance=1e-2))
-                  for name, fn in providers(x.dtype, extra).items()
-                  if fits(name, x)}
+
+    def timers_for(x, dt):
+        timed = {name: fn for name, fn in providers(x.dtype, extra).items() if fits(name, x)}
+        timers = provider_timers(timed, x, dt)
         if args.unexchanged:
-            for name, config in unexchanged(x).items():
-                timers[name] = (lambda name=name, c=config, x=x, dt=dt: time_cut_to_chunks(
-                    name, lambda cut: sk.softmax_resident_tma(cut, config=c), x, c.chunk, dt))
-        found, report, right = time_in_rounds(timers, args.rounds, copy)
-        results += found
-        ok &= right
-        tqdm.write(f"{rows}x{cols} {dt}" + report)
-        del x, timers
-        torch.cuda.empty_cache()
+            timers |= cut_timers(unexchanged(x), sk.softmax_resident_tma, x, dt)
+        return timers
+
+    results, right = time_shapes(dtype_shape_jobs(SHAPES, args.shapes), timers_for, args.rounds,
+                                 copy)
+    ok &= right
     finish(args, results, copy_gbps=copy)  # --json: the record
     return 0 if ok else 1
 

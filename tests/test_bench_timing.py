@@ -156,3 +156,34 @@ def test_dtype_shape_jobs_take_the_given_shapes_or_the_default():
     assert dtype_shape_jobs(default, ["bf16:8x8388608"]) == [("bf16", (8, 8388608))]
     with pytest.raises(ValueError, match="dtype must be one of"):
         dtype_shape_jobs(default, ["fp64:2x8"])
+
+
+def test_time_shapes_times_each_shape_with_the_timers_it_is_given():
+    """The ``gpu_checks`` scripts' loop: random rows of each shape in its dtype, checked and timed
+    by :func:`provider_timers` (and :func:`cut_timers` on rows cut to one chunk, the kernel given
+    its configuration), the medians kept, a wrong provider reported and the run marked wrong."""
+    from types import SimpleNamespace
+
+    from teachkit.bench.softmax import cut_timers, provider_timers, time_shapes
+
+    seen, configs = [], []
+
+    def per_row(t, config):
+        configs.append(config)
+        return torch.softmax(t, -1)
+
+    def timers_for(x, dt):
+        seen.append((tuple(x.shape), x.dtype, dt))
+        timers = provider_timers({"torch": lambda t: torch.softmax(t, -1)}, x, dt)
+        timers |= cut_timers({"cut": SimpleNamespace(chunk=8)}, per_row, x, dt)
+        if dt == "bf16":
+            timers |= provider_timers({"zeros": torch.zeros_like}, x, dt)
+        return timers
+
+    results, ok = time_shapes([("fp32", (2, 16)), ("bf16", (3, 32))], timers_for, 1,
+                              copy_gbps=1.0, device=teachkit.DEVICE)
+    assert seen == [((2, 16), torch.float32, "fp32"), ((3, 32), torch.bfloat16, "bf16")]
+    assert [(m.problem, m.dtype, m.provider) for m in results] == [
+        ("2x16", "fp32", "torch"), ("2x16", "fp32", "cut"), ("3x32", "bf16", "torch"),
+        ("3x32", "bf16", "cut")]
+    assert all(c.chunk == 8 for c in configs) and not ok

@@ -246,6 +246,53 @@ def time_in_rounds(timers: dict[str, Callable[[], Measurement]], rounds: int,
     return results, report, ok
 
 
+def provider_timers(providers: dict[str, Callable[[torch.Tensor], torch.Tensor]],
+                    x: torch.Tensor, dtype: str, tolerance: float = 1e-2,
+                    ) -> dict[str, Callable[[], Measurement]]:
+    """For :func:`time_in_rounds`: a call for each provider of ``providers`` (name: function)
+    that checks and times it on the rows ``x`` (:func:`time_softmax_provider`)."""
+    import functools
+
+    return {name: functools.partial(time_softmax_provider, name, fn, x, dtype,
+                                    tolerance=tolerance) for name, fn in providers.items()}
+
+
+def cut_timers(configs: dict[str, object], kernel: Callable[..., torch.Tensor], x: torch.Tensor,
+               dtype: str) -> dict[str, Callable[[], Measurement]]:
+    """For :func:`time_in_rounds`: a call for each configuration of ``configs`` (name:
+    configuration with a ``chunk``) that runs ``kernel(rows, config=configuration)`` on ``x``
+    cut to rows of one chunk and times it (:func:`time_cut_to_chunks`)."""
+    import functools
+
+    return {name: functools.partial(time_cut_to_chunks, name,
+                                    functools.partial(kernel, config=config), x, config.chunk,
+                                    dtype) for name, config in configs.items()}
+
+
+def time_shapes(jobs: list[tuple[str, tuple[int, int]]],
+                timers_for: Callable[[torch.Tensor, str], dict[str, Callable[[], Measurement]]],
+                rounds: int, copy_gbps: float, device: str = "cuda",
+                ) -> tuple[list[Measurement], bool]:
+    """Time every shape of ``jobs`` (``(dtype name, (rows, cols))``, :func:`dtype_shape_jobs`):
+    random rows of that shape on ``device``, the calls ``timers_for(rows, dtype name)`` gives
+    them, in :func:`time_in_rounds`, each shape's report written under a progress bar and its
+    rows freed before the next. Returns the measurements and whether every provider was right:
+    the loop of the ``gpu_checks`` scripts that time resident kernels."""
+    from tqdm.auto import tqdm
+
+    results, ok = [], True
+    for dtype, (rows, cols) in tqdm(jobs, desc="shapes", mininterval=30):
+        x = torch.randn(rows, cols, device=device, dtype=DTYPES[dtype])
+        found, report, right = time_in_rounds(timers_for(x, dtype), rounds, copy_gbps)
+        results += found
+        ok &= right
+        tqdm.write(f"{rows}x{cols} {dtype}" + report)
+        del x
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return results, ok
+
+
 def dtype_shape_jobs(default: dict[str, list[tuple[int, int]]], given: list[str] | None,
                      ) -> list[tuple[str, tuple[int, int]]]:
     """``(dtype name, (rows, cols))`` for each shape of ``default`` (dtype name: shapes), or of

@@ -47,8 +47,11 @@ for sm_90 as launched and prints what each takes (registers, stack, shared memor
 copies).
 
 On an H100 it is right on every row and no faster than the split kernels but on float32 rows of
-a round each (`teachkit/benchmarks/softmax_resident_stash_nvidia_h100.json`, notebook 06), so
-`softmax` does not take it and it lives here, beside the other measured ways past the chip
+a round each (`teachkit/benchmarks/softmax_resident_stash_nvidia_h100.json`, notebook 06). The
+overlapped form gains 1.4-4.2 points over it, 71 % of the copy at best (8 x 8M float32, the
+split kernels 63 %), and still loses to the split kernels on rows that straddle rounds and on
+8 x 10M bfloat16 (`softmax_resident_stash_overlap_nvidia_h100.json`). So `softmax` takes
+neither, and they live here, beside the other measured ways past the chip
 (`long_rows_gpu.py`).
 """
 

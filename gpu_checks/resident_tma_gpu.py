@@ -37,7 +37,9 @@ and huge values; then each shape is timed by:
   (`TmaConfig.depth`), so that the copies of its next two items run while it waits, beside
   **TMA 8k, 3 an SM, pauses** (**TMA words 16k, 3 an SM, pauses**), the same programs with one
   chunk in flight (`TWO_IN_FLIGHT`): three programs because four of 64 KB of buffers do not fit
-  in a multiprocessor's 228 KB;
+  in a multiprocessor's 228 KB. On an H100 two in flight gained nothing over one, 0 to 0.6
+  points less with pauses on 2M and 3M float32 and 4M bfloat16
+  (`teachkit/benchmarks/softmax_resident_tma_two_in_flight_nvidia_h100.json`, notebook 06);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the

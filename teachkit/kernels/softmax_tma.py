@@ -298,14 +298,20 @@ class TmaConfig(NamedTuple):
     after it, for a second rounding, and ``depth``: chunks a program has in flight, each in a
     buffer of its own in shared memory (``DEPTH``, 1 in the rule).
 
-    Both are off in the rule. One run of ``gpu_checks/resident_tma_gpu.py --whole-rows
-    --keep-weights`` on an H100 (% of the copy, not a record): whole rows a round read float32
-    rows of 1.5M / 3M / 4M columns at 87.3 / 80.1 / 82.4 % in chunks of 8192 and 84.9 / 83.4 /
-    86.1 % in the long-row chunks, against 89.6 / 80.2 / 83.8 % and 86.0 / 83.8 / 86.3 % with
-    the grid filled; kept weights read bfloat16 rows of 1M / 2M / 4M / 8M columns at 89.7 /
-    88.9 / 82.9 / 79.6 % (the better of the two words configurations) against 88.0 / 86.5 /
-    82.5 / 77.6 %, with outputs up to 1.47 units in bfloat16's last place from the exact
-    softmax where the input-keeping words' are within 0.50 (correctly rounded)."""
+    ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule. One run of
+    ``gpu_checks/resident_tma_gpu.py --whole-rows --keep-weights`` on an H100 (% of the copy,
+    not a record): whole rows a round read float32 rows of 1.5M / 3M / 4M columns at 87.3 /
+    80.1 / 82.4 % in chunks of 8192 and 84.9 / 83.4 / 86.1 % in the long-row chunks, against
+    89.6 / 80.2 / 83.8 % and 86.0 / 83.8 / 86.3 % with the grid filled; kept weights read
+    bfloat16 rows of 1M / 2M / 4M / 8M columns at 89.7 / 88.9 / 82.9 / 79.6 % (the better of
+    the two words configurations) against 88.0 / 86.5 / 82.5 / 77.6 %, with outputs up to 1.47
+    units in bfloat16's last place from the exact softmax where the input-keeping words' are
+    within 0.50 (correctly rounded). Two chunks in flight gained nothing
+    (``gpu_checks/resident_tma_gpu.py --two-in-flight`` on an H100,
+    ``softmax_resident_tma_two_in_flight_nvidia_h100``): three programs of four warps a
+    multiprocessor, pausing between polls, read float32 rows of 2M / 3M columns at 80.5 / 82.5 %
+    with ``depth=2`` and 80.5 / 83.1 % with 1, and bfloat16 rows of 4M as words at 68.3 against
+    68.9 %."""
 
     lines: int
     num_warps: int

@@ -1,7 +1,7 @@
 """The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
 `python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]
-[--keep-weights] [--one-per-sm] [--two-in-flight] [--unexchanged]`.
+[--keep-weights] [--one-per-sm] [--two-in-flight] [--round-chunks] [--unexchanged]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -40,6 +40,12 @@ and huge values; then each shape is timed by:
   in a multiprocessor's 228 KB. On an H100 two in flight gained nothing over one, 0 to 0.6
   points less with pauses on 2M and 3M float32 and 4M bfloat16
   (`teachkit/benchmarks/softmax_resident_tma_two_in_flight_nvidia_h100.json`, notebook 06);
+- with `--round-chunks`, **TMA 10k, pauses**, **TMA 12k, pauses** and **TMA 14k, pauses**: the
+  long-row configuration's two programs of eight warps a multiprocessor, pausing between
+  polls, with chunks of 5 TMA boxes of 8 lines, 3 of 16 and 7 of 8 (`TmaConfig.boxes`: 10240,
+  12288 and 14336 float32 columns, held in the registers of 16384), so that rows of 2.5M, 3M
+  and 3.5M columns take 256 chunks each, one row a round of the 264 programs an H100 holds,
+  where chunks of 16384 give them 160, 192 and 224 and rows straddle rounds (`ROUND_CHUNKS`);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
@@ -129,12 +135,23 @@ two chunks in flight each (``depth=2``: 64 KB of buffers a program), beside the 
 one: float32 rows of up to 3.2M columns on an H100, 16-bit rows of 6.5M."""
 
 
+ROUND_CHUNKS = {"TMA 10k, pauses": st.TmaConfig(8, 8, 2, backoff=True, boxes=5),
+                "TMA 12k, pauses": st.TmaConfig(16, 8, 2, backoff=True, boxes=3),
+                "TMA 14k, pauses": st.TmaConfig(8, 8, 2, backoff=True, boxes=7)}
+"""With ``--round-chunks``: :data:`~teachkit.kernels.softmax_tma.TMA_LONG_ROW_CONFIGS`'
+programs with chunks that are not a power of two (``boxes``), 256 to a row of 2.5M, 3M and
+3.5M float32 columns: does a row that fills one round read faster than one that straddles
+two?"""
+
+
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,
-                  one_per_sm: bool = False, two_in_flight: bool = False) -> dict[str, object]:
-    """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT`, :data:`ONE_PER_SM` and
-    :data:`TWO_IN_FLIGHT`, as asked for."""
+                  one_per_sm: bool = False, two_in_flight: bool = False,
+                  round_chunks: bool = False) -> dict[str, object]:
+    """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT`, :data:`ONE_PER_SM`, :data:`TWO_IN_FLIGHT`
+    and :data:`ROUND_CHUNKS`, as asked for."""
     return ((WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
-            | (ONE_PER_SM if one_per_sm else {}) | (TWO_IN_FLIGHT if two_in_flight else {}))
+            | (ONE_PER_SM if one_per_sm else {}) | (TWO_IN_FLIGHT if two_in_flight else {})
+            | (ROUND_CHUNKS if round_chunks else {}))
 
 
 def unexchanged(x: torch.Tensor) -> dict[str, object]:
@@ -175,7 +192,7 @@ def fits(name: str, x: torch.Tensor) -> bool:
         fit = st.tma_programs(config, x.dtype, device)
         whole = resident_grid(fit, g, x.shape[0])
         return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)
-    configs = TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM | TWO_IN_FLIGHT
+    configs = TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM | TWO_IN_FLIGHT | ROUND_CHUNKS
     if name in configs:
         return st.tma_fits(cols, configs[name], x.dtype, device)
     if name.startswith("Triton"):
@@ -258,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--two-in-flight", action="store_true",
                         help="also time three programs a multiprocessor with two chunks in "
                              "flight each")
+    parser.add_argument("--round-chunks", action="store_true",
+                        help="also time chunks of 10k, 12k and 14k columns (TMA boxes of 8 "
+                             "or 16 lines), 256 to rows of 2.5M, 3M and 3.5M")
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the rule's configurations on the rows cut to one chunk each, "
                              "which wait for no other program")
@@ -276,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
     copy = announce_copy_bandwidth()
     extra = extra_configs(args.whole_rows, args.keep_weights, args.one_per_sm,
-                          args.two_in_flight)
+                          args.two_in_flight, args.round_chunks)
     ok = check_edges(extra)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
 

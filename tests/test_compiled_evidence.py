@@ -520,3 +520,23 @@ def test_the_tma_resident_softmax_with_two_chunks_in_flight_takes_two_buffers():
     for size in (4, 2):
         assert found[size, 2]["registers"] <= 128
         assert found[size, 2]["stack"] == found[size, 1]["stack"], found
+
+
+def test_the_tma_resident_softmax_takes_a_chunk_of_three_boxes():
+    """``boxes=3``: chunks of 12288 float32 columns (24576 16-bit ones as words), three TMA
+    copies of 16 lines each, into a buffer of the 16384 columns its registers hold (64 KB and a
+    little, two to a multiprocessor), six copies in all (the first item's and, in the loop, the
+    next), in the long-row configuration's two programs of eight warps without spilling."""
+    code = ("import torch; from teachkit.kernels import softmax_tma as st; "
+            "ks = [(d, c, cc.resident_tma_compiled(d, c, 256)) for d, c in ((torch.float32, "
+            "st.TmaConfig(16, 8, 2, backoff=True, boxes=3)), (torch.bfloat16, "
+            "st.TmaConfig(16, 8, 2, backoff=True, words=True, boxes=3)))]; "
+            "print([(d.itemsize, c.chunk, c.held, k.metadata.shared, "
+            "cc.assembled_resources(k.asm['ptx'], 90), "
+            "k.asm['ptx'].count('cp.async.bulk.tensor')) for d, c, k in ks])")
+    for size, chunk, held, shared, resources, copies in compiled_facts(code, timeout=600):
+        assert (chunk, held) == ((12288, 16384) if size == 4 else (24576, 32768))
+        assert held * size <= shared <= held * size + 1024
+        assert 2 * (shared + 1024) <= 228 * 1024
+        assert copies == 2 * 3
+        assert resources["registers"] <= 128 and resources["spill_stores"] == 0, resources

@@ -79,6 +79,8 @@ WORD_CONFIGS = [st.TmaConfig(16, 2, 8, words=True), st.TmaConfig(32, 4, 4, words
                 st.TmaConfig(64, 8, 2, backoff=True, words=True),
                 st.TmaConfig(32, 4, 4, words=True, keep_weights=True)]
 TWO_IN_FLIGHT = [st.TmaConfig(32, 4, 3, depth=2), st.TmaConfig(32, 4, 3, words=True, depth=2)]
+BOXED = [st.TmaConfig(16, 8, 2, backoff=True, boxes=3), st.TmaConfig(8, 8, 2, boxes=7),
+         st.TmaConfig(16, 8, 2, words=True, boxes=3)]
 
 
 def test_a_depth_below_one_is_refused_naming_it():
@@ -89,13 +91,30 @@ def test_a_depth_below_one_is_refused_naming_it():
                                                                             depth=depth))
 
 
+def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
+    """``boxes`` TMA boxes of ``lines`` lines make a chunk: 3 of 16 lines are 12288 columns, 256
+    to a row of 3M, held as 16384 (the next power of two) in registers and the buffer; fewer
+    than one box is refused, naming ``config.boxes``."""
+    twelve = BOXED[0]
+    assert (twelve.chunk, twelve.held) == (12288, 16384)
+    assert (3 << 20) // twelve.chunk == 256
+    assert (BOXED[1].chunk, BOXED[1].held, BOXED[2].chunk) == (14336, 16384, 24576)
+    assert st.TMA_LONG_ROW_CONFIGS[4].held == st.TMA_LONG_ROW_CONFIGS[4].chunk == 16384
+    assert [st.held_lines(16, boxes) for boxes in (1, 2, 3, 4, 5)] == [16, 32, 64, 64, 128]
+    for boxes, error in ((0, ValueError), (2.0, TypeError)):
+        with pytest.raises(error, match="config.boxes"):
+            ks.softmax_resident_tma(torch.randn(2, 512), config=twelve._replace(boxes=boxes))
+
+
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("config", [st.TmaConfig(16, 2, 8), st.TMA_CONFIGS[4],
-                                    st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS, *TWO_IN_FLIGHT],
+                                    st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS, *TWO_IN_FLIGHT,
+                                    *BOXED],
                          ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k",
                               "words 16k, weights kept", "8k, two in flight",
-                              "words 16k, two in flight"])
+                              "words 16k, two in flight", "12k in 3 boxes", "14k in 7 boxes",
+                              "words 24k in 3 boxes"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""

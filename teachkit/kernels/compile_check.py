@@ -1007,6 +1007,7 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
         constexprs["PADDING"] = st.word_padding(dtype)
         constexprs["KEEP_WEIGHTS"] = config.keep_weights
     constexprs["DEPTH"] = config.depth
+    constexprs["BOXES"] = config.boxes
     kernel = st.resident_tma_words_kernel if config.words else st.resident_tma_kernel
     return gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,

@@ -957,6 +957,7 @@ def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | Non
         raise TypeError(f"config must be a TmaConfig, got {type(config).__name__}")
     if config is not None:
         require_positive_int(config.depth, "config.depth (chunks in flight a program)")
+        require_positive_int(config.boxes, "config.boxes (TMA boxes a chunk)")
     if tma_not_ready is None:  # pragma: no cover - Triton 3.6 to 3.9 have Gluon
         raise ValueError("softmax_resident_tma needs Triton's Gluon, which this Triton lacks; "
                          "use softmax")

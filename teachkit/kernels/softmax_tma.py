@@ -25,6 +25,7 @@ import functools
 from typing import NamedTuple
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
@@ -46,10 +47,11 @@ from .pairs import (
 from .words import fresh, halves, pack_halves, pack_halves_x2
 
 __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
-           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_descriptor", "copy_chunk",
-           "launch_resident_tma", "next_buffer", "resident_tma_kernel",
-           "resident_tma_words_kernel", "shared_layout", "start_chunks", "take_chunk",
-           "tma_config", "tma_fits", "tma_not_ready", "tma_programs", "word_padding"]
+           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_columns",
+           "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma", "next_buffer",
+           "resident_tma_kernel", "resident_tma_words_kernel", "shared_layout", "start_chunks",
+           "take_chunk", "tma_config", "tma_fits", "tma_not_ready", "tma_programs",
+           "word_padding"]
 
 
 @gluon.jit
@@ -87,32 +89,47 @@ def gluon_row_pair(row_slots, X_row, n_cols, G, G_POW2: gl.constexpr, MAX_SPIN: 
     return m_row, d_row
 
 
+@triton.constexpr_function
+def held_lines(lines, boxes):
+    """Lines of a chunk of ``boxes`` boxes of ``lines`` lines as its buffer and registers hold
+    it: the next power of two, since a tensor's shape is one (``boxes`` 3: a quarter unused)."""
+    return 1 << (lines * boxes - 1).bit_length()
+
+
 @gluon.jit
-def copy_chunk(x_desc, buffer, arrived, item, n_items, G, row_lines):
+def copy_chunk(x_desc, buffer, arrived, item, n_items, G, row_lines, BOXES: gl.constexpr = 1):
     """Have TMA copy the chunk of item ``item`` (chunk ``item % G`` of row ``item // G``, a row
     ``row_lines`` lines of ``x_desc``'s view) into ``buffer``, its bytes counted on the
-    ``mbarrier`` ``arrived``; nothing past the last item (``n_items``)."""
+    ``mbarrier`` ``arrived``; nothing past the last item (``n_items``). A chunk is ``BOXES``
+    boxes of ``x_desc`` (one copy each, into the buffer's lines in turn)."""
     R: gl.constexpr = x_desc.block_type.shape[0]
-    mbarrier.expect(arrived, x_desc.block_type.nbytes, pred=item < n_items)
-    TMA_LOAD(x_desc, [(item // G) * row_lines + (item % G) * R, 0], arrived, buffer,
-             pred=item < n_items)
+    mbarrier.expect(arrived, BOXES * x_desc.block_type.nbytes, pred=item < n_items)
+    first_line = (item // G) * row_lines + (item % G) * (BOXES * R)
+    if BOXES == 1:
+        TMA_LOAD(x_desc, [first_line, 0], arrived, buffer, pred=item < n_items)
+    else:
+        for box in gl.static_range(BOXES):
+            TMA_LOAD(x_desc, [first_line + box * R, 0], arrived, buffer.slice(box * R, R),
+                     pred=item < n_items)
 
 
 @gluon.jit
-def start_chunks(x_desc, first, n_items, G, row_lines, n_programs, DEPTH: gl.constexpr):
-    """A program's ``DEPTH`` buffers of one chunk each in shared memory and the ``mbarrier``
-    each buffer's copies count their bytes on, with the copies of its first ``DEPTH`` items'
-    chunks under way (:func:`copy_chunk`; item ``first``, then every ``n_programs``th):
-    ``(buffers, arrived)``, for :func:`take_chunk` to wait on in turn (:func:`next_buffer`),
-    each at phase 0 first."""
+def start_chunks(x_desc, first, n_items, G, row_lines, n_programs, DEPTH: gl.constexpr,
+                 BOXES: gl.constexpr = 1):
+    """A program's ``DEPTH`` buffers of one chunk each in shared memory (``BOXES`` boxes of
+    ``x_desc``, :func:`held_lines`) and the ``mbarrier`` each buffer's copies count their bytes
+    on, with the copies of its first ``DEPTH`` items' chunks under way (:func:`copy_chunk`;
+    item ``first``, then every ``n_programs``th): ``(buffers, arrived)``, for
+    :func:`take_chunk` to wait on in turn (:func:`next_buffer`), each at phase 0 first."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
-    buffers = gl.allocate_shared_memory(x_desc.dtype, [DEPTH, R, W], x_desc.layout)
+    buffers = gl.allocate_shared_memory(x_desc.dtype, [DEPTH, held_lines(R, BOXES), W],
+                                        x_desc.layout)
     arrived = gl.allocate_shared_memory(gl.int64, [DEPTH, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(DEPTH):
         mbarrier.init(arrived.index(i), count=1)
         copy_chunk(x_desc, buffers.index(i), arrived.index(i), first + i * n_programs, n_items,
-                   G, row_lines)
+                   G, row_lines, BOXES)
     return buffers, arrived
 
 
@@ -131,30 +148,45 @@ def next_buffer(b, phase, DEPTH: gl.constexpr):
 
 @gluon.jit
 def take_chunk(x_desc, buffer, arrived, phase, after, n_items, G, row_lines,
-               layout: gl.constexpr):
+               layout: gl.constexpr, BOXES: gl.constexpr = 1):
     """Wait for the chunk in ``buffer`` (the ``phase`` of ``arrived``), load it into registers
     in ``layout``, and have TMA copy the chunk of item ``after`` into the buffer, not waiting
-    for it: the chunk, flat, one element (or word) of ``x_desc``'s a lane."""
+    for it: the chunk, flat, one element (or word) of ``x_desc``'s a lane (as the buffer holds
+    it, :func:`held_lines`: past ``BOXES`` boxes, lines no copy wrote)."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
     mbarrier.wait(arrived, phase)
-    chunk = buffer.reshape([R * W]).load(layout)
+    chunk = buffer.reshape([held_lines(R, BOXES) * W]).load(layout)
     fence_async_shared()  # these reads come before the copy's writes (another proxy)
     THREAD_BARRIER()  # and every warp has made them: the buffer may be refilled
-    copy_chunk(x_desc, buffer, arrived, after, n_items, G, row_lines)
+    copy_chunk(x_desc, buffer, arrived, after, n_items, G, row_lines, BOXES)
     return chunk
+
+
+@gluon.jit
+def chunk_columns(item, G, offs, n_cols, CHUNK: gl.constexpr, HELD: gl.constexpr):
+    """The columns of its row that item ``item``'s chunk of ``CHUNK`` holds at ``offs`` (an
+    ``arange`` of ``HELD``, the chunk as registers hold it), and which of them to read and
+    write: those in the row and, where ``HELD`` pads the chunk (:func:`held_lines`), in the
+    chunk. ``(cols, inside)``."""
+    cols = (item % G) * CHUNK + offs
+    inside = cols < n_cols
+    if CHUNK < HELD:
+        inside = inside & (offs < CHUNK)
+    return cols, inside
 
 
 @gluon.jit
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                         G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
-                        DEPTH: gl.constexpr = 1):
+                        DEPTH: gl.constexpr = 1, BOXES: gl.constexpr = 1):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
     takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks to a
     row, as the Triton resident kernel does; ``x_desc`` sees ``X`` as rows of ``W`` elements,
-    ``R`` of them a chunk (its block). ``G`` is a launch argument, not a constant as in the
-    Triton kernel, so one compilation serves every row length (``G_POW2``, the next power of
-    two, sizes the poll). Each program:
+    ``R`` of them a chunk (its block), or ``BOXES`` blocks of ``R`` (a chunk that need not be a
+    power of two: held as the next, :func:`chunk_columns` masking the rest). ``G`` is a launch
+    argument, not a constant as in the Triton kernel, so one compilation serves every row
+    length (``G_POW2``, the next power of two, sizes the poll). Each program:
 
     1. waits for its chunk in its shared-memory buffer (the ``mbarrier`` the TMA copy counts
        its bytes on) and loads it into registers;
@@ -175,23 +207,25 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     """
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
-    CHUNK: gl.constexpr = R * W
+    CHUNK: gl.constexpr = BOXES * R * W
+    HELD: gl.constexpr = held_lines(R, BOXES) * W
     chunk_layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
     pid = gl.program_id(0)
     n_items = n_rows * G
     row_lines = n_cols // W  # rows of the descriptor's view a row of X spans
-    buffers, arrived = start_chunks(x_desc, pid, n_items, G, row_lines, n_programs, DEPTH)
-    offs = gl.arange(0, CHUNK, layout=chunk_layout)
+    buffers, arrived = start_chunks(x_desc, pid, n_items, G, row_lines, n_programs, DEPTH,
+                                    BOXES)
+    offs = gl.arange(0, HELD, layout=chunk_layout)
     b = 0
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
-        cols = (item % G) * CHUNK + offs
+        cols, inside = chunk_columns(item, G, offs, n_cols, CHUNK, HELD)
         x = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
                        item + DEPTH * n_programs, n_items, G, row_lines,
-                       chunk_layout).to(gl.float32)
+                       chunk_layout, BOXES).to(gl.float32)
         b, phase = next_buffer(b, phase, DEPTH)
-        x = gl.where(cols < n_cols, x, float("-inf"))
+        x = gl.where(inside, x, float("-inf"))
         m_c = gl.max(x, axis=0)
         safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
         e = gl.exp2((x - safe) * LOG2E)  # kept in registers: one exponential per element
@@ -202,7 +236,7 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
                                       MAX_SPIN, BACKOFF)
         y = e * (gl.exp2((m_c - m_row) * LOG2E) / d_row)
         gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
-                 mask=cols < n_cols)
+                 mask=inside)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 
@@ -211,7 +245,8 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
 def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                               G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
                               BACKOFF: gl.constexpr, PADDING: gl.constexpr,
-                              KEEP_WEIGHTS: gl.constexpr = False, DEPTH: gl.constexpr = 1):
+                              KEEP_WEIGHTS: gl.constexpr = False, DEPTH: gl.constexpr = 1,
+                              BOXES: gl.constexpr = 1):
     """:func:`resident_tma_kernel` for float16 and bfloat16 rows, holding its chunk as the input
     itself, two elements to a 32-bit word, as the Triton kernel's
     :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` does: twice the columns in
@@ -229,7 +264,8 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     ``d`` sums the rounded weights, so a row's results still sum to one before their rounding."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
-    WORDS: gl.constexpr = R * W
+    WORDS: gl.constexpr = BOXES * R * W
+    HELD: gl.constexpr = held_lines(R, BOXES) * W
     HALF: gl.constexpr = X.dtype.element_ty
     chunk_layout: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
     pid = gl.program_id(0)
@@ -237,17 +273,19 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     n_words = n_cols // 2
     row_lines = n_words // W
     y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
-    buffers, arrived = start_chunks(x_desc, pid, n_items, G, row_lines, n_programs, DEPTH)
-    offs = gl.arange(0, WORDS, layout=chunk_layout)
+    buffers, arrived = start_chunks(x_desc, pid, n_items, G, row_lines, n_programs, DEPTH,
+                                    BOXES)
+    offs = gl.arange(0, HELD, layout=chunk_layout)
     b = 0
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
-        cols = (item % G) * WORDS + offs
+        cols, inside = chunk_columns(item, G, offs, n_words, WORDS, HELD)
         words = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
-                           item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout)
+                           item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout,
+                           BOXES)
         b, phase = next_buffer(b, phase, DEPTH)
-        words = gl.where(cols < n_words, words, PADDING)
+        words = gl.where(inside, words, PADDING)
         low, high = halves(words, HALF)
         m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
         safe = gl.where(m_c == float("-inf"), 0.0, m_c)
@@ -273,7 +311,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
             scale = 1.0 / d_row
             y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
                             gl.exp2((high - m_row) * LOG2E) * scale, HALF)
-        gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=cols < n_words)
+        gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=inside)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 
@@ -295,8 +333,11 @@ class TmaConfig(NamedTuple):
     programs all in one round, as the Triton kernel's configurations do (off), and
     ``keep_weights``: with ``words`` on bfloat16 rows, keep the weights ``exp(x - m_chunk)``
     as bfloat16 words through the wait instead of the input (``KEEP_WEIGHTS``): no exponential
-    after it, for a second rounding, and ``depth``: chunks a program has in flight, each in a
-    buffer of its own in shared memory (``DEPTH``, 1 in the rule).
+    after it, for a second rounding, ``depth``: chunks a program has in flight, each in a
+    buffer of its own in shared memory (``DEPTH``, 1 in the rule), and ``boxes``: TMA boxes of
+    ``lines`` lines a chunk (``BOXES``, 1 in the rule), so that a chunk need not be a power of
+    two: 3 boxes of 16 lines make chunks of 12288 columns, 256 to a row of 3M, held in the
+    registers and buffer of 16384 (:func:`held_lines`).
 
     ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule. One run of
     ``gpu_checks/resident_tma_gpu.py --whole-rows --keep-weights`` on an H100 (% of the copy,
@@ -322,11 +363,17 @@ class TmaConfig(NamedTuple):
     fill_grid: bool = True
     keep_weights: bool = False
     depth: int = 1
+    boxes: int = 1
 
     @property
     def chunk(self) -> int:
         """Columns of a row one program holds."""
-        return self.lines * TMA_WIDTH * (2 if self.words else 1)
+        return self.boxes * self.lines * TMA_WIDTH * (2 if self.words else 1)
+
+    @property
+    def held(self) -> int:
+        """Columns its registers and buffer take: :attr:`chunk` up to a power of two."""
+        return held_lines(self.lines, self.boxes) * TMA_WIDTH * (2 if self.words else 1)
 
 
 TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
@@ -434,7 +481,7 @@ def tma_programs(config: TmaConfig, dtype: torch.dtype, device: int) -> int:
     threads = 32 * config.num_warps
     per_warp = -(-config.max_registers * 32 // 256) * 256  # allocated 256 registers at a time
     by_registers = props.regs_per_multiprocessor // (per_warp * config.num_warps)
-    shared = config.depth * config.chunk * dtype.itemsize + 1024
+    shared = config.depth * config.held * dtype.itemsize + 1024
     by_shared = props.shared_memory_per_multiprocessor // shared
     by_threads = props.max_threads_per_multi_processor // threads
     return max(1, min(config.per_sm, by_registers, by_shared, by_threads)) \
@@ -467,8 +514,9 @@ def word_padding(dtype: torch.dtype) -> int:
 
 def chunk_descriptor(x2: torch.Tensor, config: TmaConfig) -> TensorDescriptor:
     """The TMA descriptor :func:`resident_tma_kernel` (or, with ``config.words``,
-    :func:`resident_tma_words_kernel`) copies ``config.lines`` lines at a time through: the
-    contiguous ``x2`` seen as lines of :data:`TMA_WIDTH` elements (or int32 words)."""
+    :func:`resident_tma_words_kernel`) copies ``config.lines`` lines at a time through
+    (``config.boxes`` copies a chunk): the contiguous ``x2`` seen as lines of :data:`TMA_WIDTH`
+    elements (or int32 words)."""
     lines = (x2.view(torch.int32) if config.words else x2).view(-1, TMA_WIDTH)
     return TensorDescriptor(lines, list(lines.shape), [TMA_WIDTH, 1], [config.lines, TMA_WIDTH],
                             shared_layout(8 * lines.element_size()))
@@ -496,4 +544,5 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
     kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,
-        DEPTH=config.depth, num_warps=config.num_warps, maxnreg=config.max_registers, **extra)
+        DEPTH=config.depth, BOXES=config.boxes, num_warps=config.num_warps,
+        maxnreg=config.max_registers, **extra)

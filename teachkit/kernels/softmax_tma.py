@@ -164,16 +164,14 @@ def take_chunk(x_desc, buffer, arrived, phase, after, n_items, G, row_lines,
 
 
 @gluon.jit
-def chunk_columns(item, G, offs, n_cols, CHUNK: gl.constexpr, HELD: gl.constexpr):
-    """The columns of its row that item ``item``'s chunk of ``CHUNK`` holds at ``offs`` (an
-    ``arange`` of ``HELD``, the chunk as registers hold it), and which of them to read and
-    write: those in the row and, where ``HELD`` pads the chunk (:func:`held_lines`), in the
-    chunk. ``(cols, inside)``."""
-    cols = (item % G) * CHUNK + offs
+def chunk_columns(cols, offs, n_cols, CHUNK: gl.constexpr, HELD: gl.constexpr):
+    """Which of a chunk's columns ``cols`` (its row's, held at ``offs``, an ``arange`` of
+    ``HELD``) to read and write: those in the row and, where ``HELD`` pads the chunk of
+    ``CHUNK`` (:func:`held_lines`), in the chunk."""
     inside = cols < n_cols
     if CHUNK < HELD:
         inside = inside & (offs < CHUNK)
-    return cols, inside
+    return inside
 
 
 @gluon.jit
@@ -220,11 +218,12 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
-        cols, inside = chunk_columns(item, G, offs, n_cols, CHUNK, HELD)
+        cols = (item % G) * CHUNK + offs
         x = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
                        item + DEPTH * n_programs, n_items, G, row_lines,
                        chunk_layout, BOXES).to(gl.float32)
         b, phase = next_buffer(b, phase, DEPTH)
+        inside = chunk_columns(cols, offs, n_cols, CHUNK, HELD)
         x = gl.where(inside, x, float("-inf"))
         m_c = gl.max(x, axis=0)
         safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
@@ -280,11 +279,12 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     phase = 0
     for item in range(pid, n_items, n_programs):
         row = item // G
-        cols, inside = chunk_columns(item, G, offs, n_words, WORDS, HELD)
+        cols = (item % G) * WORDS + offs
         words = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
                            item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout,
                            BOXES)
         b, phase = next_buffer(b, phase, DEPTH)
+        inside = chunk_columns(cols, offs, n_words, WORDS, HELD)
         words = gl.where(inside, words, PADDING)
         low, high = halves(words, HALF)
         m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))

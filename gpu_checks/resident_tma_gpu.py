@@ -44,8 +44,10 @@ and huge values; then each shape is timed by:
   long-row configuration's two programs of eight warps a multiprocessor, pausing between
   polls, with chunks of 5 TMA boxes of 8 lines, 3 of 16 and 7 of 8 (`TmaConfig.boxes`: 10240,
   12288 and 14336 float32 columns, held in the registers of 16384), so that rows of 2.5M, 3M
-  and 3.5M columns take 256 chunks each, one row a round of the 264 programs an H100 holds,
-  where chunks of 16384 give them 160, 192 and 224 and rows straddle rounds (`ROUND_CHUNKS`);
+  and 3.5M columns take 256 chunks each, a row a round of the 264 programs an H100 holds,
+  where chunks of 16384 give them 160, 192 and 224 and rows straddle rounds; and each of them
+  with **whole rows** (`fill_grid` off: 256 programs, one row a round, none waiting for the
+  next) (`ROUND_CHUNKS`);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
@@ -135,13 +137,16 @@ two chunks in flight each (``depth=2``: 64 KB of buffers a program), beside the 
 one: float32 rows of up to 3.2M columns on an H100, 16-bit rows of 6.5M."""
 
 
-ROUND_CHUNKS = {"TMA 10k, pauses": st.TmaConfig(8, 8, 2, backoff=True, boxes=5),
-                "TMA 12k, pauses": st.TmaConfig(16, 8, 2, backoff=True, boxes=3),
-                "TMA 14k, pauses": st.TmaConfig(8, 8, 2, backoff=True, boxes=7)}
+BOXED = {"TMA 10k, pauses": st.TmaConfig(8, 8, 2, backoff=True, boxes=5),
+         "TMA 12k, pauses": st.TmaConfig(16, 8, 2, backoff=True, boxes=3),
+         "TMA 14k, pauses": st.TmaConfig(8, 8, 2, backoff=True, boxes=7)}
+ROUND_CHUNKS = BOXED | {f"{name}, whole rows": config._replace(fill_grid=False)
+                        for name, config in BOXED.items()}
 """With ``--round-chunks``: :data:`~teachkit.kernels.softmax_tma.TMA_LONG_ROW_CONFIGS`'
 programs with chunks that are not a power of two (``boxes``), 256 to a row of 2.5M, 3M and
-3.5M float32 columns: does a row that fills one round read faster than one that straddles
-two?"""
+3.5M float32 columns, on every program that fits and on whole rows a round (256 programs, none
+waiting for the next round; ``teachkit.plots.resident_rounds``): does a row that fills its
+round read faster than one that straddles two?"""
 
 
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,

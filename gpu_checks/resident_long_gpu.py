@@ -55,6 +55,7 @@ import teachkit  # noqa: E402  (first: it decides whether Triton interprets)
 # isort: split
 import torch  # noqa: E402
 
+from teachkit.bench.softmax import add_shape_arguments  # noqa: E402
 from teachkit.kernels import softmax_kernels as sk  # noqa: E402
 
 SHAPES = {"fp32": [(64, 1 << 20), (52, 5 << 18), (48, 3 << 19), (32, 1 << 21), (24, 3 << 20),
@@ -108,9 +109,7 @@ def unexchanged(x: torch.Tensor) -> dict[str, sk.ResidentConfig]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
-                        help="only these shapes, e.g. fp32:48x1572864 bf16:8x8388608")
+    add_shape_arguments(parser, "fp32:48x1572864 bf16:8x8388608")
     parser.add_argument("--waits", action="store_true",
                         help="also the long-row configuration idle and with the L2 prefetch alone")
     parser.add_argument("--fill-grid", action="store_true",
@@ -120,8 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the table's and the long-row configuration on the rows cut "
                              "to one chunk each, which wait for no other program")
-    parser.add_argument("--json", default=None, help="save the figures as a record here")
-    parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU:
         print("no CUDA GPU: this script times the resident softmax on a GPU")

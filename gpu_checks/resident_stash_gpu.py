@@ -77,6 +77,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: E402
 
+from teachkit.bench.softmax import add_shape_arguments, agrees_with_torch  # noqa: E402
 from teachkit.kernels import softmax_kernels as sk  # noqa: E402
 from teachkit.kernels.gluon_names import THREAD_BARRIER, TMA_LOAD  # noqa: E402
 from teachkit.kernels.grid_math import cdiv, next_power_of_2, resident_grid  # noqa: E402
@@ -787,11 +788,7 @@ def check_edges(configs: dict[str, dict[int, object]]) -> bool:
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             config = by_size[dtype.itemsize]
             for x in awkward_rows(config.chunk, dtype):
-                got = softmax_stash(x, config).float()
-                want = torch.softmax(x.float(), -1)
-                small = dtype.itemsize == 2
-                if not torch.allclose(got, want, atol=1e-2 if small else 1e-5,
-                                      rtol=1e-2 if small else 1e-4, equal_nan=True):
+                if not agrees_with_torch(softmax_stash(x, config), x):
                     ok = False
                     print(f"WRONG: {name} {dtype} rows {tuple(x.shape)}")
     return ok
@@ -799,16 +796,12 @@ def check_edges(configs: dict[str, dict[int, object]]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
-                        help="only these shapes, e.g. fp32:8x8388608 bf16:4x16777216")
-    parser.add_argument("--json", default=None, help="save the figures as a record here")
+    add_shape_arguments(parser, "fp32:8x8388608 bf16:4x16777216")
     parser.add_argument("--overlap", action="store_true",
                         help="also check and time the forms that read the next item while "
                              "writing this one")
     parser.add_argument("--compiled", action="store_true",
                         help="compile for sm_90 (no GPU needed) and print what it takes")
-    parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if args.compiled:
         print_compiled()

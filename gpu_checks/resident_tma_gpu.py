@@ -77,6 +77,7 @@ import teachkit  # noqa: E402  (first: it decides whether Triton interprets)
 # isort: split
 import torch  # noqa: E402
 
+from teachkit.bench.softmax import add_shape_arguments, agrees_with_torch  # noqa: E402
 from teachkit.kernels import softmax_kernels as sk  # noqa: E402
 from teachkit.kernels import softmax_tma as st  # noqa: E402
 from teachkit.kernels.grid_math import cdiv, resident_grid  # noqa: E402
@@ -248,12 +249,7 @@ def check_edges(extra: dict[str, object]) -> bool:
                 torch.float32, torch.float16, torch.bfloat16)):
             width = st.TMA_WIDTH * (2 if config.words else 1)
             for x in awkward_rows(config.chunk, dtype, width):
-                got = sk.softmax_resident_tma(x, config=config).float()
-                want = torch.softmax(x.float(), -1)
-                same = torch.allclose(got, want, atol=1e-2 if dtype.itemsize == 2 else 1e-5,
-                                      rtol=1e-2 if dtype.itemsize == 2 else 1e-4,
-                                      equal_nan=True)
-                if not same:
+                if not agrees_with_torch(sk.softmax_resident_tma(x, config=config), x):
                     ok = False
                     print(f"WRONG: {name} {dtype} rows {tuple(x.shape)}")
     x = torch.randn(4 * TMA_PROVIDERS["TMA 8k"].chunk, 6, device="cuda")
@@ -267,10 +263,7 @@ def check_edges(extra: dict[str, object]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
-                        help="only these shapes, e.g. fp32:48x1572864 bf16:8x8388608")
-    parser.add_argument("--json", default=None, help="save the figures as a record here")
+    add_shape_arguments(parser, "fp32:48x1572864 bf16:8x8388608")
     parser.add_argument("--whole-rows", action="store_true",
                         help="also time the rule's configurations launching whole rows a round")
     parser.add_argument("--keep-weights", action="store_true",
@@ -286,7 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the rule's configurations on the rows cut to one chunk each, "
                              "which wait for no other program")
-    parser.set_defaults(graph=False, plot=None)  # plain launches, no figure (for finish)
     args = parser.parse_args(argv)
     if not teachkit.ON_GPU or torch.cuda.get_device_capability()[0] != 9:
         print("no Hopper GPU: this script checks and times the TMA resident softmax on one")

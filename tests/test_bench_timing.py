@@ -187,3 +187,26 @@ def test_time_shapes_times_each_shape_with_the_timers_it_is_given():
         ("2x16", "fp32", "torch"), ("2x16", "fp32", "cut"), ("3x32", "bf16", "torch"),
         ("3x32", "bf16", "cut")]
     assert all(c.chunk == 8 for c in configs) and not ok
+
+
+def test_the_scripts_shape_arguments_and_their_check_against_torch():
+    """:func:`add_shape_arguments` gives the resident scripts ``--rounds``, ``--shapes`` and
+    ``--json`` with plain launches and no figure; :func:`agrees_with_torch` takes a softmax
+    within the dtype's tolerance (NaN where torch has NaN) and refuses one off by more."""
+    import argparse
+
+    from teachkit.bench.softmax import add_shape_arguments, agrees_with_torch
+
+    parser = argparse.ArgumentParser()
+    add_shape_arguments(parser, "fp32:2x8")
+    args = parser.parse_args(["--shapes", "bf16:2x8", "--json", "r.json"])
+    assert (args.rounds, args.shapes, args.json, args.graph, args.plot) == (
+        3, ["bf16:2x8"], "r.json", False, None)
+    x = torch.randn(4, 64)
+    x[1, 3] = float("nan")
+    exact = torch.softmax(x, -1)
+    assert agrees_with_torch(exact, x)
+    assert not agrees_with_torch(exact + 1e-3, x)  # past float32's tolerance
+    half = x.bfloat16()
+    assert agrees_with_torch(torch.softmax(half.float(), -1).bfloat16() + 5e-3, half)
+    assert not agrees_with_torch(torch.softmax(half.float(), -1) + 5e-2, half)

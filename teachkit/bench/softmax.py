@@ -293,6 +293,29 @@ def time_shapes(jobs: list[tuple[str, tuple[int, int]]],
     return results, ok
 
 
+def add_shape_arguments(parser: argparse.ArgumentParser, example: str) -> None:
+    """The command line of the ``gpu_checks`` scripts that time resident kernels by
+    :func:`time_shapes`: ``--rounds`` (default 3), ``--shapes`` (:func:`dtype_shape_jobs`,
+    ``example`` shown in the help), ``--json`` (the record
+    :func:`~teachkit.bench.core.finish` writes), and plain launches with no figure (``finish``'s
+    ``graph`` and ``plot``), on the ``argparse`` parser ``parser``."""
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
+                        help=f"only these shapes, e.g. {example}")
+    parser.add_argument("--json", default=None, help="save the figures as a record here")
+    parser.set_defaults(graph=False, plot=None)
+
+
+def agrees_with_torch(got: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether ``got`` is ``torch.softmax`` of the rows ``x`` (in float32) within the edge
+    checks' tolerance of ``x``'s dtype: 1e-2 for 16-bit inputs, 1e-5 absolute and 1e-4
+    relative for float32; NaN where torch gives NaN."""
+    small = x.element_size() == 2
+    return torch.allclose(got.float(), torch.softmax(x.float(), -1),
+                          atol=1e-2 if small else 1e-5, rtol=1e-2 if small else 1e-4,
+                          equal_nan=True)
+
+
 def dtype_shape_jobs(default: dict[str, list[tuple[int, int]]], given: list[str] | None,
                      ) -> list[tuple[str, tuple[int, int]]]:
     """``(dtype name, (rows, cols))`` for each shape of ``default`` (dtype name: shapes), or of

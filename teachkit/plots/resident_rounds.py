@@ -20,7 +20,7 @@ from matplotlib.colors import ListedColormap
 
 from ..validation import require_positive_int
 
-__all__ = ["round_rows", "waiting_items", "waiting_share", "plot_rounds"]
+__all__ = ["round_rows", "rounds_of", "waiting_items", "waiting_share", "plot_rounds"]
 
 
 def round_rows(chunks_per_row: int, programs: int, rounds: int) -> np.ndarray:
@@ -37,17 +37,30 @@ def round_rows(chunks_per_row: int, programs: int, rounds: int) -> np.ndarray:
     return items // chunks_per_row
 
 
-def waiting_items(chunks_per_row: int, programs: int, rounds: int) -> np.ndarray:
+def rounds_of(chunks_per_row: int, programs: int, n_rows: int) -> int:
+    """Rounds ``programs`` programs take over ``n_rows`` rows of ``chunks_per_row`` chunks.
+
+    >>> rounds_of(192, 264, 24)
+    18
+    """
+    require_positive_int(n_rows, "n_rows")
+    return -(-chunks_per_row * n_rows // programs)
+
+
+def waiting_items(chunks_per_row: int, programs: int, rounds: int,
+                  n_rows: int | None = None) -> np.ndarray:
     """Where a program holds a chunk of a row that the round does not finish: an ``(rounds,
     programs)`` boolean array, true where the row's last chunk comes in a later round, so that
-    the program waits, its pair published and its chunk in registers, for the next round.
+    the program waits, its pair published and its chunk in registers, for the next round;
+    false past the last of ``n_rows`` rows, where given.
 
-    >>> waiting_items(3, 4, 2).astype(int).tolist()
-    [[0, 0, 0, 1], [0, 0, 1, 1]]
+    >>> waiting_items(3, 4, 2).astype(int).tolist(), waiting_items(3, 4, 2, 1).tolist()
+    ([[0, 0, 0, 1], [0, 0, 1, 1]], [[False, False, False, False], [False, False, False, False]])
     """
     rows = round_rows(chunks_per_row, programs, rounds)
     last_round = ((rows + 1) * chunks_per_row - 1) // programs
-    return last_round > np.arange(rounds)[:, None]
+    waiting = last_round > np.arange(rounds)[:, None]
+    return waiting if n_rows is None else waiting & (rows < n_rows)
 
 
 def waiting_share(chunks_per_row: int, programs: int, n_rows: int) -> float:
@@ -57,11 +70,9 @@ def waiting_share(chunks_per_row: int, programs: int, n_rows: int) -> float:
     >>> round(waiting_share(192, 264, 24), 2), waiting_share(256, 256, 24)
     (0.31, 0.0)
     """
-    require_positive_int(n_rows, "n_rows")
-    items = chunks_per_row * n_rows
-    rounds = -(-items // programs)
-    real = (np.arange(rounds * programs) < items).reshape(rounds, programs)
-    return float((waiting_items(chunks_per_row, programs, rounds) & real).sum() / items)
+    rounds = rounds_of(chunks_per_row, programs, n_rows)
+    waiting = waiting_items(chunks_per_row, programs, rounds, n_rows)
+    return float(waiting.sum() / (chunks_per_row * n_rows))
 
 
 def plot_rounds(grids: Mapping[str, tuple[int, int, int]], title: str | None = None,
@@ -86,18 +97,18 @@ def plot_rounds(grids: Mapping[str, tuple[int, int, int]], title: str | None = N
     shapes = {label: tuple(require_positive_int(v, name) for v, name in zip(
         grid, ("chunks of a row", "programs", "rows"), strict=True))
         for label, grid in grids.items()}
-    most = max(-(-chunks * rows // programs) for chunks, programs, rows in shapes.values())
+    most = max(rounds_of(*shape) for shape in shapes.values())
     colors = ListedColormap(["#4c9be8", "#f2a541", "#7bc67b", "#d9789e"]).with_extremes(
         bad="white")
     fig, axes = plt.subplots(len(grids), 1, squeeze=False,
                              figsize=(9, (0.08 * most + 0.9) * len(grids)))
     for ax, (label, (chunks, programs, n_rows)) in zip(axes[:, 0], shapes.items(), strict=True):
-        rounds = -(-chunks * n_rows // programs)
+        rounds = rounds_of(chunks, programs, n_rows)
         rows = round_rows(chunks, programs, rounds)
         shown = np.ma.masked_where(rows >= n_rows, rows % 4)
         ax.imshow(shown, cmap=colors, vmin=0, vmax=3, aspect="auto", interpolation="nearest",
                   extent=(0, programs, rounds, 0))
-        waiting = waiting_items(chunks, programs, rounds) & (rows < n_rows)
+        waiting = waiting_items(chunks, programs, rounds, n_rows)
         for k in range(rounds):
             held = np.flatnonzero(waiting[k])  # consecutive programs: the round's last
             if held.size:

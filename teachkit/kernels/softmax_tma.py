@@ -105,12 +105,9 @@ def copy_chunk(x_desc, buffer, arrived, item, n_items, G, row_lines, BOXES: gl.c
     R: gl.constexpr = x_desc.block_type.shape[0]
     mbarrier.expect(arrived, BOXES * x_desc.block_type.nbytes, pred=item < n_items)
     first_line = (item // G) * row_lines + (item % G) * (BOXES * R)
-    if BOXES == 1:
-        TMA_LOAD(x_desc, [first_line, 0], arrived, buffer, pred=item < n_items)
-    else:
-        for box in gl.static_range(BOXES):
-            TMA_LOAD(x_desc, [first_line + box * R, 0], arrived, buffer.slice(box * R, R),
-                     pred=item < n_items)
+    for box in gl.static_range(BOXES):
+        TMA_LOAD(x_desc, [first_line + box * R, 0], arrived, buffer.slice(box * R, R),
+                 pred=item < n_items)
 
 
 @gluon.jit
@@ -164,14 +161,11 @@ def take_chunk(x_desc, buffer, arrived, phase, after, n_items, G, row_lines,
 
 
 @gluon.jit
-def chunk_columns(cols, offs, n_cols, CHUNK: gl.constexpr, HELD: gl.constexpr):
-    """Which of a chunk's columns ``cols`` (its row's, held at ``offs``, an ``arange`` of
-    ``HELD``) to read and write: those in the row and, where ``HELD`` pads the chunk of
-    ``CHUNK`` (:func:`held_lines`), in the chunk."""
-    inside = cols < n_cols
-    if CHUNK < HELD:
-        inside = inside & (offs < CHUNK)
-    return inside
+def chunk_columns(cols, offs, n_cols, CHUNK: gl.constexpr):
+    """Which of a chunk's columns ``cols`` (its row's, held at ``offs``, an ``arange`` that may
+    pad the chunk of ``CHUNK`` to a power of two, :func:`held_lines`) to read and write: those
+    in the row and in the chunk. Where nothing pads it, the compiler drops the second test."""
+    return (cols < n_cols) & (offs < CHUNK)
 
 
 @gluon.jit
@@ -223,7 +217,7 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
                        item + DEPTH * n_programs, n_items, G, row_lines,
                        chunk_layout, BOXES).to(gl.float32)
         b, phase = next_buffer(b, phase, DEPTH)
-        inside = chunk_columns(cols, offs, n_cols, CHUNK, HELD)
+        inside = chunk_columns(cols, offs, n_cols, CHUNK)
         x = gl.where(inside, x, float("-inf"))
         m_c = gl.max(x, axis=0)
         safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
@@ -284,7 +278,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
                            item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout,
                            BOXES)
         b, phase = next_buffer(b, phase, DEPTH)
-        inside = chunk_columns(cols, offs, n_words, WORDS, HELD)
+        inside = chunk_columns(cols, offs, n_words, WORDS)
         words = gl.where(inside, words, PADDING)
         low, high = halves(words, HALF)
         m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))

@@ -47,7 +47,9 @@ and huge values; then each shape is timed by:
   and 3.5M columns take 256 chunks each, a row a round of the 264 programs an H100 holds,
   where chunks of 16384 give them 160, 192 and 224 and rows straddle rounds; and each of them
   with **whole rows** (`fill_grid` off: 256 programs, one row a round, none waiting for the
-  next) (`ROUND_CHUNKS`);
+  next) (`ROUND_CHUNKS`). On an H100 neither beat chunks of 16384 (3M: 83.9 and 83.2 % of the
+  copy against 84.1; 2.5M: 81.4 and 80.4 against 81.6), and chunks of 14336 read at 73-77 %
+  (`teachkit/benchmarks/softmax_resident_tma_round_chunks_nvidia_h100.json`, notebook 06);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the

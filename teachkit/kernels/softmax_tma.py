@@ -346,7 +346,11 @@ class TmaConfig(NamedTuple):
     ``softmax_resident_tma_two_in_flight_nvidia_h100``): three programs of four warps a
     multiprocessor, pausing between polls, read float32 rows of 2M / 3M columns at 80.5 / 82.5 %
     with ``depth=2`` and 80.5 / 83.1 % with 1, and bfloat16 rows of 4M as words at 68.3 against
-    68.9 %."""
+    68.9 %. Nor did chunks of several boxes, 256 to a row (``gpu_checks/resident_tma_gpu.py
+    --round-chunks`` on an H100, ``softmax_resident_tma_round_chunks_nvidia_h100``): float32
+    rows of 3M columns in chunks of 12288 read at 83.9 % on every program that fits and 83.2 %
+    in whole rows a round, against 84.1 % in chunks of 16384; rows of 2.5M in chunks of 10240 at
+    81.4 and 80.4 % against 81.6 %. So ``boxes`` is 1 in the rule."""
 
     lines: int
     num_warps: int

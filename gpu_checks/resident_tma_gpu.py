@@ -1,7 +1,8 @@
 """The resident softmax with its next chunk arriving by TMA (notebook 06), checked and timed on a
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
 `python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]
-[--keep-weights] [--one-per-sm] [--two-in-flight] [--round-chunks] [--unexchanged]`.
+[--keep-weights] [--one-per-sm] [--two-in-flight] [--round-chunks] [--write-behind]
+[--unexchanged]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -50,6 +51,12 @@ and huge values; then each shape is timed by:
   next) (`ROUND_CHUNKS`). On an H100 neither beat chunks of 16384 (3M: 83.9 and 83.2 % of the
   copy against 84.1; 2.5M: 81.4 and 80.4 against 81.6), and chunks of 14336 read at 73-77 %
   (`teachkit/benchmarks/softmax_resident_tma_round_chunks_nvidia_h100.json`, notebook 06);
+- with `--write-behind`, **TMA 4k, behind** (with and without pauses), **TMA 8k, 8 warps,
+  behind** (with and without pauses) beside **TMA 8k, 8 warps**, and **TMA 16k, one an SM,
+  behind, pauses**: programs that publish each chunk's pair before they wait for the row of the
+  chunk before and write it (`TmaConfig.write_behind`), so a row's wait overlaps the next
+  chunk's work; two chunks in registers, so half the chunk of the same registers
+  (`WRITE_BEHIND`);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
@@ -152,14 +159,29 @@ waiting for the next round; ``teachkit.plots.resident_rounds``): does a row that
 round read faster than one that straddles two?"""
 
 
+WRITE_BEHIND = {
+    "TMA 4k, behind": st.TmaConfig(16, 4, 4, write_behind=True),
+    "TMA 4k, behind, pauses": st.TmaConfig(16, 4, 4, backoff=True, write_behind=True),
+    "TMA 8k, 8 warps": st.TmaConfig(32, 8, 2),
+    "TMA 8k, 8 warps, behind": st.TmaConfig(32, 8, 2, write_behind=True),
+    "TMA 8k, 8 warps, behind, pauses": st.TmaConfig(32, 8, 2, backoff=True, write_behind=True),
+    "TMA 16k, one an SM, behind, pauses": st.TmaConfig(64, 16, 1, backoff=True,
+                                                       write_behind=True)}
+"""With ``--write-behind``: programs that publish each chunk's pair before they wait for the
+row of the chunk before and write it (``write_behind``), two chunks in registers, so half the
+chunk of the same registers: chunks of 4096 columns in four programs of four warps a
+multiprocessor, 8192 in two of eight warps (and the same two without writing behind, to tell
+the warps from the order), and 16384 in one of sixteen, with and without pauses."""
+
+
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,
                   one_per_sm: bool = False, two_in_flight: bool = False,
-                  round_chunks: bool = False) -> dict[str, object]:
-    """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT`, :data:`ONE_PER_SM`, :data:`TWO_IN_FLIGHT`
-    and :data:`ROUND_CHUNKS`, as asked for."""
+                  round_chunks: bool = False, write_behind: bool = False) -> dict[str, object]:
+    """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT`, :data:`ONE_PER_SM`, :data:`TWO_IN_FLIGHT`,
+    :data:`ROUND_CHUNKS` and :data:`WRITE_BEHIND`, as asked for."""
     return ((WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
             | (ONE_PER_SM if one_per_sm else {}) | (TWO_IN_FLIGHT if two_in_flight else {})
-            | (ROUND_CHUNKS if round_chunks else {}))
+            | (ROUND_CHUNKS if round_chunks else {}) | (WRITE_BEHIND if write_behind else {}))
 
 
 def unexchanged(x: torch.Tensor) -> dict[str, object]:
@@ -200,7 +222,8 @@ def fits(name: str, x: torch.Tensor) -> bool:
         fit = st.tma_programs(config, x.dtype, device)
         whole = resident_grid(fit, g, x.shape[0])
         return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)
-    configs = TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM | TWO_IN_FLIGHT | ROUND_CHUNKS
+    configs = (TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM | TWO_IN_FLIGHT | ROUND_CHUNKS
+               | WRITE_BEHIND)
     if name in configs:
         return st.tma_fits(cols, configs[name], x.dtype, device)
     if name.startswith("Triton"):
@@ -278,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-chunks", action="store_true",
                         help="also time chunks of 10k, 12k and 14k columns (TMA boxes of 8 "
                              "or 16 lines), 256 to rows of 2.5M, 3M and 3.5M")
+    parser.add_argument("--write-behind", action="store_true",
+                        help="also time programs that write each chunk after publishing the "
+                             "next one's pair")
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the rule's configurations on the rows cut to one chunk each, "
                              "which wait for no other program")
@@ -295,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
     copy = announce_copy_bandwidth()
     extra = extra_configs(args.whole_rows, args.keep_weights, args.one_per_sm,
-                          args.two_in_flight, args.round_chunks)
+                          args.two_in_flight, args.round_chunks, args.write_behind)
     ok = check_edges(extra)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
 

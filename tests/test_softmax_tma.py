@@ -70,7 +70,8 @@ def test_words_take_16_bit_rows_of_whole_lines_of_words():
     with pytest.raises(ValueError, match="words=False"):
         ks.softmax_resident_tma(f, config=words)
     for config, rows, say in ((words._replace(keep_weights=True), x.half(), "keep_weights=False"),
-                              (st.TmaConfig(32, 4, 4, keep_weights=True), f, "words=True")):
+                              (st.TmaConfig(32, 4, 4, keep_weights=True), f, "words=True"),
+                              (words._replace(write_behind=True), x, "write_behind=False")):
         with pytest.raises(ValueError, match=say):
             ks.softmax_resident_tma(rows[:, :512], config=config)
 
@@ -81,6 +82,9 @@ WORD_CONFIGS = [st.TmaConfig(16, 2, 8, words=True), st.TmaConfig(32, 4, 4, words
 TWO_IN_FLIGHT = [st.TmaConfig(32, 4, 3, depth=2), st.TmaConfig(32, 4, 3, words=True, depth=2)]
 BOXED = [st.TmaConfig(16, 8, 2, backoff=True, boxes=3), st.TmaConfig(8, 8, 2, boxes=7),
          st.TmaConfig(16, 8, 2, words=True, boxes=3)]
+WRITING_BEHIND = [st.TmaConfig(32, 8, 2, write_behind=True),
+                  st.TmaConfig(16, 4, 4, backoff=True, write_behind=True),
+                  st.TmaConfig(16, 4, 3, write_behind=True, depth=2)]
 
 
 def test_a_depth_below_one_is_refused_naming_it():
@@ -110,11 +114,12 @@ def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("config", [st.TmaConfig(16, 2, 8), st.TMA_CONFIGS[4],
                                     st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS, *TWO_IN_FLIGHT,
-                                    *BOXED],
+                                    *BOXED, *WRITING_BEHIND],
                          ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k",
                               "words 16k, weights kept", "8k, two in flight",
                               "words 16k, two in flight", "12k in 3 boxes", "14k in 7 boxes",
-                              "words 24k in 3 boxes"])
+                              "words 24k in 3 boxes", "8k, writing behind",
+                              "4k, writing behind, pauses", "4k, writing behind, two in flight"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""

@@ -1006,6 +1006,8 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
     if config.words:
         constexprs["PADDING"] = st.word_padding(dtype)
         constexprs["KEEP_WEIGHTS"] = config.keep_weights
+    else:
+        constexprs["WRITE_BEHIND"] = config.write_behind
     constexprs["DEPTH"] = config.depth
     constexprs["BOXES"] = config.boxes
     kernel = st.resident_tma_words_kernel if config.words else st.resident_tma_kernel

@@ -51,7 +51,7 @@ __all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDT
            "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma", "next_buffer",
            "resident_tma_kernel", "resident_tma_words_kernel", "shared_layout", "start_chunks",
            "take_chunk", "tma_config", "tma_fits", "tma_not_ready", "tma_programs",
-           "word_padding"]
+           "word_padding", "write_chunk"]
 
 
 @gluon.jit
@@ -169,9 +169,25 @@ def chunk_columns(cols, offs, n_cols, CHUNK: gl.constexpr):
 
 
 @gluon.jit
+def write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.constexpr,
+                MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, CHUNK: gl.constexpr):
+    """Wait for the pairs of item ``item``'s row (:func:`gluon_row_pair`) and write its chunk's
+    results, ``e * exp(m_c - m_row) / d_row``: ``e = exp(x - m_c)`` held at ``offs`` (an
+    ``arange`` of the chunk, :func:`chunk_columns`), the chunk's ``CHUNK`` columns."""
+    row = item // G
+    cols = (item % G) * CHUNK + offs
+    m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G, X + row.to(gl.int64) * n_cols,
+                                  n_cols, G, G_POW2, MAX_SPIN, BACKOFF)
+    y = e * (gl.exp2((m_c - m_row) * LOG2E) / d_row)
+    gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
+             mask=chunk_columns(cols, offs, n_cols, CHUNK))
+
+
+@gluon.jit
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                         G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
-                        DEPTH: gl.constexpr = 1, BOXES: gl.constexpr = 1):
+                        DEPTH: gl.constexpr = 1, BOXES: gl.constexpr = 1,
+                        WRITE_BEHIND: gl.constexpr = False):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
     takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks to a
     row, as the Triton resident kernel does; ``x_desc`` sees ``X`` as rows of ``W`` elements,
@@ -188,14 +204,20 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
        flight while it waits;
     3. keeps ``e = exp(x - m_chunk)`` in registers and publishes the chunk's ``(m, d)`` as one
        64-bit word (:func:`~teachkit.kernels.pairs.pack_pair`) with a relaxed exchange;
-    4. waits for its row's pairs (:func:`gluon_row_pair`) and writes ``e * exp(m_chunk - m_row)
-       / d_row``: one read and one write of the tensor, the next read under way all along.
+    4. waits for its row's pairs and writes ``e * exp(m_chunk - m_row) / d_row``
+       (:func:`write_chunk`): one read and one write of the tensor, the next read under way all
+       along. With ``WRITE_BEHIND`` it writes the item *before* this one instead, keeping this
+       one's ``e`` and ``m_chunk`` for the next turn (and the last after the loop): its row's
+       pairs were published a whole item earlier, so the program seldom waits, and it holds two
+       chunks in registers (this one's ``x`` and the last one's ``e``).
 
     A chunk that runs past its row (``n_cols`` not a multiple of the chunk) reads the next
     row's first columns, or zeros past the tensor's end; they are masked to ``-inf`` and never
     written. No row waits for ever while every program is on the GPU (the Triton kernel's
     argument: a program reaches its item ``i`` once the row of its item ``i - n_programs`` is
-    complete, and ``G <= n_programs``).
+    complete, and ``G <= n_programs``). Writing behind keeps it: a program waits for the row of
+    its item ``i - n_programs`` only after publishing item ``i``, and that row's items all come
+    before ``i``.
     """
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
@@ -210,8 +232,10 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     offs = gl.arange(0, HELD, layout=chunk_layout)
     b = 0
     phase = 0
+    e_behind = gl.zeros([HELD], gl.float32, chunk_layout)  # WRITE_BEHIND: the last item's
+    m_behind = 0.0
+    item_behind = pid - n_programs
     for item in range(pid, n_items, n_programs):
-        row = item // G
         cols = (item % G) * CHUNK + offs
         x = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
                        item + DEPTH * n_programs, n_items, G, row_lines,
@@ -224,12 +248,20 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
         e = gl.exp2((x - safe) * LOG2E)  # kept in registers: one exponential per element
         d_c = gl.sum(e, axis=0)
         gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
-                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
-                                      MAX_SPIN, BACKOFF)
-        y = e * (gl.exp2((m_c - m_row) * LOG2E) / d_row)
-        gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty),
-                 mask=inside)
+        if WRITE_BEHIND:
+            if item_behind >= 0:
+                write_chunk(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G,
+                            offs, G_POW2, MAX_SPIN, BACKOFF, CHUNK)
+            e_behind = e
+            m_behind = m_c
+            item_behind = item
+        else:
+            write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
+                        MAX_SPIN, BACKOFF, CHUNK)
+    if WRITE_BEHIND:
+        if item_behind >= 0:
+            write_chunk(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                        G_POW2, MAX_SPIN, BACKOFF, CHUNK)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 
@@ -331,7 +363,9 @@ class TmaConfig(NamedTuple):
     buffer of its own in shared memory (``DEPTH``, 1 in the rule), and ``boxes``: TMA boxes of
     ``lines`` lines a chunk (``BOXES``, 1 in the rule), so that a chunk need not be a power of
     two: 3 boxes of 16 lines make chunks of 12288 columns, 256 to a row of 3M, held in the
-    registers and buffer of 16384 (:func:`held_lines`).
+    registers and buffer of 16384 (:func:`held_lines`), and ``write_behind``: publish each
+    chunk's pair before waiting for the row of the chunk before and writing it
+    (``WRITE_BEHIND``, :func:`resident_tma_kernel`; not with ``words``), two chunks in registers.
 
     ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule. One run of
     ``gpu_checks/resident_tma_gpu.py --whole-rows --keep-weights`` on an H100 (% of the copy,
@@ -362,6 +396,7 @@ class TmaConfig(NamedTuple):
     keep_weights: bool = False
     depth: int = 1
     boxes: int = 1
+    write_behind: bool = False
 
     @property
     def chunk(self) -> int:
@@ -460,6 +495,8 @@ def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig | None =
                     f"{n_cols}; pass words=False")
         if y2.stride(1) != 1 or (n_rows > 1 and y2.stride(0) % 2) or y2.data_ptr() % 4:
             return "as words writes rows that start at 4-byte boundaries"
+    if config is not None and config.write_behind and config.words:
+        return "writes behind only as float32 chunks; pass words=False or write_behind=False"
     if config is not None and config.keep_weights:
         if not config.words:
             return "keeps its weights as words only; pass words=True or keep_weights=False"
@@ -535,7 +572,7 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
                          f"than this GPU holds; use softmax, which picks")
     descriptor = chunk_descriptor(x2, config)
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
-    kernel, extra = resident_tma_kernel, {}
+    kernel, extra = resident_tma_kernel, {"WRITE_BEHIND": config.write_behind}
     if config.words:
         kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype),
                                                     "KEEP_WEIGHTS": config.keep_weights}

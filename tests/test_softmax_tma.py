@@ -19,11 +19,16 @@ HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
 
 
 def test_the_rule_takes_every_row_by_its_dtype_and_length():
-    """float32 rows take chunks of 8192 columns, from 3M columns chunks of 16384 with pauses;
-    16-bit rows take 8192 held as float32, from 1M columns 16384 as words, from 8M 32768 as
-    words with pauses; other dtypes none."""
-    assert st.tma_config(1 << 15, torch.float32) == st.TMA_CONFIGS[4]
-    assert st.tma_config((3 << 20) - 256, torch.float32).chunk == 8192
+    """float32 rows take chunks of 8192 columns written behind up to 2M columns, past 2M
+    chunks of 8192 not written behind, from 3M chunks of 16384 with pauses; 16-bit rows take
+    8192 held as float32, from 1M columns 16384 as words, from 8M 32768 as words with pauses;
+    other dtypes none."""
+    behind = st.TMA_BEHIND_CONFIGS[4]
+    assert behind.write_behind and behind.chunk == 8192 and behind.num_warps == 8
+    for cols in (1 << 15, 1 << 20, 1 << 21):
+        assert st.tma_config(cols, torch.float32) == behind
+    for cols in ((1 << 21) + 256, (3 << 20) - 256):
+        assert st.tma_config(cols, torch.float32) == st.TMA_CONFIGS[4]
     long = st.tma_config(3 << 20, torch.float32)
     assert long == st.TMA_LONG_ROW_CONFIGS[4] and long.chunk == 16384 and long.backoff
     for dtype in (torch.float16, torch.bfloat16):
@@ -37,9 +42,22 @@ def test_the_rule_takes_every_row_by_its_dtype_and_length():
 def test_every_configuration_fits_a_multiprocessor():
     """Each configuration's programs share a multiprocessor of 64k registers and 2048 threads as
     it wants them: ``max_registers`` a thread for ``per_sm`` programs."""
-    for config in (*st.TMA_CONFIGS.values(), *st.TMA_LONG_ROW_CONFIGS.values()):
+    for config in (*st.TMA_CONFIGS.values(), *st.TMA_LONG_ROW_CONFIGS.values(),
+                   *st.TMA_BEHIND_CONFIGS.values(), *st.TMA_WORDS_CONFIGS.values()):
         assert config.per_sm * config.num_warps * 32 * config.max_registers <= 65536, config
         assert config.chunk % (4 * 32 * config.num_warps) == 0, config  # 4 elements a thread
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+def test_the_rule_writes_behind_only_where_it_fits():
+    """On this GPU, rows written behind fit (their chunks, at most the programs); a GPU with
+    too few multiprocessors for a 2M row's 256 chunks takes chunks of 8192 not written behind
+    instead (``tma_config`` with the device)."""
+    device = torch.cuda.current_device()
+    behind = st.TMA_BEHIND_CONFIGS[4]
+    fits = st.tma_fits(1 << 21, behind, torch.float32, device)
+    taken = st.tma_config(1 << 21, torch.float32, device)
+    assert taken == (behind if fits else st.TMA_CONFIGS[4])
 
 
 @pytest.mark.skipif(HOPPER, reason="off a Hopper GPU only")

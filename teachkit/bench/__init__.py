@@ -15,7 +15,8 @@ matmul for compute, in bf16 from sm_80 on and fp16 before: :func:`matmul_dtype`)
 provider on every problem, side by side in one process, and prints a table, with a progress bar
 on stderr; ``--plot NAME`` saves a figure to ``figures/NAME.png`` and ``--json PATH`` keeps the
 record (the course's own are in ``teachkit/benchmarks/``: :func:`load_record` reads one by name,
-:func:`find_records` lists them). A problem too large for the GPU's free memory is skipped with a
+:func:`copy_shares` gives its figures as percentages of its copy, :func:`find_records` lists
+them). A problem too large for the GPU's free memory is skipped with a
 note. Times are medians of CUDA-event timings (``triton.testing.do_bench``), or of CUDA-graph
 replays with ``--graph`` (the L2 cache cleared before every call either way). Every result carries
 its problem's parameters (``params``, and ``provider_params`` for a parametrised provider):
@@ -31,6 +32,7 @@ from .core import (
                    SETTLE_MS,
                    Measurement,
                    copy_bandwidth,
+                   copy_shares,
                    find_records,
                    format_table,
                    load_record,
@@ -66,6 +68,7 @@ __all__ = [
     "record_path",
     "find_records",
     "load_record",
+    "copy_shares",
     "refuse_cpu",
     "SOFTMAX_SHAPES",
     "SAME_BYTES_COPY",

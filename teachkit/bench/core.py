@@ -481,6 +481,25 @@ def load_record(name: str) -> tuple[list[Measurement], dict]:
     return load_results(record_path(name))
 
 
+def copy_shares(name: str) -> tuple[dict[tuple[str, str], dict[str, float]], dict]:
+    """A shipped record's figures as percentages of the copy bandwidth it measured
+    (``record["ceilings"]["copy_gbps"]``): ``{(problem, dtype): {provider: %}}`` in the
+    record's order, and the record (:func:`load_record`).
+
+    Examples
+    --------
+    >>> shares, record = copy_shares("softmax_resident_tma_nvidia_h100")
+    >>> 90 < shares["256x262144", "fp32"]["entry point"] < 100
+    True
+    """
+    results, record = load_record(name)
+    copy_gbps = record["ceilings"]["copy_gbps"]
+    shares: dict[tuple[str, str], dict[str, float]] = {}
+    for r in results:
+        shares.setdefault((r.problem, r.dtype), {})[r.provider] = 100 * r.value / copy_gbps
+    return shares, record
+
+
 def save_results(path: str | Path, results: list[Measurement],
                  extra: dict | None = None, *, timing: str | None = None,
                  **ceilings: float | str) -> Path:

@@ -964,7 +964,8 @@ def softmax_resident_tma(x: torch.Tensor, dim: int = -1, config: TmaConfig | Non
 
     def launch(x2, y2):
         x2 = x2 if x2.is_contiguous() else x2.contiguous()
-        chosen = config or tma_config(x2.shape[1], x2.dtype) or TMA_CONFIGS[4]
+        device = (x2.device.index or 0) if x2.is_cuda else None
+        chosen = config or tma_config(x2.shape[1], x2.dtype, device) or TMA_CONFIGS[4]
         if config is None and chosen.words and tma_not_ready(x2, y2, chosen) is not None:
             chosen = TMA_CONFIGS[2]  # rows its words cannot read: the float32 form
         why = tma_not_ready(x2, y2, chosen)
@@ -1044,7 +1045,7 @@ def _tma_choice(x2: torch.Tensor, y2: torch.Tensor) -> TmaConfig | None:
     if tma_config is None or not ON_GPU:
         return None
     n_cols = x2.shape[1]
-    config = tma_config(n_cols, x2.dtype)
+    config = tma_config(n_cols, x2.dtype, x2.device.index or 0)
     if config is None or tma_not_ready(x2, y2, config) is not None:
         return None
     return config if tma_fits(n_cols, config, x2.dtype, x2.device.index or 0) else None

@@ -46,11 +46,11 @@ from .pairs import (
 )
 from .words import fresh, halves, pack_halves, pack_halves_x2
 
-__all__ = ["TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
-           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "chunk_columns",
-           "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma", "next_buffer",
-           "resident_tma_kernel", "resident_tma_words_kernel", "shared_layout", "start_chunks",
-           "take_chunk", "tma_config", "tma_fits", "tma_not_ready", "tma_programs",
+__all__ = ["TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS",
+           "TMA_LONG_ROW_FROM", "TMA_WIDTH", "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig",
+           "chunk_columns", "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
+           "next_buffer", "resident_tma_kernel", "resident_tma_words_kernel", "shared_layout",
+           "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready", "tma_programs",
            "word_padding", "write_chunk"]
 
 
@@ -411,14 +411,32 @@ class TmaConfig(NamedTuple):
 
 TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
 """By element size, the configuration of rows shorter than :data:`TMA_WORDS_FROM` and
-:data:`TMA_LONG_ROW_FROM`: chunks of 8192 columns held as float32, four programs of four warps
-a multiprocessor (the Triton kernel's float32 configuration), 32 KB of float32 (16 KB of 16-bit
-elements) in shared memory each. ``gpu_checks/resident_tma_gpu.py`` on an H100
-(``softmax_resident_tma_nvidia_h100``, % of the copy): float32 rows of 64k to 2M columns at
-89-95.6 %, where the Triton kernel reads them at 77-94 %; chunks of 4096 columns (two warps,
-eight an SM) read rows of 32k to 256k up to a point faster and 1M-2M rows 3-7 points slower.
-Pausing between polls in these chunks gains nothing at 2M (89.2 % either way) and less than
-:data:`TMA_LONG_ROW_CONFIGS` at 3M (82.0 against 80.1 and 84.2)."""
+:data:`TMA_LONG_ROW_FROM` that :data:`TMA_BEHIND_CONFIGS` does not take (float32 rows past 2M
+columns, or past what fits written behind; 16-bit rows): chunks of 8192 columns held as
+float32, four programs of four warps a multiprocessor (the Triton kernel's float32
+configuration), 32 KB of float32 (16 KB of 16-bit elements) in shared memory each.
+``gpu_checks/resident_tma_gpu.py`` on an H100 (``softmax_resident_tma_nvidia_h100``, % of
+the copy): float32 rows of 64k to 2M columns at 89-95.6 %, where the Triton kernel reads them at
+77-94 %; chunks of 4096 columns (two warps, eight an SM) read rows of 32k to 256k up to a point
+faster and 1M-2M rows 3-7 points slower. Pausing between polls in these chunks gains nothing at
+2M (89.2 % either way) and less than :data:`TMA_LONG_ROW_CONFIGS` at 3M (82.0 against 80.1 and
+84.2)."""
+TMA_BEHIND_CONFIGS = {4: TmaConfig(32, 8, 2, backoff=True, write_behind=True)}
+"""By element size, the configuration of rows of at most :data:`TMA_BEHIND_UNTIL` columns where
+it fits: chunks of 8192 float32 columns written behind (``write_behind``), two programs of
+eight warps a multiprocessor pausing between polls, so that the registers of
+:data:`TMA_CONFIGS`' four programs hold two chunks each. ``gpu_checks/resident_tma_gpu.py
+--write-behind`` on an H100 (``softmax_resident_tma_write_behind_nvidia_h100``, % of the copy):
+float32 rows of 32k to 2M columns at 95.0-96.4 %, where :data:`TMA_CONFIGS` read them at
+89.2-95.8 % in the same runs (2M: 89.2 → 95.8); the same two programs not writing behind at
+73.9-95.3 %, so the gain is the order, not the warps. Chunks of 4096 written behind (four
+programs of four warps) read rows of 32k to 1M up to 0.8 points faster and 1.5M-2M rows 0.4-1.4
+slower."""
+TMA_BEHIND_UNTIL = {4: 1 << 21}
+"""By element size, the columns up to which :func:`tma_config` takes
+:data:`TMA_BEHIND_CONFIGS` where they fit: 2M float32 columns, as timed (256 chunks, two
+programs on each of 128 multiprocessors; an H100's 132 hold rows of up to 2,162,688). Longer
+rows do not fit, and 16-bit rows have not been timed written behind."""
 TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True)}
 """By element size, the configuration of 16-bit rows from :data:`TMA_WORDS_FROM` columns: the
 chunk as the input's own words (:func:`resident_tma_words_kernel`), 16384 columns in the
@@ -441,13 +459,17 @@ TMA_LONG_ROW_FROM = {4: 3 << 20, 2: 1 << 23}
 in 16 bits (78.0 % against 73.2 % in :data:`TMA_WORDS_CONFIGS`; at 4M 79.9 % against 82.2 %)."""
 
 
-def tma_config(n_cols: int, dtype: torch.dtype) -> TmaConfig | None:
+def tma_config(n_cols: int, dtype: torch.dtype, device: int | None = None) -> TmaConfig | None:
     """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax` runs the TMA kernel
-    in for rows of ``n_cols`` of ``dtype`` (``None`` for a dtype it does not take):
-    :data:`TMA_CONFIGS`, from :data:`TMA_WORDS_FROM` columns :data:`TMA_WORDS_CONFIGS`, from
+    in for rows of ``n_cols`` of ``dtype`` on GPU ``device`` (``None`` for a dtype it does not
+    take): up to :data:`TMA_BEHIND_UNTIL` columns :data:`TMA_BEHIND_CONFIGS`, where they fit
+    on ``device`` (:func:`tma_fits`; with no ``device``, as an H100 holds them), else
+    :data:`TMA_CONFIGS`; from :data:`TMA_WORDS_FROM` columns :data:`TMA_WORDS_CONFIGS`, from
     :data:`TMA_LONG_ROW_FROM` :data:`TMA_LONG_ROW_CONFIGS`.
 
-    >>> tma_config(1 << 20, torch.float32) == TMA_CONFIGS[4]
+    >>> tma_config(1 << 20, torch.float32) == TMA_BEHIND_CONFIGS[4]
+    True
+    >>> tma_config(5 << 19, torch.float32) == TMA_CONFIGS[4]
     True
     >>> tma_config(1 << 22, torch.float32).chunk, tma_config(1 << 21, torch.bfloat16).chunk
     (16384, 16384)
@@ -459,6 +481,9 @@ def tma_config(n_cols: int, dtype: torch.dtype) -> TmaConfig | None:
         return TMA_LONG_ROW_CONFIGS[size]
     if n_cols >= TMA_WORDS_FROM.get(size, n_cols + 1):
         return TMA_WORDS_CONFIGS[size]
+    if n_cols <= TMA_BEHIND_UNTIL.get(size, 0) and (
+            device is None or tma_fits(n_cols, TMA_BEHIND_CONFIGS[size], dtype, device)):
+        return TMA_BEHIND_CONFIGS[size]
     return TMA_CONFIGS[size]
 
 

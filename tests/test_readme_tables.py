@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from teachkit.bench.core import load_record
+from teachkit.bench.core import copy_shares, load_record
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 SUFFIX = {"": 1, "k": 1 << 10, "M": 1 << 20}
@@ -173,14 +173,11 @@ def test_exchange_table_is_its_record():
     rows', and the better configuration's gain over ``softmax`` with the grid filled and with
     the bell, in points."""
     record = "softmax_resident_exchange_nvidia_h100"
-    results, meta = load_record(record)
-    copy = meta["ceilings"]["copy_gbps"]
+    shares, _ = copy_shares(record)
     header, rows = table_after(record)
-    assert len(rows) == len({(m.problem, m.dtype) for m in results})
+    assert len(rows) == len(shares)
     for row in rows:
-        name, dtype = problem(row[0])
-        s = {m.provider: 100 * m.value / copy for m in results
-             if (m.problem, m.dtype) == (name, dtype)}
+        s = shares[problem(row[0])]
         want = []
         for config in ("table", "long rows"):
             cut = s[f"{config}, cut to chunks"]
@@ -194,16 +191,13 @@ def test_exchange_table_is_its_record():
 def test_tma_table_is_its_record():
     """``| rows × cols, dtype | split rows | Triton, table | ... | `softmax` |``: shares of the
     copy, one decimal, from the record's results; `softmax` is the column of the configuration
-    ``tma_config`` takes for the row."""
+    ``tma_config`` took for the row when the record was timed: before float32 rows of up to 2M
+    columns were written behind (``TMA_BEHIND_CONFIGS``, their own record), ``TMA_CONFIGS``."""
     import torch
 
     st = pytest.importorskip("teachkit.kernels.softmax_tma")
     record = "softmax_resident_tma_nvidia_h100"
-    results, meta = load_record(record)
-    copy = meta["ceilings"]["copy_gbps"]
-    shares: dict[tuple[str, str], dict[str, float]] = {}
-    for m in results:
-        shares.setdefault((m.problem, m.dtype), {})[m.provider] = 100 * m.value / copy
+    shares, _ = copy_shares(record)
     named = {st.TMA_CONFIGS[4]: "TMA 8k", st.TMA_LONG_ROW_CONFIGS[4]: "TMA 16k, pauses",
              st.TMA_WORDS_CONFIGS[2]: "TMA words 16k",
              st.TMA_LONG_ROW_CONFIGS[2]: "TMA words 32k, pauses"}
@@ -214,6 +208,28 @@ def test_tma_table_is_its_record():
         s = shares[name, dtype]
         config = st.tma_config(int(name.split("x")[1]),
                                torch.float32 if dtype == "fp32" else torch.bfloat16)
+        if config.write_behind:
+            config = st.TMA_CONFIGS[4]
         for column, cell in zip(header[1:], row[1:], strict=True):
             value = s[named[config]] if column == "`softmax`" else s.get(column)
             assert (cell == "–") if value is None else close(cell, value), (row[0], column)
+
+
+def test_write_behind_table_is_its_record():
+    """``| rows × cols, dtype | Triton, table | TMA 8k | ... | `softmax` |``: shares of the copy,
+    one decimal, from the record's results; `softmax` is the column of the configuration
+    ``tma_config`` takes for the row now (``TMA_BEHIND_CONFIGS``)."""
+    import torch
+
+    st = pytest.importorskip("teachkit.kernels.softmax_tma")
+    record = "softmax_resident_tma_write_behind_nvidia_h100"
+    shares, _ = copy_shares(record)
+    header, rows = table_after(record)
+    assert len(rows) == len(shares)
+    for row in rows:
+        name, dtype = problem(row[0])
+        s = shares[name, dtype]
+        assert st.tma_config(int(name.split("x")[1]), torch.float32) == st.TMA_BEHIND_CONFIGS[4]
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            value = s["TMA 8k, 8 warps, behind, pauses"] if column == "`softmax`" else s[column]
+            assert close(cell, value), (row[0], column)

@@ -15,6 +15,7 @@ merges             chunk-local probabilities rescaled; the weights of merged par
 roofline           the roofline; bytes moved per softmax variant; bandwidth against working set (05)
 softmax_bench      achieved bandwidth per softmax provider against the copy ceiling (06)
 resident_rounds    a persistent grid's rounds: each program's row, who waits for the next (06)
+write_behind       one program's steps in order, plain and written behind (06)
 attention          memory against length; the causal tile schedule (07, 08)
 attention_bench    TFLOP/s against length per attention provider (08)
 decode             decoding: programs against SMs, paged-cache waste, block tables, speed-ups (09)

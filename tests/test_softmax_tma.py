@@ -60,6 +60,13 @@ def test_the_rule_writes_behind_only_where_it_fits():
     assert taken == (behind if fits else st.TMA_CONFIGS[4])
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+def test_reading_again_is_only_for_writing_behind():
+    x = torch.randn(2, 1024, device="cuda")
+    with pytest.raises(ValueError, match="write_behind=True or reread=False"):
+        ks.softmax_resident_tma(x, config=st.TmaConfig(32, 4, 4, reread=True))
+
+
 @pytest.mark.skipif(HOPPER, reason="off a Hopper GPU only")
 def test_it_refuses_off_a_hopper_gpu_and_says_what_to_use():
     x = torch.randn(2, 512, device=teachkit.DEVICE)
@@ -102,7 +109,8 @@ BOXED = [st.TmaConfig(16, 8, 2, backoff=True, boxes=3), st.TmaConfig(8, 8, 2, bo
          st.TmaConfig(16, 8, 2, words=True, boxes=3)]
 WRITING_BEHIND = [st.TmaConfig(32, 8, 2, write_behind=True),
                   st.TmaConfig(16, 4, 4, backoff=True, write_behind=True),
-                  st.TmaConfig(16, 4, 3, write_behind=True, depth=2)]
+                  st.TmaConfig(16, 4, 3, write_behind=True, depth=2),
+                  st.TmaConfig(64, 8, 2, backoff=True, write_behind=True, reread=True)]
 
 
 def test_a_depth_below_one_is_refused_naming_it():
@@ -137,7 +145,8 @@ def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
                               "words 16k, weights kept", "8k, two in flight",
                               "words 16k, two in flight", "12k in 3 boxes", "14k in 7 boxes",
                               "words 24k in 3 boxes", "8k, writing behind",
-                              "4k, writing behind, pauses", "4k, writing behind, two in flight"])
+                              "4k, writing behind, pauses", "4k, writing behind, two in flight",
+                              "16k, writing behind, read again"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""

@@ -49,9 +49,9 @@ from .words import fresh, halves, pack_halves, pack_halves_x2
 __all__ = ["TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS",
            "TMA_LONG_ROW_FROM", "TMA_WIDTH", "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig",
            "chunk_columns", "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
-           "next_buffer", "resident_tma_kernel", "resident_tma_words_kernel", "shared_layout",
-           "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready", "tma_programs",
-           "word_padding", "write_chunk"]
+           "next_buffer", "reread_weights", "resident_tma_kernel", "resident_tma_words_kernel",
+           "shared_layout", "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
+           "tma_programs", "word_padding", "write_chunk"]
 
 
 @gluon.jit
@@ -184,10 +184,24 @@ def write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl
 
 
 @gluon.jit
+def reread_weights(X, item, m_c, n_cols, G, offs, CHUNK: gl.constexpr):
+    """The weights ``exp(x - m_c)`` of item ``item``'s chunk of the contiguous rows ``X``, its
+    input read again at ``offs`` (an ``arange`` of the chunk, :func:`chunk_columns`), as the
+    kernel computed them when it first read the chunk (``m_c`` its maximum)."""
+    row = item // G
+    cols = (item % G) * CHUNK + offs
+    inside = chunk_columns(cols, offs, n_cols, CHUNK)
+    x = gl.load(X + row.to(gl.int64) * n_cols + cols, mask=inside, other=float("-inf"))
+    x = x.to(gl.float32)
+    safe = gl.where(m_c == float("-inf"), 0.0, m_c)
+    return gl.exp2((x - safe) * LOG2E)
+
+
+@gluon.jit
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                         G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
                         DEPTH: gl.constexpr = 1, BOXES: gl.constexpr = 1,
-                        WRITE_BEHIND: gl.constexpr = False):
+                        WRITE_BEHIND: gl.constexpr = False, REREAD: gl.constexpr = False):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
     takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks to a
     row, as the Triton resident kernel does; ``x_desc`` sees ``X`` as rows of ``W`` elements,
@@ -209,7 +223,9 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
        along. With ``WRITE_BEHIND`` it writes the item *before* this one instead, keeping this
        one's ``e`` and ``m_chunk`` for the next turn (and the last after the loop): its row's
        pairs were published a whole item earlier, so the program seldom waits, and it holds two
-       chunks in registers (this one's ``x`` and the last one's ``e``).
+       chunks in registers (this one's ``x`` and the last one's ``e``); with ``REREAD`` too, it
+       holds one and reads the last one's input again when it writes it
+       (:func:`reread_weights`: from L2, where it was read a turn before, if it is still there).
 
     A chunk that runs past its row (``n_cols`` not a multiple of the chunk) reads the next
     row's first columns, or zeros past the tensor's end; they are masked to ``-inf`` and never
@@ -250,9 +266,12 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
         gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
         if WRITE_BEHIND:
             if item_behind >= 0:
+                if REREAD:
+                    e_behind = reread_weights(X, item_behind, m_behind, n_cols, G, offs, CHUNK)
                 write_chunk(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G,
                             offs, G_POW2, MAX_SPIN, BACKOFF, CHUNK)
-            e_behind = e
+            if not REREAD:
+                e_behind = e
             m_behind = m_c
             item_behind = item
         else:
@@ -260,6 +279,8 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
                         MAX_SPIN, BACKOFF, CHUNK)
     if WRITE_BEHIND:
         if item_behind >= 0:
+            if REREAD:
+                e_behind = reread_weights(X, item_behind, m_behind, n_cols, G, offs, CHUNK)
             write_chunk(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
                         G_POW2, MAX_SPIN, BACKOFF, CHUNK)
     for i in gl.static_range(DEPTH):
@@ -365,7 +386,11 @@ class TmaConfig(NamedTuple):
     two: 3 boxes of 16 lines make chunks of 12288 columns, 256 to a row of 3M, held in the
     registers and buffer of 16384 (:func:`held_lines`), and ``write_behind``: publish each
     chunk's pair before waiting for the row of the chunk before and writing it
-    (``WRITE_BEHIND``, :func:`resident_tma_kernel`; not with ``words``), two chunks in registers.
+    (``WRITE_BEHIND``, :func:`resident_tma_kernel`; not with ``words``), two chunks in registers,
+    and ``reread``: with ``write_behind``, read the chunk written behind again when writing it
+    (``REREAD``, :func:`reread_weights`) instead of holding its weights, so one chunk in
+    registers, as in the plain order, and rows as long (not timed yet: ``gpu_checks/
+    resident_tma_gpu.py --write-behind`` times it).
 
     ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule. One run of
     ``gpu_checks/resident_tma_gpu.py --whole-rows --keep-weights`` on an H100 (% of the copy,
@@ -397,6 +422,7 @@ class TmaConfig(NamedTuple):
     depth: int = 1
     boxes: int = 1
     write_behind: bool = False
+    reread: bool = False
 
     @property
     def chunk(self) -> int:
@@ -520,6 +546,9 @@ def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig | None =
                     f"{n_cols}; pass words=False")
         if y2.stride(1) != 1 or (n_rows > 1 and y2.stride(0) % 2) or y2.data_ptr() % 4:
             return "as words writes rows that start at 4-byte boundaries"
+    if config is not None and config.reread and not config.write_behind:
+        return ("reads a chunk again only to write it behind; pass write_behind=True or "
+                "reread=False")
     if config is not None and config.write_behind and config.words:
         return "writes behind only as float32 chunks; pass words=False or write_behind=False"
     if config is not None and config.keep_weights:
@@ -597,7 +626,8 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
                          f"than this GPU holds; use softmax, which picks")
     descriptor = chunk_descriptor(x2, config)
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
-    kernel, extra = resident_tma_kernel, {"WRITE_BEHIND": config.write_behind}
+    kernel = resident_tma_kernel
+    extra = {"WRITE_BEHIND": config.write_behind, "REREAD": config.reread}
     if config.words:
         kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype),
                                                     "KEEP_WEIGHTS": config.keep_weights}

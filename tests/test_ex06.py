@@ -710,3 +710,74 @@ def test_halves_wants_a_triton_function_and_not_the_library():
         ex06.check_halves(lambda words: (words, words))
     with pytest.raises(ExerciseFailed, match="softmax_kernels.halves"):
         ex06.check_halves(_halves_calls_the_library)
+
+
+# ---------------------------------------------------------------- exercise 7: writing behind
+
+
+def _plain_order(items, publish, wait_row, write):
+    for item in items:
+        publish(item)
+        wait_row(item)
+        write(item)
+
+
+def _all_published_first(items, publish, wait_row, write):
+    for item in items:
+        publish(item)
+    for item in items:
+        wait_row(item)
+        write(item)
+
+
+def _last_forgotten(items, publish, wait_row, write):
+    publish(items[0])
+    for before, item in zip(items[:-1], items[1:], strict=True):
+        publish(item)
+        wait_row(before)
+        write(before)
+
+
+def _waits_before_publishing(items, publish, wait_row, write):
+    for item in items:
+        wait_row(item)
+        publish(item)
+        write(item)
+
+
+def _someone_elses_item(items, publish, wait_row, write):
+    publish(items[0] + 1000)
+
+
+def test_write_behind_accepts_solution(capsys):
+    assert ex06.check_write_behind(solutions.solution_write_behind) is None
+    assert capsys.readouterr().out == "[correct] writing behind\n"
+
+
+def test_write_behind_hints_on_stub(capsys):
+    assert ex06.check_write_behind(_stub) is None
+    assert "[not attempted]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fn, says", [
+    (_plain_order, "plain order"),
+    (_all_published_first, "holds 3 chunks"),
+    (_last_forgotten, "missing"),
+    (_waits_before_publishing, "wait for ever"),
+    (_someone_elses_item, "this program's items are"),
+])
+def test_write_behind_explains_each_mistake(fn, says):
+    with pytest.raises(ExerciseFailed, match=says):
+        ex06.check_write_behind(fn)
+
+
+def test_write_behind_cannot_be_fooled_by_the_library():
+    from teachkit.plots.write_behind import program_steps
+
+    def copied(items, publish, wait_row, write):
+        step = {"sum": publish, "wait": wait_row, "write": write}
+        for kind, index in program_steps(len(items), True):
+            step[kind](items[index])
+
+    with pytest.raises(ExerciseFailed, match="program_steps"):
+        ex06.check_write_behind(copied)

@@ -16,7 +16,9 @@ Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_
 * :func:`check_pack_pair` -- the word the resident kernel's programs exchange: two float32
   tensors in, their bits side by side in int64 words out;
 * :func:`check_halves` -- a ``@triton.jit`` function that reads int32 words as their two
-  bfloat16 elements, as the resident kernel keeps 16-bit chunks.
+  bfloat16 elements, as the resident kernel keeps 16-bit chunks;
+* :func:`check_write_behind` -- one program's turns written behind: its items published in
+  turn, each row waited for and written one item later, run on simulated persistent grids.
 
 The kernel checkers run on :data:`teachkit.DEVICE` (the interpreter on a CPU) with fresh random
 inputs of odd sizes, values times 1000, ``-inf`` masks and all-``-inf`` rows, and compare with
@@ -61,6 +63,7 @@ __all__ = [
     "check_resident_rescale",
     "check_pack_pair",
     "check_halves",
+    "check_write_behind",
     "chunk_statistics",
     "MIN_CHUNK",
     "PROGRAMS_PER_SM",
@@ -858,3 +861,97 @@ def check_online_kernel(kernel: object) -> None:
            "for the sum and one for the output read the row three times. Keep the maximum and "
            "the sum together in one loop with the online update (Hint 1 below the exercise), "
            "so the row is read twice.")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 7: writing behind
+# --------------------------------------------------------------------------------------------
+
+BEHIND_GRIDS = ((4, 6, 5), (3, 3, 4), (6, 8, 7), (1, 4, 6), (5, 5, 1))
+"""``(chunks a row, programs, rows)`` of the grids exercise 7's checker runs the learner's order
+on: rows that straddle rounds, a row a round, single-chunk rows, a program with one item."""
+
+
+def _record_steps(fn: Callable[..., object], items: list[int]) -> list[tuple[str, int]]:
+    """The calls ``fn(items, publish, wait_row, write)`` makes, as ``(step, item)`` in order;
+    an item that is not one of ``items`` (or not an int) fails at once, naming the step."""
+    steps: list[tuple[str, int]] = []
+
+    def step(kind: str) -> Callable[[int], None]:
+        def call(item: int) -> None:
+            expect(isinstance(item, int) and not isinstance(item, bool) and item in items,
+                   f"{kind}({item!r}): this program's items are {items}; call {kind} with one "
+                   "of them.")
+            steps.append((kind, item))
+        return call
+
+    fn(list(items), step("publish"), step("wait_row"), step("write"))
+    return steps
+
+
+def _order_mistake(steps: list[tuple[str, int]], items: list[int]) -> str | None:
+    """What is wrong with one program's steps for ``items``, or ``None``: each item published
+    once and in turn, waited for after it is published, written once after that wait, at most
+    two chunks held (published, not yet written), and the next item published before the wait
+    for the one before."""
+    for kind in ("publish", "wait_row", "write"):
+        done = [item for step, item in steps if step == kind]
+        if sorted(done) != items:
+            missing = sorted(set(items) - set(done))
+            twice = sorted({item for item in done if done.count(item) > 1})
+            return (f"{kind} was called for {done}, but each of the program's items {items} "
+                    f"needs it once" + (f" (missing {missing})" if missing else "")
+                    + (f" (twice: {twice})" if twice else "") + ".")
+    published = [item for step, item in steps if step == "publish"]
+    if published != items:
+        return (f"the items were published in the order {published}; a program takes its "
+                f"items in turn ({items}): its next chunk is the one TMA copies for it.")
+    at = {(step, item): n for n, (step, item) in enumerate(steps)}
+    held = 0
+    for step, item in steps:
+        if step == "wait_row" and at["wait_row", item] < at["publish", item]:
+            return (f"wait_row({item}) comes before publish({item}): the row of item {item} "
+                    "waits for that item's own pair, so it would wait for ever.")
+        if step == "write" and at["write", item] < at["wait_row", item]:
+            return (f"write({item}) comes before wait_row({item}): the results need the whole "
+                    "row's (m, d), which only the wait brings.")
+        held += {"publish": 1, "write": -1}.get(step, 0)
+        if held > 2:
+            return (f"after publish({item}) the program holds {held} chunks (published, not "
+                    "yet written); its registers hold two. Write each item before publishing "
+                    "the one two after it.")
+    for before, after in zip(items[:-1], items[1:], strict=True):
+        if at["wait_row", before] < at["publish", after]:
+            return (f"wait_row({before}) comes before publish({after}): that is the plain "
+                    "order, where every program of the row waits with nothing in hand. Publish "
+                    f"item {after}'s pair first, then wait for item {before}'s row and write it.")
+    return None
+
+
+@exercise(
+    "writing behind",
+    hint="Each item is written one turn late: what must a program remember from one turn to "
+         "the next, and what is left to do after its last turn?",
+    forbid=("teachkit.plots.write_behind.program_steps",),
+)
+def check_write_behind(fn: Callable[..., object]) -> None:
+    """Run ``fn(items, publish, wait_row, write)``, one program's turns written behind, for
+    every program of a few persistent grids (:data:`BEHIND_GRIDS`), recording its calls, and
+    check them (:func:`_order_mistake`): each item published in turn, waited for after that, and
+    written after the wait; at most two chunks held; each next item published before the wait
+    for the row of the one before. Those rules leave one order, and no program of it waits for
+    ever (notebook 06 gives the argument).
+
+    Parameters
+    ----------
+    fn
+        The learner's program: ``items`` (its item numbers in turn) and three functions of an
+        item, ``publish`` (its chunk summed and its pair published), ``wait_row`` (until every
+        pair of its row is published) and ``write`` (its results), to call in the right order.
+    """
+    for chunks, programs, rows in BEHIND_GRIDS:
+        case = f"rows of {chunks} chunks, {programs} programs, {rows} rows"
+        for p in range(programs):
+            items = list(range(p, rows * chunks, programs))
+            mistake = _order_mistake(_record_steps(fn, items), items)
+            expect(mistake is None, f"On {case}, program {p} (items {items}): {mistake}")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import triton
@@ -14,7 +15,7 @@ from ..ex06 import MIN_CHUNK, PROGRAMS_PER_SM
 
 __all__ = ["solution_row_softmax", "solution_combine", "solution_n_splits",
            "solution_online_kernel", "solution_resident_rescale", "solution_pack_pair",
-           "solution_halves"]
+           "solution_halves", "solution_write_behind"]
 
 
 
@@ -166,3 +167,30 @@ def solution_halves(words):
     low = (words << 16).to(tl.float32, bitcast=True)
     high = (words & -65536).to(tl.float32, bitcast=True)
     return low, high
+
+
+def solution_write_behind(items: list[int], publish: Callable[[int], None],
+                          wait_row: Callable[[int], None], write: Callable[[int], None]) -> None:
+    """One program's turns written behind: publish each item's pair, then wait for the row of
+    the item before and write that one; the last item after the loop.
+
+    The kept item is the chunk the kernel holds in registers besides the one it is working on
+    (its weights and maximum, ``e_behind`` and ``m_behind`` in ``resident_tma_kernel``).
+
+    Parameters
+    ----------
+    items : list[int]
+        The program's items, in turn.
+    publish, wait_row, write : Callable[[int], None]
+        The three steps, each of an item.
+    """
+    behind = None
+    for item in items:
+        publish(item)
+        if behind is not None:
+            wait_row(behind)
+            write(behind)
+        behind = item
+    if behind is not None:
+        wait_row(behind)
+        write(behind)

@@ -18,7 +18,8 @@ Each exercise has a checker ``check_<name>(fn)`` here and a solution ``solution_
 * :func:`check_halves` -- a ``@triton.jit`` function that reads int32 words as their two
   bfloat16 elements, as the resident kernel keeps 16-bit chunks;
 * :func:`check_write_behind` -- one program's turns written behind: its items published in
-  turn, each row waited for and written one item later, run on simulated persistent grids.
+  turn, each row waited for and written one item later, checked for every program of a few
+  persistent grids.
 
 The kernel checkers run on :data:`teachkit.DEVICE` (the interpreter on a CPU) with fresh random
 inputs of odd sizes, values times 1000, ``-inf`` masks and all-``-inf`` rows, and compare with

@@ -454,7 +454,7 @@ eight warps a multiprocessor pausing between polls, so that the registers of
 :data:`TMA_CONFIGS`' four programs hold two chunks each. ``gpu_checks/resident_tma_gpu.py
 --write-behind`` on an H100 (``softmax_resident_tma_write_behind_nvidia_h100``, % of the copy):
 float32 rows of 32k to 2M columns at 95.0-96.4 %, where :data:`TMA_CONFIGS` read them at
-89.2-95.8 % in the same runs (2M: 89.2 → 95.8); the same two programs not writing behind at
+89.3-95.8 % in the same runs (2M: 89.3 → 95.8); the same two programs not writing behind at
 73.9-95.3 %, so the gain is the order, not the warps. Chunks of 4096 written behind (four
 programs of four warps) read rows of 32k to 1M up to 0.8 points faster and 1.5M-2M rows 0.4-1.4
 slower."""

@@ -51,7 +51,7 @@ __all__ = ["TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_RO
            "chunk_columns", "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
            "next_buffer", "reread_weights", "resident_tma_kernel", "resident_tma_words_kernel",
            "shared_layout", "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
-           "tma_programs", "word_padding", "write_chunk"]
+           "tma_programs", "word_padding", "write_chunk", "write_kept"]
 
 
 @gluon.jit
@@ -198,6 +198,20 @@ def reread_weights(X, item, m_c, n_cols, G, offs, CHUNK: gl.constexpr):
 
 
 @gluon.jit
+def write_kept(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.constexpr,
+               MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, CHUNK: gl.constexpr,
+               REREAD: gl.constexpr):
+    """:func:`write_chunk` of the item a program writing behind kept from its turn before
+    (none before its first turn: ``item`` negative), with ``REREAD`` its weights read again
+    first (:func:`reread_weights`; ``e`` is then unused)."""
+    if item >= 0:
+        if REREAD:
+            e = reread_weights(X, item, m_c, n_cols, G, offs, CHUNK)
+        write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2, MAX_SPIN,
+                    BACKOFF, CHUNK)
+
+
+@gluon.jit
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                         G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
                         DEPTH: gl.constexpr = 1, BOXES: gl.constexpr = 1,
@@ -265,11 +279,8 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
         d_c = gl.sum(e, axis=0)
         gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
         if WRITE_BEHIND:
-            if item_behind >= 0:
-                if REREAD:
-                    e_behind = reread_weights(X, item_behind, m_behind, n_cols, G, offs, CHUNK)
-                write_chunk(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G,
-                            offs, G_POW2, MAX_SPIN, BACKOFF, CHUNK)
+            write_kept(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                       G_POW2, MAX_SPIN, BACKOFF, CHUNK, REREAD)
             if not REREAD:
                 e_behind = e
             m_behind = m_c
@@ -277,12 +288,9 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
         else:
             write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
                         MAX_SPIN, BACKOFF, CHUNK)
-    if WRITE_BEHIND:
-        if item_behind >= 0:
-            if REREAD:
-                e_behind = reread_weights(X, item_behind, m_behind, n_cols, G, offs, CHUNK)
-            write_chunk(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
-                        G_POW2, MAX_SPIN, BACKOFF, CHUNK)
+    if WRITE_BEHIND:  # the last item
+        write_kept(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                   G_POW2, MAX_SPIN, BACKOFF, CHUNK, REREAD)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 

@@ -475,11 +475,13 @@ def test_the_tma_resident_softmax_fits_without_spills_and_copies_by_tma():
     as bfloat16 words instead (``keep_weights``) fits without a spill too, with about half the
     exponentials (``ex2``) of the words that keep the input, none after the wait. The
     configuration that writes behind (``TMA_BEHIND_CONFIGS``), two chunks in its registers,
-    fits without a spill as well."""
+    fits without a spill as well, and so does the long-row configuration writing behind and
+    reading the chunk it writes again (``reread``), a piece at a time (``write_reread``)."""
     code = ("import torch; from teachkit.kernels import softmax_tma as st; "
             "ks = [(d, c, cc.resident_tma_compiled(d, c, g)) for d in (torch.float32, "
             "torch.bfloat16) for c, g in ((st.TMA_CONFIGS[4], 128), "
-            "(st.TMA_BEHIND_CONFIGS[4], 256), (st.TMA_LONG_ROW_CONFIGS[4], 256))] + "
+            "(st.TMA_BEHIND_CONFIGS[4], 256), (st.TMA_LONG_ROW_CONFIGS[4], 256), "
+            "(st.TMA_LONG_ROW_CONFIGS[4]._replace(write_behind=True, reread=True), 256))] + "
             "[(torch.bfloat16, c, "
             "cc.resident_tma_compiled(torch.bfloat16, c, 256)) for w in "
             "(st.TmaConfig(32, 4, 4, words=True), st.TmaConfig(64, 8, 2, True, words=True)) "

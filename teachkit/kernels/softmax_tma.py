@@ -49,9 +49,9 @@ from .words import fresh, halves, pack_halves, pack_halves_x2
 __all__ = ["TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS",
            "TMA_LONG_ROW_FROM", "TMA_WIDTH", "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig",
            "chunk_columns", "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
-           "next_buffer", "reread_weights", "resident_tma_kernel", "resident_tma_words_kernel",
+           "next_buffer", "resident_tma_kernel", "resident_tma_words_kernel",
            "shared_layout", "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
-           "tma_programs", "word_padding", "write_chunk", "write_kept"]
+           "tma_programs", "word_padding", "write_chunk", "write_kept", "write_reread"]
 
 
 @gluon.jit
@@ -183,18 +183,33 @@ def write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl
              mask=chunk_columns(cols, offs, n_cols, CHUNK))
 
 
+REREAD_PIECE = gl.constexpr(4096)
+"""The columns :func:`write_reread` reads again, scales and writes at a time: a quarter of a
+chunk of 16384 float32 columns, 16 registers a thread in eight warps."""
+
+
 @gluon.jit
-def reread_weights(X, item, m_c, n_cols, G, offs, CHUNK: gl.constexpr):
-    """The weights ``exp(x - m_c)`` of item ``item``'s chunk of the contiguous rows ``X``, its
-    input read again at ``offs`` (an ``arange`` of the chunk, :func:`chunk_columns`), as the
-    kernel computed them when it first read the chunk (``m_c`` its maximum)."""
+def write_reread(item, X, Y, SLOTS, n_cols, stride_y, G, G_POW2: gl.constexpr,
+                 MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, CHUNK: gl.constexpr,
+                 HELD: gl.constexpr, layout: gl.constexpr):
+    """:func:`write_chunk` for a program that did not keep the chunk's weights: wait for the
+    pairs of item ``item``'s row, then read its chunk of the contiguous rows ``X`` again (from
+    L2, where it was read a turn before, if it is still there) and write
+    ``exp(x - m_row) / d_row``, :data:`REREAD_PIECE` columns at a time, so that the program
+    holds one piece in registers beside the chunk it has (``HELD`` columns, ``layout``)."""
+    PIECE: gl.constexpr = REREAD_PIECE if HELD > REREAD_PIECE else HELD
     row = item // G
-    cols = (item % G) * CHUNK + offs
-    inside = chunk_columns(cols, offs, n_cols, CHUNK)
-    x = gl.load(X + row.to(gl.int64) * n_cols + cols, mask=inside, other=float("-inf"))
-    x = x.to(gl.float32)
-    safe = gl.where(m_c == float("-inf"), 0.0, m_c)
-    return gl.exp2((x - safe) * LOG2E)
+    m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G, X + row.to(gl.int64) * n_cols,
+                                  n_cols, G, G_POW2, MAX_SPIN, BACKOFF)
+    scale = 1.0 / d_row
+    piece = gl.arange(0, PIECE, layout=layout)
+    for p in gl.static_range(HELD // PIECE):
+        offs = p * PIECE + piece
+        cols = (item % G) * CHUNK + offs
+        inside = chunk_columns(cols, offs, n_cols, CHUNK)
+        x = gl.load(X + row.to(gl.int64) * n_cols + cols, mask=inside).to(gl.float32)
+        y = gl.exp2((x - m_row) * LOG2E) * scale
+        gl.store(Y + row.to(gl.int64) * stride_y + cols, y.to(Y.dtype.element_ty), mask=inside)
 
 
 @gluon.jit
@@ -202,13 +217,15 @@ def write_kept(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.
                MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, CHUNK: gl.constexpr,
                REREAD: gl.constexpr):
     """:func:`write_chunk` of the item a program writing behind kept from its turn before
-    (none before its first turn: ``item`` negative), with ``REREAD`` its weights read again
-    first (:func:`reread_weights`; ``e`` is then unused)."""
+    (none before its first turn: ``item`` negative), or with ``REREAD``, which kept only the
+    item, :func:`write_reread` (``e`` and ``m_c`` are then unused)."""
     if item >= 0:
         if REREAD:
-            e = reread_weights(X, item, m_c, n_cols, G, offs, CHUNK)
-        write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2, MAX_SPIN,
-                    BACKOFF, CHUNK)
+            write_reread(item, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN, BACKOFF,
+                         CHUNK, offs.shape[0], offs.type.layout)
+        else:
+            write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
+                        MAX_SPIN, BACKOFF, CHUNK)
 
 
 @gluon.jit
@@ -239,7 +256,7 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
        pairs were published a whole item earlier, so the program seldom waits, and it holds two
        chunks in registers (this one's ``x`` and the last one's ``e``); with ``REREAD`` too, it
        holds one and reads the last one's input again when it writes it
-       (:func:`reread_weights`: from L2, where it was read a turn before, if it is still there).
+       (:func:`write_reread`: from L2, where it was read a turn before, if it is still there).
 
     A chunk that runs past its row (``n_cols`` not a multiple of the chunk) reads the next
     row's first columns, or zeros past the tensor's end; they are masked to ``-inf`` and never
@@ -396,7 +413,7 @@ class TmaConfig(NamedTuple):
     chunk's pair before waiting for the row of the chunk before and writing it
     (``WRITE_BEHIND``, :func:`resident_tma_kernel`; not with ``words``), two chunks in registers,
     and ``reread``: with ``write_behind``, read the chunk written behind again when writing it
-    (``REREAD``, :func:`reread_weights`) instead of holding its weights, so one chunk in
+    (``REREAD``, :func:`write_reread`) instead of holding its weights, so one chunk in
     registers, as in the plain order, and rows as long (not timed yet: ``gpu_checks/
     resident_tma_gpu.py --write-behind`` times it).
 

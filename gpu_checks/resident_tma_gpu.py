@@ -58,7 +58,9 @@ and huge values; then each shape is timed by:
   chunk's work; two chunks in registers, so half the chunk of the same registers; and **TMA
   16k, behind from L2, pauses**, the long-row configuration writing behind with one chunk in
   registers, reading the chunk written behind again (`TmaConfig.reread`, from L2 if it is still
-  there), which holds rows of up to 4M float32 columns (`WRITE_BEHIND`). On an H100 writing
+  there), which holds rows of up to 4M float32 columns, and on 16-bit rows **TMA words 16k,
+  behind from L2** and **TMA words 32k, behind from L2, pauses**, the words configurations
+  writing behind that way (`WRITE_BEHIND`). On an H100 writing
   behind read float32 rows of 32k to 2M columns at 95.0-96.4 % of the copy in chunks of 8192
   (`teachkit/benchmarks/softmax_resident_tma_write_behind_nvidia_h100.json`); reading again
   has not been timed;
@@ -173,14 +175,21 @@ WRITE_BEHIND = {
     "TMA 16k, one an SM, behind, pauses": st.TmaConfig(64, 16, 1, backoff=True,
                                                        write_behind=True),
     "TMA 16k, behind from L2, pauses": st.TmaConfig(64, 8, 2, backoff=True, write_behind=True,
-                                                    reread=True)}
+                                                    reread=True),
+    "TMA words 16k, behind from L2": st.TmaConfig(32, 4, 4, words=True, write_behind=True,
+                                                  reread=True),
+    "TMA words 32k, behind from L2, pauses": st.TmaConfig(64, 8, 2, backoff=True, words=True,
+                                                          write_behind=True, reread=True)}
 """With ``--write-behind``: programs that publish each chunk's pair before they wait for the
 row of the chunk before and write it (``write_behind``), two chunks in registers, so half the
 chunk of the same registers: chunks of 4096 columns in four programs of four warps a
 multiprocessor, 8192 in two of eight warps (and the same two without writing behind, to tell
 the warps from the order), and 16384 in one of sixteen, with and without pauses; and 16384 in
 the long-row configuration's two programs of eight warps reading the chunk written behind again
-(``reread``: one chunk in registers, so rows of up to 4M float32 columns)."""
+(``reread``: one chunk in registers, so rows of up to 4M float32 columns), and on 16-bit rows the
+words configurations (:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS` and
+:data:`~teachkit.kernels.softmax_tma.TMA_LONG_ROW_CONFIGS`) writing behind that way: rows of up
+to 8M columns."""
 
 
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,

@@ -83,7 +83,8 @@ def test_a_config_of_another_kind_is_a_type_error():
 
 def test_words_take_16_bit_rows_of_whole_lines_of_words():
     """A configuration with ``words`` holds twice the columns in the same lines, and refuses
-    float32 rows and rows not a whole number of lines of words, saying what to pass."""
+    float32 rows, rows not a whole number of lines of words, writing behind without reading
+    again and keeping weights while reading again, saying what to pass."""
     words = st.TmaConfig(32, 4, 4, words=True)
     assert words.chunk == 2 * st.TmaConfig(32, 4, 4).chunk == 16384
     if not HOPPER:
@@ -96,7 +97,9 @@ def test_words_take_16_bit_rows_of_whole_lines_of_words():
         ks.softmax_resident_tma(f, config=words)
     for config, rows, say in ((words._replace(keep_weights=True), x.half(), "keep_weights=False"),
                               (st.TmaConfig(32, 4, 4, keep_weights=True), f, "words=True"),
-                              (words._replace(write_behind=True), x, "write_behind=False")):
+                              (words._replace(write_behind=True), x, "reread=True or write_behind"),
+                              (words._replace(keep_weights=True, write_behind=True, reread=True), x,
+                               "keeps nothing.*keep_weights=False")):
         with pytest.raises(ValueError, match=say):
             ks.softmax_resident_tma(rows[:, :512], config=config)
 
@@ -110,7 +113,10 @@ BOXED = [st.TmaConfig(16, 8, 2, backoff=True, boxes=3), st.TmaConfig(8, 8, 2, bo
 WRITING_BEHIND = [st.TmaConfig(32, 8, 2, write_behind=True),
                   st.TmaConfig(16, 4, 4, backoff=True, write_behind=True),
                   st.TmaConfig(16, 4, 3, write_behind=True, depth=2),
-                  st.TmaConfig(64, 8, 2, backoff=True, write_behind=True, reread=True)]
+                  st.TmaConfig(64, 8, 2, backoff=True, write_behind=True, reread=True),
+                  st.TmaConfig(32, 4, 4, words=True, write_behind=True, reread=True),
+                  st.TmaConfig(64, 8, 2, backoff=True, words=True, write_behind=True,
+                               reread=True)]
 
 
 def test_a_depth_below_one_is_refused_naming_it():
@@ -146,7 +152,9 @@ def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
                               "words 16k, two in flight", "12k in 3 boxes", "14k in 7 boxes",
                               "words 24k in 3 boxes", "8k, writing behind",
                               "4k, writing behind, pauses", "4k, writing behind, two in flight",
-                              "16k, writing behind, read again"])
+                              "16k, writing behind, read again",
+                              "words 16k, writing behind, read again",
+                              "words 32k, writing behind, read again"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""

@@ -191,13 +191,16 @@ chunk of 16384 float32 columns, 16 registers a thread in eight warps."""
 @gluon.jit
 def write_reread(item, X, Y, SLOTS, n_cols, stride_y, G, G_POW2: gl.constexpr,
                  MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, CHUNK: gl.constexpr,
-                 HELD: gl.constexpr, layout: gl.constexpr):
+                 HELD: gl.constexpr):
     """:func:`write_chunk` for a program that did not keep the chunk's weights: wait for the
     pairs of item ``item``'s row, then read its chunk of the contiguous rows ``X`` again (from
     L2, where it was read a turn before, if it is still there) and write
-    ``exp(x - m_row) / d_row``, :data:`REREAD_PIECE` columns at a time, so that the program
-    holds one piece in registers beside the chunk it has (``HELD`` columns, ``layout``)."""
+    ``exp(x - m_row) / d_row``, :data:`REREAD_PIECE` columns at a time (16 bytes a thread a
+    load), so that the program holds one piece in registers beside the chunk it has (``HELD``
+    columns)."""
     PIECE: gl.constexpr = REREAD_PIECE if HELD > REREAD_PIECE else HELD
+    VECTOR: gl.constexpr = 128 // X.dtype.element_ty.primitive_bitwidth
+    layout: gl.constexpr = gl.BlockedLayout([VECTOR], [32], [gl.num_warps()], [0])
     row = item // G
     m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G, X + row.to(gl.int64) * n_cols,
                                   n_cols, G, G_POW2, MAX_SPIN, BACKOFF)
@@ -222,7 +225,7 @@ def write_kept(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.
     if item >= 0:
         if REREAD:
             write_reread(item, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN, BACKOFF,
-                         CHUNK, offs.shape[0], offs.type.layout)
+                         CHUNK, offs.shape[0])
         else:
             write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
                         MAX_SPIN, BACKOFF, CHUNK)
@@ -317,7 +320,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
                               G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
                               BACKOFF: gl.constexpr, PADDING: gl.constexpr,
                               KEEP_WEIGHTS: gl.constexpr = False, DEPTH: gl.constexpr = 1,
-                              BOXES: gl.constexpr = 1):
+                              BOXES: gl.constexpr = 1, REREAD: gl.constexpr = False):
     """:func:`resident_tma_kernel` for float16 and bfloat16 rows, holding its chunk as the input
     itself, two elements to a 32-bit word, as the Triton kernel's
     :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` does: twice the columns in
@@ -332,7 +335,11 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     ``e = exp(x - m_chunk)`` rounded to bfloat16, not the input: after the wait each element
     takes a multiplication by ``exp(m_chunk - m_row) / d_row`` instead of an exponential, as in
     the float32 form, for a second rounding (``e`` to bfloat16, then the result); the chunk's
-    ``d`` sums the rounded weights, so a row's results still sum to one before their rounding."""
+    ``d`` sums the rounded weights, so a row's results still sum to one before their rounding.
+
+    With ``REREAD`` it writes behind as :func:`resident_tma_kernel` does with ``WRITE_BEHIND``
+    and ``REREAD``: after publishing an item's pair it writes the item before
+    (:func:`write_reread`, its input read again), so it keeps no words through a wait."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
     WORDS: gl.constexpr = BOXES * R * W
@@ -349,6 +356,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     offs = gl.arange(0, HELD, layout=chunk_layout)
     b = 0
     phase = 0
+    item_behind = pid - n_programs  # REREAD: the item to write next
     for item in range(pid, n_items, n_programs):
         row = item // G
         cols = (item % G) * WORDS + offs
@@ -371,19 +379,29 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
             d_c = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E),
                          axis=0)
         gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
-                                      X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
-                                      MAX_SPIN, BACKOFF)
-        if KEEP_WEIGHTS:
-            e_low, e_high = halves(fresh(words, m_row), gl.bfloat16)
-            scale = gl.exp2((m_c - m_row) * LOG2E) / d_row
-            y = pack_halves_x2(e_low * scale, e_high * scale, HALF)
+        if REREAD:  # the item before, read again; this one's words are not kept
+            if item_behind >= 0:
+                write_reread(item_behind, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN,
+                             BACKOFF, 2 * WORDS, 2 * HELD)
+            item_behind = item
         else:
-            low, high = halves(fresh(words, m_row), HALF)
-            scale = 1.0 / d_row
-            y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
-                            gl.exp2((high - m_row) * LOG2E) * scale, HALF)
-        gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=inside)
+            m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
+                                          X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
+                                          MAX_SPIN, BACKOFF)
+            if KEEP_WEIGHTS:
+                e_low, e_high = halves(fresh(words, m_row), gl.bfloat16)
+                scale = gl.exp2((m_c - m_row) * LOG2E) / d_row
+                y = pack_halves_x2(e_low * scale, e_high * scale, HALF)
+            else:
+                low, high = halves(fresh(words, m_row), HALF)
+                scale = 1.0 / d_row
+                y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
+                                gl.exp2((high - m_row) * LOG2E) * scale, HALF)
+            gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=inside)
+    if REREAD:  # the last item
+        if item_behind >= 0:
+            write_reread(item_behind, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN,
+                         BACKOFF, 2 * WORDS, 2 * HELD)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 
@@ -411,11 +429,11 @@ class TmaConfig(NamedTuple):
     two: 3 boxes of 16 lines make chunks of 12288 columns, 256 to a row of 3M, held in the
     registers and buffer of 16384 (:func:`held_lines`), and ``write_behind``: publish each
     chunk's pair before waiting for the row of the chunk before and writing it
-    (``WRITE_BEHIND``, :func:`resident_tma_kernel`; not with ``words``), two chunks in registers,
-    and ``reread``: with ``write_behind``, read the chunk written behind again when writing it
-    (``REREAD``, :func:`write_reread`) instead of holding its weights, so one chunk in
-    registers, as in the plain order, and rows as long (not timed yet: ``gpu_checks/
-    resident_tma_gpu.py --write-behind`` times it).
+    (``WRITE_BEHIND``, :func:`resident_tma_kernel`; with ``words`` only reading again), two
+    chunks in registers, and ``reread``: with ``write_behind``, read the chunk written behind
+    again when writing it (``REREAD``, :func:`write_reread`) instead of holding its weights, so
+    one chunk in registers, as in the plain order, and rows as long (not timed yet:
+    ``gpu_checks/resident_tma_gpu.py --write-behind`` times it).
 
     ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule. One run of
     ``gpu_checks/resident_tma_gpu.py --whole-rows --keep-weights`` on an H100 (% of the copy,
@@ -574,14 +592,17 @@ def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig | None =
     if config is not None and config.reread and not config.write_behind:
         return ("reads a chunk again only to write it behind; pass write_behind=True or "
                 "reread=False")
-    if config is not None and config.write_behind and config.words:
-        return "writes behind only as float32 chunks; pass words=False or write_behind=False"
+    if config is not None and config.write_behind and config.words and not config.reread:
+        return ("as words writes behind only reading the chunk again; pass reread=True or "
+                "write_behind=False")
     if config is not None and config.keep_weights:
         if not config.words:
             return "keeps its weights as words only; pass words=True or keep_weights=False"
         if x2.dtype != torch.bfloat16:
             return (f"keeps its weights as bfloat16, for bfloat16 rows, got {x2.dtype}; pass "
                     "keep_weights=False")
+        if config.reread:
+            return "keeps nothing through the wait when it reads again; pass keep_weights=False"
     return None
 
 
@@ -655,7 +676,8 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
     extra = {"WRITE_BEHIND": config.write_behind, "REREAD": config.reread}
     if config.words:
         kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype),
-                                                    "KEEP_WEIGHTS": config.keep_weights}
+                                                    "KEEP_WEIGHTS": config.keep_weights,
+                                                    "REREAD": config.reread}
     kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,

@@ -63,7 +63,8 @@ and huge values; then each shape is timed by:
   writing behind that way (`WRITE_BEHIND`). On an H100 writing
   behind read float32 rows of 32k to 2M columns at 95.0-96.4 % of the copy in chunks of 8192
   (`teachkit/benchmarks/softmax_resident_tma_write_behind_nvidia_h100.json`); reading again
-  has not been timed;
+  read float32 rows of 2.5M-4M columns and bfloat16 rows of 4M at 57.9-65.6 %, about the
+  two-read bound (`teachkit/benchmarks/softmax_resident_tma_reread_nvidia_h100.json`);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the

@@ -233,3 +233,28 @@ def test_write_behind_table_is_its_record():
         for column, cell in zip(header[1:], row[1:], strict=True):
             value = s["TMA 8k, 8 warps, behind, pauses"] if column == "`softmax`" else s[column]
             assert close(cell, value), (row[0], column)
+
+
+def test_reread_table_is_its_record():
+    """``| rows × cols, dtype | split rows | ... | `softmax` |``: shares of the copy, one decimal,
+    from the record's results (— where the record has no such provider); `softmax` is its entry
+    point, and the rule does not read again for these rows."""
+    import torch
+
+    st = pytest.importorskip("teachkit.kernels.softmax_tma")
+    record = "softmax_resident_tma_reread_nvidia_h100"
+    shares, _ = copy_shares(record)
+    header, rows = table_after(record)
+    assert len(rows) == len(shares)
+    for row in rows:
+        name, dtype = problem(row[0])
+        s = shares[name, dtype]
+        rule = st.tma_config(int(name.split("x")[1]),
+                             torch.float32 if dtype == "fp32" else torch.bfloat16)
+        assert not rule.reread
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            provider = "entry point" if column == "`softmax`" else column
+            if cell == "—":
+                assert provider not in s, (row[0], column)
+            else:
+                assert close(cell, s[provider]), (row[0], column)

@@ -64,7 +64,12 @@ and huge values; then each shape is timed by:
   behind read float32 rows of 32k to 2M columns at 95.0-96.4 % of the copy in chunks of 8192
   (`teachkit/benchmarks/softmax_resident_tma_write_behind_nvidia_h100.json`); reading again
   read float32 rows of 2.5M-4M columns and bfloat16 rows of 4M at 57.9-65.6 %, about the
-  two-read bound (`teachkit/benchmarks/softmax_resident_tma_reread_nvidia_h100.json`);
+  two-read bound (`teachkit/benchmarks/softmax_resident_tma_reread_nvidia_h100.json`); and
+  **TMA 8k, 4 warps x3, pair from buffer**, **TMA 8k, 8 warps x3, pair from buffer** (with
+  and without pauses): three programs a multiprocessor writing behind that take each chunk's
+  pair from its buffer in shared memory and load it into registers only after writing the
+  chunk before (`TmaConfig.pair_from_buffer`, two buffers each), so they hold float32 rows of
+  up to 3.2M columns (not timed yet);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
@@ -180,7 +185,11 @@ WRITE_BEHIND = {
     "TMA words 16k, behind from L2": st.TmaConfig(32, 4, 4, words=True, write_behind=True,
                                                   reread=True),
     "TMA words 32k, behind from L2, pauses": st.TmaConfig(64, 8, 2, backoff=True, words=True,
-                                                          write_behind=True, reread=True)}
+                                                          write_behind=True, reread=True),
+    "TMA 8k, 4 warps x3, pair from buffer": st.PAIR_FROM_BUFFER_CONFIGS[0],
+    "TMA 8k, 8 warps x3, pair from buffer": st.PAIR_FROM_BUFFER_CONFIGS[1],
+    "TMA 8k, 8 warps x3, pair from buffer, pauses":
+        st.PAIR_FROM_BUFFER_CONFIGS[1]._replace(backoff=True)}
 """With ``--write-behind``: programs that publish each chunk's pair before they wait for the
 row of the chunk before and write it (``write_behind``), two chunks in registers, so half the
 chunk of the same registers: chunks of 4096 columns in four programs of four warps a
@@ -190,7 +199,10 @@ the long-row configuration's two programs of eight warps reading the chunk writt
 (``reread``: one chunk in registers, so rows of up to 4M float32 columns), and on 16-bit rows the
 words configurations (:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS` and
 :data:`~teachkit.kernels.softmax_tma.TMA_LONG_ROW_CONFIGS`) writing behind that way: rows of up
-to 8M columns."""
+to 8M columns; and :data:`~teachkit.kernels.softmax_tma.PAIR_FROM_BUFFER_CONFIGS`, three
+programs of 8192 columns a multiprocessor that take each chunk's pair from its buffer and hold
+only the chunk written behind in registers (``pair_from_buffer``), two buffers each: float32
+rows of up to 3.2M columns written behind."""
 
 
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,

@@ -527,6 +527,30 @@ def test_the_tma_resident_softmax_with_two_chunks_in_flight_takes_two_buffers():
         assert found[size, 2]["stack"] == found[size, 1]["stack"], found
 
 
+def test_taking_the_pair_from_the_buffer_holds_one_chunk_in_registers():
+    """``pair_from_buffer`` (``PAIR_FROM_BUFFER_CONFIGS``): three programs of 8192 float32
+    columns a multiprocessor writing behind, within their registers without a spill, each with
+    two buffers of a chunk in shared memory (three to a multiprocessor's 228 KB); the chunk's
+    pair is read from its buffer in pieces (shared-memory loads besides the one of the whole
+    chunk), three TMA copies (the first two items' and, in the loop, the item two after)."""
+    code = ("import torch; from teachkit.kernels import softmax_tma as st; "
+            "ks = [(c, cc.resident_tma_compiled(torch.float32, c, 512)) "
+            "for c in st.PAIR_FROM_BUFFER_CONFIGS]; "
+            "print([(c.chunk, c.depth, c.per_sm, c.num_warps, c.max_registers, k.metadata.shared, "
+            "cc.assembled_resources(k.asm['ptx'], 90), "
+            "k.asm['ptx'].count('cp.async.bulk.tensor'), k.asm['ptx'].count('ld.shared')) "
+            "for c, k in ks])")
+    found = compiled_facts(code, timeout=600)
+    assert len(found) == 2
+    for chunk, depth, per_sm, warps, cap, shared, resources, copies, shared_loads in found:
+        assert resources["registers"] <= cap and resources["stack"] == 0, resources
+        assert per_sm * warps * 32 * cap <= 65536
+        assert depth * chunk * 4 <= shared <= depth * chunk * 4 + 1024
+        assert per_sm * (shared + 1024) <= 228 * 1024
+        assert copies == 1 + depth
+        assert shared_loads > 1
+
+
 def test_the_tma_resident_softmax_takes_a_chunk_of_three_boxes():
     """``boxes=3``: chunks of 12288 float32 columns (24576 16-bit ones as words), three TMA
     copies of 16 lines each, into a buffer of the 16384 columns its registers hold (64 KB and a

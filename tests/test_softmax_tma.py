@@ -43,7 +43,8 @@ def test_every_configuration_fits_a_multiprocessor():
     """Each configuration's programs share a multiprocessor of 64k registers and 2048 threads as
     it wants them: ``max_registers`` a thread for ``per_sm`` programs."""
     for config in (*st.TMA_CONFIGS.values(), *st.TMA_LONG_ROW_CONFIGS.values(),
-                   *st.TMA_BEHIND_CONFIGS.values(), *st.TMA_WORDS_CONFIGS.values()):
+                   *st.TMA_BEHIND_CONFIGS.values(), *st.TMA_WORDS_CONFIGS.values(),
+                   *st.PAIR_FROM_BUFFER_CONFIGS):
         assert config.per_sm * config.num_warps * 32 * config.max_registers <= 65536, config
         assert config.chunk % (4 * 32 * config.num_warps) == 0, config  # 4 elements a thread
 
@@ -65,6 +66,16 @@ def test_reading_again_is_only_for_writing_behind():
     x = torch.randn(2, 1024, device="cuda")
     with pytest.raises(ValueError, match="write_behind=True or reread=False"):
         ks.softmax_resident_tma(x, config=st.TmaConfig(32, 4, 4, reread=True))
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+def test_the_pair_from_the_buffer_is_only_for_float32_chunks_written_behind():
+    x = torch.randn(2, 1024, device="cuda", dtype=torch.bfloat16)
+    taken = st.PAIR_FROM_BUFFER_CONFIGS[0]
+    for config in (taken._replace(write_behind=False), taken._replace(reread=True),
+                   taken._replace(words=True)):
+        with pytest.raises(ValueError, match="pair_from_buffer=False"):
+            ks.softmax_resident_tma(x, config=config)
 
 
 @pytest.mark.skipif(HOPPER, reason="off a Hopper GPU only")
@@ -116,7 +127,8 @@ WRITING_BEHIND = [st.TmaConfig(32, 8, 2, write_behind=True),
                   st.TmaConfig(64, 8, 2, backoff=True, write_behind=True, reread=True),
                   st.TmaConfig(32, 4, 4, words=True, write_behind=True, reread=True),
                   st.TmaConfig(64, 8, 2, backoff=True, words=True, write_behind=True,
-                               reread=True)]
+                               reread=True),
+                  *st.PAIR_FROM_BUFFER_CONFIGS]
 
 
 def test_a_depth_below_one_is_refused_naming_it():
@@ -154,7 +166,9 @@ def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
                               "4k, writing behind, pauses", "4k, writing behind, two in flight",
                               "16k, writing behind, read again",
                               "words 16k, writing behind, read again",
-                              "words 32k, writing behind, read again"])
+                              "words 32k, writing behind, read again",
+                              "8k, 4 warps x3, pair from the buffer",
+                              "8k, 8 warps x3, pair from the buffer"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""

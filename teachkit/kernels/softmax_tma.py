@@ -46,12 +46,14 @@ from .pairs import (
 )
 from .words import fresh, halves, pack_halves, pack_halves_x2
 
-__all__ = ["TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS",
-           "TMA_LONG_ROW_FROM", "TMA_WIDTH", "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig",
-           "chunk_columns", "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
-           "next_buffer", "resident_tma_kernel", "resident_tma_words_kernel",
-           "shared_layout", "start_chunks", "take_chunk", "tma_config", "tma_fits", "tma_not_ready",
-           "tma_programs", "word_padding", "write_chunk", "write_kept", "write_reread"]
+__all__ = ["PAIR_FROM_BUFFER_CONFIGS", "PIECE_COLUMNS", "TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL",
+           "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
+           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "buffer_pair", "chunk_columns",
+           "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
+           "load_and_refill", "next_buffer", "piece_of", "resident_tma_kernel",
+           "resident_tma_words_kernel", "shared_layout", "start_chunks", "take_chunk",
+           "tma_config", "tma_fits", "tma_not_ready", "tma_programs", "word_padding",
+           "write_chunk", "write_kept", "write_reread"]
 
 
 @gluon.jit
@@ -143,21 +145,70 @@ def next_buffer(b, phase, DEPTH: gl.constexpr):
     return b, phase
 
 
+PIECE_COLUMNS = gl.constexpr(4096)
+"""The columns a program reads at a time where it reads a chunk in pieces (:func:`buffer_pair`,
+:func:`write_reread`): a quarter of a chunk of 16384 float32 columns, 16 registers a thread in
+eight warps."""
+
+
 @gluon.jit
 def take_chunk(x_desc, buffer, arrived, phase, after, n_items, G, row_lines,
                layout: gl.constexpr, BOXES: gl.constexpr = 1):
-    """Wait for the chunk in ``buffer`` (the ``phase`` of ``arrived``), load it into registers
-    in ``layout``, and have TMA copy the chunk of item ``after`` into the buffer, not waiting
-    for it: the chunk, flat, one element (or word) of ``x_desc``'s a lane (as the buffer holds
-    it, :func:`held_lines`: past ``BOXES`` boxes, lines no copy wrote)."""
+    """Wait for the chunk in ``buffer`` (the ``phase`` of ``arrived``), then
+    :func:`load_and_refill`: the chunk, flat, one element (or word) of ``x_desc``'s a lane."""
+    mbarrier.wait(arrived, phase)
+    return load_and_refill(x_desc, buffer, arrived, after, n_items, G, row_lines, layout, BOXES)
+
+
+@gluon.jit
+def load_and_refill(x_desc, buffer, arrived, after, n_items, G, row_lines,
+                    layout: gl.constexpr, BOXES: gl.constexpr = 1):
+    """Load the chunk that has arrived in ``buffer`` into registers in ``layout``, and have TMA
+    copy the chunk of item ``after`` into the buffer, not waiting for it: the chunk, flat, one
+    element (or word) of ``x_desc``'s a lane (as the buffer holds it, :func:`held_lines`: past
+    ``BOXES`` boxes, lines no copy wrote)."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
-    mbarrier.wait(arrived, phase)
     chunk = buffer.reshape([held_lines(R, BOXES) * W]).load(layout)
     fence_async_shared()  # these reads come before the copy's writes (another proxy)
     THREAD_BARRIER()  # and every warp has made them: the buffer may be refilled
     copy_chunk(x_desc, buffer, arrived, after, n_items, G, row_lines, BOXES)
     return chunk
+
+
+@gluon.jit
+def buffer_pair(buffer, col0, n_cols, CHUNK: gl.constexpr, LINES: gl.constexpr):
+    """The ``(m, d)`` of the chunk that has arrived in ``buffer`` (``LINES`` lines of the
+    descriptor's rows), whose first column is ``col0`` of its row, read from shared memory
+    :data:`PIECE_COLUMNS` columns (whole lines) at a time, twice (the maximum, then the sum of
+    ``exp(x - m)``), so that the program holds one piece in registers, not the chunk."""
+    W: gl.constexpr = buffer.shape[1]
+    PIECE_LINES: gl.constexpr = PIECE_COLUMNS // W if LINES * W > PIECE_COLUMNS else LINES
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [gl.num_warps(), 1], [1, 0])
+    lines = gl.arange(0, PIECE_LINES, layout=gl.SliceLayout(1, layout))
+    offs = lines[:, None] * W + gl.arange(0, W, layout=gl.SliceLayout(0, layout))[None, :]
+    m = float("-inf")
+    for p in gl.static_range(LINES // PIECE_LINES):
+        x = piece_of(buffer, p * PIECE_LINES, PIECE_LINES, col0, offs + p * PIECE_LINES * W,
+                     n_cols, CHUNK, layout)
+        m = gl.maximum(m, gl.max(gl.max(x, axis=1), axis=0))
+    safe = gl.where(m == float("-inf"), 0.0, m)  # a chunk of -inf: d = 0
+    d = 0.0
+    for p in gl.static_range(LINES // PIECE_LINES):
+        x = piece_of(buffer, p * PIECE_LINES, PIECE_LINES, col0, offs + p * PIECE_LINES * W,
+                     n_cols, CHUNK, layout)
+        d += gl.sum(gl.sum(gl.exp2((x - safe) * LOG2E), axis=1), axis=0)
+    return m, d
+
+
+@gluon.jit
+def piece_of(buffer, first, LINES: gl.constexpr, col0, offs, n_cols, CHUNK: gl.constexpr,
+             layout: gl.constexpr):
+    """Lines ``first`` to ``first + LINES`` of the chunk in ``buffer`` in registers as float32
+    in ``layout``, ``-inf`` past its row (:func:`chunk_columns`; ``offs``, their columns in the
+    chunk, whose first is ``col0`` of its row)."""
+    x = buffer.slice(first, LINES).load(layout).to(gl.float32)
+    return gl.where(chunk_columns(col0 + offs, offs, n_cols, CHUNK), x, float("-inf"))
 
 
 @gluon.jit
@@ -183,11 +234,6 @@ def write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl
              mask=chunk_columns(cols, offs, n_cols, CHUNK))
 
 
-REREAD_PIECE = gl.constexpr(4096)
-"""The columns :func:`write_reread` reads again, scales and writes at a time: a quarter of a
-chunk of 16384 float32 columns, 16 registers a thread in eight warps."""
-
-
 @gluon.jit
 def write_reread(item, X, Y, SLOTS, n_cols, stride_y, G, G_POW2: gl.constexpr,
                  MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, CHUNK: gl.constexpr,
@@ -195,10 +241,10 @@ def write_reread(item, X, Y, SLOTS, n_cols, stride_y, G, G_POW2: gl.constexpr,
     """:func:`write_chunk` for a program that did not keep the chunk's weights: wait for the
     pairs of item ``item``'s row, then read its chunk of the contiguous rows ``X`` again (from
     L2, where it was read a turn before, if it is still there) and write
-    ``exp(x - m_row) / d_row``, :data:`REREAD_PIECE` columns at a time (16 bytes a thread a
+    ``exp(x - m_row) / d_row``, :data:`PIECE_COLUMNS` columns at a time (16 bytes a thread a
     load), so that the program holds one piece in registers beside the chunk it has (``HELD``
     columns)."""
-    PIECE: gl.constexpr = REREAD_PIECE if HELD > REREAD_PIECE else HELD
+    PIECE: gl.constexpr = PIECE_COLUMNS if HELD > PIECE_COLUMNS else HELD
     VECTOR: gl.constexpr = 128 // X.dtype.element_ty.primitive_bitwidth
     layout: gl.constexpr = gl.BlockedLayout([VECTOR], [32], [gl.num_warps()], [0])
     row = item // G
@@ -235,7 +281,8 @@ def write_kept(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                         G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
                         DEPTH: gl.constexpr = 1, BOXES: gl.constexpr = 1,
-                        WRITE_BEHIND: gl.constexpr = False, REREAD: gl.constexpr = False):
+                        WRITE_BEHIND: gl.constexpr = False, REREAD: gl.constexpr = False,
+                        PAIR_FROM_BUFFER: gl.constexpr = False):
     """A persistent grid of ``n_programs`` programs (at least ``G``, all on the GPU at once)
     takes the ``(row, chunk)`` items of ``X`` ``(n_rows, n_cols)`` in order, ``G`` chunks to a
     row, as the Triton resident kernel does; ``x_desc`` sees ``X`` as rows of ``W`` elements,
@@ -259,7 +306,12 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
        pairs were published a whole item earlier, so the program seldom waits, and it holds two
        chunks in registers (this one's ``x`` and the last one's ``e``); with ``REREAD`` too, it
        holds one and reads the last one's input again when it writes it
-       (:func:`write_reread`: from L2, where it was read a turn before, if it is still there).
+       (:func:`write_reread`: from L2, where it was read a turn before, if it is still there);
+       with ``PAIR_FROM_BUFFER`` instead, it holds only the last one's ``e``: it takes this
+       chunk's pair from its buffer a piece at a time (:func:`buffer_pair`), writes the last
+       one, and only then loads this chunk into registers as its weights and refills the
+       buffer, so its chunk sits in shared memory for the turn (``DEPTH`` 2 keeps another in
+       flight meanwhile).
 
     A chunk that runs past its row (``n_cols`` not a multiple of the chunk) reads the next
     row's first columns, or zeros past the tensor's end; they are masked to ``-inf`` and never
@@ -287,27 +339,44 @@ def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_program
     item_behind = pid - n_programs
     for item in range(pid, n_items, n_programs):
         cols = (item % G) * CHUNK + offs
-        x = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
-                       item + DEPTH * n_programs, n_items, G, row_lines,
-                       chunk_layout, BOXES).to(gl.float32)
-        b, phase = next_buffer(b, phase, DEPTH)
-        inside = chunk_columns(cols, offs, n_cols, CHUNK)
-        x = gl.where(inside, x, float("-inf"))
-        m_c = gl.max(x, axis=0)
-        safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
-        e = gl.exp2((x - safe) * LOG2E)  # kept in registers: one exponential per element
-        d_c = gl.sum(e, axis=0)
-        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        if WRITE_BEHIND:
+        if PAIR_FROM_BUFFER:  # the pair from the buffer, the weights only after the write
+            mbarrier.wait(arrived.index(b), phase)
+            m_c, d_c = buffer_pair(buffers.index(b), (item % G) * CHUNK, n_cols, CHUNK,
+                                   held_lines(R, BOXES))
+            gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
             write_kept(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
-                       G_POW2, MAX_SPIN, BACKOFF, CHUNK, REREAD)
-            if not REREAD:
-                e_behind = e
+                       G_POW2, MAX_SPIN, BACKOFF, CHUNK, False)
+            x = load_and_refill(x_desc, buffers.index(b), arrived.index(b),
+                                item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout,
+                                BOXES).to(gl.float32)
+            b, phase = next_buffer(b, phase, DEPTH)
+            x = gl.where(chunk_columns(cols, offs, n_cols, CHUNK), x, float("-inf"))
+            safe = gl.where(m_c == float("-inf"), 0.0, m_c)
+            e_behind = gl.exp2((x - safe) * LOG2E)
             m_behind = m_c
             item_behind = item
         else:
-            write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
-                        MAX_SPIN, BACKOFF, CHUNK)
+            x = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
+                           item + DEPTH * n_programs, n_items, G, row_lines,
+                           chunk_layout, BOXES).to(gl.float32)
+            b, phase = next_buffer(b, phase, DEPTH)
+            inside = chunk_columns(cols, offs, n_cols, CHUNK)
+            x = gl.where(inside, x, float("-inf"))
+            m_c = gl.max(x, axis=0)
+            safe = gl.where(m_c == float("-inf"), 0.0, m_c)  # a chunk of -inf: d = 0
+            e = gl.exp2((x - safe) * LOG2E)  # kept in registers: one exponential per element
+            d_c = gl.sum(e, axis=0)
+            gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+            if WRITE_BEHIND:
+                write_kept(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                           G_POW2, MAX_SPIN, BACKOFF, CHUNK, REREAD)
+                if not REREAD:
+                    e_behind = e
+                m_behind = m_c
+                item_behind = item
+            else:
+                write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
+                            MAX_SPIN, BACKOFF, CHUNK)
     if WRITE_BEHIND:  # the last item
         write_kept(e_behind, m_behind, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
                    G_POW2, MAX_SPIN, BACKOFF, CHUNK, REREAD)
@@ -435,7 +504,13 @@ class TmaConfig(NamedTuple):
     one chunk in registers, as in the plain order, and rows as long (``gpu_checks/
     resident_tma_gpu.py --write-behind`` on an H100, ``softmax_resident_tma_reread_nvidia_h100``:
     float32 rows of 2.5M-4M columns and bfloat16 rows of 4M at 57.9-65.6 % of the copy, about
-    the two-read bound, where the rule reads them at 80.4-86.1 %; not in the rule).
+    the two-read bound, where the rule reads them at 80.4-86.1 %; not in the rule), and
+    ``pair_from_buffer``: with ``write_behind`` on float32 chunks, take each chunk's pair from
+    its buffer and load its weights only after writing the chunk before
+    (``PAIR_FROM_BUFFER``, :func:`buffer_pair`), so one chunk in registers and the chunk in
+    shared memory through the turn, with ``depth`` 2 a second buffer in flight: three programs
+    of 8192 columns a multiprocessor (:data:`PAIR_FROM_BUFFER_CONFIGS`) hold float32 rows of up
+    to 3.2M columns written behind (not timed yet).
 
     ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule. One run of
     ``gpu_checks/resident_tma_gpu.py --whole-rows --keep-weights`` on an H100 (% of the copy,
@@ -468,6 +543,7 @@ class TmaConfig(NamedTuple):
     boxes: int = 1
     write_behind: bool = False
     reread: bool = False
+    pair_from_buffer: bool = False
 
     @property
     def chunk(self) -> int:
@@ -508,6 +584,15 @@ TMA_BEHIND_UNTIL = {4: 1 << 21}
 :data:`TMA_BEHIND_CONFIGS` where they fit: 2M float32 columns, as timed (256 chunks, two
 programs on each of 128 multiprocessors; an H100's 132 hold rows of up to 2,162,688). Longer
 rows do not fit, and 16-bit rows have not been timed written behind."""
+PAIR_FROM_BUFFER_CONFIGS = (
+    TmaConfig(32, 4, 3, max_registers=168, depth=2, write_behind=True, pair_from_buffer=True),
+    TmaConfig(32, 8, 3, max_registers=80, depth=2, write_behind=True, pair_from_buffer=True))
+"""Configurations that take each chunk's pair from its buffer (``pair_from_buffer``), for
+float32 rows too long to write behind in registers: chunks of 8192 columns, two buffers of
+32 KB each, three programs of four warps (168 registers a thread) or of eight (80) a
+multiprocessor, compiled for sm_90 without a spill, so an H100's 396 hold rows of up to
+3,244,032 columns. Not timed yet, not in the rule (``gpu_checks/resident_tma_gpu.py
+--write-behind`` times them)."""
 TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True)}
 """By element size, the configuration of 16-bit rows from :data:`TMA_WORDS_FROM` columns: the
 chunk as the input's own words (:func:`resident_tma_words_kernel`), 16384 columns in the
@@ -594,6 +679,11 @@ def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig | None =
     if config is not None and config.reread and not config.write_behind:
         return ("reads a chunk again only to write it behind; pass write_behind=True or "
                 "reread=False")
+    if config is not None and config.pair_from_buffer and (
+            config.words or config.reread or not config.write_behind):
+        return ("takes its pair from the buffer only writing behind float32 chunks held as "
+                "weights; pass write_behind=True, words=False and reread=False, or "
+                "pair_from_buffer=False")
     if config is not None and config.write_behind and config.words and not config.reread:
         return ("as words writes behind only reading the chunk again; pass reread=True or "
                 "write_behind=False")
@@ -675,7 +765,8 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
     descriptor = chunk_descriptor(x2, config)
     slots = torch.full((n_rows * g,), EMPTY_SLOT.value, dtype=torch.int64, device=x2.device)
     kernel = resident_tma_kernel
-    extra = {"WRITE_BEHIND": config.write_behind, "REREAD": config.reread}
+    extra = {"WRITE_BEHIND": config.write_behind, "REREAD": config.reread,
+             "PAIR_FROM_BUFFER": config.pair_from_buffer}
     if config.words:
         kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype),
                                                     "KEEP_WEIGHTS": config.keep_weights,

@@ -35,6 +35,21 @@ def problem(label: str) -> tuple[str, str | None]:
     return f"{rows}x{round(float(number) * SUFFIX[suffix])}", dtype
 
 
+def shares_by_row(record: str) -> tuple[list[str], list[tuple[list[str], str, str | None,
+                                                                dict[str, float]]]]:
+    """The header of the first table after the README names ``record``'s file, and each of its
+    rows with the record's problem and dtype it names (:func:`problem`) and the record's shares
+    of the copy for them (``copy_shares``): one row for each of the record's problems."""
+    shares, _ = copy_shares(record)
+    header, rows = table_after(record)
+    assert len(rows) == len(shares)
+    found = []
+    for row in rows:
+        name, dtype = problem(row[0])
+        found.append((row, name, dtype, shares[name, dtype]))
+    return header, found
+
+
 def close(shown: str, value: float) -> bool:
     """Whether ``value`` rounds to ``shown`` (as many decimals as ``shown`` has)."""
     decimals = len(shown.partition(".")[2])
@@ -172,12 +187,8 @@ def test_exchange_table_is_its_record():
     wait | grid filled | bell |``: shares of the copy, the wait as the cut rows' share less the
     rows', and the better configuration's gain over ``softmax`` with the grid filled and with
     the bell, in points."""
-    record = "softmax_resident_exchange_nvidia_h100"
-    shares, _ = copy_shares(record)
-    header, rows = table_after(record)
-    assert len(rows) == len(shares)
-    for row in rows:
-        s = shares[problem(row[0])]
+    _, rows = shares_by_row("softmax_resident_exchange_nvidia_h100")
+    for row, _, _, s in rows:
         want = []
         for config in ("table", "long rows"):
             cut = s[f"{config}, cut to chunks"]
@@ -196,16 +207,11 @@ def test_tma_table_is_its_record():
     import torch
 
     st = pytest.importorskip("teachkit.kernels.softmax_tma")
-    record = "softmax_resident_tma_nvidia_h100"
-    shares, _ = copy_shares(record)
     named = {st.TMA_CONFIGS[4]: "TMA 8k", st.TMA_LONG_ROW_CONFIGS[4]: "TMA 16k, pauses",
              st.TMA_WORDS_CONFIGS[2]: "TMA words 16k",
              st.TMA_LONG_ROW_CONFIGS[2]: "TMA words 32k, pauses"}
-    header, rows = table_after(record)
-    assert len(rows) == len(shares)
-    for row in rows:
-        name, dtype = problem(row[0])
-        s = shares[name, dtype]
+    header, rows = shares_by_row("softmax_resident_tma_nvidia_h100")
+    for row, name, dtype, s in rows:
         config = st.tma_config(int(name.split("x")[1]),
                                torch.float32 if dtype == "fp32" else torch.bfloat16)
         if config.write_behind:
@@ -222,13 +228,8 @@ def test_write_behind_table_is_its_record():
     import torch
 
     st = pytest.importorskip("teachkit.kernels.softmax_tma")
-    record = "softmax_resident_tma_write_behind_nvidia_h100"
-    shares, _ = copy_shares(record)
-    header, rows = table_after(record)
-    assert len(rows) == len(shares)
-    for row in rows:
-        name, dtype = problem(row[0])
-        s = shares[name, dtype]
+    header, rows = shares_by_row("softmax_resident_tma_write_behind_nvidia_h100")
+    for row, name, _, s in rows:
         assert st.tma_config(int(name.split("x")[1]), torch.float32) == st.TMA_BEHIND_CONFIGS[4]
         for column, cell in zip(header[1:], row[1:], strict=True):
             value = s["TMA 8k, 8 warps, behind, pauses"] if column == "`softmax`" else s[column]
@@ -242,13 +243,8 @@ def test_reread_table_is_its_record():
     import torch
 
     st = pytest.importorskip("teachkit.kernels.softmax_tma")
-    record = "softmax_resident_tma_reread_nvidia_h100"
-    shares, _ = copy_shares(record)
-    header, rows = table_after(record)
-    assert len(rows) == len(shares)
-    for row in rows:
-        name, dtype = problem(row[0])
-        s = shares[name, dtype]
+    header, rows = shares_by_row("softmax_resident_tma_reread_nvidia_h100")
+    for row, name, dtype, s in rows:
         rule = st.tma_config(int(name.split("x")[1]),
                              torch.float32 if dtype == "fp32" else torch.bfloat16)
         assert not rule.reread

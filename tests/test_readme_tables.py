@@ -202,8 +202,9 @@ def test_exchange_table_is_its_record():
 def test_tma_table_is_its_record():
     """``| rows × cols, dtype | split rows | Triton, table | ... | `softmax` |``: shares of the
     copy, one decimal, from the record's results; `softmax` is the column of the configuration
-    ``tma_config`` took for the row when the record was timed: before float32 rows of up to 2M
-    columns were written behind (``TMA_BEHIND_CONFIGS``, their own record), ``TMA_CONFIGS``."""
+    ``tma_config`` took for the row when the record was timed, before float32 rows were written
+    behind (``TMA_BEHIND_CONFIGS`` and ``TMA_PAIR_FROM_BUFFER_CONFIGS``, their own records):
+    ``TMA_CONFIGS``, and from ``TMA_LONG_ROW_FROM`` columns ``TMA_LONG_ROW_CONFIGS``."""
     import torch
 
     st = pytest.importorskip("teachkit.kernels.softmax_tma")
@@ -212,10 +213,11 @@ def test_tma_table_is_its_record():
              st.TMA_LONG_ROW_CONFIGS[2]: "TMA words 32k, pauses"}
     header, rows = shares_by_row("softmax_resident_tma_nvidia_h100")
     for row, name, dtype, s in rows:
-        config = st.tma_config(int(name.split("x")[1]),
-                               torch.float32 if dtype == "fp32" else torch.bfloat16)
+        cols = int(name.split("x")[1])
+        config = st.tma_config(cols, torch.float32 if dtype == "fp32" else torch.bfloat16)
         if config.write_behind:
-            config = st.TMA_CONFIGS[4]
+            config = st.TMA_CONFIGS[4] if cols < st.TMA_LONG_ROW_FROM[4] else (
+                st.TMA_LONG_ROW_CONFIGS[4])
         for column, cell in zip(header[1:], row[1:], strict=True):
             value = s[named[config]] if column == "`softmax`" else s.get(column)
             assert (cell == "–") if value is None else close(cell, value), (row[0], column)
@@ -248,6 +250,29 @@ def test_reread_table_is_its_record():
         rule = st.tma_config(int(name.split("x")[1]),
                              torch.float32 if dtype == "fp32" else torch.bfloat16)
         assert not rule.reread
+        for column, cell in zip(header[1:], row[1:], strict=True):
+            provider = "entry point" if column == "`softmax`" else column
+            if cell == "—":
+                assert provider not in s, (row[0], column)
+            else:
+                assert close(cell, s[provider]), (row[0], column)
+
+
+def test_pair_from_buffer_table_is_its_record():
+    """``| rows × cols, dtype | split rows | ... | `softmax` |``: shares of the copy, one decimal,
+    from the record's results (— where the record has no such provider); `softmax` is its entry
+    point, the rule when it ran, and the rule now takes the pair from the buffer past 2M
+    columns (``TMA_PAIR_FROM_BUFFER_CONFIGS``)."""
+    import torch
+
+    st = pytest.importorskip("teachkit.kernels.softmax_tma")
+    header, rows = shares_by_row("softmax_resident_tma_pair_from_buffer_nvidia_h100")
+    assert "TMA 8k, 4 warps x3, pair from buffer" in header
+    for row, name, _, s in rows:
+        cols = int(name.split("x")[1])
+        rule = st.tma_config(cols, torch.float32)
+        assert rule == (st.TMA_BEHIND_CONFIGS[4] if cols <= st.TMA_BEHIND_UNTIL[4]
+                        else st.TMA_PAIR_FROM_BUFFER_CONFIGS[4]), name
         for column, cell in zip(header[1:], row[1:], strict=True):
             provider = "entry point" if column == "`softmax`" else column
             if cell == "—":

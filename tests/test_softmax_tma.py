@@ -19,17 +19,19 @@ HOPPER = teachkit.ON_GPU and torch.cuda.get_device_capability()[0] == 9
 
 
 def test_the_rule_takes_every_row_by_its_dtype_and_length():
-    """float32 rows take chunks of 8192 columns written behind up to 2M columns, past 2M
-    chunks of 8192 not written behind, from 3M chunks of 16384 with pauses; 16-bit rows take
-    8192 held as float32, from 1M columns 16384 as words, from 8M 32768 as words with pauses;
-    other dtypes none."""
+    """float32 rows take chunks of 8192 columns written behind up to 2M columns, past 2M up to
+    3M the same chunks written behind with each one's pair taken from its buffer, past 3M
+    chunks of 16384 with pauses; 16-bit rows take 8192 held as float32, from 1M columns 16384
+    as words, from 8M 32768 as words with pauses; other dtypes none."""
     behind = st.TMA_BEHIND_CONFIGS[4]
     assert behind.write_behind and behind.chunk == 8192 and behind.num_warps == 8
     for cols in (1 << 15, 1 << 20, 1 << 21):
         assert st.tma_config(cols, torch.float32) == behind
-    for cols in ((1 << 21) + 256, (3 << 20) - 256):
-        assert st.tma_config(cols, torch.float32) == st.TMA_CONFIGS[4]
-    long = st.tma_config(3 << 20, torch.float32)
+    from_buffer = st.TMA_PAIR_FROM_BUFFER_CONFIGS[4]
+    assert from_buffer == st.PAIR_FROM_BUFFER_CONFIGS[0] and from_buffer.num_warps == 4
+    for cols in ((1 << 21) + 256, 5 << 19, 3 << 20):
+        assert st.tma_config(cols, torch.float32) == from_buffer
+    long = st.tma_config((3 << 20) + 256, torch.float32)
     assert long == st.TMA_LONG_ROW_CONFIGS[4] and long.chunk == 16384 and long.backoff
     for dtype in (torch.float16, torch.bfloat16):
         assert st.tma_config((1 << 20) - 256, dtype) == st.TMA_CONFIGS[2]
@@ -51,14 +53,18 @@ def test_every_configuration_fits_a_multiprocessor():
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
 def test_the_rule_writes_behind_only_where_it_fits():
-    """On this GPU, rows written behind fit (their chunks, at most the programs); a GPU with
-    too few multiprocessors for a 2M row's 256 chunks takes chunks of 8192 not written behind
-    instead (``tma_config`` with the device)."""
+    """On this GPU, rows written behind fit (their chunks, at most the programs): a GPU with
+    too few multiprocessors for a 2M row's 256 chunks in registers takes the pair from the
+    buffer instead, and one with too few for that chunks of 8192 not written behind
+    (``tma_config`` with the device); so for a 3M row, and else chunks of 16384."""
     device = torch.cuda.current_device()
-    behind = st.TMA_BEHIND_CONFIGS[4]
-    fits = st.tma_fits(1 << 21, behind, torch.float32, device)
-    taken = st.tma_config(1 << 21, torch.float32, device)
-    assert taken == (behind if fits else st.TMA_CONFIGS[4])
+    behind, from_buffer = st.TMA_BEHIND_CONFIGS[4], st.TMA_PAIR_FROM_BUFFER_CONFIGS[4]
+    for cols, last in ((1 << 21, st.TMA_CONFIGS[4]), (3 << 20, st.TMA_LONG_ROW_CONFIGS[4])):
+        taken = st.tma_config(cols, torch.float32, device)
+        fitting = [c for c in (behind, from_buffer) if st.tma_fits(cols, c, torch.float32, device)
+                   and cols <= (st.TMA_BEHIND_UNTIL if c == behind
+                                else st.TMA_PAIR_FROM_BUFFER_UNTIL)[4]]
+        assert taken == (fitting[0] if fitting else last), cols
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")

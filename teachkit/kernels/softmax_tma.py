@@ -47,7 +47,8 @@ from .pairs import (
 from .words import fresh, halves, pack_halves, pack_halves_x2
 
 __all__ = ["PAIR_FROM_BUFFER_CONFIGS", "PIECE_COLUMNS", "TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL",
-           "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM", "TMA_WIDTH",
+           "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM",
+           "TMA_PAIR_FROM_BUFFER_CONFIGS", "TMA_PAIR_FROM_BUFFER_UNTIL", "TMA_WIDTH",
            "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "buffer_pair", "chunk_columns",
            "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
            "load_and_refill", "next_buffer", "piece_of", "resident_tma_kernel",
@@ -504,15 +505,18 @@ class TmaConfig(NamedTuple):
     one chunk in registers, as in the plain order, and rows as long (``gpu_checks/
     resident_tma_gpu.py --write-behind`` on an H100, ``softmax_resident_tma_reread_nvidia_h100``:
     float32 rows of 2.5M-4M columns and bfloat16 rows of 4M at 57.9-65.6 % of the copy, about
-    the two-read bound, where the rule reads them at 80.4-86.1 %; not in the rule), and
+    the two-read bound, where the rule then read them at 80.4-86.1 %; not in the rule), and
     ``pair_from_buffer``: with ``write_behind`` on float32 chunks, take each chunk's pair from
     its buffer and load its weights only after writing the chunk before
     (``PAIR_FROM_BUFFER``, :func:`buffer_pair`), so one chunk in registers and the chunk in
     shared memory through the turn, with ``depth`` 2 a second buffer in flight: three programs
     of 8192 columns a multiprocessor (:data:`PAIR_FROM_BUFFER_CONFIGS`) hold float32 rows of up
-    to 3.2M columns written behind (not timed yet).
+    to 3.2M columns written behind (``softmax_resident_tma_pair_from_buffer_nvidia_h100``: rows
+    of 2.5M / 3M at 94.0 / 93.4 % of the copy on an H100, where the rule read them at 79.9 /
+    84.3 %; the rule takes it, :data:`TMA_PAIR_FROM_BUFFER_CONFIGS`).
 
-    ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule. One run of
+    ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule (2 taking the pair from
+    the buffer). One run of
     ``gpu_checks/resident_tma_gpu.py --whole-rows --keep-weights`` on an H100 (% of the copy,
     not a record): whole rows a round read float32 rows of 1.5M / 3M / 4M columns at 87.3 /
     80.1 / 82.4 % in chunks of 8192 and 84.9 / 83.4 / 86.1 % in the long-row chunks, against
@@ -558,8 +562,9 @@ class TmaConfig(NamedTuple):
 
 TMA_CONFIGS = {4: TmaConfig(32, 4, 4), 2: TmaConfig(32, 4, 4)}
 """By element size, the configuration of rows shorter than :data:`TMA_WORDS_FROM` and
-:data:`TMA_LONG_ROW_FROM` that :data:`TMA_BEHIND_CONFIGS` does not take (float32 rows past 2M
-columns, or past what fits written behind; 16-bit rows): chunks of 8192 columns held as
+:data:`TMA_LONG_ROW_FROM` that neither :data:`TMA_BEHIND_CONFIGS` nor
+:data:`TMA_PAIR_FROM_BUFFER_CONFIGS` takes (float32 rows that do not fit written behind; 16-bit
+rows): chunks of 8192 columns held as
 float32, four programs of four warps a multiprocessor (the Triton kernel's float32
 configuration), 32 KB of float32 (16 KB of 16-bit elements) in shared memory each.
 ``gpu_checks/resident_tma_gpu.py`` on an H100 (``softmax_resident_tma_nvidia_h100``, % of
@@ -583,7 +588,8 @@ TMA_BEHIND_UNTIL = {4: 1 << 21}
 """By element size, the columns up to which :func:`tma_config` takes
 :data:`TMA_BEHIND_CONFIGS` where they fit: 2M float32 columns, as timed (256 chunks, two
 programs on each of 128 multiprocessors; an H100's 132 hold rows of up to 2,162,688). Longer
-rows do not fit, and 16-bit rows have not been timed written behind."""
+rows do not fit (:data:`TMA_PAIR_FROM_BUFFER_CONFIGS` takes them), and 16-bit rows have not
+been timed written behind."""
 PAIR_FROM_BUFFER_CONFIGS = (
     TmaConfig(32, 4, 3, max_registers=168, depth=2, write_behind=True, pair_from_buffer=True),
     TmaConfig(32, 8, 3, max_registers=80, depth=2, write_behind=True, pair_from_buffer=True))
@@ -591,8 +597,20 @@ PAIR_FROM_BUFFER_CONFIGS = (
 float32 rows too long to write behind in registers: chunks of 8192 columns, two buffers of
 32 KB each, three programs of four warps (168 registers a thread) or of eight (80) a
 multiprocessor, compiled for sm_90 without a spill, so an H100's 396 hold rows of up to
-3,244,032 columns. Not timed yet, not in the rule (``gpu_checks/resident_tma_gpu.py
---write-behind`` times them)."""
+3,244,032 columns. ``gpu_checks/resident_tma_gpu.py --write-behind`` on an H100
+(``softmax_resident_tma_pair_from_buffer_nvidia_h100``, % of the copy): float32 rows of 2.5M /
+3M columns at 94.0 / 93.4 % in four warps and 87.0 / 85.5 % in eight, where the rule read them
+at 79.9 / 84.3 % in the same run; rows of 2M at 95.3 against the rule's 96.0 (written behind in
+registers). The rule takes the first (:data:`TMA_PAIR_FROM_BUFFER_CONFIGS`)."""
+TMA_PAIR_FROM_BUFFER_CONFIGS = {4: PAIR_FROM_BUFFER_CONFIGS[0]}
+"""By element size, the configuration of rows of at most :data:`TMA_PAIR_FROM_BUFFER_UNTIL`
+columns that :data:`TMA_BEHIND_CONFIGS` does not take, where they fit: chunks of 8192 float32
+columns written behind with each chunk's pair taken from its buffer, three programs of four
+warps a multiprocessor (:data:`PAIR_FROM_BUFFER_CONFIGS`)."""
+TMA_PAIR_FROM_BUFFER_UNTIL = {4: 3 << 20}
+"""By element size, the columns up to which :func:`tma_config` takes
+:data:`TMA_PAIR_FROM_BUFFER_CONFIGS` where they fit: 3M float32 columns, as timed (an H100's
+132 multiprocessors hold rows of up to 3,244,032). 16-bit rows have not been timed this way."""
 TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True)}
 """By element size, the configuration of 16-bit rows from :data:`TMA_WORDS_FROM` columns: the
 chunk as the input's own words (:func:`resident_tma_words_kernel`), 16384 columns in the
@@ -610,7 +628,8 @@ multiprocessor, pausing between polls, so that a row spans half the programs and
 half the pairs."""
 TMA_LONG_ROW_FROM = {4: 3 << 20, 2: 1 << 23}
 """By element size, the columns from which :func:`tma_config` takes
-:data:`TMA_LONG_ROW_CONFIGS`: 3M in float32 (on an H100, 84.2 % of the copy against 80.1 % in
+:data:`TMA_LONG_ROW_CONFIGS` (float32 rows :data:`TMA_PAIR_FROM_BUFFER_CONFIGS` does not take):
+3M in float32 (on an H100, 84.2 % of the copy against 80.1 % in
 :data:`TMA_CONFIGS` at 3M, 86.3 % against 83.8 % at 4M, and 88.2 % against 89.2 % at 2M) and 8M
 in 16 bits (78.0 % against 73.2 % in :data:`TMA_WORDS_CONFIGS`; at 4M 79.9 % against 82.2 %)."""
 
@@ -618,14 +637,15 @@ in 16 bits (78.0 % against 73.2 % in :data:`TMA_WORDS_CONFIGS`; at 4M 79.9 % aga
 def tma_config(n_cols: int, dtype: torch.dtype, device: int | None = None) -> TmaConfig | None:
     """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax` runs the TMA kernel
     in for rows of ``n_cols`` of ``dtype`` on GPU ``device`` (``None`` for a dtype it does not
-    take): up to :data:`TMA_BEHIND_UNTIL` columns :data:`TMA_BEHIND_CONFIGS`, where they fit
-    on ``device`` (:func:`tma_fits`; with no ``device``, as an H100 holds them), else
-    :data:`TMA_CONFIGS`; from :data:`TMA_WORDS_FROM` columns :data:`TMA_WORDS_CONFIGS`, from
-    :data:`TMA_LONG_ROW_FROM` :data:`TMA_LONG_ROW_CONFIGS`.
+    take): up to :data:`TMA_BEHIND_UNTIL` columns :data:`TMA_BEHIND_CONFIGS`, else up to
+    :data:`TMA_PAIR_FROM_BUFFER_UNTIL` :data:`TMA_PAIR_FROM_BUFFER_CONFIGS`, each where it fits
+    on ``device`` (:func:`tma_fits`; with no ``device``, as an H100 holds them); else from
+    :data:`TMA_LONG_ROW_FROM` columns :data:`TMA_LONG_ROW_CONFIGS`, from :data:`TMA_WORDS_FROM`
+    :data:`TMA_WORDS_CONFIGS`, and :data:`TMA_CONFIGS` below.
 
     >>> tma_config(1 << 20, torch.float32) == TMA_BEHIND_CONFIGS[4]
     True
-    >>> tma_config(5 << 19, torch.float32) == TMA_CONFIGS[4]
+    >>> tma_config(5 << 19, torch.float32) == TMA_PAIR_FROM_BUFFER_CONFIGS[4]
     True
     >>> tma_config(1 << 22, torch.float32).chunk, tma_config(1 << 21, torch.bfloat16).chunk
     (16384, 16384)
@@ -633,13 +653,15 @@ def tma_config(n_cols: int, dtype: torch.dtype, device: int | None = None) -> Tm
     size = dtype.itemsize
     if size not in TMA_CONFIGS or dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return None
+    for configs, until in ((TMA_BEHIND_CONFIGS, TMA_BEHIND_UNTIL),
+                           (TMA_PAIR_FROM_BUFFER_CONFIGS, TMA_PAIR_FROM_BUFFER_UNTIL)):
+        if n_cols <= until.get(size, 0) and (
+                device is None or tma_fits(n_cols, configs[size], dtype, device)):
+            return configs[size]
     if n_cols >= TMA_LONG_ROW_FROM[size]:
         return TMA_LONG_ROW_CONFIGS[size]
     if n_cols >= TMA_WORDS_FROM.get(size, n_cols + 1):
         return TMA_WORDS_CONFIGS[size]
-    if n_cols <= TMA_BEHIND_UNTIL.get(size, 0) and (
-            device is None or tma_fits(n_cols, TMA_BEHIND_CONFIGS[size], dtype, device)):
-        return TMA_BEHIND_CONFIGS[size]
     return TMA_CONFIGS[size]
 
 

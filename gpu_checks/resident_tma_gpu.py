@@ -72,7 +72,13 @@ and huge values; then each shape is timed by:
   up to 3.2M columns: on an H100 four warps read rows of 2.5M / 3M at 94.0 / 93.4 %, where the
   rule then read them at 79.9 / 84.3 %, and eight warps at 85.5-87.2 %
   (`teachkit/benchmarks/softmax_resident_tma_pair_from_buffer_nvidia_h100.json`; the rule
-  takes the first since);
+  takes the first since); and on 16-bit rows **TMA words 16k, 4 warps x3, pair from buffer**
+  and **TMA words 16k, 4 warps x4, pair from buffer** (with and without pauses), the same as
+  words (`PAIR_FROM_BUFFER_WORDS_CONFIGS`), which read bfloat16 rows of 4M / 8M at 78.4-79.1 /
+  69.4-70.4 %, under the rule
+  (`teachkit/benchmarks/softmax_resident_tma_words_pair_from_buffer_nvidia_h100.json`); no way
+  of writing behind read bfloat16 rows of 256k or 1M faster than the rule's configurations
+  (`teachkit/benchmarks/softmax_resident_tma_bf16_behind_nvidia_h100.json`);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
@@ -193,7 +199,11 @@ WRITE_BEHIND = {
     "TMA 8k, 4 warps x3, pair from buffer": st.PAIR_FROM_BUFFER_CONFIGS[0],
     "TMA 8k, 8 warps x3, pair from buffer": st.PAIR_FROM_BUFFER_CONFIGS[1],
     "TMA 8k, 8 warps x3, pair from buffer, pauses":
-        st.PAIR_FROM_BUFFER_CONFIGS[1]._replace(backoff=True)}
+        st.PAIR_FROM_BUFFER_CONFIGS[1]._replace(backoff=True),
+    "TMA words 16k, 4 warps x3, pair from buffer": st.PAIR_FROM_BUFFER_WORDS_CONFIGS[0],
+    "TMA words 16k, 4 warps x4, pair from buffer": st.PAIR_FROM_BUFFER_WORDS_CONFIGS[1],
+    "TMA words 16k, 4 warps x4, pair from buffer, pauses":
+        st.PAIR_FROM_BUFFER_WORDS_CONFIGS[1]._replace(backoff=True)}
 """With ``--write-behind``: programs that publish each chunk's pair before they wait for the
 row of the chunk before and write it (``write_behind``), two chunks in registers, so half the
 chunk of the same registers: chunks of 4096 columns in four programs of four warps a
@@ -206,7 +216,9 @@ words configurations (:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS` an
 to 8M columns; and :data:`~teachkit.kernels.softmax_tma.PAIR_FROM_BUFFER_CONFIGS`, three
 programs of 8192 columns a multiprocessor that take each chunk's pair from its buffer and hold
 only the chunk written behind in registers (``pair_from_buffer``), two buffers each: float32
-rows of up to 3.2M columns written behind."""
+rows of up to 3.2M columns written behind, and on 16-bit rows the same as words
+(:data:`~teachkit.kernels.softmax_tma.PAIR_FROM_BUFFER_WORDS_CONFIGS`): three programs with two
+buffers each (rows of up to 6.5M columns), or four with one (8.6M), with and without pauses."""
 
 
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,

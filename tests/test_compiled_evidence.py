@@ -532,20 +532,25 @@ def test_taking_the_pair_from_the_buffer_holds_one_chunk_in_registers():
     columns a multiprocessor writing behind, within their registers without a spill, each with
     two buffers of a chunk in shared memory (three to a multiprocessor's 228 KB); the chunk's
     pair is read from its buffer in pieces (shared-memory loads besides the one of the whole
-    chunk), three TMA copies (the first two items' and, in the loop, the item two after)."""
+    chunk), three TMA copies (the first two items' and, in the loop, the item two after). The
+    same for its words forms (``PAIR_FROM_BUFFER_WORDS_CONFIGS``): 16384 bfloat16 columns in the
+    same buffers, read once in pieces, three programs with two buffers or four with one (on rows
+    of up to 256 chunks: at 512 its poll of the row's pairs takes 24 bytes of stack)."""
     code = ("import torch; from teachkit.kernels import softmax_tma as st; "
-            "ks = [(c, cc.resident_tma_compiled(torch.float32, c, 512)) "
-            "for c in st.PAIR_FROM_BUFFER_CONFIGS]; "
-            "print([(c.chunk, c.depth, c.per_sm, c.num_warps, c.max_registers, k.metadata.shared, "
-            "cc.assembled_resources(k.asm['ptx'], 90), "
+            "ks = [(c, d, cc.resident_tma_compiled(d, c, g)) for c, d, g in "
+            "[(c, torch.float32, 512) for c in st.PAIR_FROM_BUFFER_CONFIGS] "
+            "+ [(st.PAIR_FROM_BUFFER_WORDS_CONFIGS[0], torch.bfloat16, 512), "
+            "(st.PAIR_FROM_BUFFER_WORDS_CONFIGS[1], torch.bfloat16, 256)]]; "
+            "print([(c.chunk * d.itemsize, c.depth, c.per_sm, c.num_warps, c.max_registers, "
+            "k.metadata.shared, cc.assembled_resources(k.asm['ptx'], 90), "
             "k.asm['ptx'].count('cp.async.bulk.tensor'), k.asm['ptx'].count('ld.shared')) "
-            "for c, k in ks])")
+            "for c, d, k in ks])")
     found = compiled_facts(code, timeout=600)
-    assert len(found) == 2
-    for chunk, depth, per_sm, warps, cap, shared, resources, copies, shared_loads in found:
+    assert len(found) == 4
+    for chunk_bytes, depth, per_sm, warps, cap, shared, resources, copies, shared_loads in found:
         assert resources["registers"] <= cap and resources["stack"] == 0, resources
         assert per_sm * warps * 32 * cap <= 65536
-        assert depth * chunk * 4 <= shared <= depth * chunk * 4 + 1024
+        assert depth * chunk_bytes <= shared <= depth * chunk_bytes + 1024
         assert per_sm * (shared + 1024) <= 228 * 1024
         assert copies == 1 + depth
         assert shared_loads > 1

@@ -50,6 +50,17 @@ def shares_by_row(record: str) -> tuple[list[str], list[tuple[list[str], str, st
     return header, found
 
 
+def assert_row_is_shares(header: list[str], row: list[str], shares: dict[str, float]) -> None:
+    """Each cell of ``row`` after the first is its column's provider's share of the copy in
+    ``shares`` (`softmax`: the entry point), or — where the record has no such provider."""
+    for column, cell in zip(header[1:], row[1:], strict=True):
+        provider = "entry point" if column == "`softmax`" else column
+        if cell == "—":
+            assert provider not in shares, (row[0], column)
+        else:
+            assert close(cell, shares[provider]), (row[0], column)
+
+
 def close(shown: str, value: float) -> bool:
     """Whether ``value`` rounds to ``shown`` (as many decimals as ``shown`` has)."""
     decimals = len(shown.partition(".")[2])
@@ -250,12 +261,7 @@ def test_reread_table_is_its_record():
         rule = st.tma_config(int(name.split("x")[1]),
                              torch.float32 if dtype == "fp32" else torch.bfloat16)
         assert not rule.reread
-        for column, cell in zip(header[1:], row[1:], strict=True):
-            provider = "entry point" if column == "`softmax`" else column
-            if cell == "—":
-                assert provider not in s, (row[0], column)
-            else:
-                assert close(cell, s[provider]), (row[0], column)
+        assert_row_is_shares(header, row, s)
 
 
 def test_pair_from_buffer_table_is_its_record():
@@ -273,9 +279,20 @@ def test_pair_from_buffer_table_is_its_record():
         rule = st.tma_config(cols, torch.float32)
         assert rule == (st.TMA_BEHIND_CONFIGS[4] if cols <= st.TMA_BEHIND_UNTIL[4]
                         else st.TMA_PAIR_FROM_BUFFER_CONFIGS[4]), name
-        for column, cell in zip(header[1:], row[1:], strict=True):
-            provider = "entry point" if column == "`softmax`" else column
-            if cell == "—":
-                assert provider not in s, (row[0], column)
-            else:
-                assert close(cell, s[provider]), (row[0], column)
+        assert_row_is_shares(header, row, s)
+
+
+@pytest.mark.parametrize("record", ["softmax_resident_tma_words_pair_from_buffer_nvidia_h100",
+                                    "softmax_resident_tma_bf16_behind_nvidia_h100"])
+def test_16_bit_written_behind_tables_are_their_records(record):
+    """``| rows × cols, dtype | ... | `softmax` |``: shares of the copy, one decimal, from the
+    record's results (— where the record has no such provider); `softmax` is its entry point,
+    and the rule writes no 16-bit row behind."""
+    import torch
+
+    st = pytest.importorskip("teachkit.kernels.softmax_tma")
+    header, rows = shares_by_row(record)
+    for row, name, dtype, s in rows:
+        assert dtype == "bf16"
+        assert not st.tma_config(int(name.split("x")[1]), torch.bfloat16).write_behind
+        assert_row_is_shares(header, row, s)

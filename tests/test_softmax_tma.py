@@ -46,7 +46,7 @@ def test_every_configuration_fits_a_multiprocessor():
     it wants them: ``max_registers`` a thread for ``per_sm`` programs."""
     for config in (*st.TMA_CONFIGS.values(), *st.TMA_LONG_ROW_CONFIGS.values(),
                    *st.TMA_BEHIND_CONFIGS.values(), *st.TMA_WORDS_CONFIGS.values(),
-                   *st.PAIR_FROM_BUFFER_CONFIGS):
+                   *st.PAIR_FROM_BUFFER_CONFIGS, *st.PAIR_FROM_BUFFER_WORDS_CONFIGS):
         assert config.per_sm * config.num_warps * 32 * config.max_registers <= 65536, config
         assert config.chunk % (4 * 32 * config.num_warps) == 0, config  # 4 elements a thread
 
@@ -75,13 +75,15 @@ def test_reading_again_is_only_for_writing_behind():
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
-def test_the_pair_from_the_buffer_is_only_for_float32_chunks_written_behind():
+def test_the_pair_from_the_buffer_is_only_for_chunks_written_behind_and_kept():
+    """Taking the pair from the buffer writes behind from the chunk it keeps: refused without
+    ``write_behind``, with ``reread`` and with weights kept as words, saying what to pass."""
     x = torch.randn(2, 1024, device="cuda", dtype=torch.bfloat16)
-    taken = st.PAIR_FROM_BUFFER_CONFIGS[0]
-    for config in (taken._replace(write_behind=False), taken._replace(reread=True),
-                   taken._replace(words=True)):
-        with pytest.raises(ValueError, match="pair_from_buffer=False"):
-            ks.softmax_resident_tma(x, config=config)
+    for taken in (st.PAIR_FROM_BUFFER_CONFIGS[0], *st.PAIR_FROM_BUFFER_WORDS_CONFIGS):
+        for config in (taken._replace(write_behind=False), taken._replace(reread=True),
+                       taken._replace(words=True, keep_weights=True)):
+            with pytest.raises(ValueError, match="pair_from_buffer=False"):
+                ks.softmax_resident_tma(x, config=config)
 
 
 @pytest.mark.skipif(HOPPER, reason="off a Hopper GPU only")
@@ -101,7 +103,8 @@ def test_a_config_of_another_kind_is_a_type_error():
 def test_words_take_16_bit_rows_of_whole_lines_of_words():
     """A configuration with ``words`` holds twice the columns in the same lines, and refuses
     float32 rows, rows not a whole number of lines of words, writing behind without reading
-    again and keeping weights while reading again, saying what to pass."""
+    again or taking the pair from the buffer, and keeping weights while reading again, saying
+    what to pass."""
     words = st.TmaConfig(32, 4, 4, words=True)
     assert words.chunk == 2 * st.TmaConfig(32, 4, 4).chunk == 16384
     if not HOPPER:
@@ -114,7 +117,8 @@ def test_words_take_16_bit_rows_of_whole_lines_of_words():
         ks.softmax_resident_tma(f, config=words)
     for config, rows, say in ((words._replace(keep_weights=True), x.half(), "keep_weights=False"),
                               (st.TmaConfig(32, 4, 4, keep_weights=True), f, "words=True"),
-                              (words._replace(write_behind=True), x, "reread=True or write_behind"),
+                              (words._replace(write_behind=True), x,
+                               "reread=True, pair_from_buffer=True or write_behind"),
                               (words._replace(keep_weights=True, write_behind=True, reread=True), x,
                                "keeps nothing.*keep_weights=False")):
         with pytest.raises(ValueError, match=say):
@@ -134,7 +138,7 @@ WRITING_BEHIND = [st.TmaConfig(32, 8, 2, write_behind=True),
                   st.TmaConfig(32, 4, 4, words=True, write_behind=True, reread=True),
                   st.TmaConfig(64, 8, 2, backoff=True, words=True, write_behind=True,
                                reread=True),
-                  *st.PAIR_FROM_BUFFER_CONFIGS]
+                  *st.PAIR_FROM_BUFFER_CONFIGS, *st.PAIR_FROM_BUFFER_WORDS_CONFIGS]
 
 
 def test_a_depth_below_one_is_refused_naming_it():
@@ -174,7 +178,9 @@ def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
                               "words 16k, writing behind, read again",
                               "words 32k, writing behind, read again",
                               "8k, 4 warps x3, pair from the buffer",
-                              "8k, 8 warps x3, pair from the buffer"])
+                              "8k, 8 warps x3, pair from the buffer",
+                              "words 16k, 4 warps x3, pair from the buffer",
+                              "words 16k, 4 warps x4, one buffer, pair from the buffer"])
 def test_it_matches_torch_on_awkward_rows(dtype, config):
     """One chunk, chunks past the row's end, more rows than a round of programs, and rows of
     -inf, +inf, NaN and huge values: as ``torch.softmax`` (NaN where it gives NaN)."""

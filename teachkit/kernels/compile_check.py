@@ -1008,7 +1008,7 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
         constexprs["KEEP_WEIGHTS"] = config.keep_weights
     else:
         constexprs["WRITE_BEHIND"] = config.write_behind
-        constexprs["PAIR_FROM_BUFFER"] = config.pair_from_buffer
+    constexprs["PAIR_FROM_BUFFER"] = config.pair_from_buffer
     constexprs["REREAD"] = config.reread
     constexprs["DEPTH"] = config.depth
     constexprs["BOXES"] = config.boxes

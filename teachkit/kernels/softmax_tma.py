@@ -46,15 +46,15 @@ from .pairs import (
 )
 from .words import fresh, halves, pack_halves, pack_halves_x2
 
-__all__ = ["PAIR_FROM_BUFFER_CONFIGS", "PIECE_COLUMNS", "TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL",
-           "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS", "TMA_LONG_ROW_FROM",
-           "TMA_PAIR_FROM_BUFFER_CONFIGS", "TMA_PAIR_FROM_BUFFER_UNTIL", "TMA_WIDTH",
-           "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "buffer_pair", "chunk_columns",
-           "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
+__all__ = ["PAIR_FROM_BUFFER_CONFIGS", "PAIR_FROM_BUFFER_WORDS_CONFIGS", "PIECE_COLUMNS",
+           "TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS",
+           "TMA_LONG_ROW_FROM", "TMA_PAIR_FROM_BUFFER_CONFIGS", "TMA_PAIR_FROM_BUFFER_UNTIL",
+           "TMA_WIDTH", "TMA_WORDS_CONFIGS", "TMA_WORDS_FROM", "TmaConfig", "buffer_pair",
+           "chunk_columns", "chunk_descriptor", "copy_chunk", "held_lines", "launch_resident_tma",
            "load_and_refill", "next_buffer", "piece_of", "resident_tma_kernel",
-           "resident_tma_words_kernel", "shared_layout", "start_chunks", "take_chunk",
-           "tma_config", "tma_fits", "tma_not_ready", "tma_programs", "word_padding",
-           "write_chunk", "write_kept", "write_reread"]
+           "resident_tma_words_kernel", "shared_layout", "start_chunks", "take_chunk", "tma_config",
+           "tma_fits", "tma_not_ready", "tma_programs", "word_padding", "write_chunk", "write_kept",
+           "write_reread", "write_words"]
 
 
 @gluon.jit
@@ -178,38 +178,64 @@ def load_and_refill(x_desc, buffer, arrived, after, n_items, G, row_lines,
 
 
 @gluon.jit
-def buffer_pair(buffer, col0, n_cols, CHUNK: gl.constexpr, LINES: gl.constexpr):
+def buffer_pair(buffer, col0, n_cols, CHUNK: gl.constexpr, LINES: gl.constexpr,
+                HALF: gl.constexpr = None, PADDING: gl.constexpr = None):
     """The ``(m, d)`` of the chunk that has arrived in ``buffer`` (``LINES`` lines of the
     descriptor's rows), whose first column is ``col0`` of its row, read from shared memory
-    :data:`PIECE_COLUMNS` columns (whole lines) at a time, twice (the maximum, then the sum of
-    ``exp(x - m)``), so that the program holds one piece in registers, not the chunk."""
+    :data:`PIECE_COLUMNS` columns (whole lines) at a time, so that the program holds one piece
+    in registers, not the chunk: twice (the maximum, then the sum of ``exp(x - m)``). With
+    ``HALF`` (float16 or bfloat16) the buffer holds words of two ``HALF`` elements, and
+    ``col0``, ``n_cols`` and ``CHUNK`` count words, ``PADDING`` the word past a row's end
+    (:func:`resident_tma_words_kernel`); it is then read once, each piece's pair merged into the
+    running one as the online softmax does, since holding the pieces of two passes and their
+    float32 halves spills (compiled for sm_90 in four warps beside a chunk of 16384 columns)."""
     W: gl.constexpr = buffer.shape[1]
-    PIECE_LINES: gl.constexpr = PIECE_COLUMNS // W if LINES * W > PIECE_COLUMNS else LINES
+    PER_LINE: gl.constexpr = W if HALF is None else 2 * W  # columns a line of the buffer holds
+    PIECE_LINES: gl.constexpr = (PIECE_COLUMNS // PER_LINE if LINES * PER_LINE > PIECE_COLUMNS
+                                 else LINES)
+    PIECES: gl.constexpr = LINES // PIECE_LINES
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [gl.num_warps(), 1], [1, 0])
     lines = gl.arange(0, PIECE_LINES, layout=gl.SliceLayout(1, layout))
     offs = lines[:, None] * W + gl.arange(0, W, layout=gl.SliceLayout(0, layout))[None, :]
     m = float("-inf")
-    for p in gl.static_range(LINES // PIECE_LINES):
-        x = piece_of(buffer, p * PIECE_LINES, PIECE_LINES, col0, offs + p * PIECE_LINES * W,
-                     n_cols, CHUNK, layout)
-        m = gl.maximum(m, gl.max(gl.max(x, axis=1), axis=0))
-    safe = gl.where(m == float("-inf"), 0.0, m)  # a chunk of -inf: d = 0
     d = 0.0
-    for p in gl.static_range(LINES // PIECE_LINES):
-        x = piece_of(buffer, p * PIECE_LINES, PIECE_LINES, col0, offs + p * PIECE_LINES * W,
-                     n_cols, CHUNK, layout)
-        d += gl.sum(gl.sum(gl.exp2((x - safe) * LOG2E), axis=1), axis=0)
+    if HALF is None:
+        for p in gl.static_range(PIECES):
+            x = piece_of(buffer, p * PIECE_LINES, PIECE_LINES, col0, offs + p * PIECE_LINES * W,
+                         n_cols, CHUNK, layout)
+            m = gl.maximum(m, gl.max(gl.max(x, axis=1), axis=0))
+        safe = gl.where(m == float("-inf"), 0.0, m)  # a chunk of -inf: d = 0
+        for p in gl.static_range(PIECES):
+            x = piece_of(buffer, p * PIECE_LINES, PIECE_LINES, col0, offs + p * PIECE_LINES * W,
+                         n_cols, CHUNK, layout)
+            d += gl.sum(gl.sum(gl.exp2((x - safe) * LOG2E), axis=1), axis=0)
+    else:
+        for p in gl.static_range(PIECES):
+            x = piece_of(buffer, p * PIECE_LINES, PIECE_LINES, col0, offs + p * PIECE_LINES * W,
+                         n_cols, CHUNK, layout, PADDING)
+            low, high = halves(x, HALF)
+            m_new = gl.maximum(m, gl.max(gl.max(gl.maximum(low, high), axis=1), axis=0))
+            safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            e = gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E)
+            d = d * gl.exp2((m - safe) * LOG2E) + gl.sum(gl.sum(e, axis=1), axis=0)
+            m = m_new
     return m, d
 
 
 @gluon.jit
 def piece_of(buffer, first, LINES: gl.constexpr, col0, offs, n_cols, CHUNK: gl.constexpr,
-             layout: gl.constexpr):
+             layout: gl.constexpr, PADDING: gl.constexpr = None):
     """Lines ``first`` to ``first + LINES`` of the chunk in ``buffer`` in registers as float32
     in ``layout``, ``-inf`` past its row (:func:`chunk_columns`; ``offs``, their columns in the
-    chunk, whose first is ``col0`` of its row)."""
-    x = buffer.slice(first, LINES).load(layout).to(gl.float32)
-    return gl.where(chunk_columns(col0 + offs, offs, n_cols, CHUNK), x, float("-inf"))
+    chunk, whose first is ``col0`` of its row); with ``PADDING``, as the buffer's words,
+    ``PADDING`` past its row."""
+    x = buffer.slice(first, LINES).load(layout)
+    inside = chunk_columns(col0 + offs, offs, n_cols, CHUNK)
+    if PADDING is None:
+        x = gl.where(inside, x.to(gl.float32), float("-inf"))
+    else:
+        x = gl.where(inside, x, PADDING)
+    return x
 
 
 @gluon.jit
@@ -276,6 +302,35 @@ def write_kept(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.
         else:
             write_chunk(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
                         MAX_SPIN, BACKOFF, CHUNK)
+
+
+@gluon.jit
+def write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.constexpr,
+                MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, WORDS: gl.constexpr,
+                KEEP_WEIGHTS: gl.constexpr):
+    """:func:`write_chunk` for :func:`resident_tma_words_kernel`: wait for the pairs of item
+    ``item``'s row and write its chunk's results as words, from the input's own ``words``
+    (``exp(x - m_row) / d_row``, the halves computed again where they are used, :func:`fresh`),
+    or with ``KEEP_WEIGHTS`` from the weights kept as bfloat16 words
+    (``e * exp(m_c - m_row) / d_row``); ``offs`` (an ``arange`` of the chunk) and ``WORDS``,
+    the chunk, count words."""
+    HALF: gl.constexpr = X.dtype.element_ty
+    row = item // G
+    cols = (item % G) * WORDS + offs
+    m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G, X + row.to(gl.int64) * n_cols,
+                                  n_cols, G, G_POW2, MAX_SPIN, BACKOFF)
+    if KEEP_WEIGHTS:
+        e_low, e_high = halves(fresh(words, m_row), gl.bfloat16)
+        scale = gl.exp2((m_c - m_row) * LOG2E) / d_row
+        y = pack_halves_x2(e_low * scale, e_high * scale, HALF)
+    else:
+        low, high = halves(fresh(words, m_row), HALF)
+        scale = 1.0 / d_row
+        y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
+                        gl.exp2((high - m_row) * LOG2E) * scale, HALF)
+    y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
+    gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y,
+             mask=chunk_columns(cols, offs, n_cols // 2, WORDS))
 
 
 @gluon.jit
@@ -390,7 +445,8 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
                               G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr,
                               BACKOFF: gl.constexpr, PADDING: gl.constexpr,
                               KEEP_WEIGHTS: gl.constexpr = False, DEPTH: gl.constexpr = 1,
-                              BOXES: gl.constexpr = 1, REREAD: gl.constexpr = False):
+                              BOXES: gl.constexpr = 1, REREAD: gl.constexpr = False,
+                              PAIR_FROM_BUFFER: gl.constexpr = False):
     """:func:`resident_tma_kernel` for float16 and bfloat16 rows, holding its chunk as the input
     itself, two elements to a 32-bit word, as the Triton kernel's
     :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` does: twice the columns in
@@ -409,7 +465,12 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
 
     With ``REREAD`` it writes behind as :func:`resident_tma_kernel` does with ``WRITE_BEHIND``
     and ``REREAD``: after publishing an item's pair it writes the item before
-    (:func:`write_reread`, its input read again), so it keeps no words through a wait."""
+    (:func:`write_reread`, its input read again), so it keeps no words through a wait. With
+    ``PAIR_FROM_BUFFER`` it writes behind as :func:`resident_tma_kernel` does with
+    ``PAIR_FROM_BUFFER``: it takes the chunk's pair from its buffer (:func:`buffer_pair`, the
+    words' halves a piece at a time), writes the item before from the words it kept
+    (:func:`write_words`), and only then loads this chunk's words and refills the buffer, so
+    it keeps one chunk of words in registers and the next in shared memory through the turn."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
     WORDS: gl.constexpr = BOXES * R * W
@@ -420,58 +481,63 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     n_items = n_rows * G
     n_words = n_cols // 2
     row_lines = n_words // W
-    y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
     buffers, arrived = start_chunks(x_desc, pid, n_items, G, row_lines, n_programs, DEPTH,
                                     BOXES)
     offs = gl.arange(0, HELD, layout=chunk_layout)
     b = 0
     phase = 0
-    item_behind = pid - n_programs  # REREAD: the item to write next
+    kept = gl.zeros([HELD], gl.int32, chunk_layout)  # PAIR_FROM_BUFFER: the last item's words
+    item_behind = pid - n_programs  # REREAD, PAIR_FROM_BUFFER: the item to write next
     for item in range(pid, n_items, n_programs):
-        row = item // G
         cols = (item % G) * WORDS + offs
-        words = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
-                           item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout,
-                           BOXES)
-        b, phase = next_buffer(b, phase, DEPTH)
-        inside = chunk_columns(cols, offs, n_words, WORDS)
-        words = gl.where(inside, words, PADDING)
-        low, high = halves(words, HALF)
-        m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
-        safe = gl.where(m_c == float("-inf"), 0.0, m_c)
-        low, high = halves(fresh(words, m_c), HALF)
-        if KEEP_WEIGHTS:  # the weights kept instead of the input, summed as kept
-            words = pack_halves_x2(gl.exp2((low - safe) * LOG2E),
-                                   gl.exp2((high - safe) * LOG2E), gl.bfloat16)
-            e_low, e_high = halves(words, gl.bfloat16)
-            d_c = gl.sum(e_low + e_high, axis=0)
-        else:
-            d_c = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E),
-                         axis=0)
-        gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-        if REREAD:  # the item before, read again; this one's words are not kept
+        if PAIR_FROM_BUFFER:  # the pair from the buffer, the words only after the write
+            mbarrier.wait(arrived.index(b), phase)
+            m_c, d_c = buffer_pair(buffers.index(b), (item % G) * WORDS, n_words, WORDS,
+                                   held_lines(R, BOXES), HALF, PADDING)
+            gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
             if item_behind >= 0:
-                write_reread(item_behind, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN,
-                             BACKOFF, 2 * WORDS, 2 * HELD)
+                write_words(kept, m_c, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                            G_POW2, MAX_SPIN, BACKOFF, WORDS, False)
+            kept = load_and_refill(x_desc, buffers.index(b), arrived.index(b),
+                                   item + DEPTH * n_programs, n_items, G, row_lines,
+                                   chunk_layout, BOXES)
+            b, phase = next_buffer(b, phase, DEPTH)
             item_behind = item
         else:
-            m_row, d_row = gluon_row_pair(SLOTS + row.to(gl.int64) * G,
-                                          X + row.to(gl.int64) * n_cols, n_cols, G, G_POW2,
-                                          MAX_SPIN, BACKOFF)
-            if KEEP_WEIGHTS:
-                e_low, e_high = halves(fresh(words, m_row), gl.bfloat16)
-                scale = gl.exp2((m_c - m_row) * LOG2E) / d_row
-                y = pack_halves_x2(e_low * scale, e_high * scale, HALF)
+            words = take_chunk(x_desc, buffers.index(b), arrived.index(b), phase,
+                               item + DEPTH * n_programs, n_items, G, row_lines, chunk_layout,
+                               BOXES)
+            b, phase = next_buffer(b, phase, DEPTH)
+            words = gl.where(chunk_columns(cols, offs, n_words, WORDS), words, PADDING)
+            low, high = halves(words, HALF)
+            m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
+            safe = gl.where(m_c == float("-inf"), 0.0, m_c)
+            low, high = halves(fresh(words, m_c), HALF)
+            if KEEP_WEIGHTS:  # the weights kept instead of the input, summed as kept
+                words = pack_halves_x2(gl.exp2((low - safe) * LOG2E),
+                                       gl.exp2((high - safe) * LOG2E), gl.bfloat16)
+                e_low, e_high = halves(words, gl.bfloat16)
+                d_c = gl.sum(e_low + e_high, axis=0)
             else:
-                low, high = halves(fresh(words, m_row), HALF)
-                scale = 1.0 / d_row
-                y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
-                                gl.exp2((high - m_row) * LOG2E) * scale, HALF)
-            gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y, mask=inside)
+                d_c = gl.sum(gl.exp2((low - safe) * LOG2E) + gl.exp2((high - safe) * LOG2E),
+                             axis=0)
+            gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
+            if REREAD:  # the item before, read again; this one's words are not kept
+                if item_behind >= 0:
+                    write_reread(item_behind, X, Y, SLOTS, n_cols, stride_y, G, G_POW2,
+                                 MAX_SPIN, BACKOFF, 2 * WORDS, 2 * HELD)
+                item_behind = item
+            else:
+                write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
+                            MAX_SPIN, BACKOFF, WORDS, KEEP_WEIGHTS)
     if REREAD:  # the last item
         if item_behind >= 0:
             write_reread(item_behind, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN,
                          BACKOFF, 2 * WORDS, 2 * HELD)
+    if PAIR_FROM_BUFFER:
+        if item_behind >= 0:
+            write_words(kept, 0.0, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                        G_POW2, MAX_SPIN, BACKOFF, WORDS, False)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 
@@ -499,15 +565,16 @@ class TmaConfig(NamedTuple):
     two: 3 boxes of 16 lines make chunks of 12288 columns, 256 to a row of 3M, held in the
     registers and buffer of 16384 (:func:`held_lines`), and ``write_behind``: publish each
     chunk's pair before waiting for the row of the chunk before and writing it
-    (``WRITE_BEHIND``, :func:`resident_tma_kernel`; with ``words`` only reading again), two
+    (``WRITE_BEHIND``, :func:`resident_tma_kernel`; with ``words`` only reading again or taking
+    the pair from the buffer), two
     chunks in registers, and ``reread``: with ``write_behind``, read the chunk written behind
     again when writing it (``REREAD``, :func:`write_reread`) instead of holding its weights, so
     one chunk in registers, as in the plain order, and rows as long (``gpu_checks/
     resident_tma_gpu.py --write-behind`` on an H100, ``softmax_resident_tma_reread_nvidia_h100``:
     float32 rows of 2.5M-4M columns and bfloat16 rows of 4M at 57.9-65.6 % of the copy, about
     the two-read bound, where the rule then read them at 80.4-86.1 %; not in the rule), and
-    ``pair_from_buffer``: with ``write_behind`` on float32 chunks, take each chunk's pair from
-    its buffer and load its weights only after writing the chunk before
+    ``pair_from_buffer``: with ``write_behind``, take each chunk's pair from its buffer and load
+    its weights (with ``words``, its words) only after writing the chunk before
     (``PAIR_FROM_BUFFER``, :func:`buffer_pair`), so one chunk in registers and the chunk in
     shared memory through the turn, with ``depth`` 2 a second buffer in flight: three programs
     of 8192 columns a multiprocessor (:data:`PAIR_FROM_BUFFER_CONFIGS`) hold float32 rows of up
@@ -588,8 +655,10 @@ TMA_BEHIND_UNTIL = {4: 1 << 21}
 """By element size, the columns up to which :func:`tma_config` takes
 :data:`TMA_BEHIND_CONFIGS` where they fit: 2M float32 columns, as timed (256 chunks, two
 programs on each of 128 multiprocessors; an H100's 132 hold rows of up to 2,162,688). Longer
-rows do not fit (:data:`TMA_PAIR_FROM_BUFFER_CONFIGS` takes them), and 16-bit rows have not
-been timed written behind."""
+rows do not fit (:data:`TMA_PAIR_FROM_BUFFER_CONFIGS` takes them). 16-bit rows written behind
+gained nothing on an H100 (``softmax_resident_tma_bf16_behind_nvidia_h100``): bfloat16 rows of
+256k / 1M columns at 89.5 / 85.9 % in chunks of 4096 and 88.3 / 84.1 % in this configuration,
+against 91.1 / 88.1 % in the rule's configurations."""
 PAIR_FROM_BUFFER_CONFIGS = (
     TmaConfig(32, 4, 3, max_registers=168, depth=2, write_behind=True, pair_from_buffer=True),
     TmaConfig(32, 8, 3, max_registers=80, depth=2, write_behind=True, pair_from_buffer=True))
@@ -602,6 +671,21 @@ multiprocessor, compiled for sm_90 without a spill, so an H100's 396 hold rows o
 3M columns at 94.0 / 93.4 % in four warps and 87.0 / 85.5 % in eight, where the rule read them
 at 79.9 / 84.3 % in the same run; rows of 2M at 95.3 against the rule's 96.0 (written behind in
 registers). The rule takes the first (:data:`TMA_PAIR_FROM_BUFFER_CONFIGS`)."""
+PAIR_FROM_BUFFER_WORDS_CONFIGS = (
+    TmaConfig(32, 4, 3, max_registers=168, depth=2, words=True, write_behind=True,
+              pair_from_buffer=True),
+    TmaConfig(32, 4, 4, words=True, write_behind=True, pair_from_buffer=True))
+"""The words form of taking the pair from the buffer (``pair_from_buffer`` with ``words``):
+16-bit rows held as their own words (:func:`resident_tma_words_kernel`), chunks of 16384
+columns in buffers of 32 KB, programs of four warps: three a multiprocessor with two buffers
+each, as :data:`PAIR_FROM_BUFFER_CONFIGS`' first (rows of up to 6,488,064 columns on an H100's
+132 multiprocessors), or four with one each and 128 registers a thread (rows of up to
+8,650,752: bfloat16 rows of 8M among them). Both compile for sm_90 without a spill, but for
+the second's poll of the pairs of rows of 512 chunks (8M), which takes 24 bytes of stack. Not in
+the rule: ``gpu_checks/resident_tma_gpu.py --write-behind`` on an H100
+(``softmax_resident_tma_words_pair_from_buffer_nvidia_h100``, % of the copy) read bfloat16 rows
+of 4M columns at 78.4-79.1 % and 8M at 69.4-70.4 %, where the rule read them at 82.0 and 77.3 %:
+with the wait hidden, the words' own work holds them."""
 TMA_PAIR_FROM_BUFFER_CONFIGS = {4: PAIR_FROM_BUFFER_CONFIGS[0]}
 """By element size, the configuration of rows of at most :data:`TMA_PAIR_FROM_BUFFER_UNTIL`
 columns that :data:`TMA_BEHIND_CONFIGS` does not take, where they fit: chunks of 8192 float32
@@ -610,7 +694,9 @@ warps a multiprocessor (:data:`PAIR_FROM_BUFFER_CONFIGS`)."""
 TMA_PAIR_FROM_BUFFER_UNTIL = {4: 3 << 20}
 """By element size, the columns up to which :func:`tma_config` takes
 :data:`TMA_PAIR_FROM_BUFFER_CONFIGS` where they fit: 3M float32 columns, as timed (an H100's
-132 multiprocessors hold rows of up to 3,244,032). 16-bit rows have not been timed this way."""
+132 multiprocessors hold rows of up to 3,244,032). On 16-bit rows it gained nothing: held as
+float32 (bfloat16 rows of 256k / 1M at 88.2 / 83.6 %) or as words
+(:data:`PAIR_FROM_BUFFER_WORDS_CONFIGS`)."""
 TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True)}
 """By element size, the configuration of 16-bit rows from :data:`TMA_WORDS_FROM` columns: the
 chunk as the input's own words (:func:`resident_tma_words_kernel`), 16384 columns in the
@@ -702,13 +788,14 @@ def tma_not_ready(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig | None =
         return ("reads a chunk again only to write it behind; pass write_behind=True or "
                 "reread=False")
     if config is not None and config.pair_from_buffer and (
-            config.words or config.reread or not config.write_behind):
-        return ("takes its pair from the buffer only writing behind float32 chunks held as "
-                "weights; pass write_behind=True, words=False and reread=False, or "
-                "pair_from_buffer=False")
-    if config is not None and config.write_behind and config.words and not config.reread:
-        return ("as words writes behind only reading the chunk again; pass reread=True or "
-                "write_behind=False")
+            config.reread or config.keep_weights or not config.write_behind):
+        return ("takes its pair from the buffer only writing behind, keeping the chunk itself "
+                "(not reading it again, not its weights as words); pass write_behind=True, "
+                "reread=False and keep_weights=False, or pair_from_buffer=False")
+    if config is not None and config.write_behind and config.words and not (
+            config.reread or config.pair_from_buffer):
+        return ("as words writes behind only reading the chunk again or taking its pair from "
+                "the buffer; pass reread=True, pair_from_buffer=True or write_behind=False")
     if config is not None and config.keep_weights:
         if not config.words:
             return "keeps its weights as words only; pass words=True or keep_weights=False"
@@ -792,7 +879,8 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
     if config.words:
         kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype),
                                                     "KEEP_WEIGHTS": config.keep_weights,
-                                                    "REREAD": config.reread}
+                                                    "REREAD": config.reread,
+                                                    "PAIR_FROM_BUFFER": config.pair_from_buffer}
     kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,

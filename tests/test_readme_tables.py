@@ -224,11 +224,9 @@ def test_tma_table_is_its_record():
              st.TMA_LONG_ROW_CONFIGS[2]: "TMA words 32k, pauses"}
     header, rows = shares_by_row("softmax_resident_tma_nvidia_h100")
     for row, name, dtype, s in rows:
-        cols = int(name.split("x")[1])
-        config = st.tma_config(cols, torch.float32 if dtype == "fp32" else torch.bfloat16)
-        if config.write_behind:
-            config = st.TMA_CONFIGS[4] if cols < st.TMA_LONG_ROW_FROM[4] else (
-                st.TMA_LONG_ROW_CONFIGS[4])
+        config = st.tma_config(int(name.split("x")[1]),
+                               torch.float32 if dtype == "fp32" else torch.bfloat16,
+                               write_behind=False)
         for column, cell in zip(header[1:], row[1:], strict=True):
             value = s[named[config]] if column == "`softmax`" else s.get(column)
             assert (cell == "–") if value is None else close(cell, value), (row[0], column)

@@ -720,18 +720,23 @@ TMA_LONG_ROW_FROM = {4: 3 << 20, 2: 1 << 23}
 in 16 bits (78.0 % against 73.2 % in :data:`TMA_WORDS_CONFIGS`; at 4M 79.9 % against 82.2 %)."""
 
 
-def tma_config(n_cols: int, dtype: torch.dtype, device: int | None = None) -> TmaConfig | None:
+def tma_config(n_cols: int, dtype: torch.dtype, device: int | None = None,
+               write_behind: bool = True) -> TmaConfig | None:
     """The configuration :func:`~teachkit.kernels.softmax_kernels.softmax` runs the TMA kernel
     in for rows of ``n_cols`` of ``dtype`` on GPU ``device`` (``None`` for a dtype it does not
     take): up to :data:`TMA_BEHIND_UNTIL` columns :data:`TMA_BEHIND_CONFIGS`, else up to
     :data:`TMA_PAIR_FROM_BUFFER_UNTIL` :data:`TMA_PAIR_FROM_BUFFER_CONFIGS`, each where it fits
     on ``device`` (:func:`tma_fits`; with no ``device``, as an H100 holds them); else from
     :data:`TMA_LONG_ROW_FROM` columns :data:`TMA_LONG_ROW_CONFIGS`, from :data:`TMA_WORDS_FROM`
-    :data:`TMA_WORDS_CONFIGS`, and :data:`TMA_CONFIGS` below.
+    :data:`TMA_WORDS_CONFIGS`, and :data:`TMA_CONFIGS` below. With ``write_behind`` off, the
+    configuration among the last three, as the rule was before it wrote rows behind (what the
+    records timed before then name).
 
     >>> tma_config(1 << 20, torch.float32) == TMA_BEHIND_CONFIGS[4]
     True
     >>> tma_config(5 << 19, torch.float32) == TMA_PAIR_FROM_BUFFER_CONFIGS[4]
+    True
+    >>> tma_config(3 << 20, torch.float32, write_behind=False) == TMA_LONG_ROW_CONFIGS[4]
     True
     >>> tma_config(1 << 22, torch.float32).chunk, tma_config(1 << 21, torch.bfloat16).chunk
     (16384, 16384)
@@ -740,7 +745,8 @@ def tma_config(n_cols: int, dtype: torch.dtype, device: int | None = None) -> Tm
     if size not in TMA_CONFIGS or dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return None
     for configs, until in ((TMA_BEHIND_CONFIGS, TMA_BEHIND_UNTIL),
-                           (TMA_PAIR_FROM_BUFFER_CONFIGS, TMA_PAIR_FROM_BUFFER_UNTIL)):
+                           (TMA_PAIR_FROM_BUFFER_CONFIGS, TMA_PAIR_FROM_BUFFER_UNTIL)
+                           ) if write_behind else ():
         if n_cols <= until.get(size, 0) and (
                 device is None or tma_fits(n_cols, configs[size], dtype, device)):
             return configs[size]

@@ -657,8 +657,8 @@ TMA_BEHIND_UNTIL = {4: 1 << 21}
 programs on each of 128 multiprocessors; an H100's 132 hold rows of up to 2,162,688). Longer
 rows do not fit (:data:`TMA_PAIR_FROM_BUFFER_CONFIGS` takes them). 16-bit rows written behind
 gained nothing on an H100 (``softmax_resident_tma_bf16_behind_nvidia_h100``): bfloat16 rows of
-256k / 1M columns at 89.5 / 85.9 % in chunks of 4096 and 88.3 / 84.1 % in this configuration,
-against 91.1 / 88.1 % in the rule's configurations."""
+256k / 1M columns at 89.5 / 86.0 % at best in chunks of 4096 and 88.3 / 84.1 % in this
+configuration, against 91.1 / 88.1 % in the rule's configurations."""
 PAIR_FROM_BUFFER_CONFIGS = (
     TmaConfig(32, 4, 3, max_registers=168, depth=2, write_behind=True, pair_from_buffer=True),
     TmaConfig(32, 8, 3, max_registers=80, depth=2, write_behind=True, pair_from_buffer=True))

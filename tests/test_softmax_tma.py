@@ -22,7 +22,8 @@ def test_the_rule_takes_every_row_by_its_dtype_and_length():
     """float32 rows take chunks of 8192 columns written behind up to 2M columns, past 2M up to
     3M the same chunks written behind with each one's pair taken from its buffer, past 3M
     chunks of 16384 with pauses; 16-bit rows take 8192 held as float32, from 1M columns 16384
-    as words, from 8M 32768 as words with pauses; other dtypes none."""
+    as words, from 8M 32768 as words with pauses; other dtypes none. Not writing behind, as the
+    rule was before, float32 rows take chunks of 8192 up to 3M columns."""
     behind = st.TMA_BEHIND_CONFIGS[4]
     assert behind.write_behind and behind.chunk == 8192 and behind.num_warps == 8
     for cols in (1 << 15, 1 << 20, 1 << 21):
@@ -31,6 +32,9 @@ def test_the_rule_takes_every_row_by_its_dtype_and_length():
     assert from_buffer == st.PAIR_FROM_BUFFER_CONFIGS[0] and from_buffer.num_warps == 4
     for cols in ((1 << 21) + 256, 5 << 19, 3 << 20):
         assert st.tma_config(cols, torch.float32) == from_buffer
+    for cols in (1 << 20, 5 << 19):  # the rule before it wrote rows behind
+        assert st.tma_config(cols, torch.float32, write_behind=False) == st.TMA_CONFIGS[4]
+    assert st.tma_config(3 << 20, torch.float32, write_behind=False) == st.TMA_LONG_ROW_CONFIGS[4]
     long = st.tma_config((3 << 20) + 256, torch.float32)
     assert long == st.TMA_LONG_ROW_CONFIGS[4] and long.chunk == 16384 and long.backoff
     for dtype in (torch.float16, torch.bfloat16):

@@ -23,7 +23,7 @@ def test_the_rule_takes_every_row_by_its_dtype_and_length():
     3M the same chunks written behind with each one's pair taken from its buffer, past 3M
     chunks of 16384 with pauses; 16-bit rows take 8192 held as float32, from 1M columns 16384
     as words, from 8M 32768 as words with pauses; other dtypes none. Not writing behind, as the
-    rule was before, float32 rows take chunks of 8192 up to 3M columns."""
+    rule was before, float32 rows below 3M columns take chunks of 8192."""
     behind = st.TMA_BEHIND_CONFIGS[4]
     assert behind.write_behind and behind.chunk == 8192 and behind.num_warps == 8
     for cols in (1 << 15, 1 << 20, 1 << 21):

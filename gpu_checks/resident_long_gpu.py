@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         timed = {name: fn for name, fn in offered.items()
                  if name in ("split rows", "entry point")
                  or sk.resident_fits(x.shape[1], x.dtype, 0, long_rows)}
-        timers = provider_timers(timed, x, dt)
+        timers = provider_timers(timed, x, dt, settle_ms=args.settle_ms)
         if args.unexchanged:
             timers |= cut_timers(unexchanged(x), sk.softmax_resident, x, dt)
         return timers

@@ -830,7 +830,7 @@ def main(argv: list[str] | None = None) -> int:
                      for name, by_size in configs.items()}
         providers |= {"entry point": sk.softmax, "split rows": sk.softmax_split,
                       "torch": lambda x: torch.softmax(x, -1), SAME_BYTES_COPY: torch.clone}
-        return provider_timers(providers, x, dt)
+        return provider_timers(providers, x, dt, settle_ms=args.settle_ms)
 
     results, right = time_shapes(dtype_shape_jobs(SHAPES, args.shapes), timers_for, args.rounds,
                                  copy)

@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def timers_for(x, dt):
         timed = {name: fn for name, fn in providers(x.dtype, extra).items() if fits(name, x)}
-        timers = provider_timers(timed, x, dt)
+        timers = provider_timers(timed, x, dt, settle_ms=args.settle_ms)
         if args.unexchanged:
             timers |= cut_timers(unexchanged(x), sk.softmax_resident_tma, x, dt)
         return timers

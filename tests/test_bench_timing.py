@@ -190,18 +190,21 @@ def test_time_shapes_times_each_shape_with_the_timers_it_is_given():
 
 
 def test_the_scripts_shape_arguments_and_their_check_against_torch():
-    """:func:`add_shape_arguments` gives the resident scripts ``--rounds``, ``--shapes`` and
-    ``--json`` with plain launches and no figure; :func:`agrees_with_torch` takes a softmax
-    within the dtype's tolerance (NaN where torch has NaN) and refuses one off by more."""
+    """:func:`add_shape_arguments` gives the resident scripts ``--rounds``, ``--shapes``,
+    ``--json`` and ``--settle`` (``settle_ms``, 0 without it) with plain launches and no
+    figure; :func:`agrees_with_torch` takes a softmax within the dtype's tolerance (NaN where
+    torch has NaN) and refuses one off by more."""
     import argparse
 
+    from teachkit.bench.core import SETTLE_MS
     from teachkit.bench.softmax import add_shape_arguments, agrees_with_torch
 
     parser = argparse.ArgumentParser()
     add_shape_arguments(parser, "fp32:2x8")
     args = parser.parse_args(["--shapes", "bf16:2x8", "--json", "r.json"])
-    assert (args.rounds, args.shapes, args.json, args.graph, args.plot) == (
-        3, ["bf16:2x8"], "r.json", False, None)
+    assert (args.rounds, args.shapes, args.json, args.graph, args.plot, args.settle_ms) == (
+        3, ["bf16:2x8"], "r.json", False, None, 0)
+    assert parser.parse_args(["--settle"]).settle_ms == SETTLE_MS
     x = torch.randn(4, 64)
     x[1, 3] = float("nan")
     exact = torch.softmax(x, -1)

@@ -669,10 +669,11 @@ def finish(args: argparse.Namespace, results: list[Measurement],
            timing: str | None = None, **ceilings: float | str) -> None:
     """Do what the common options ask once a benchmark has run: ``--json`` saves the results
     with ``extra`` and the ``ceilings`` (:func:`save_results`, timed as ``timing`` says, by
-    default as ``--graph`` says), ``--plot`` saves ``figure()`` under ``figures/``; each says
-    where."""
+    default as ``--graph`` and ``--settle`` say), ``--plot`` saves ``figure()`` under
+    ``figures/``; each says where."""
     if args.json:
-        timing = timing_description(args.graph) if timing is None else timing
+        if timing is None:
+            timing = timing_description(args.graph, settle_ms=getattr(args, "settle_ms", 0))
         path = save_results(args.json, results, extra, timing=timing, **ceilings)
         print(f"results: {path}")
     if args.plot and figure is not None:

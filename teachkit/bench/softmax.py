@@ -16,6 +16,7 @@ from ..device import DEVICE, ON_GPU, device_name, skip_if_out_of_memory
 from . import core
 from .core import (
     DTYPES,
+    SETTLE_MS,
     Measurement,
     add_common_arguments,
     copy_bandwidth,
@@ -153,10 +154,11 @@ def bench_softmax(
 
 def time_softmax_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor],
                           x: torch.Tensor, dtype: str, graph: bool = False,
-                          tolerance: float = 2e-2) -> Measurement:
+                          tolerance: float = 2e-2, settle_ms: int = 0) -> Measurement:
     """Check one provider ``fn`` on the rows ``x`` (of the dtype named ``dtype``) against
     ``torch.softmax`` in float32 (:data:`SAME_BYTES_COPY` against ``x`` itself), then time it
-    (:func:`teachkit.bench.core.time_ms`, CUDA-graph replays with ``graph``): a
+    (:func:`teachkit.bench.core.time_ms`, CUDA-graph replays with ``graph``, after
+    ``settle_ms`` of untimed calls): a
     :class:`Measurement` of GB/s = 2 x tensor bytes / time with the problem's
     :func:`softmax_params`.
 
@@ -170,7 +172,7 @@ def time_softmax_provider(name: str, fn: Callable[[torch.Tensor], torch.Tensor],
     err = relative_error(fn(x), want)
     if not err < tolerance:
         raise AssertionError(f"{name} is wrong on {problem} {dtype}: relative error {err}")
-    ms = time_ms(lambda: fn(x), graph=graph)
+    ms = time_ms(lambda: fn(x), graph=graph, settle_ms=settle_ms)
     gbps = 2 * x.numel() * x.element_size() / ms / 1e6
     return Measurement(problem, dtype, name, ms, gbps, "GB/s",
                        softmax_params(x.shape[0], x.shape[1], dtype))
@@ -247,14 +249,16 @@ def time_in_rounds(timers: dict[str, Callable[[], Measurement]], rounds: int,
 
 
 def provider_timers(providers: dict[str, Callable[[torch.Tensor], torch.Tensor]],
-                    x: torch.Tensor, dtype: str, tolerance: float = 1e-2,
+                    x: torch.Tensor, dtype: str, tolerance: float = 1e-2, settle_ms: int = 0,
                     ) -> dict[str, Callable[[], Measurement]]:
     """For :func:`time_in_rounds`: a call for each provider of ``providers`` (name: function)
-    that checks and times it on the rows ``x`` (:func:`time_softmax_provider`)."""
+    that checks and times it on the rows ``x`` (:func:`time_softmax_provider`, each after
+    ``settle_ms`` of untimed calls)."""
     import functools
 
     return {name: functools.partial(time_softmax_provider, name, fn, x, dtype,
-                                    tolerance=tolerance) for name, fn in providers.items()}
+                                    tolerance=tolerance, settle_ms=settle_ms)
+            for name, fn in providers.items()}
 
 
 def cut_timers(configs: dict[str, object], kernel: Callable[..., torch.Tensor], x: torch.Tensor,
@@ -295,11 +299,16 @@ def time_shapes(jobs: list[tuple[str, tuple[int, int]]],
 
 def add_shape_arguments(parser: argparse.ArgumentParser, example: str) -> None:
     """The command line of the ``gpu_checks`` scripts that time resident kernels by
-    :func:`time_shapes`: ``--rounds`` (default 3), ``--shapes`` (:func:`dtype_shape_jobs`,
+    :func:`time_shapes`: ``--rounds`` (default 3), ``--settle`` (``settle_ms``:
+    :data:`~teachkit.bench.core.SETTLE_MS` of untimed calls before each provider is timed, at
+    the clock it keeps; 0 without it), ``--shapes`` (:func:`dtype_shape_jobs`,
     ``example`` shown in the help), ``--json`` (the record
     :func:`~teachkit.bench.core.finish` writes), and plain launches with no figure (``finish``'s
     ``graph`` and ``plot``), on the ``argparse`` parser ``parser``."""
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--settle", dest="settle_ms", action="store_const", const=SETTLE_MS,
+                        default=0, help=f"run each provider {SETTLE_MS} ms untimed before "
+                                        "timing it, so that it is timed at the clock it keeps")
     parser.add_argument("--shapes", nargs="+", default=None, metavar="DTYPE:ROWSxCOLS",
                         help=f"only these shapes, e.g. {example}")
     parser.add_argument("--json", default=None, help="save the figures as a record here")

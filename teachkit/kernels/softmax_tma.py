@@ -54,7 +54,7 @@ __all__ = ["PAIR_FROM_BUFFER_CONFIGS", "PAIR_FROM_BUFFER_WORDS_CONFIGS", "PIECE_
            "load_and_refill", "next_buffer", "piece_of", "resident_tma_kernel",
            "resident_tma_words_kernel", "shared_layout", "start_chunks", "take_chunk", "tma_config",
            "tma_fits", "tma_not_ready", "tma_programs", "word_padding", "write_chunk", "write_kept",
-           "write_reread", "write_words"]
+           "write_kept_words", "write_reread", "write_words"]
 
 
 @gluon.jit
@@ -334,6 +334,24 @@ def write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2
 
 
 @gluon.jit
+def write_kept_words(words, item, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                     G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
+                     WORDS: gl.constexpr, REREAD: gl.constexpr):
+    """:func:`write_kept` for :func:`resident_tma_words_kernel`: the item a program writing
+    behind kept from its turn before (none before its first turn: ``item`` negative), from the
+    input's own ``words`` it kept (:func:`write_words`), or with ``REREAD``, which kept only the
+    item, :func:`write_reread` (``words`` is then unused); ``offs`` and ``WORDS`` count
+    words."""
+    if item >= 0:
+        if REREAD:
+            write_reread(item, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN, BACKOFF,
+                         2 * WORDS, 2 * offs.shape[0])
+        else:
+            write_words(words, 0.0, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
+                        MAX_SPIN, BACKOFF, WORDS, False)
+
+
+@gluon.jit
 def resident_tma_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_programs, G,
                         G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
                         DEPTH: gl.constexpr = 1, BOXES: gl.constexpr = 1,
@@ -469,7 +487,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     ``PAIR_FROM_BUFFER`` it writes behind as :func:`resident_tma_kernel` does with
     ``PAIR_FROM_BUFFER``: it takes the chunk's pair from its buffer (:func:`buffer_pair`, the
     words' halves a piece at a time), writes the item before from the words it kept
-    (:func:`write_words`), and only then loads this chunk's words and refills the buffer, so
+    (:func:`write_kept_words`), and only then loads this chunk's words and refills the buffer, so
     it keeps one chunk of words in registers and the next in shared memory through the turn."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
@@ -495,9 +513,8 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
             m_c, d_c = buffer_pair(buffers.index(b), (item % G) * WORDS, n_words, WORDS,
                                    held_lines(R, BOXES), HALF, PADDING)
             gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
-            if item_behind >= 0:
-                write_words(kept, m_c, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
-                            G_POW2, MAX_SPIN, BACKOFF, WORDS, False)
+            write_kept_words(kept, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
+                             MAX_SPIN, BACKOFF, WORDS, False)
             kept = load_and_refill(x_desc, buffers.index(b), arrived.index(b),
                                    item + DEPTH * n_programs, n_items, G, row_lines,
                                    chunk_layout, BOXES)
@@ -523,21 +540,15 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
                              axis=0)
             gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
             if REREAD:  # the item before, read again; this one's words are not kept
-                if item_behind >= 0:
-                    write_reread(item_behind, X, Y, SLOTS, n_cols, stride_y, G, G_POW2,
-                                 MAX_SPIN, BACKOFF, 2 * WORDS, 2 * HELD)
+                write_kept_words(kept, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
+                                 G_POW2, MAX_SPIN, BACKOFF, WORDS, True)
                 item_behind = item
             else:
                 write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
                             MAX_SPIN, BACKOFF, WORDS, KEEP_WEIGHTS)
-    if REREAD:  # the last item
-        if item_behind >= 0:
-            write_reread(item_behind, X, Y, SLOTS, n_cols, stride_y, G, G_POW2, MAX_SPIN,
-                         BACKOFF, 2 * WORDS, 2 * HELD)
-    if PAIR_FROM_BUFFER:
-        if item_behind >= 0:
-            write_words(kept, 0.0, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
-                        G_POW2, MAX_SPIN, BACKOFF, WORDS, False)
+    if REREAD or PAIR_FROM_BUFFER:  # the last item
+        write_kept_words(kept, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
+                         MAX_SPIN, BACKOFF, WORDS, REREAD)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 

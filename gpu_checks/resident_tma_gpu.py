@@ -221,14 +221,28 @@ rows of up to 3.2M columns written behind, and on 16-bit rows the same as words
 buffers each (rows of up to 6.5M columns), or four with one (8.6M), with and without pauses."""
 
 
+FEWER_INSTRUCTIONS = {
+    f"{name}{suffix}": TMA_PROVIDERS[name]._replace(**change)
+    for name in ("TMA words 16k", "TMA words 32k, pauses")
+    for suffix, change in ((", F2FP", {"cvt_x2": True}),
+                           (", PRMT", {"cvt_x2": True, "prmt": True}),
+                           (", PRMT, log2 d", {"cvt_x2": True, "prmt": True, "log2_d": True}))}
+"""With ``--fewer-instructions``: the words configurations of the rule, step by step with fewer
+instructions an element: rounding two results with one instruction (``cvt_x2``: ``F2FP``, not
+an ``F2F`` each), then reading each element's float32 from its word with one ``PRMT``
+(``prmt``), then folding the division by the row's sum into the exponent (``log2_d``)."""
+
+
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,
                   one_per_sm: bool = False, two_in_flight: bool = False,
-                  round_chunks: bool = False, write_behind: bool = False) -> dict[str, object]:
+                  round_chunks: bool = False, write_behind: bool = False,
+                  fewer_instructions: bool = False) -> dict[str, object]:
     """:data:`WHOLE_ROWS`, :data:`WEIGHTS_KEPT`, :data:`ONE_PER_SM`, :data:`TWO_IN_FLIGHT`,
-    :data:`ROUND_CHUNKS` and :data:`WRITE_BEHIND`, as asked for."""
+    :data:`ROUND_CHUNKS`, :data:`WRITE_BEHIND` and :data:`FEWER_INSTRUCTIONS`, as asked for."""
     return ((WHOLE_ROWS if whole_rows else {}) | (WEIGHTS_KEPT if keep_weights else {})
             | (ONE_PER_SM if one_per_sm else {}) | (TWO_IN_FLIGHT if two_in_flight else {})
-            | (ROUND_CHUNKS if round_chunks else {}) | (WRITE_BEHIND if write_behind else {}))
+            | (ROUND_CHUNKS if round_chunks else {}) | (WRITE_BEHIND if write_behind else {})
+            | (FEWER_INSTRUCTIONS if fewer_instructions else {}))
 
 
 def unexchanged(x: torch.Tensor) -> dict[str, object]:
@@ -270,7 +284,7 @@ def fits(name: str, x: torch.Tensor) -> bool:
         whole = resident_grid(fit, g, x.shape[0])
         return 0 < whole != resident_grid(fit, g, x.shape[0], fill_grid=True)
     configs = (TMA_PROVIDERS | WEIGHTS_KEPT | ONE_PER_SM | TWO_IN_FLIGHT | ROUND_CHUNKS
-               | WRITE_BEHIND)
+               | WRITE_BEHIND | FEWER_INSTRUCTIONS)
     if name in configs:
         return st.tma_fits(cols, configs[name], x.dtype, device)
     if name.startswith("Triton"):
@@ -351,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-behind", action="store_true",
                         help="also time programs that write each chunk after publishing the "
                              "next one's pair")
+    parser.add_argument("--fewer-instructions", action="store_true",
+                        help="also time the words configurations with fewer instructions an "
+                             "element, and as they rounded before")
     parser.add_argument("--unexchanged", action="store_true",
                         help="also the rule's configurations on the rows cut to one chunk each, "
                              "which wait for no other program")
@@ -368,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
 
     copy = announce_copy_bandwidth()
     extra = extra_configs(args.whole_rows, args.keep_weights, args.one_per_sm,
-                          args.two_in_flight, args.round_chunks, args.write_behind)
+                          args.two_in_flight, args.round_chunks, args.write_behind,
+                          args.fewer_instructions)
     ok = check_edges(extra)
     print(f"edge cases: {'all right' if ok else 'WRONG (above)'}", flush=True)
 

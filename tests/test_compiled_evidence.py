@@ -334,6 +334,26 @@ def test_resident_conversions_one_instruction_a_word_instead_of_an_element():
     assert single.split(",")[0].split(":")[1] == paired.split(",")[0].split(":")[1]
 
 
+def test_tma_words_instructions_fall_step_by_step():
+    """``--tma-words-instructions``: each step takes instructions out of the TMA words kernel's
+    code: an F2FP for two F2F, a PRMT for the shift and select of each half, an FFMA for an
+    FMUL; the exponentials stay two an element."""
+    done = subprocess.run([sys.executable, "-m", "teachkit.kernels", "--tma-words-instructions"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    title, *steps = done.stdout.splitlines()
+    assert "128 elements a thread" in title and len(steps) == 4
+    totals = [int(step.split(": ")[1].split(" ")[0]) for step in steps]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    counts = [dict(reversed(part.split(" ")) for part in step.split("): ")[1].split(", "))
+              for step in steps]
+    assert (counts[0]["F2F"], counts[1]["F2F"], counts[1]["F2FP"]) == ("128", "0", "64")
+    assert int(counts[2]["SEL"]) < int(counts[1]["SEL"]) and int(counts[2]["SHF"]) < 32
+    assert int(counts[3]["FMUL"]) <= int(counts[2]["FMUL"]) - 128
+    assert int(counts[3]["FFMA"]) >= int(counts[2]["FFMA"]) + 128
+    assert all(256 <= int(c["MUFU"]) <= 320 for c in counts)
+
+
 def test_resident_registers_the_cap_holds_the_program_count_for_every_launch():
     """``--resident-registers``: uncapped, bfloat16 weights loaded a chunk ahead compiled as the
     program count is read (one program, one row, one chunk) would let two programs share a

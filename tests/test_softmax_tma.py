@@ -90,6 +90,27 @@ def test_the_pair_from_the_buffer_is_only_for_chunks_written_behind_and_kept():
                 ks.softmax_resident_tma(x, config=config)
 
 
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fewer_instructions_an_element_give_the_same_results(dtype):
+    """Rounding two results with one instruction (``cvt_x2``) and reading the halves with
+    ``PRMT`` (``prmt``) change no bit of the words kernel's results; folding the division into
+    the exponent (``log2_d``) rounds one step differently, so it stays within a unit in the last
+    place of the plain words' results and of the exact softmax's 16-bit rounding."""
+    x = torch.randn(6, 4 * 16384 + 1024, device="cuda", dtype=dtype) * 8
+    x[1, ::7] = float("-inf")
+    words = st.TMA_WORDS_CONFIGS[2]
+    plain = ks.softmax_resident_tma(x, config=words)
+    for change in ({"cvt_x2": True}, {"cvt_x2": True, "prmt": True}):
+        assert torch.equal(ks.softmax_resident_tma(x, config=words._replace(**change)), plain)
+    lean = ks.softmax_resident_tma(x, config=words._replace(cvt_x2=True, prmt=True,
+                                                            log2_d=True))
+    exact = torch.softmax(x.double(), -1).to(dtype)
+    for want in (plain, exact):
+        apart = (lean.view(torch.int16).int() - want.view(torch.int16).int()).abs()
+        assert apart.max().item() <= 1
+
+
 @pytest.mark.skipif(HOPPER, reason="off a Hopper GPU only")
 def test_it_refuses_off_a_hopper_gpu_and_says_what_to_use():
     x = torch.randn(2, 512, device=teachkit.DEVICE)
@@ -131,7 +152,8 @@ def test_words_take_16_bit_rows_of_whole_lines_of_words():
 
 WORD_CONFIGS = [st.TmaConfig(16, 2, 8, words=True), st.TmaConfig(32, 4, 4, words=True),
                 st.TmaConfig(64, 8, 2, backoff=True, words=True),
-                st.TmaConfig(32, 4, 4, words=True, keep_weights=True)]
+                st.TmaConfig(32, 4, 4, words=True, keep_weights=True),
+                st.TmaConfig(32, 4, 4, words=True, cvt_x2=True, prmt=True, log2_d=True)]
 TWO_IN_FLIGHT = [st.TmaConfig(32, 4, 3, depth=2), st.TmaConfig(32, 4, 3, words=True, depth=2)]
 BOXED = [st.TmaConfig(16, 8, 2, backoff=True, boxes=3), st.TmaConfig(8, 8, 2, boxes=7),
          st.TmaConfig(16, 8, 2, words=True, boxes=3)]
@@ -174,7 +196,8 @@ def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
                                     st.TMA_LONG_ROW_CONFIGS[4], *WORD_CONFIGS, *TWO_IN_FLIGHT,
                                     *BOXED, *WRITING_BEHIND],
                          ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k",
-                              "words 16k, weights kept", "8k, two in flight",
+                              "words 16k, weights kept",
+                              "words 16k, fewer instructions an element", "8k, two in flight",
                               "words 16k, two in flight", "12k in 3 boxes", "14k in 7 boxes",
                               "words 24k in 3 boxes", "8k, writing behind",
                               "4k, writing behind, pauses", "4k, writing behind, two in flight",

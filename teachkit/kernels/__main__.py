@@ -131,6 +131,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
                         help="exponentials and conversions to bfloat16 in the SASS of the "
                              "resident words kernel, converting element by element and a word "
                              "at a time (sm_80 or later)")
+    parser.add_argument("--tma-words-instructions", action="store_true",
+                        help="instructions in the sm_90 SASS of the TMA words kernel, step by "
+                             "step to fewer an element (Hopper)")
     parser.add_argument("--register-sweep", action="store_true",
                         help="registers and spills (ptxas -v) of the fused softmax kernel, one "
                              "row of 4096 to 65536 float32 per program, per GPU; and the two-pass "
@@ -334,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.resident_conversions:
         print("\n".join(cc.resident_conversion_evidence(args.arch)))
+        return 0
+    if args.tma_words_instructions:
+        print("\n".join(cc.tma_words_instruction_evidence()))
         return 0
     if args.exchange_evidence:
         print("\n".join(cc.exchange_evidence(args.arch)))

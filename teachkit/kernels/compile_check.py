@@ -1006,6 +1006,9 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
     if config.words:
         constexprs["PADDING"] = st.word_padding(dtype)
         constexprs["KEEP_WEIGHTS"] = config.keep_weights
+        constexprs["CVT_X2"] = config.cvt_x2
+        constexprs["PRMT"] = config.prmt
+        constexprs["LOG2_D"] = config.log2_d
     else:
         constexprs["WRITE_BEHIND"] = config.write_behind
     constexprs["PAIR_FROM_BUFFER"] = config.pair_from_buffer
@@ -1016,6 +1019,41 @@ def resident_tma_compiled(dtype: torch.dtype = torch.float32, config: object = N
     return gluon_compile(kernel, {"x_desc": descriptor}, scalars, constexprs,
                           config.max_registers, config.num_warps,
                           divisible=("n_cols", "stride_y"))
+
+
+_SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)", re.M)
+"""An instruction's opcode in ``nvdisasm`` output (its modifiers and predicate left off)."""
+
+TMA_WORDS_STEPS = (("one F2F a result", {}),
+                   ("two results an F2FP", {"cvt_x2": True}),
+                   ("halves by PRMT", {"cvt_x2": True, "prmt": True}),
+                   ("division in the exponent", {"cvt_x2": True, "prmt": True, "log2_d": True}))
+"""The steps by which the TMA words kernel takes fewer instructions an element, as
+:class:`~teachkit.kernels.softmax_tma.TmaConfig` changes of its configuration."""
+
+
+def tma_words_instruction_evidence(capability: int = 90) -> list[str]:
+    """The SASS of the TMA words kernel
+    (:func:`~teachkit.kernels.softmax_tma.resident_tma_words_kernel`) in the rule's configuration
+    for bfloat16 rows (:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS`), as launched on
+    rows of 256 chunks for ``sm_<capability>``, at each step of :data:`TMA_WORDS_STEPS`: its
+    instructions, and those that work on the elements (exponentials, conversions, byte moves,
+    selects, float32 arithmetic), with the elements a thread holds. Its loops over a chunk are
+    unrolled, so each element's instructions are in the code once. Needs no GPU, and
+    ``TRITON_INTERPRET=0``."""
+    from . import softmax_tma as st
+
+    config = st.TMA_WORDS_CONFIGS[2]
+    held = config.chunk // (32 * config.num_warps)
+    ops = ("MUFU", "F2F", "F2FP", "PRMT", "SHF", "SEL", "FADD", "FMUL", "FFMA")
+    lines = [f"TMA words kernel, bf16, sm_{capability} SASS: {held} elements a thread; "
+             "instructions in its code"]
+    for name, change in TMA_WORDS_STEPS:
+        kernel = resident_tma_compiled(torch.bfloat16, config._replace(**change), 256)
+        found = _SASS_OPCODE.findall(cubin_sass(kernel.asm["cubin"]))
+        counts = ", ".join(f"{found.count(op)} {op}" for op in ops)
+        lines.append(f"  {name}: {len(found)} ({len(found) / held:.1f} an element): {counts}")
+    return lines
 
 
 def hopper_overlap(head_dim: int = 128, dtype: str = "fp16", causal: bool = False,
@@ -1127,6 +1165,12 @@ def tail_loop_evidence(capability: int = 90) -> list[str]:
 def sass(config: KernelConfig, capability: int = 90) -> str:
     """The machine code (SASS) of ``config`` for ``sm_<capability>``, as the ``nvdisasm`` that
     Triton ships prints it. Needs no GPU, and ``TRITON_INTERPRET=0``."""
+    return cubin_sass(_compile(config, capability).asm["cubin"])
+
+
+def cubin_sass(cubin: bytes) -> str:
+    """The machine code (SASS) in a compiled kernel's ``cubin``, as the ``nvdisasm`` that Triton
+    ships prints it."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -1134,9 +1178,9 @@ def sass(config: KernelConfig, capability: int = 90) -> str:
     from triton import knobs
 
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "kernel.cubin"
-        cubin.write_bytes(_compile(config, capability).asm["cubin"])
-        return subprocess.run([knobs.nvidia.nvdisasm.path, "-c", str(cubin)],
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([knobs.nvidia.nvdisasm.path, "-c", str(path)],
                               capture_output=True, text=True, check=True).stdout
 
 

@@ -44,7 +44,7 @@ from .pairs import (
     pack_pair,
     unpack_pair,
 )
-from .words import fresh, halves, pack_halves, pack_halves_x2
+from .words import fresh, fresh_halves, halves, pack_halves, pack_halves_x2
 
 __all__ = ["PAIR_FROM_BUFFER_CONFIGS", "PAIR_FROM_BUFFER_WORDS_CONFIGS", "PIECE_COLUMNS",
            "TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS",
@@ -307,7 +307,8 @@ def write_kept(e, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.
 @gluon.jit
 def write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2: gl.constexpr,
                 MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr, WORDS: gl.constexpr,
-                KEEP_WEIGHTS: gl.constexpr):
+                KEEP_WEIGHTS: gl.constexpr, CVT_X2: gl.constexpr = False,
+                PRMT: gl.constexpr = False, LOG2_D: gl.constexpr = False):
     """:func:`write_chunk` for :func:`resident_tma_words_kernel`: wait for the pairs of item
     ``item``'s row and write its chunk's results as words, from the input's own ``words``
     (``exp(x - m_row) / d_row``, the halves computed again where they are used, :func:`fresh`),
@@ -324,10 +325,22 @@ def write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2
         scale = gl.exp2((m_c - m_row) * LOG2E) / d_row
         y = pack_halves_x2(e_low * scale, e_high * scale, HALF)
     else:
-        low, high = halves(fresh(words, m_row), HALF)
-        scale = 1.0 / d_row
-        y = pack_halves(gl.exp2((low - m_row) * LOG2E) * scale,
-                        gl.exp2((high - m_row) * LOG2E) * scale, HALF)
+        if PRMT:
+            low, high = fresh_halves(words, m_row, HALF)
+        else:
+            low, high = halves(fresh(words, m_row), HALF)
+        if LOG2_D:  # the division folded into the exponent: an FFMA, no multiplication
+            log2_d = gl.log2(d_row)
+            y_low = gl.exp2((low - m_row) * LOG2E - log2_d)
+            y_high = gl.exp2((high - m_row) * LOG2E - log2_d)
+        else:
+            scale = 1.0 / d_row
+            y_low = gl.exp2((low - m_row) * LOG2E) * scale
+            y_high = gl.exp2((high - m_row) * LOG2E) * scale
+        if CVT_X2:
+            y = pack_halves_x2(y_low, y_high, HALF)
+        else:
+            y = pack_halves(y_low, y_high, HALF)
     y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
     gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y,
              mask=chunk_columns(cols, offs, n_cols // 2, WORDS))
@@ -336,7 +349,8 @@ def write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2
 @gluon.jit
 def write_kept_words(words, item, X, Y, SLOTS, n_cols, stride_y, G, offs,
                      G_POW2: gl.constexpr, MAX_SPIN: gl.constexpr, BACKOFF: gl.constexpr,
-                     WORDS: gl.constexpr, REREAD: gl.constexpr):
+                     WORDS: gl.constexpr, REREAD: gl.constexpr, CVT_X2: gl.constexpr = False,
+                     PRMT: gl.constexpr = False, LOG2_D: gl.constexpr = False):
     """:func:`write_kept` for :func:`resident_tma_words_kernel`: the item a program writing
     behind kept from its turn before (none before its first turn: ``item`` negative), from the
     input's own ``words`` it kept (:func:`write_words`), or with ``REREAD``, which kept only the
@@ -348,7 +362,7 @@ def write_kept_words(words, item, X, Y, SLOTS, n_cols, stride_y, G, offs,
                          2 * WORDS, 2 * offs.shape[0])
         else:
             write_words(words, 0.0, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
-                        MAX_SPIN, BACKOFF, WORDS, False)
+                        MAX_SPIN, BACKOFF, WORDS, False, CVT_X2, PRMT, LOG2_D)
 
 
 @gluon.jit
@@ -464,7 +478,9 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
                               BACKOFF: gl.constexpr, PADDING: gl.constexpr,
                               KEEP_WEIGHTS: gl.constexpr = False, DEPTH: gl.constexpr = 1,
                               BOXES: gl.constexpr = 1, REREAD: gl.constexpr = False,
-                              PAIR_FROM_BUFFER: gl.constexpr = False):
+                              PAIR_FROM_BUFFER: gl.constexpr = False,
+                              CVT_X2: gl.constexpr = False, PRMT: gl.constexpr = False,
+                              LOG2_D: gl.constexpr = False):
     """:func:`resident_tma_kernel` for float16 and bfloat16 rows, holding its chunk as the input
     itself, two elements to a 32-bit word, as the Triton kernel's
     :func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` does: twice the columns in
@@ -514,7 +530,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
                                    held_lines(R, BOXES), HALF, PADDING)
             gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
             write_kept_words(kept, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
-                             MAX_SPIN, BACKOFF, WORDS, False)
+                             MAX_SPIN, BACKOFF, WORDS, False, CVT_X2, PRMT, LOG2_D)
             kept = load_and_refill(x_desc, buffers.index(b), arrived.index(b),
                                    item + DEPTH * n_programs, n_items, G, row_lines,
                                    chunk_layout, BOXES)
@@ -529,7 +545,10 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
             low, high = halves(words, HALF)
             m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
             safe = gl.where(m_c == float("-inf"), 0.0, m_c)
-            low, high = halves(fresh(words, m_c), HALF)
+            if PRMT:
+                low, high = fresh_halves(words, m_c, HALF)
+            else:
+                low, high = halves(fresh(words, m_c), HALF)
             if KEEP_WEIGHTS:  # the weights kept instead of the input, summed as kept
                 words = pack_halves_x2(gl.exp2((low - safe) * LOG2E),
                                        gl.exp2((high - safe) * LOG2E), gl.bfloat16)
@@ -541,14 +560,14 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
             gl.atomic_xchg(SLOTS + item, pack_pair(m_c, d_c), sem="relaxed")
             if REREAD:  # the item before, read again; this one's words are not kept
                 write_kept_words(kept, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs,
-                                 G_POW2, MAX_SPIN, BACKOFF, WORDS, True)
+                                 G_POW2, MAX_SPIN, BACKOFF, WORDS, True, CVT_X2, PRMT, LOG2_D)
                 item_behind = item
             else:
                 write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
-                            MAX_SPIN, BACKOFF, WORDS, KEEP_WEIGHTS)
+                            MAX_SPIN, BACKOFF, WORDS, KEEP_WEIGHTS, CVT_X2, PRMT, LOG2_D)
     if REREAD or PAIR_FROM_BUFFER:  # the last item
         write_kept_words(kept, item_behind, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2,
-                         MAX_SPIN, BACKOFF, WORDS, REREAD)
+                         MAX_SPIN, BACKOFF, WORDS, REREAD, CVT_X2, PRMT, LOG2_D)
     for i in gl.static_range(DEPTH):
         mbarrier.invalidate(arrived.index(i))
 
@@ -626,6 +645,9 @@ class TmaConfig(NamedTuple):
     write_behind: bool = False
     reread: bool = False
     pair_from_buffer: bool = False
+    cvt_x2: bool = False
+    prmt: bool = False
+    log2_d: bool = False
 
     @property
     def chunk(self) -> int:
@@ -897,7 +919,9 @@ def launch_resident_tma(x2: torch.Tensor, y2: torch.Tensor, config: TmaConfig) -
         kernel, extra = resident_tma_words_kernel, {"PADDING": word_padding(x2.dtype),
                                                     "KEEP_WEIGHTS": config.keep_weights,
                                                     "REREAD": config.reread,
-                                                    "PAIR_FROM_BUFFER": config.pair_from_buffer}
+                                                    "PAIR_FROM_BUFFER": config.pair_from_buffer,
+                                                    "CVT_X2": config.cvt_x2, "PRMT": config.prmt,
+                                                    "LOG2_D": config.log2_d}
     kernel[(programs,)](
         descriptor, x2, y2, slots, n_rows, n_cols, y2.stride(0), programs, G=g,
         G_POW2=max(next_power_of_2(g), 32), MAX_SPIN=MAX_SPIN, BACKOFF=config.backoff,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["CVT_X2_MIN_CAPABILITY", "cvt_x2", "fresh", "halves", "pack_halves",
+__all__ = ["CVT_X2_MIN_CAPABILITY", "cvt_x2", "fresh", "fresh_halves", "halves", "pack_halves",
            "pack_halves_x2"]
 
 
@@ -76,3 +76,24 @@ def fresh(words, m):
     merged by the compiler with an earlier :func:`halves` of ``words``, so the float32 halves are
     computed where they are used instead of kept alive in registers meanwhile."""
     return tl.where(m == m, words, 0)
+
+
+@triton.jit
+def fresh_halves(words, m, HALF: tl.constexpr):
+    """``halves(fresh(words, m), HALF)`` for bfloat16 in one instruction an element: PTX's
+    ``prmt.b32`` moves a word's two bytes of one element into the high half of a float32 and
+    zeroes the low half (a bfloat16 is a float32's high 16 bits). Its byte selector is computed
+    from ``m`` (zero bytes if ``m`` is NaN, as :func:`fresh`), so the compiler cannot reuse the
+    halves of an earlier call. Float16 takes :func:`halves` of :func:`fresh`."""
+    if HALF == tl.bfloat16:
+        keep = m == m
+        low_sel = words * 0 + tl.where(keep, 0x1044, 0x4444)
+        high_sel = words * 0 + tl.where(keep, 0x3244, 0x4444)
+        low = tl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r", [words, low_sel],
+                                        dtype=tl.int32, is_pure=True, pack=1)
+        high = tl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r",
+                                         [words, high_sel], dtype=tl.int32, is_pure=True,
+                                         pack=1)
+        return low.to(tl.float32, bitcast=True), high.to(tl.float32, bitcast=True)
+    else:
+        return halves(fresh(words, m), HALF)

@@ -2,7 +2,7 @@
 Hopper GPU beside the Triton resident kernel. Run from the repository root:
 `python gpu_checks/resident_tma_gpu.py [--rounds N] [--json PATH] [--whole-rows]
 [--keep-weights] [--one-per-sm] [--two-in-flight] [--round-chunks] [--write-behind]
-[--unexchanged]`.
+[--fewer-instructions] [--unexchanged] [--settle]`.
 
 `teachkit.kernels.softmax_tma.resident_tma_kernel` (Gluon) holds each program's chunk in
 registers as the Triton resident kernel does, and copies the program's next chunk into shared
@@ -19,7 +19,9 @@ and huge values; then each shape is timed by:
   16384 (`TMA_LONG_ROW_CONFIGS`: eight warps, two an SM, pausing between polls);
 - on 16-bit rows, **TMA words 16k** and **TMA words 32k, pauses**: its form that holds the
   chunk as the input's own 32-bit words, two elements each, in the same registers as 8192 and
-  16384 float32 columns (four warps, four an SM; eight warps, two an SM, pausing);
+  16384 float32 columns (four warps, four an SM; eight warps, two an SM, pausing), each result
+  rounded two to an instruction and each element read from its word with one (`cvt_x2`,
+  `prmt`);
 - from 2M columns, **TMA 8k, pauses** and **TMA words 16k, pauses**: the four-warp
   configurations pausing between polls, as the long-row ones do;
 - **entry point**, `softmax`, which picks;
@@ -79,6 +81,13 @@ and huge values; then each shape is timed by:
   (`teachkit/benchmarks/softmax_resident_tma_words_pair_from_buffer_nvidia_h100.json`); no way
   of writing behind read bfloat16 rows of 256k or 1M faster than the rule's configurations
   (`teachkit/benchmarks/softmax_resident_tma_bf16_behind_nvidia_h100.json`);
+- with `--fewer-instructions`, the two words configurations **F2F** (rounding each result with
+  an instruction of their own, as the rule did before), **F2FP** (`cvt_x2` alone) and **PRMT,
+  log2 d** (the division by the row's sum folded into the exponent too, `log2_d`): bfloat16
+  rows of 4M / 8M at 82.1 / 77.1 % as F2F and 83.2 / 79.1 % as F2FP, against the rule's 84.2 /
+  80.2 % on an H100, and no gain from `log2_d`
+  (`teachkit/benchmarks/softmax_resident_tma_fewer_instructions_nvidia_h100.json`, timed
+  before the rule took `prmt`, where the rule's forms are named **PRMT**);
 - with `--unexchanged`, the rule's configurations (`RULE_CONFIGS`) **cut to chunks**: run on
   the same tensor viewed as rows of one chunk each, so that each program reads, holds and
   writes the same bytes but waits for no other program (`time_cut_to_chunks`): the gap to the
@@ -222,15 +231,18 @@ buffers each (rows of up to 6.5M columns), or four with one (8.6M), with and wit
 
 
 FEWER_INSTRUCTIONS = {
-    f"{name}{suffix}": TMA_PROVIDERS[name]._replace(**change)
+    f"{name}{suffix}": TMA_PROVIDERS[name]._replace(cvt_x2=cvt_x2, prmt=prmt, log2_d=log2_d)
     for name in ("TMA words 16k", "TMA words 32k, pauses")
-    for suffix, change in ((", F2FP", {"cvt_x2": True}),
-                           (", PRMT", {"cvt_x2": True, "prmt": True}),
-                           (", PRMT, log2 d", {"cvt_x2": True, "prmt": True, "log2_d": True}))}
-"""With ``--fewer-instructions``: the words configurations of the rule, step by step with fewer
-instructions an element: rounding two results with one instruction (``cvt_x2``: ``F2FP``, not
-an ``F2F`` each), then reading each element's float32 from its word with one ``PRMT``
-(``prmt``), then folding the division by the row's sum into the exponent (``log2_d``)."""
+    for suffix, cvt_x2, prmt, log2_d in ((", F2F", False, False, False),
+                                         (", F2FP", True, False, False),
+                                         (", PRMT, log2 d", True, True, True))}
+"""With ``--fewer-instructions``: the words configurations of the rule (which round two results
+with one instruction, ``cvt_x2``, and read each element from its word with one ``PRMT``,
+``prmt``) as they were before, rounding each result with an ``F2F``, with ``cvt_x2`` alone, and
+with the division by the row's sum folded into the exponent too (``log2_d``). The record
+``softmax_resident_tma_fewer_instructions_nvidia_h100`` was timed before the rule took them:
+its ``TMA words 16k`` and ``TMA words 32k, pauses`` are the ``F2F`` forms, and its ``, PRMT``
+forms the rule's now."""
 
 
 def extra_configs(whole_rows: bool = False, keep_weights: bool = False,

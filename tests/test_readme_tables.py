@@ -294,3 +294,19 @@ def test_16_bit_written_behind_tables_are_their_records(record):
         assert dtype == "bf16"
         assert not st.tma_config(int(name.split("x")[1]), torch.bfloat16).write_behind
         assert_row_is_shares(header, row, s)
+
+
+def test_fewer_instructions_table_is_its_record():
+    """``| rows × cols, dtype | split rows | TMA words 16k | ... | `softmax` |``: shares of the
+    copy, one decimal, from the record's results; the record ran before the rule took
+    ``cvt_x2`` and ``prmt``, which its ``, PRMT`` providers have, and the rule's words
+    configurations now set both (and not ``log2_d``)."""
+    import torch
+
+    st = pytest.importorskip("teachkit.kernels.softmax_tma")
+    header, rows = shares_by_row("softmax_resident_tma_fewer_instructions_nvidia_h100")
+    assert "TMA words 16k, PRMT" in header and "TMA words 32k, pauses, PRMT" in header
+    for row, name, dtype, s in rows:
+        rule = st.tma_config(int(name.split("x")[1]), torch.bfloat16)
+        assert dtype == "bf16" and rule.words and rule.cvt_x2 and rule.prmt and not rule.log2_d
+        assert_row_is_shares(header, row, s)

@@ -22,7 +22,8 @@ def test_the_rule_takes_every_row_by_its_dtype_and_length():
     """float32 rows take chunks of 8192 columns written behind up to 2M columns, past 2M up to
     3M the same chunks written behind with each one's pair taken from its buffer, past 3M
     chunks of 16384 with pauses; 16-bit rows take 8192 held as float32, from 1M columns 16384
-    as words, from 8M 32768 as words with pauses; other dtypes none. Not writing behind, as the
+    as words, from 8M 32768 as words with pauses, the words rounding two results with one
+    instruction and reading each element with one; other dtypes none. Not writing behind, as the
     rule was before, float32 rows below 3M columns take chunks of 8192."""
     behind = st.TMA_BEHIND_CONFIGS[4]
     assert behind.write_behind and behind.chunk == 8192 and behind.num_warps == 8
@@ -39,9 +40,11 @@ def test_the_rule_takes_every_row_by_its_dtype_and_length():
     assert long == st.TMA_LONG_ROW_CONFIGS[4] and long.chunk == 16384 and long.backoff
     for dtype in (torch.float16, torch.bfloat16):
         assert st.tma_config((1 << 20) - 256, dtype) == st.TMA_CONFIGS[2]
-        assert st.tma_config(1 << 20, dtype) == st.TmaConfig(32, 4, 4, words=True)
+        assert st.tma_config(1 << 20, dtype) == st.TmaConfig(32, 4, 4, words=True, cvt_x2=True,
+                                                             prmt=True)
         longest = st.tma_config(1 << 23, dtype)
         assert longest.words and longest.backoff and longest.chunk == 32768
+        assert longest.cvt_x2 and longest.prmt and not longest.log2_d
     assert st.tma_config(1 << 16, torch.float64) is None
 
 
@@ -276,6 +279,8 @@ def test_softmax_takes_it_on_hopper_where_it_was_measured_faster(monkeypatch):
         ks.softmax(torch.zeros(1, 3 << 20, device=dev))
         ks.softmax(torch.zeros(1, 1 << 21, dtype=torch.bfloat16, device=dev))  # as words
         ks.softmax(torch.zeros(1, (1 << 20) + 256, dtype=torch.bfloat16, device=dev))
-    want = ([("tma", 8192), "triton", ("tma", 16384), ("tma", 16384), "triton"] if HOPPER
+    long_chunk = st.tma_config(3 << 20, torch.float32, torch.cuda.current_device()).chunk if (
+        HOPPER) else None  # taking the pair from the buffer (8192) where 3M fits, else 16384
+    want = ([("tma", 8192), "triton", ("tma", long_chunk), ("tma", 16384), "triton"] if HOPPER
             else ["triton"] * len(taken))
     assert taken == want

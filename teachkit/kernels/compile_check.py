@@ -1029,7 +1029,8 @@ TMA_WORDS_STEPS = (("one F2F a result", {}),
                    ("halves by PRMT", {"cvt_x2": True, "prmt": True}),
                    ("division in the exponent", {"cvt_x2": True, "prmt": True, "log2_d": True}))
 """The steps by which the TMA words kernel takes fewer instructions an element, as
-:class:`~teachkit.kernels.softmax_tma.TmaConfig` changes of its configuration."""
+:class:`~teachkit.kernels.softmax_tma.TmaConfig` changes of its configuration (the rule's,
+:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS`, is the third)."""
 
 
 def tma_words_instruction_evidence(capability: int = 90) -> list[str]:
@@ -1043,7 +1044,7 @@ def tma_words_instruction_evidence(capability: int = 90) -> list[str]:
     ``TRITON_INTERPRET=0``."""
     from . import softmax_tma as st
 
-    config = st.TMA_WORDS_CONFIGS[2]
+    config = st.TMA_WORDS_CONFIGS[2]._replace(cvt_x2=False, prmt=False, log2_d=False)
     held = config.chunk // (32 * config.num_warps)
     ops = ("MUFU", "F2F", "F2FP", "PRMT", "SHF", "SEL", "FADD", "FMUL", "FFMA")
     lines = [f"TMA words kernel, bf16, sm_{capability} SASS: {held} elements a thread; "

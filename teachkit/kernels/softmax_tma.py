@@ -504,7 +504,11 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
     ``PAIR_FROM_BUFFER``: it takes the chunk's pair from its buffer (:func:`buffer_pair`, the
     words' halves a piece at a time), writes the item before from the words it kept
     (:func:`write_kept_words`), and only then loads this chunk's words and refills the buffer, so
-    it keeps one chunk of words in registers and the next in shared memory through the turn."""
+    it keeps one chunk of words in registers and the next in shared memory through the turn.
+
+    ``CVT_X2``, ``PRMT`` and ``LOG2_D`` take instructions out of the work on each element
+    (:class:`TmaConfig`'s ``cvt_x2``, ``prmt`` and ``log2_d``); the first two change no bit of
+    the results."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     W: gl.constexpr = x_desc.block_type.shape[1]
     WORDS: gl.constexpr = BOXES * R * W
@@ -610,7 +614,16 @@ class TmaConfig(NamedTuple):
     of 8192 columns a multiprocessor (:data:`PAIR_FROM_BUFFER_CONFIGS`) hold float32 rows of up
     to 3.2M columns written behind (``softmax_resident_tma_pair_from_buffer_nvidia_h100``: rows
     of 2.5M / 3M at 94.0 / 93.4 % of the copy on an H100, where the rule read them at 79.9 /
-    84.3 %; the rule takes it, :data:`TMA_PAIR_FROM_BUFFER_CONFIGS`).
+    84.3 %; the rule takes it, :data:`TMA_PAIR_FROM_BUFFER_CONFIGS`), and, with ``words``, fewer
+    instructions an element: ``cvt_x2`` rounds two results to 16 bits with one instruction
+    (:func:`~teachkit.kernels.words.pack_halves_x2`, ``F2FP``) instead of one each (``F2F``),
+    ``prmt`` reads each bfloat16 element's float32 from its word with one ``PRMT``
+    (:func:`~teachkit.kernels.words.fresh_halves`) instead of a shift and a select, and
+    ``log2_d`` folds the division by the row's sum into the exponent (an ``FFMA`` instead of an
+    ``FMUL``, one rounding moved); ``python -m teachkit.kernels --tma-words-instructions``
+    counts them. The rule sets ``cvt_x2`` and ``prmt`` (:data:`TMA_WORDS_CONFIGS`); ``log2_d``
+    gained nothing on an H100 (``softmax_resident_tma_fewer_instructions_nvidia_h100``: 84.0
+    against 84.2 % at 4M, 79.1 against 80.2 % at 8M).
 
     ``fill_grid`` is on, ``keep_weights`` off and ``depth`` 1 in the rule (2 taking the pair from
     the buffer). One run of
@@ -730,21 +743,29 @@ TMA_PAIR_FROM_BUFFER_UNTIL = {4: 3 << 20}
 132 multiprocessors hold rows of up to 3,244,032). On 16-bit rows it gained nothing: held as
 float32 (bfloat16 rows of 256k / 1M at 88.2 / 83.6 %) or as words
 (:data:`PAIR_FROM_BUFFER_WORDS_CONFIGS`)."""
-TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True)}
+TMA_WORDS_CONFIGS = {2: TmaConfig(32, 4, 4, words=True, cvt_x2=True, prmt=True)}
 """By element size, the configuration of 16-bit rows from :data:`TMA_WORDS_FROM` columns: the
 chunk as the input's own words (:func:`resident_tma_words_kernel`), 16384 columns in the
-registers of 8192 float32 ones, so a row spans half the programs."""
+registers of 8192 float32 ones, so a row spans half the programs; two results rounded with one
+instruction (``cvt_x2``) and each element read from its word with one (``prmt``): on an H100
+(``gpu_checks/resident_tma_gpu.py --fewer-instructions``,
+``softmax_resident_tma_fewer_instructions_nvidia_h100``, % of the copy) bfloat16 rows of 4M
+columns at 84.2 %, against 83.2 % with ``cvt_x2`` alone and 82.1 % with neither, as timed
+before (``TMA_WORDS_FROM`` and :data:`TMA_LONG_ROW_FROM` were chosen then)."""
 TMA_WORDS_FROM = {2: 1 << 20}
 """By element size, the columns from which :func:`tma_config` takes :data:`TMA_WORDS_CONFIGS`:
 1M in 16 bits. Timed on an H100 (bfloat16, % of the copy): at 256k columns the float32 form
 91.0 against the words' 87.0; at 1M 85.7 against 87.8, at 2M 81.0 against 86.4 (between 256k
 and 1M not timed). The words pausing between polls read 2M and 4M rows half a point slower."""
 TMA_LONG_ROW_CONFIGS = {4: TmaConfig(64, 8, 2, backoff=True),
-                        2: TmaConfig(64, 8, 2, backoff=True, words=True)}
+                        2: TmaConfig(64, 8, 2, backoff=True, words=True, cvt_x2=True,
+                                     prmt=True)}
 """By element size, the configuration of rows from :data:`TMA_LONG_ROW_FROM` columns: chunks of
-16384 float32 columns (32768 16-bit ones as words), two programs of eight warps a
-multiprocessor, pausing between polls, so that a row spans half the programs and each waits for
-half the pairs."""
+16384 float32 columns (32768 16-bit ones as words, with :data:`TMA_WORDS_CONFIGS`' fewer
+instructions: bfloat16 rows of 8M columns at 80.2 % of the copy on an H100, against 79.1 % with
+``cvt_x2`` alone and 77.1 % with neither, ``softmax_resident_tma_fewer_instructions_nvidia_h100``),
+two programs of eight warps a multiprocessor, pausing between polls, so that a row spans half
+the programs and each waits for half the pairs."""
 TMA_LONG_ROW_FROM = {4: 3 << 20, 2: 1 << 23}
 """By element size, the columns from which :func:`tma_config` takes
 :data:`TMA_LONG_ROW_CONFIGS` (float32 rows :data:`TMA_PAIR_FROM_BUFFER_CONFIGS` does not take):

@@ -6,7 +6,8 @@ the resident kernels that keep a chunk through their row's wait keep it so
 :func:`~teachkit.kernels.softmax_tma.resident_tma_words_kernel` in Gluon, which calls these
 element-wise functions as they are). ``halves`` turns a word into its two float32 elements,
 ``pack_halves`` (or ``pack_halves_x2``, one instruction a word) rounds two back into a word, and
-``fresh`` keeps the compiler from holding the float32 halves alive between two uses.
+``fresh`` keeps the compiler from holding the float32 halves alive between two uses;
+``fresh_halves`` is ``halves`` of ``fresh`` in one instruction an element, for bfloat16.
 """
 
 from __future__ import annotations
@@ -84,10 +85,15 @@ def fresh_halves(words, m, HALF: tl.constexpr):
     ``prmt.b32`` moves a word's two bytes of one element into the high half of a float32 and
     zeroes the low half (a bfloat16 is a float32's high 16 bits). Its byte selector is computed
     from ``m`` (zero bytes if ``m`` is NaN, as :func:`fresh`), so the compiler cannot reuse the
-    halves of an earlier call. Float16 takes :func:`halves` of :func:`fresh`."""
+    halves of an earlier call. Float16 takes :func:`halves` of :func:`fresh`. Compiled only (PTX:
+    Triton's interpreter runs none); ``python -m teachkit.kernels --tma-words-instructions``
+    counts its instructions in the TMA words kernel."""
     if HALF == tl.bfloat16:
+        # prmt.b32 d, a, b, s: byte i of d is byte (nibble i of s) of b:a, bytes 0-3 from a (the
+        # word) and 4-7 from b (here 0). 0x1044: bytes 1, 0 of the word on top, zeros below (the
+        # low element); 0x3244: bytes 3, 2 (the high one); 0x4444: all zeros.
         keep = m == m
-        low_sel = words * 0 + tl.where(keep, 0x1044, 0x4444)
+        low_sel = words * 0 + tl.where(keep, 0x1044, 0x4444)  # words * 0: its shape and layout
         high_sel = words * 0 + tl.where(keep, 0x3244, 0x4444)
         low = tl.inline_asm_elementwise("prmt.b32 $0, $1, 0, $2;", "=r,r,r", [words, low_sel],
                                         dtype=tl.int32, is_pure=True, pack=1)

@@ -156,7 +156,8 @@ def test_words_take_16_bit_rows_of_whole_lines_of_words():
 WORD_CONFIGS = [st.TmaConfig(16, 2, 8, words=True), st.TmaConfig(32, 4, 4, words=True),
                 st.TmaConfig(64, 8, 2, backoff=True, words=True),
                 st.TmaConfig(32, 4, 4, words=True, keep_weights=True),
-                st.TmaConfig(32, 4, 4, words=True, cvt_x2=True, prmt=True, log2_d=True)]
+                st.TmaConfig(32, 4, 4, words=True, cvt_x2=True, prmt=True, log2_d=True),
+                st.TMA_WORDS_CONFIGS[2], st.TMA_LONG_ROW_CONFIGS[2]]
 TWO_IN_FLIGHT = [st.TmaConfig(32, 4, 3, depth=2), st.TmaConfig(32, 4, 3, words=True, depth=2)]
 BOXED = [st.TmaConfig(16, 8, 2, backoff=True, boxes=3), st.TmaConfig(8, 8, 2, boxes=7),
          st.TmaConfig(16, 8, 2, words=True, boxes=3)]
@@ -200,7 +201,9 @@ def test_a_chunk_of_boxes_need_not_be_a_power_of_two():
                                     *BOXED, *WRITING_BEHIND],
                          ids=["4k", "8k", "16k", "words 8k", "words 16k", "words 32k",
                               "words 16k, weights kept",
-                              "words 16k, fewer instructions an element", "8k, two in flight",
+                              "words 16k, fewer instructions an element",
+                              "words 16k, the rule's", "words 32k, the rule's",
+                              "8k, two in flight",
                               "words 16k, two in flight", "12k in 3 boxes", "14k in 7 boxes",
                               "words 24k in 3 boxes", "8k, writing behind",
                               "4k, writing behind, pauses", "4k, writing behind, two in flight",

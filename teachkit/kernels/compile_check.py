@@ -1033,11 +1033,11 @@ TMA_WORDS_STEPS = (("one F2F a result", {}),
 :data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS`, is the third)."""
 
 
-def tma_words_instruction_evidence(capability: int = 90) -> list[str]:
-    """The SASS of the TMA words kernel
+def tma_words_instruction_evidence() -> list[str]:
+    """The sm_90 SASS of the TMA words kernel
     (:func:`~teachkit.kernels.softmax_tma.resident_tma_words_kernel`) in the rule's configuration
-    for bfloat16 rows (:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS`), as launched on
-    rows of 256 chunks for ``sm_<capability>``, at each step of :data:`TMA_WORDS_STEPS`: its
+    for bfloat16 rows (:data:`~teachkit.kernels.softmax_tma.TMA_WORDS_CONFIGS`) with its
+    switches off, as launched on rows of 256 chunks, at each step of :data:`TMA_WORDS_STEPS`: its
     instructions, and those that work on the elements (exponentials, conversions, byte moves,
     selects, float32 arithmetic), with the elements a thread holds. Its loops over a chunk are
     unrolled, so each element's instructions are in the code once. Needs no GPU, and
@@ -1047,7 +1047,7 @@ def tma_words_instruction_evidence(capability: int = 90) -> list[str]:
     config = st.TMA_WORDS_CONFIGS[2]._replace(cvt_x2=False, prmt=False, log2_d=False)
     held = config.chunk // (32 * config.num_warps)
     ops = ("MUFU", "F2F", "F2FP", "PRMT", "SHF", "SEL", "FADD", "FMUL", "FFMA")
-    lines = [f"TMA words kernel, bf16, sm_{capability} SASS: {held} elements a thread; "
+    lines = [f"TMA words kernel, bf16, sm_90 SASS: {held} elements a thread; "
              "instructions in its code"]
     for name, change in TMA_WORDS_STEPS:
         kernel = resident_tma_compiled(torch.bfloat16, config._replace(**change), 256)

@@ -80,7 +80,15 @@ from .pairs import (
     pack_pair,
     unpack_pair,
 )
-from .words import CVT_X2_MIN_CAPABILITY, cvt_x2, fresh, halves, pack_halves, pack_halves_x2
+from .words import (
+    CVT_X2_MIN_CAPABILITY,
+    cvt_x2,
+    fresh,
+    halves,
+    pack_halves,
+    pack_halves_x2,
+    pack_results,
+)
 
 __all__ = [
     "CVT_X2_MIN_CAPABILITY",
@@ -566,10 +574,7 @@ def resident_words_kernel(X, Y, SLOTS, n_rows, n_cols, stride_x, stride_y, n_pro
         scale = 1.0 / d_row
         y_low = tl.exp2((low - m_row) * LOG2E) * scale
         y_high = tl.exp2((high - m_row) * LOG2E) * scale
-        if CVT_X2:
-            y = pack_halves_x2(y_low, y_high, HALF)
-        else:
-            y = pack_halves(y_low, y_high, HALF)
+        y = pack_results(y_low, y_high, HALF, CVT_X2)
         tl.store(y_words + row.to(tl.int64) * (stride_y // 2) + cols, y, mask=cols < n_words)
 
 

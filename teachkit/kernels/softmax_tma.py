@@ -44,7 +44,7 @@ from .pairs import (
     pack_pair,
     unpack_pair,
 )
-from .words import fresh, fresh_halves, halves, pack_halves, pack_halves_x2
+from .words import fresh, fresh_halves, halves, pack_halves_x2, pack_results
 
 __all__ = ["PAIR_FROM_BUFFER_CONFIGS", "PAIR_FROM_BUFFER_WORDS_CONFIGS", "PIECE_COLUMNS",
            "TMA_BEHIND_CONFIGS", "TMA_BEHIND_UNTIL", "TMA_CONFIGS", "TMA_LONG_ROW_CONFIGS",
@@ -325,10 +325,7 @@ def write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2
         scale = gl.exp2((m_c - m_row) * LOG2E) / d_row
         y = pack_halves_x2(e_low * scale, e_high * scale, HALF)
     else:
-        if PRMT:
-            low, high = fresh_halves(words, m_row, HALF)
-        else:
-            low, high = halves(fresh(words, m_row), HALF)
+        low, high = fresh_halves(words, m_row, HALF, PRMT)
         if LOG2_D:  # the division folded into the exponent: an FFMA, no multiplication
             log2_d = gl.log2(d_row)
             y_low = gl.exp2((low - m_row) * LOG2E - log2_d)
@@ -337,10 +334,7 @@ def write_words(words, m_c, item, X, Y, SLOTS, n_cols, stride_y, G, offs, G_POW2
             scale = 1.0 / d_row
             y_low = gl.exp2((low - m_row) * LOG2E) * scale
             y_high = gl.exp2((high - m_row) * LOG2E) * scale
-        if CVT_X2:
-            y = pack_halves_x2(y_low, y_high, HALF)
-        else:
-            y = pack_halves(y_low, y_high, HALF)
+        y = pack_results(y_low, y_high, HALF, CVT_X2)
     y_words = Y.to(gl.pointer_type(gl.int32), bitcast=True)
     gl.store(y_words + row.to(gl.int64) * (stride_y // 2) + cols, y,
              mask=chunk_columns(cols, offs, n_cols // 2, WORDS))
@@ -549,10 +543,7 @@ def resident_tma_words_kernel(x_desc, X, Y, SLOTS, n_rows, n_cols, stride_y, n_p
             low, high = halves(words, HALF)
             m_c = gl.maximum(gl.max(low, axis=0), gl.max(high, axis=0))
             safe = gl.where(m_c == float("-inf"), 0.0, m_c)
-            if PRMT:
-                low, high = fresh_halves(words, m_c, HALF)
-            else:
-                low, high = halves(fresh(words, m_c), HALF)
+            low, high = fresh_halves(words, m_c, HALF, PRMT)
             if KEEP_WEIGHTS:  # the weights kept instead of the input, summed as kept
                 words = pack_halves_x2(gl.exp2((low - safe) * LOG2E),
                                        gl.exp2((high - safe) * LOG2E), gl.bfloat16)

@@ -5,9 +5,10 @@ the resident kernels that keep a chunk through their row's wait keep it so
 (:func:`~teachkit.kernels.softmax_kernels.resident_words_kernel` in Triton,
 :func:`~teachkit.kernels.softmax_tma.resident_tma_words_kernel` in Gluon, which calls these
 element-wise functions as they are). ``halves`` turns a word into its two float32 elements,
-``pack_halves`` (or ``pack_halves_x2``, one instruction a word) rounds two back into a word, and
-``fresh`` keeps the compiler from holding the float32 halves alive between two uses;
-``fresh_halves`` is ``halves`` of ``fresh`` in one instruction an element, for bfloat16.
+``pack_halves`` (or ``pack_halves_x2``, one instruction a word; ``pack_results`` picks) rounds two
+back into a word, and ``fresh`` keeps the compiler from holding the float32 halves alive between
+two uses; ``fresh_halves`` is ``halves`` of ``fresh``, in one instruction an element for
+bfloat16.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import triton
 import triton.language as tl
 
 __all__ = ["CVT_X2_MIN_CAPABILITY", "cvt_x2", "fresh", "fresh_halves", "halves", "pack_halves",
-           "pack_halves_x2"]
+           "pack_halves_x2", "pack_results"]
 
 
 @triton.jit
@@ -71,6 +72,18 @@ def pack_halves_x2(low, high, HALF: tl.constexpr):
 
 
 @triton.jit
+def pack_results(low, high, HALF: tl.constexpr, CVT_X2: tl.constexpr):
+    """Float32 results ``low`` and ``high`` rounded to ``HALF`` and packed into int32 words by
+    :func:`pack_halves_x2` (one instruction a word) with ``CVT_X2``, else by :func:`pack_halves`:
+    the same bits either way. The words kernels take ``CVT_X2`` from their configuration."""
+    if CVT_X2:
+        y = pack_halves_x2(low, high, HALF)
+    else:
+        y = pack_halves(low, high, HALF)
+    return y
+
+
+@triton.jit
 def fresh(words, m):
     """``words`` again, as a new value that depends on ``m`` (it is ``words`` unless ``m`` is
     NaN, and then the softmax it feeds is NaN either way). :func:`halves` of it cannot be
@@ -80,15 +93,17 @@ def fresh(words, m):
 
 
 @triton.jit
-def fresh_halves(words, m, HALF: tl.constexpr):
-    """``halves(fresh(words, m), HALF)`` for bfloat16 in one instruction an element: PTX's
+def fresh_halves(words, m, HALF: tl.constexpr, PRMT: tl.constexpr = True):
+    """``halves(fresh(words, m), HALF)``; with ``PRMT``, for bfloat16, in one instruction an
+    element: PTX's
     ``prmt.b32`` moves a word's two bytes of one element into the high half of a float32 and
     zeroes the low half (a bfloat16 is a float32's high 16 bits). Its byte selector is computed
     from ``m`` (zero bytes if ``m`` is NaN, as :func:`fresh`), so the compiler cannot reuse the
-    halves of an earlier call. Float16 takes :func:`halves` of :func:`fresh`. Compiled only (PTX:
-    Triton's interpreter runs none); ``python -m teachkit.kernels --tma-words-instructions``
-    counts its instructions in the TMA words kernel."""
-    if HALF == tl.bfloat16:
+    halves of an earlier call. Float16 (or ``PRMT`` off) takes :func:`halves` of :func:`fresh`.
+    With ``PRMT``, compiled only (PTX: Triton's interpreter runs none);
+    ``python -m teachkit.kernels --tma-words-instructions`` counts its instructions in the TMA
+    words kernel."""
+    if PRMT and HALF == tl.bfloat16:
         # prmt.b32 d, a, b, s: byte i of d is byte (nibble i of s) of b:a, bytes 0-3 from a (the
         # word) and 4-7 from b (here 0). 0x1044: bytes 1, 0 of the word on top, zeros below (the
         # low element); 0x3244: bytes 3, 2 (the high one); 0x4444: all zeros.
